@@ -1,0 +1,100 @@
+# graphtoggle top-level Makefile.
+#   make            build everything that exists (libtoggle, examples)
+#   make check      build and run every Check test under ASan + UBSan
+#   make demo       the demo (see README)
+#   make gpu-check  build and run the GPU suite (skips cleanly without a GPU)
+#   make bench      host benchmarks
+#   make install    PREFIX=/usr/local DESTDIR=
+
+CUDA_HOME ?= /usr/local/cuda
+PREFIX    ?= /usr/local
+CC        ?= cc
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+B         := build
+
+WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+          -Wpointer-arith -Wcast-qual -Wformat=2 -Wundef -Wvla
+CSTD   := -std=c17 -D_GNU_SOURCE
+INC    := -Ilibtoggle/include -isystem $(CUDA_HOME)/include
+CFLAGS ?= -O2 -g
+ALL_CFLAGS := $(CSTD) $(WARN) $(INC) -fPIC -MMD -MP $(CFLAGS)
+SAN    := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+LIB_SRC := $(wildcard libtoggle/src/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
+LIB_SAN_OBJ := $(LIB_SRC:%.c=$(B)/san/%.o)
+LIB_LIBS := -ldl -lpthread
+
+TEST_SRC := $(wildcard tests/check_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
+
+.PHONY: all lib check demo gpu-check bench install clean deps
+all: lib $(B)/examples/demo_agent
+
+lib: $(B)/libtoggle.a $(B)/libtoggle.so
+
+deps:
+	@scripts/deps.sh build
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(B)/san/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -c $< -o $@
+
+$(B)/libtoggle.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/libtoggle.so: $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libtoggle.so.0 -o $@ $^ $(LIB_LIBS)
+
+$(B)/libtoggle-san.a: $(LIB_SAN_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+# ---- examples ------------------------------------------------------------
+$(B)/examples/demo_agent: $(B)/examples/demo_agent.o $(B)/libtoggle.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LIB_LIBS)
+
+demo: all
+	$(B)/examples/demo_agent
+
+# ---- tests ---------------------------------------------------------------
+CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
+CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
+
+$(B)/tests/%: tests/%.c tests/testutil.h $(B)/libtoggle-san.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) -Itests -Ilibtoggle/src -o $@ $< \
+	    $(B)/libtoggle-san.a $(CHECK_LIBS) $(LIB_LIBS)
+
+check: deps
+	@$(MAKE) --no-print-directory check-run
+
+.PHONY: check-run
+check-run: $(TEST_BIN)
+	@fail=0; for t in $(TEST_BIN); do \
+	  echo "== $$t"; \
+	  CK_DEFAULT_TIMEOUT=60 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    $$t || fail=1; \
+	done; exit $$fail
+
+# ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
+gpu-check:
+	@scripts/gpu-check.sh
+
+# ---- install ---------------------------------------------------------------
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(B)/libtoggle.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(B)/libtoggle.so $(DESTDIR)$(PREFIX)/lib/libtoggle.so.0
+	ln -sf libtoggle.so.0 $(DESTDIR)$(PREFIX)/lib/libtoggle.so
+	install -m 644 libtoggle/include/toggle.h libtoggle/include/toggle_sim.h $(DESTDIR)$(PREFIX)/include/
+
+clean:
+	rm -rf $(B)
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -1,0 +1,273 @@
+/*
+ * toggle.h - public API of libtoggle, the graphtoggle in-process agent.
+ *
+ * libtoggle records the "producer" kernel nodes of CUDA graphs while they are
+ * captured, binds each graph to the exec it was instantiated into, and turns
+ * producers on and off per step with cuGraphNodeSetEnabled, without
+ * recapture.  It fails closed: a replay whose producers would disagree with
+ * the set reported by toggle_step_begin() is refused, never run.
+ *
+ * Threading: one agent is used from one thread at a time.  Two agents share
+ * nothing.  All functions return 0 or a negative TOGGLE_E* code; the agent
+ * keeps a last-error text with context (toggle_last_error()).
+ */
+#ifndef TOGGLE_H
+#define TOGGLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TOGGLE_VERSION_MAJOR 0
+#define TOGGLE_VERSION_MINOR 1
+
+/* Hook space: a hook is (type, layer); index = type * TOGGLE_MAX_LAYERS + layer. */
+#define TOGGLE_MAX_HOOK_TYPES 32
+#define TOGGLE_MAX_LAYERS     256
+#define TOGGLE_MAX_HOOKS      (TOGGLE_MAX_HOOK_TYPES * TOGGLE_MAX_LAYERS)
+#define TOGGLE_MAX_NAME       64   /* agent, group and hook type names, NUL included */
+#define TOGGLE_MAX_PLAN       256  /* pending per-step plan entries per agent */
+#define TOGGLE_MAX_GRAPHS     4096 /* graphs with producers per agent */
+#define TOGGLE_MAX_NODES      16384 /* producer nodes per graph */
+
+enum toggle_error {
+	TOGGLE_OK = 0,
+	TOGGLE_EINVAL = -1,     /* invalid argument */
+	TOGGLE_ENOMEM = -2,     /* out of memory */
+	TOGGLE_ENODRIVER = -3,  /* CUDA driver missing or too old */
+	TOGGLE_ECUDA = -4,      /* a CUDA driver call failed */
+	TOGGLE_ECAPTURE = -5,   /* no capture window open, or stream not capturing */
+	TOGGLE_ENOTKERNEL = -6, /* recorded node is not a kernel node */
+	TOGGLE_EUNBOUND = -7,   /* graph has producers but no bound exec */
+	TOGGLE_ESTALE = -8,     /* graph was forgotten by this agent */
+	TOGGLE_ELATE = -9,      /* plan for a step that has already begun */
+	TOGGLE_ESPEC = -10,     /* bad hook spec */
+	TOGGLE_ERANGE = -11,    /* hook outside the catalog */
+	TOGGLE_ELIMIT = -12,    /* a bounded table is full */
+	TOGGLE_ENOTSUP = -13,   /* not supported (mode, backend, driver) */
+	TOGGLE_ENOENT = -14,    /* unknown graph */
+	TOGGLE_ESTEP = -15,     /* steps must strictly increase */
+};
+
+/* Static description of an error code ("unknown error" for others). */
+const char *toggle_strerror(int err);
+
+/* ---- hooks and hook sets ------------------------------------------------ */
+
+struct toggle_hook {
+	uint16_t type;
+	uint16_t layer;
+};
+
+/* A set of hooks: a plain bitmap, copyable by value. */
+struct toggle_set {
+	uint64_t bits[TOGGLE_MAX_HOOKS / 64];
+};
+
+/* The hook catalog: names of the hook types and the number of layers. */
+struct toggle_catalog {
+	const char *const *type_names; /* n_types names, unique, [A-Za-z0-9_.]+ */
+	uint16_t n_types;              /* 1..TOGGLE_MAX_HOOK_TYPES */
+	uint16_t n_layers;             /* 1..TOGGLE_MAX_LAYERS */
+};
+
+void toggle_set_clear(struct toggle_set *set);
+int toggle_set_add(struct toggle_set *set, struct toggle_hook hook);    /* TOGGLE_ERANGE */
+int toggle_set_remove(struct toggle_set *set, struct toggle_hook hook); /* TOGGLE_ERANGE */
+bool toggle_set_contains(const struct toggle_set *set, struct toggle_hook hook);
+size_t toggle_set_count(const struct toggle_set *set);
+bool toggle_set_equal(const struct toggle_set *a, const struct toggle_set *b);
+void toggle_set_union(struct toggle_set *dst, const struct toggle_set *src);
+void toggle_set_subtract(struct toggle_set *dst, const struct toggle_set *src);
+/* Every hook of the catalog. */
+void toggle_set_fill(struct toggle_set *set, const struct toggle_catalog *cat);
+/* 0 if every hook of set lies inside the catalog, else TOGGLE_ERANGE. */
+int toggle_catalog_check_set(const struct toggle_catalog *cat, const struct toggle_set *set);
+/* 0 if the catalog itself is well formed (counts, names), else TOGGLE_EINVAL with err filled. */
+int toggle_catalog_validate(const struct toggle_catalog *cat, char *err, size_t errlen);
+
+/*
+ * Parse a hook spec against a catalog into *out (replaced on success only).
+ * Grammar: "none" | "all" | ITEM ("," ITEM)*
+ *   ITEM   = TYPE [":" LAYERS]       (no LAYERS: every layer)
+ *   TYPE   = a catalog name | "*"
+ *   LAYERS = "*" | N | N "-" M       (inclusive, within the catalog)
+ * On error returns TOGGLE_ESPEC and writes a message naming the bad token
+ * and what was expected into err (if errlen > 0).
+ */
+int toggle_set_parse(const struct toggle_catalog *cat, const char *spec,
+		     struct toggle_set *out, char *err, size_t errlen);
+
+/*
+ * Canonical text of a set ("none", "all", or "type:a-b,type:c,..." in
+ * catalog order).  snprintf semantics: returns the length it needs (without
+ * the NUL); the output is truncated to len.  Hooks outside the catalog are
+ * not printable: TOGGLE_ERANGE.
+ */
+int toggle_set_format(const struct toggle_catalog *cat, const struct toggle_set *set,
+		      char *buf, size_t len);
+
+/* ---- agent -------------------------------------------------------------- */
+
+enum toggle_mode {
+	TOGGLE_MODE_LAZY = 0,   /* nodes are set at each graph's next replay */
+	TOGGLE_MODE_EAGER = 1,  /* nodes are set at step_begin / apply_all */
+	TOGGLE_MODE_DEVICE = 2, /* planner kernel on the device (CUDA 12.4+) */
+};
+
+enum toggle_backend {
+	TOGGLE_BACKEND_CUDA = 0, /* libcuda.so.1, loaded at run time */
+	TOGGLE_BACKEND_SIM = 1,  /* the in-tree simulator (toggle_sim.h) */
+};
+
+struct toggle_sim;
+
+struct toggle_config {
+	const char *name;       /* agent name, < TOGGLE_MAX_NAME */
+	const char *group;      /* group name, may be NULL */
+	struct toggle_catalog catalog;
+	enum toggle_mode mode;
+	bool strict;            /* refuse instead of falling back to another mode */
+	enum toggle_backend backend;
+	struct toggle_sim *sim; /* required with TOGGLE_BACKEND_SIM */
+	const char *socket_path; /* daemon socket; NULL or "" = standalone */
+};
+
+struct toggle_agent;
+
+int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out);
+void toggle_agent_close(struct toggle_agent *agent);
+
+/* Last error of this agent, with context (which graph, which hook). */
+const char *toggle_last_error(const struct toggle_agent *agent);
+/* The mode the agent actually runs in (after any fallback). */
+enum toggle_mode toggle_agent_mode(const struct toggle_agent *agent);
+const struct toggle_catalog *toggle_agent_catalog(const struct toggle_agent *agent);
+
+/* ---- capture and registry ---------------------------------------------- */
+
+/* Open / close a capture window; windows nest (counted). */
+int toggle_capture_begin(struct toggle_agent *agent);
+int toggle_capture_end(struct toggle_agent *agent);
+
+/*
+ * Call right after launching a producer kernel into a capturing stream: the
+ * node the launch added is found with cuStreamGetCaptureInfo, checked to be a
+ * kernel node and filed under hook.  Refused (and counted as an anomaly)
+ * outside a capture window, on a stream that is not capturing, or when the
+ * node is not a kernel node.
+ */
+int toggle_record_producer(struct toggle_agent *agent, CUstream stream, struct toggle_hook hook);
+
+/* Bind a graph to the exec it was instantiated into (resets per-exec state). */
+int toggle_graph_bind(struct toggle_agent *agent, CUgraph graph, CUgraphExec exec);
+/* Drop a graph; later launches of it through this agent fail closed (ESTALE). */
+int toggle_graph_forget(struct toggle_agent *agent, CUgraph graph);
+
+/* ---- desired state ------------------------------------------------------ */
+
+struct toggle_plan_entry {
+	int64_t step;
+	struct toggle_set set;
+};
+
+/* Replace the standing set (used by steps without a plan entry). */
+int toggle_set_enabled(struct toggle_agent *agent, const struct toggle_set *set);
+/* The set for one future step; TOGGLE_ELATE if that step already began. */
+int toggle_plan_step(struct toggle_agent *agent, int64_t step, const struct toggle_set *set);
+/* Several entries, all or nothing. */
+int toggle_plan_submit(struct toggle_agent *agent, const struct toggle_plan_entry *entries,
+		       size_t n);
+/* Drop every pending plan entry. */
+void toggle_plan_clear(struct toggle_agent *agent);
+
+/*
+ * Begin a step (steps strictly increase): resolve its set (its plan entry,
+ * else the standing set), make it the set every replay of this step runs
+ * with, and return it in *effective (may be NULL) for the metadata gate.
+ * In eager mode, also applies it to every bound exec.
+ */
+int toggle_step_begin(struct toggle_agent *agent, int64_t step, struct toggle_set *effective);
+
+/* ---- replay ------------------------------------------------------------- */
+
+/*
+ * The replay.  Unrelated graphs (no producers recorded) are launched as they
+ * are.  A graph with producers must be bound (a different exec rebinds it);
+ * nodes whose state differs from the step's set are set, then the exec is
+ * launched.  Any failure refuses the launch: nothing is launched.
+ */
+int toggle_graph_launch(struct toggle_agent *agent, CUgraph graph, CUgraphExec exec,
+			CUstream stream);
+
+/* Bring every bound exec to the current set now (a quiescent point). */
+int toggle_apply_all(struct toggle_agent *agent);
+
+/* ---- status ------------------------------------------------------------- */
+
+struct toggle_graph_status {
+	CUgraph graph;
+	CUgraphExec exec;        /* NULL when not bound */
+	uint32_t nodes;          /* producer nodes recorded */
+	uint32_t hooks_covered;  /* distinct hooks among them */
+	uint64_t applied_version; /* version of the set its exec holds, 0 = none */
+	uint64_t replays;        /* launches through this agent */
+	int64_t last_step;       /* step of the last replay, -1 = none */
+	bool bound;
+	bool stale;              /* forgotten */
+};
+
+struct toggle_anomalies {
+	uint64_t record_outside_window;
+	uint64_t record_not_capturing;
+	uint64_t record_not_kernel;
+	uint64_t launch_unbound;
+	uint64_t launch_stale;
+	uint64_t driver_errors;
+	uint64_t late_plans;
+};
+
+struct toggle_stats {
+	uint64_t launches;           /* toggle_graph_launch calls that launched */
+	uint64_t launches_unrelated; /* of which graphs without producers */
+	uint64_t launches_refused;
+	uint64_t node_set_calls;     /* cuGraphNodeSetEnabled calls made */
+	uint64_t syncs;              /* exec brought to a new set */
+	uint64_t rebinds;
+	uint64_t version;            /* version of the current set */
+	int64_t step;                /* current step, -1 before the first */
+};
+
+struct toggle_registry_check {
+	uint32_t graphs;          /* graphs with producers, not forgotten */
+	uint32_t unbound;
+	bool complete;            /* every graph covers every catalog hook */
+	bool uniform;             /* every graph covers the same hooks */
+	uint32_t hooks_uncovered; /* catalog hooks missing from some graph */
+};
+
+size_t toggle_graph_count(const struct toggle_agent *agent);
+/* Fills up to cap records; returns the number of graphs (may exceed cap). */
+size_t toggle_graph_list(const struct toggle_agent *agent, struct toggle_graph_status *out,
+			 size_t cap);
+int toggle_graph_status(const struct toggle_agent *agent, CUgraph graph,
+			struct toggle_graph_status *out); /* TOGGLE_ENOENT */
+/* Hooks covered by a graph's recorded producers. */
+int toggle_graph_hooks(const struct toggle_agent *agent, CUgraph graph, struct toggle_set *out);
+void toggle_registry_check(const struct toggle_agent *agent, struct toggle_registry_check *out);
+void toggle_anomalies_get(const struct toggle_agent *agent, struct toggle_anomalies *out);
+void toggle_stats_get(const struct toggle_agent *agent, struct toggle_stats *out);
+/* The set replays currently run with. */
+void toggle_current_set(const struct toggle_agent *agent, struct toggle_set *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TOGGLE_H */

@@ -1,0 +1,309 @@
+/*
+ * agent.c - agent lifetime, configuration, and the desired state: the
+ * standing set, per-step plans, and the resolution of each step's set.
+ *
+ * The set replays run with changes only at toggle_step_begin() (or, before
+ * the first step, when the standing set changes), so every replay of a step
+ * runs exactly the set the metadata gate was given for it.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent_impl.h"
+
+int tg_fail(struct toggle_agent *a, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(a->err, sizeof(a->err), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+static int agent_copy_name(char *dst, const char *src, const char *what, char *err, size_t errlen)
+{
+	size_t n = src ? strlen(src) : 0;
+	if (n >= TOGGLE_MAX_NAME) {
+		snprintf(err, errlen, "%s is %zu bytes long; at most %d allowed", what, n,
+			 TOGGLE_MAX_NAME - 1);
+		return TOGGLE_EINVAL;
+	}
+	memcpy(dst, src ? src : "", n + 1);
+	return 0;
+}
+
+static int agent_configure(struct toggle_agent *a, const struct toggle_config *cfg)
+{
+	int rc = toggle_catalog_validate(&cfg->catalog, a->err, sizeof(a->err));
+	if (rc)
+		return rc;
+	if (!cfg->name || !cfg->name[0])
+		return tg_fail(a, TOGGLE_EINVAL, "agent name is empty");
+	if ((rc = agent_copy_name(a->name, cfg->name, "agent name", a->err, sizeof(a->err))) ||
+	    (rc = agent_copy_name(a->group, cfg->group, "group name", a->err, sizeof(a->err))))
+		return rc;
+	for (unsigned i = 0; i < cfg->catalog.n_types; i++) {
+		/* Validated above: each name fits. */
+		snprintf(a->type_names[i], TOGGLE_MAX_NAME, "%s", cfg->catalog.type_names[i]);
+		a->type_ptrs[i] = a->type_names[i];
+	}
+	a->catalog.type_names = a->type_ptrs;
+	a->catalog.n_types = cfg->catalog.n_types;
+	a->catalog.n_layers = cfg->catalog.n_layers;
+
+	switch (cfg->mode) {
+	case TOGGLE_MODE_LAZY:
+	case TOGGLE_MODE_EAGER:
+		a->mode = cfg->mode;
+		break;
+	case TOGGLE_MODE_DEVICE:
+		/* Device-side toggling is not in this build: strict refuses, else host lazy. */
+		if (cfg->strict)
+			return tg_fail(a, TOGGLE_ENOTSUP,
+				       "device mode is not available in this build (strict)");
+		a->mode = TOGGLE_MODE_LAZY;
+		break;
+	default:
+		return tg_fail(a, TOGGLE_EINVAL, "unknown mode %d", (int)cfg->mode);
+	}
+	a->strict = cfg->strict;
+	if (cfg->socket_path && cfg->socket_path[0])
+		return tg_fail(a, TOGGLE_ENOTSUP,
+			       "daemon connection (socket_path '%s') is not available in this build",
+			       cfg->socket_path);
+	return 0;
+}
+
+static int agent_load_backend(struct toggle_agent *a, const struct toggle_config *cfg)
+{
+	switch (cfg->backend) {
+	case TOGGLE_BACKEND_SIM:
+		if (!cfg->sim)
+			return tg_fail(a, TOGGLE_EINVAL, "sim backend needs toggle_config.sim");
+		tg_cu_load_sim(&a->cu);
+		return 0;
+	case TOGGLE_BACKEND_CUDA:
+		return tg_cu_load_driver(&a->cu, a->err, sizeof(a->err));
+	default:
+		return tg_fail(a, TOGGLE_EINVAL, "unknown backend %d", (int)cfg->backend);
+	}
+}
+
+int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out)
+{
+	if (!cfg || !out)
+		return TOGGLE_EINVAL;
+	*out = NULL;
+	struct toggle_agent *a = calloc(1, sizeof(*a));
+	if (!a)
+		return TOGGLE_ENOMEM;
+	a->step = -1;
+	a->version = 1; /* the empty standing set; 0 means "no set applied" */
+	a->stats.step = -1;
+	int rc = agent_configure(a, cfg);
+	if (rc == 0)
+		rc = agent_load_backend(a, cfg);
+	if (rc == 0) {
+		a->plans = calloc(TOGGLE_MAX_PLAN, sizeof(*a->plans));
+		rc = a->plans ? tg_registry_init(a) : TOGGLE_ENOMEM;
+	}
+	if (rc) {
+		/* No agent to hold the text: callers use the code (toggle_strerror). */
+		toggle_agent_close(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
+void toggle_agent_close(struct toggle_agent *a)
+{
+	if (!a)
+		return;
+	tg_registry_free(a);
+	free(a->plans);
+	tg_cu_unload(&a->cu);
+	free(a);
+}
+
+const char *toggle_last_error(const struct toggle_agent *a)
+{
+	return a ? a->err : "no agent";
+}
+
+enum toggle_mode toggle_agent_mode(const struct toggle_agent *a)
+{
+	return a->mode;
+}
+
+const struct toggle_catalog *toggle_agent_catalog(const struct toggle_agent *a)
+{
+	return &a->catalog;
+}
+
+/* ---- desired state ------------------------------------------------------ */
+
+static int agent_check_set(struct toggle_agent *a, const struct toggle_set *set)
+{
+	if (!set)
+		return tg_fail(a, TOGGLE_EINVAL, "set is NULL");
+	if (toggle_catalog_check_set(&a->catalog, set))
+		return tg_fail(a, TOGGLE_ERANGE, "set holds hooks outside the catalog (%u types, %u layers)",
+			       a->catalog.n_types, a->catalog.n_layers);
+	return 0;
+}
+
+/* Make set the one replays run with; bump the version only on a real change. */
+static void agent_set_current(struct toggle_agent *a, const struct toggle_set *set)
+{
+	if (toggle_set_equal(&a->current, set))
+		return;
+	a->current = *set;
+	a->version++;
+	a->stats.version = a->version;
+}
+
+int toggle_set_enabled(struct toggle_agent *a, const struct toggle_set *set)
+{
+	int rc = agent_check_set(a, set);
+	if (rc)
+		return rc;
+	a->standing = *set;
+	if (a->step < 0)
+		agent_set_current(a, set); /* stepless use: takes effect now */
+	return 0;
+}
+
+static size_t plan_lower_bound(const struct toggle_agent *a, int64_t step)
+{
+	size_t lo = 0, hi = a->n_plans;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (a->plans[mid].step < step)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static bool plan_has(const struct toggle_agent *a, int64_t step)
+{
+	size_t i = plan_lower_bound(a, step);
+	return i < a->n_plans && a->plans[i].step == step;
+}
+
+/* Insert or replace; capacity was checked by the caller. */
+static void plan_put(struct toggle_agent *a, int64_t step, const struct toggle_set *set)
+{
+	size_t i = plan_lower_bound(a, step);
+	if (i == a->n_plans || a->plans[i].step != step) {
+		memmove(&a->plans[i + 1], &a->plans[i], (a->n_plans - i) * sizeof(a->plans[0]));
+		a->n_plans++;
+	}
+	a->plans[i].step = step;
+	a->plans[i].set = *set;
+}
+
+static int plan_check_entry(struct toggle_agent *a, int64_t step, const struct toggle_set *set)
+{
+	if (step < 0)
+		return tg_fail(a, TOGGLE_EINVAL, "plan for negative step %lld", (long long)step);
+	if (a->step >= 0 && step <= a->step) {
+		a->anomalies.late_plans++;
+		return tg_fail(a, TOGGLE_ELATE, "plan for step %lld rejected: step %lld has already begun",
+			       (long long)step, (long long)a->step);
+	}
+	return agent_check_set(a, set);
+}
+
+int toggle_plan_step(struct toggle_agent *a, int64_t step, const struct toggle_set *set)
+{
+	struct toggle_plan_entry e = {.step = step};
+	if (!set)
+		return tg_fail(a, TOGGLE_EINVAL, "set is NULL");
+	e.set = *set;
+	return toggle_plan_submit(a, &e, 1);
+}
+
+int toggle_plan_submit(struct toggle_agent *a, const struct toggle_plan_entry *entries, size_t n)
+{
+	if (n && !entries)
+		return tg_fail(a, TOGGLE_EINVAL, "entries is NULL");
+	if (n > TOGGLE_MAX_PLAN)
+		return tg_fail(a, TOGGLE_ELIMIT, "plan of %zu entries; at most %d", n, TOGGLE_MAX_PLAN);
+	/* Validate everything first: a rejected plan applies nothing. */
+	size_t added = 0;
+	for (size_t i = 0; i < n; i++) {
+		int rc = plan_check_entry(a, entries[i].step, &entries[i].set);
+		if (rc)
+			return rc;
+		for (size_t j = 0; j < i; j++)
+			if (entries[j].step == entries[i].step)
+				return tg_fail(a, TOGGLE_EINVAL, "plan names step %lld twice",
+					       (long long)entries[i].step);
+		added += !plan_has(a, entries[i].step);
+	}
+	if (a->n_plans + added > TOGGLE_MAX_PLAN)
+		return tg_fail(a, TOGGLE_ELIMIT, "plan table full: %zu pending + %zu new > %d",
+			       a->n_plans, added, TOGGLE_MAX_PLAN);
+	for (size_t i = 0; i < n; i++)
+		plan_put(a, entries[i].step, &entries[i].set);
+	return 0;
+}
+
+void toggle_plan_clear(struct toggle_agent *a)
+{
+	a->n_plans = 0;
+}
+
+int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *effective)
+{
+	if (step < 0)
+		return tg_fail(a, TOGGLE_EINVAL, "step %lld is negative", (long long)step);
+	if (a->step >= 0 && step <= a->step)
+		return tg_fail(a, TOGGLE_ESTEP, "step %lld does not follow step %lld",
+			       (long long)step, (long long)a->step);
+	/* Entries for steps that were skipped can never run: drop them with this one. */
+	size_t i = plan_lower_bound(a, step);
+	const struct toggle_set *set = &a->standing;
+	struct toggle_set planned;
+	size_t drop = i;
+	if (i < a->n_plans && a->plans[i].step == step) {
+		planned = a->plans[i].set;
+		set = &planned;
+		drop = i + 1;
+	}
+	memmove(&a->plans[0], &a->plans[drop], (a->n_plans - drop) * sizeof(a->plans[0]));
+	a->n_plans -= drop;
+
+	a->step = step;
+	a->stats.step = step;
+	agent_set_current(a, set);
+	if (effective)
+		*effective = a->current;
+	/* Eager: apply now.  A failure leaves that exec out of date, and its
+	 * next launch retries the sync and is refused if it fails again. */
+	if (a->mode == TOGGLE_MODE_EAGER)
+		(void)toggle_apply_all(a);
+	return 0;
+}
+
+void toggle_current_set(const struct toggle_agent *a, struct toggle_set *out)
+{
+	*out = a->current;
+}
+
+void toggle_anomalies_get(const struct toggle_agent *a, struct toggle_anomalies *out)
+{
+	*out = a->anomalies;
+}
+
+void toggle_stats_get(const struct toggle_agent *a, struct toggle_stats *out)
+{
+	*out = a->stats;
+	out->version = a->version;
+	out->step = a->step;
+}

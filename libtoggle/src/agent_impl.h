@@ -1,0 +1,98 @@
+/*
+ * agent_impl.h - the agent's private state, shared by agent.c (config,
+ * desired state, steps), registry.c (graphs, capture, binding, status) and
+ * replay.c (apply and launch).
+ */
+#ifndef TG_AGENT_IMPL_H
+#define TG_AGENT_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cu.h"
+#include "toggle.h"
+
+/* Per-node state cache of the bound exec. */
+enum tg_node_state { TG_NODE_OFF = 0, TG_NODE_ON = 1, TG_NODE_UNKNOWN = 2 };
+
+struct tg_node {
+	CUgraphNode node;
+	uint32_t hook; /* hook index: type * TOGGLE_MAX_LAYERS + layer */
+};
+
+struct tg_graph {
+	CUgraph graph;
+	uint64_t capture_id;      /* capture that recorded the nodes */
+	struct tg_node *nodes;
+	uint8_t *state;           /* enum tg_node_state per node, for exec */
+	uint32_t n_nodes, cap_nodes;
+	struct toggle_set covered;
+	uint32_t hooks_covered;
+	CUgraphExec exec;
+	bool bound;
+	bool stale;
+	uint64_t applied_version; /* version of the set exec holds; 0 = none */
+	uint64_t replays;
+	int64_t last_step;
+	uint64_t last_run_version;
+};
+
+struct tg_plan {
+	int64_t step;
+	struct toggle_set set;
+};
+
+struct toggle_agent {
+	struct tg_cu cu;
+	char name[TOGGLE_MAX_NAME];
+	char group[TOGGLE_MAX_NAME];
+	char type_names[TOGGLE_MAX_HOOK_TYPES][TOGGLE_MAX_NAME];
+	const char *type_ptrs[TOGGLE_MAX_HOOK_TYPES];
+	struct toggle_catalog catalog; /* points into type_ptrs */
+	enum toggle_mode mode;
+	bool strict;
+
+	/* Desired state. */
+	struct toggle_set standing;
+	struct tg_plan *plans;    /* sorted by step, TOGGLE_MAX_PLAN slots */
+	size_t n_plans;
+	struct toggle_set current; /* the set replays of this step run with */
+	uint64_t version;          /* bumped whenever current changes */
+	int64_t step;              /* -1 before the first step */
+
+	/* Registry. */
+	struct tg_graph **graphs;  /* n_graphs records, stable addresses */
+	size_t n_graphs;
+	struct tg_graph **map;     /* open addressing, map_mask + 1 slots */
+	size_t map_mask;
+	unsigned capture_depth;
+
+	struct toggle_anomalies anomalies;
+	struct toggle_stats stats;
+	char err[512];
+};
+
+/* Set the last-error text and return code (printf-style context). */
+int tg_fail(struct toggle_agent *a, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static inline uint32_t tg_hook_index(struct toggle_hook h)
+{
+	return (uint32_t)h.type * TOGGLE_MAX_LAYERS + h.layer;
+}
+
+static inline bool tg_set_has(const struct toggle_set *s, uint32_t idx)
+{
+	return (s->bits[idx / 64] >> (idx % 64)) & 1u;
+}
+
+/* registry.c */
+int tg_registry_init(struct toggle_agent *a);
+void tg_registry_free(struct toggle_agent *a);
+struct tg_graph *tg_graph_find(const struct toggle_agent *a, CUgraph graph);
+void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec);
+
+/* replay.c */
+int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g);
+
+#endif

@@ -1,0 +1,333 @@
+/*
+ * registry.c - which producer node of which graph serves which hook, which
+ * exec each graph is bound to, and the status views of all of it.
+ *
+ * Graphs are found by handle through a small open-addressing map, so the
+ * replay path costs one hash probe.  Records are never removed while the
+ * agent lives: a forgotten graph keeps a "stale" record so that its later
+ * launches fail closed instead of passing as unrelated.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent_impl.h"
+
+#define TG_MAP_SLOTS (2 * TOGGLE_MAX_GRAPHS) /* load factor <= 1/2 */
+
+int tg_registry_init(struct toggle_agent *a)
+{
+	a->graphs = calloc(TOGGLE_MAX_GRAPHS, sizeof(*a->graphs));
+	a->map = calloc(TG_MAP_SLOTS, sizeof(*a->map));
+	a->map_mask = TG_MAP_SLOTS - 1;
+	return (a->graphs && a->map) ? 0 : TOGGLE_ENOMEM;
+}
+
+static void graph_free(struct tg_graph *g)
+{
+	free(g->nodes);
+	free(g->state);
+	free(g);
+}
+
+void tg_registry_free(struct toggle_agent *a)
+{
+	for (size_t i = 0; i < a->n_graphs; i++)
+		graph_free(a->graphs[i]);
+	free(a->graphs);
+	free(a->map);
+	a->graphs = NULL;
+	a->map = NULL;
+	a->n_graphs = 0;
+}
+
+static size_t map_hash(CUgraph graph)
+{
+	uint64_t x = (uint64_t)(uintptr_t)graph;
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	return (size_t)x;
+}
+
+struct tg_graph *tg_graph_find(const struct toggle_agent *a, CUgraph graph)
+{
+	for (size_t i = map_hash(graph) & a->map_mask;; i = (i + 1) & a->map_mask) {
+		struct tg_graph *g = a->map[i];
+		if (!g || g->graph == graph)
+			return g;
+	}
+}
+
+static void map_insert(struct toggle_agent *a, struct tg_graph *g)
+{
+	size_t i = map_hash(g->graph) & a->map_mask;
+	while (a->map[i])
+		i = (i + 1) & a->map_mask;
+	a->map[i] = g;
+}
+
+static struct tg_graph *graph_new(struct toggle_agent *a, CUgraph graph)
+{
+	if (a->n_graphs >= TOGGLE_MAX_GRAPHS)
+		return NULL;
+	struct tg_graph *g = calloc(1, sizeof(*g));
+	if (!g)
+		return NULL;
+	g->graph = graph;
+	g->last_step = -1;
+	a->graphs[a->n_graphs++] = g;
+	map_insert(a, g);
+	return g;
+}
+
+/* Forget everything recorded for g (a new capture reuses its handle). */
+static void graph_clear(struct tg_graph *g)
+{
+	free(g->nodes);
+	free(g->state);
+	CUgraph graph = g->graph;
+	memset(g, 0, sizeof(*g));
+	g->graph = graph;
+	g->last_step = -1;
+}
+
+void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec)
+{
+	g->exec = exec;
+	g->bound = exec != NULL;
+	g->applied_version = 0;
+	g->replays = 0;
+	g->last_step = -1;
+	g->last_run_version = 0;
+	memset(g->state, TG_NODE_UNKNOWN, g->n_nodes);
+}
+
+static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook)
+{
+	if (g->n_nodes == g->cap_nodes) {
+		uint32_t cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
+		if (cap > TOGGLE_MAX_NODES)
+			cap = TOGGLE_MAX_NODES;
+		if (cap == g->n_nodes)
+			return TOGGLE_ELIMIT;
+		struct tg_node *nodes = realloc(g->nodes, cap * sizeof(*nodes));
+		if (!nodes)
+			return TOGGLE_ENOMEM;
+		g->nodes = nodes;
+		uint8_t *state = realloc(g->state, cap);
+		if (!state)
+			return TOGGLE_ENOMEM;
+		g->state = state;
+		g->cap_nodes = cap;
+	}
+	g->nodes[g->n_nodes] = (struct tg_node){.node = node, .hook = hook};
+	g->state[g->n_nodes] = TG_NODE_UNKNOWN;
+	g->n_nodes++;
+	if (!tg_set_has(&g->covered, hook)) {
+		g->covered.bits[hook / 64] |= 1ull << (hook % 64);
+		g->hooks_covered++;
+	}
+	/* A node added after binding is in an unknown state: force a sync. */
+	g->applied_version = 0;
+	return 0;
+}
+
+int toggle_capture_begin(struct toggle_agent *a)
+{
+	if (a->capture_depth == UINT32_MAX)
+		return tg_fail(a, TOGGLE_ELIMIT, "capture windows nested too deep");
+	a->capture_depth++;
+	return 0;
+}
+
+int toggle_capture_end(struct toggle_agent *a)
+{
+	if (a->capture_depth == 0)
+		return tg_fail(a, TOGGLE_EINVAL, "toggle_capture_end without toggle_capture_begin");
+	a->capture_depth--;
+	return 0;
+}
+
+/* The node the last launch into a capturing stream added, and its graph. */
+static int record_find_node(struct toggle_agent *a, CUstream stream, struct toggle_hook hook,
+			    CUgraph *graph, CUgraphNode *node, uint64_t *capture_id)
+{
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	cuuint64_t id = 0;
+	const CUgraphNode *deps = NULL;
+	size_t ndeps = 0;
+	CUresult r = a->cu.stream_get_capture_info(stream, &st, &id, graph, &deps, NULL, &ndeps);
+	if (r != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		return tg_fail(a, TOGGLE_ECUDA, "recording hook %u:%u: cuStreamGetCaptureInfo: %s",
+			       hook.type, hook.layer, tg_cu_errstr(&a->cu, r));
+	}
+	if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+		a->anomalies.record_not_capturing++;
+		return tg_fail(a, TOGGLE_ECAPTURE, "recording hook %u:%u: stream %p is not capturing",
+			       hook.type, hook.layer, (void *)stream);
+	}
+	if (ndeps != 1 || !deps) {
+		a->anomalies.record_not_kernel++;
+		return tg_fail(a, TOGGLE_ENOTKERNEL,
+			       "recording hook %u:%u: the capture ends in %zu nodes, not in the one "
+			       "producer launch", hook.type, hook.layer, ndeps);
+	}
+	*node = deps[0];
+	*capture_id = id;
+	CUgraphNodeType type;
+	r = a->cu.graph_node_get_type(*node, &type);
+	if (r != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		return tg_fail(a, TOGGLE_ECUDA, "recording hook %u:%u: cuGraphNodeGetType: %s",
+			       hook.type, hook.layer, tg_cu_errstr(&a->cu, r));
+	}
+	if (type != CU_GRAPH_NODE_TYPE_KERNEL) {
+		a->anomalies.record_not_kernel++;
+		return tg_fail(a, TOGGLE_ENOTKERNEL,
+			       "recording hook %u:%u: node %p of graph %p is of type %d, not a kernel",
+			       hook.type, hook.layer, (void *)*node, (void *)*graph, (int)type);
+	}
+	return 0;
+}
+
+int toggle_record_producer(struct toggle_agent *a, CUstream stream, struct toggle_hook hook)
+{
+	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers)
+		return tg_fail(a, TOGGLE_ERANGE, "hook %u:%u outside the catalog (%u types, %u layers)",
+			       hook.type, hook.layer, a->catalog.n_types, a->catalog.n_layers);
+	if (a->capture_depth == 0) {
+		a->anomalies.record_outside_window++;
+		return tg_fail(a, TOGGLE_ECAPTURE, "recording hook %u:%u: no capture window is open",
+			       hook.type, hook.layer);
+	}
+	CUgraph graph = NULL;
+	CUgraphNode node = NULL;
+	uint64_t id = 0;
+	int rc = record_find_node(a, stream, hook, &graph, &node, &id);
+	if (rc)
+		return rc;
+	struct tg_graph *g = tg_graph_find(a, graph);
+	if (!g && !(g = graph_new(a, graph)))
+		return tg_fail(a, a->n_graphs >= TOGGLE_MAX_GRAPHS ? TOGGLE_ELIMIT : TOGGLE_ENOMEM,
+			       "recording hook %u:%u: cannot add graph %p (%zu graphs)", hook.type,
+			       hook.layer, (void *)graph, a->n_graphs);
+	if (g->stale || g->capture_id != id) {
+		/* A forgotten or destroyed graph's handle reused by a new capture. */
+		graph_clear(g);
+		g->capture_id = id;
+	}
+	if (g->n_nodes && g->nodes[g->n_nodes - 1].node == node)
+		return tg_fail(a, TOGGLE_EINVAL, "hook %u:%u: node %p of graph %p is already recorded",
+			       hook.type, hook.layer, (void *)node, (void *)graph);
+	rc = graph_add_node(g, node, tg_hook_index(hook));
+	if (rc)
+		return tg_fail(a, rc, "recording hook %u:%u into graph %p: %s", hook.type, hook.layer,
+			       (void *)graph, toggle_strerror(rc));
+	return 0;
+}
+
+int toggle_graph_bind(struct toggle_agent *a, CUgraph graph, CUgraphExec exec)
+{
+	if (!exec)
+		return tg_fail(a, TOGGLE_EINVAL, "binding graph %p to a NULL exec", (void *)graph);
+	struct tg_graph *g = tg_graph_find(a, graph);
+	if (!g)
+		return tg_fail(a, TOGGLE_ENOENT,
+			       "graph %p has no recorded producers (unrelated graphs need no bind)",
+			       (void *)graph);
+	if (g->stale)
+		return tg_fail(a, TOGGLE_ESTALE, "graph %p was forgotten; capture it again",
+			       (void *)graph);
+	tg_graph_reset_exec(g, exec);
+	a->stats.rebinds++;
+	return 0;
+}
+
+int toggle_graph_forget(struct toggle_agent *a, CUgraph graph)
+{
+	struct tg_graph *g = tg_graph_find(a, graph);
+	if (!g || g->stale)
+		return tg_fail(a, TOGGLE_ENOENT, "graph %p is not known to this agent", (void *)graph);
+	uint64_t id = g->capture_id;
+	graph_clear(g);
+	g->capture_id = id;
+	g->stale = true;
+	return 0;
+}
+
+/* ---- status ------------------------------------------------------------- */
+
+static void graph_status(const struct tg_graph *g, struct toggle_graph_status *out)
+{
+	*out = (struct toggle_graph_status){
+		.graph = g->graph,
+		.exec = g->bound ? g->exec : NULL,
+		.nodes = g->n_nodes,
+		.hooks_covered = g->hooks_covered,
+		.applied_version = g->applied_version,
+		.replays = g->replays,
+		.last_step = g->last_step,
+		.bound = g->bound,
+		.stale = g->stale,
+	};
+}
+
+size_t toggle_graph_count(const struct toggle_agent *a)
+{
+	return a->n_graphs;
+}
+
+size_t toggle_graph_list(const struct toggle_agent *a, struct toggle_graph_status *out, size_t cap)
+{
+	for (size_t i = 0; i < a->n_graphs && i < cap; i++)
+		graph_status(a->graphs[i], &out[i]);
+	return a->n_graphs;
+}
+
+int toggle_graph_status(const struct toggle_agent *a, CUgraph graph, struct toggle_graph_status *out)
+{
+	const struct tg_graph *g = tg_graph_find(a, graph);
+	if (!g)
+		return TOGGLE_ENOENT;
+	graph_status(g, out);
+	return 0;
+}
+
+int toggle_graph_hooks(const struct toggle_agent *a, CUgraph graph, struct toggle_set *out)
+{
+	const struct tg_graph *g = tg_graph_find(a, graph);
+	if (!g)
+		return TOGGLE_ENOENT;
+	*out = g->covered;
+	return 0;
+}
+
+void toggle_registry_check(const struct toggle_agent *a, struct toggle_registry_check *out)
+{
+	struct toggle_set all, common, first;
+	toggle_set_fill(&all, &a->catalog);
+	common = all;
+	bool have_first = false;
+	*out = (struct toggle_registry_check){.complete = true, .uniform = true};
+	for (size_t i = 0; i < a->n_graphs; i++) {
+		const struct tg_graph *g = a->graphs[i];
+		if (g->stale)
+			continue;
+		out->graphs++;
+		out->unbound += !g->bound;
+		if (!toggle_set_equal(&g->covered, &all))
+			out->complete = false;
+		if (!have_first) {
+			first = g->covered;
+			have_first = true;
+		} else if (!toggle_set_equal(&g->covered, &first)) {
+			out->uniform = false;
+		}
+		for (size_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++)
+			common.bits[w] &= g->covered.bits[w];
+	}
+	out->hooks_uncovered = out->graphs ? (uint32_t)(toggle_set_count(&all) - toggle_set_count(&common)) : 0;
+	if (!out->graphs)
+		out->complete = false;
+}

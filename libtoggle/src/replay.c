@@ -1,0 +1,119 @@
+/*
+ * replay.c - bring execs to the current set and launch them: the hot path.
+ *
+ * When nothing changed, a launch of a known graph costs one map probe and one
+ * version compare before cuGraphLaunch.  When the set changed, only nodes
+ * whose cached state differs are set.  Any failure refuses the launch.
+ */
+#include "agent_impl.h"
+
+int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g)
+{
+	const struct toggle_set *want = &a->current;
+	for (uint32_t i = 0; i < g->n_nodes; i++) {
+		uint8_t on = tg_set_has(want, g->nodes[i].hook) ? TG_NODE_ON : TG_NODE_OFF;
+		if (g->state[i] == on)
+			continue;
+		a->stats.node_set_calls++;
+		CUresult r = a->cu.graph_node_set_enabled(g->exec, g->nodes[i].node, on);
+		if (r != CUDA_SUCCESS) {
+			/* The driver may or may not have changed it: unknown, and the
+			 * exec does not hold any version until a sync completes. */
+			g->state[i] = TG_NODE_UNKNOWN;
+			g->applied_version = 0;
+			a->anomalies.driver_errors++;
+			uint32_t h = g->nodes[i].hook;
+			return tg_fail(a, TOGGLE_ECUDA,
+				       "graph %p exec %p: cuGraphNodeSetEnabled(hook %u:%u, %s): %s",
+				       (void *)g->graph, (void *)g->exec, h / TOGGLE_MAX_LAYERS,
+				       h % TOGGLE_MAX_LAYERS, on ? "on" : "off",
+				       tg_cu_errstr(&a->cu, r));
+		}
+		g->state[i] = on;
+	}
+	g->applied_version = a->version;
+	a->stats.syncs++;
+	return 0;
+}
+
+static int launch_refuse(struct toggle_agent *a, int code)
+{
+	a->stats.launches_refused++;
+	return code;
+}
+
+/* The slow path: a known graph that is stale, unbound, rebound or out of date. */
+static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
+{
+	if (g->stale) {
+		a->anomalies.launch_stale++;
+		return tg_fail(a, TOGGLE_ESTALE, "launch of graph %p refused: it was forgotten",
+			       (void *)g->graph);
+	}
+	if (!g->bound) {
+		a->anomalies.launch_unbound++;
+		return tg_fail(a, TOGGLE_EUNBOUND,
+			       "launch of graph %p refused: it has %u producer nodes but no bound exec "
+			       "(call toggle_graph_bind)", (void *)g->graph, g->n_nodes);
+	}
+	if (!exec)
+		return tg_fail(a, TOGGLE_EINVAL, "launch of graph %p with a NULL exec", (void *)g->graph);
+	if (exec != g->exec) {
+		/* Re-instantiated: the new exec's node states are unknown. */
+		tg_graph_reset_exec(g, exec);
+		a->stats.rebinds++;
+	}
+	if (g->applied_version != a->version)
+		return tg_graph_sync(a, g);
+	return 0;
+}
+
+int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec, CUstream stream)
+{
+	struct tg_graph *g = tg_graph_find(a, graph);
+	CUresult r;
+	if (!g) {
+		/* Unrelated to us: launched untouched. */
+		r = a->cu.graph_launch(exec, stream);
+		if (r != CUDA_SUCCESS) {
+			a->anomalies.driver_errors++;
+			return tg_fail(a, TOGGLE_ECUDA, "cuGraphLaunch(graph %p, unrelated): %s",
+				       (void *)graph, tg_cu_errstr(&a->cu, r));
+		}
+		a->stats.launches++;
+		a->stats.launches_unrelated++;
+		return 0;
+	}
+	/* Stale and unbound records hold exec NULL and version 0 (versions start
+	 * at 1), so these two compares are the whole fast-path guard. */
+	if (__builtin_expect(exec != g->exec || g->applied_version != a->version, 0)) {
+		int rc = launch_prepare(a, g, exec);
+		if (rc)
+			return launch_refuse(a, rc);
+	}
+	r = a->cu.graph_launch(exec, stream);
+	if (r != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		return launch_refuse(a, tg_fail(a, TOGGLE_ECUDA, "cuGraphLaunch(graph %p, exec %p): %s",
+						(void *)graph, (void *)exec, tg_cu_errstr(&a->cu, r)));
+	}
+	g->replays++;
+	g->last_step = a->step;
+	g->last_run_version = a->version;
+	a->stats.launches++;
+	return 0;
+}
+
+int toggle_apply_all(struct toggle_agent *a)
+{
+	int first = 0;
+	for (size_t i = 0; i < a->n_graphs; i++) {
+		struct tg_graph *g = a->graphs[i];
+		if (g->stale || !g->bound || g->applied_version == a->version)
+			continue;
+		int rc = tg_graph_sync(a, g);
+		if (rc && !first)
+			first = rc;
+	}
+	return first;
+}

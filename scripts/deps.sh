@@ -1,0 +1,37 @@
+#!/bin/sh
+# deps.sh - install the Debian packages the build needs, when they are missing.
+# Called by the make targets that need them, so a fresh machine needs no manual step.
+# Usage: scripts/deps.sh [build|bench]   (build: the libraries and Check; bench: + gnuplot)
+set -eu
+
+pkgs="libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev check pkg-config"
+case "${1:-build}" in
+build) ;;
+bench) pkgs="$pkgs valgrind gnuplot-nox" ;;
+*) echo "deps.sh: unknown set '$1' (expected build or bench)" >&2; exit 2 ;;
+esac
+
+missing=""
+for p in $pkgs; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+		missing="$missing $p"
+	fi
+done
+[ -z "$missing" ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+	echo "deps.sh: missing packages:$missing, and no apt-get to install them" >&2
+	exit 1
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+	if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+		echo "deps.sh: missing packages:$missing; run as root or install sudo" >&2
+		exit 1
+	fi
+fi
+echo "deps.sh: installing$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >&2
+# shellcheck disable=SC2086
+$sudo apt-get install -y -qq --no-install-recommends $missing >&2
