@@ -82,6 +82,9 @@ check-run: $(TEST_BIN)
 	    $$t || fail=1; \
 	done; exit $$fail
 
+# ---- wire protocol, client library, daemon, CLI (need the Debian -dev packages)
+-include proto/proto.mk
+
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:
 	@scripts/gpu-check.sh

@@ -20,6 +20,8 @@
 
 #include <cuda.h>
 
+#include "toggle_error.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,27 +38,7 @@ extern "C" {
 #define TOGGLE_MAX_GRAPHS     4096 /* graphs with producers per agent */
 #define TOGGLE_MAX_NODES      16384 /* producer nodes per graph */
 
-enum toggle_error {
-	TOGGLE_OK = 0,
-	TOGGLE_EINVAL = -1,     /* invalid argument */
-	TOGGLE_ENOMEM = -2,     /* out of memory */
-	TOGGLE_ENODRIVER = -3,  /* CUDA driver missing or too old */
-	TOGGLE_ECUDA = -4,      /* a CUDA driver call failed */
-	TOGGLE_ECAPTURE = -5,   /* no capture window open, or stream not capturing */
-	TOGGLE_ENOTKERNEL = -6, /* recorded node is not a kernel node */
-	TOGGLE_EUNBOUND = -7,   /* graph has producers but no bound exec */
-	TOGGLE_ESTALE = -8,     /* graph was forgotten by this agent */
-	TOGGLE_ELATE = -9,      /* plan for a step that has already begun */
-	TOGGLE_ESPEC = -10,     /* bad hook spec */
-	TOGGLE_ERANGE = -11,    /* hook outside the catalog */
-	TOGGLE_ELIMIT = -12,    /* a bounded table is full */
-	TOGGLE_ENOTSUP = -13,   /* not supported (mode, backend, driver) */
-	TOGGLE_ENOENT = -14,    /* unknown graph */
-	TOGGLE_ESTEP = -15,     /* steps must strictly increase */
-};
-
-/* Static description of an error code ("unknown error" for others). */
-const char *toggle_strerror(int err);
+/* Error codes (negative) and toggle_strerror(): toggle_error.h. */
 
 /* ---- hooks and hook sets ------------------------------------------------ */
 

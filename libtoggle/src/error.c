@@ -1,5 +1,5 @@
 /* error.c - the one string table of libtoggle's error codes. */
-#include "toggle.h"
+#include "toggle_error.h"
 
 const char *toggle_strerror(int err)
 {
@@ -20,6 +20,15 @@ const char *toggle_strerror(int err)
 	case TOGGLE_ENOTSUP: return "not supported";
 	case TOGGLE_ENOENT: return "unknown graph";
 	case TOGGLE_ESTEP: return "steps must strictly increase";
+	case TOGGLE_EPERM: return "permission denied";
+	case TOGGLE_EVERSION: return "protocol version mismatch";
+	case TOGGLE_EPROTO: return "malformed or unexpected message";
+	case TOGGLE_ETIMEDOUT: return "timed out";
+	case TOGGLE_ENOAGENT: return "no agent matches the target";
+	case TOGGLE_EBUSY: return "queue full";
+	case TOGGLE_ECONNECT: return "cannot connect to the daemon";
+	case TOGGLE_EIO: return "I/O error";
+	case TOGGLE_ESHM: return "bad shared-memory region";
 	default: return "unknown error";
 	}
 }

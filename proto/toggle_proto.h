@@ -1,0 +1,23 @@
+/*
+ * toggle_proto.h - the constants of the wire contract, shared by toggled,
+ * the client library, togglectl and libtoggle's agent connection.
+ * Messages: proto/toggle.proto.  Error codes: toggle_error.h (one enum, one
+ * string table, carried as Error.code).
+ *
+ * Protocol versions:
+ *   1 - first version (see toggle.proto).
+ */
+#ifndef TOGGLE_PROTO_H
+#define TOGGLE_PROTO_H
+
+#include "toggle_error.h"
+
+#define TGP_PROTOCOL_VERSION 1
+#define TGP_FRAME_HEADER     4            /* length, network byte order */
+#define TGP_MAX_FRAME        (1u << 20)   /* envelope bytes; larger is refused */
+#define TGP_MAX_SPEC         8192         /* bytes of one hook spec */
+#define TGP_MAX_PLAN_ENTRIES 256          /* entries of one SubmitPlan */
+#define TGP_MAX_WAIT_MS      600000u      /* longest SetEnabled wait */
+#define TGP_MAX_NAME         64           /* agent, group, hook type names (NUL included) */
+
+#endif /* TOGGLE_PROTO_H */
