@@ -147,7 +147,12 @@ int toggle_capture_end(struct toggle_agent *agent);
  */
 int toggle_record_producer(struct toggle_agent *agent, CUstream stream, struct toggle_hook hook);
 
-/* Bind a graph to the exec it was instantiated into (resets per-exec state). */
+/*
+ * Bind a graph to the exec it was instantiated into (resets per-exec state).
+ * The CUgraph must stay alive while its execs are toggled: the driver
+ * refuses node handles of a destroyed graph (measured on an H200, CUDA 13.0;
+ * such a launch is then refused).  PyTorch users: capture with keep_graph=True.
+ */
 int toggle_graph_bind(struct toggle_agent *agent, CUgraph graph, CUgraphExec exec);
 /* Drop a graph; later launches of it through this agent fail closed (ESTALE). */
 int toggle_graph_forget(struct toggle_agent *agent, CUgraph graph);

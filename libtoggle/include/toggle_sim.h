@@ -9,6 +9,11 @@
  * integration on machines without a GPU: pass it in toggle_config.sim with
  * backend TOGGLE_BACKEND_SIM.
  *
+ * Like the driver (measured on an H200, CUDA 13.0), node handles of a
+ * destroyed graph are refused by set/get enabled, while its execs still
+ * launch with the state they had.  Unlike the driver, a NULL stream is not
+ * the default stream: it is refused.
+ *
  * Handles (CUstream, CUgraph, CUgraphExec, CUgraphNode) returned by a
  * simulator belong to it and must only be used with it.  The simulator has
  * no global state; two simulators are independent.  Functions return
@@ -30,7 +35,7 @@ struct toggle_sim;
 /* A simulated kernel: runs on the host when its node (or launch) executes. */
 typedef void (*toggle_sim_kernel_fn)(void *arg);
 
-int toggle_sim_create(struct toggle_sim **out); /* 0 or TOGGLE_ENOMEM */
+int toggle_sim_create(struct toggle_sim **out); /* 0, TOGGLE_EINVAL or TOGGLE_ENOMEM */
 /* Frees every stream, graph and exec the simulator still owns. */
 void toggle_sim_destroy(struct toggle_sim *sim);
 
