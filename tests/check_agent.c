@@ -209,6 +209,12 @@ START_TEST(test_rebind_resets_and_syncs)
 	ck_assert_int_eq(toggle_graph_status(f.agent, f.graph[0], &gs), 0);
 	ck_assert_uint_eq(gs.replays, 1);
 	ck_assert_int_eq(gs.last_step, 1);
+	/* Unbinding: launches fail closed until the next bind. */
+	ck_assert_int_eq(toggle_graph_bind(f.agent, f.graph[0], NULL), 0);
+	ck_assert_int_eq(toggle_graph_status(f.agent, f.graph[0], &gs), 0);
+	ck_assert(!gs.bound);
+	ck_assert_int_eq(fx_launch(&f, 0, &ran), TOGGLE_EUNBOUND);
+	ck_assert_int_eq(toggle_apply_all(f.agent), 0); /* skips unbound graphs */
 	ck_assert_int_eq(toggle_sim_exec_destroy(old), CUDA_SUCCESS);
 	fx_close(&f);
 }

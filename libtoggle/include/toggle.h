@@ -93,6 +93,8 @@ int toggle_record_producer(struct toggle_agent *agent, CUstream stream, struct t
  * The CUgraph must stay alive while its execs are toggled: the driver
  * refuses node handles of a destroyed graph (measured on an H200, CUDA 13.0;
  * such a launch is then refused).  PyTorch users: capture with keep_graph=True.
+ * An exec must not be destroyed while bound (eager mode sets its nodes at
+ * every step_begin): bind the new exec first, or unbind with exec = NULL.
  */
 int toggle_graph_bind(struct toggle_agent *agent, CUgraph graph, CUgraphExec exec);
 /* Drop a graph; later launches of it through this agent fail closed (ESTALE). */

@@ -69,10 +69,6 @@ static int agent_configure(struct toggle_agent *a, const struct toggle_config *c
 		return tg_fail(a, TOGGLE_EINVAL, "unknown mode %d", (int)cfg->mode);
 	}
 	a->strict = cfg->strict;
-	if (cfg->socket_path && cfg->socket_path[0])
-		return tg_fail(a, TOGGLE_ENOTSUP,
-			       "daemon connection (socket_path '%s') is not available in this build",
-			       cfg->socket_path);
 	return 0;
 }
 
@@ -109,6 +105,8 @@ int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out
 		a->plans = calloc(TOGGLE_MAX_PLAN, sizeof(*a->plans));
 		rc = a->plans ? tg_registry_init(a) : TOGGLE_ENOMEM;
 	}
+	if (rc == 0 && cfg->socket_path && cfg->socket_path[0])
+		rc = tg_control_open(a, cfg->socket_path);
 	if (rc) {
 		/* No agent to hold the text: callers use the code (toggle_strerror). */
 		toggle_agent_close(a);
@@ -122,6 +120,7 @@ void toggle_agent_close(struct toggle_agent *a)
 {
 	if (!a)
 		return;
+	tg_control_close(a);
 	tg_registry_free(a);
 	free(a->plans);
 	tg_cu_unload(&a->cu);
@@ -266,6 +265,8 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 	if (a->step >= 0 && step <= a->step)
 		return tg_fail(a, TOGGLE_ESTEP, "step %lld does not follow step %lld",
 			       (long long)step, (long long)a->step);
+	if (a->shm.ctl)
+		tg_control_poll(a); /* the daemon's latest word, before resolving */
 	/* Entries for steps that were skipped can never run: drop them with this one. */
 	size_t i = plan_lower_bound(a, step);
 	const struct toggle_set *set = &a->standing;
@@ -284,10 +285,13 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 	agent_set_current(a, set);
 	if (effective)
 		*effective = a->current;
+	a->ctl_version_step = a->ctl_version;
 	/* Eager: apply now.  A failure leaves that exec out of date, and its
 	 * next launch retries the sync and is refused if it fails again. */
 	if (a->mode == TOGGLE_MODE_EAGER)
 		(void)toggle_apply_all(a);
+	if (a->shm.ctl)
+		tg_status_publish(a);
 	return 0;
 }
 

@@ -11,6 +11,9 @@
 
 #include "cu.h"
 #include "toggle.h"
+#include "toggle_shm.h"
+
+struct tg_conn;
 
 /* Per-node state cache of the bound exec. */
 enum tg_node_state { TG_NODE_OFF = 0, TG_NODE_ON = 1, TG_NODE_UNKNOWN = 2 };
@@ -67,6 +70,19 @@ struct toggle_agent {
 	size_t map_mask;
 	unsigned capture_depth;
 
+	/* Daemon lane (socket_path set): shared memory and the connection thread. */
+	struct toggle_shm shm;       /* shm.ctl == NULL when standalone */
+	struct tg_conn *conn;
+	uint64_t ctl_seq;            /* control seq last read */
+	uint64_t ctl_version;        /* control version last read */
+	uint64_t ctl_version_step;   /* control version in effect for this step */
+	uint64_t ctl_published;      /* version_applied last published */
+	uint64_t plan_consumed;      /* control plan slots consumed */
+	uint64_t plan_rejected, plan_rejected_batch;
+	int64_t plan_rejected_step;
+	uint64_t control_errors;     /* malformed control-lane content */
+	struct toggle_shm_status *status_buf;
+
 	struct toggle_anomalies anomalies;
 	struct toggle_stats stats;
 	char err[512];
@@ -91,6 +107,17 @@ int tg_registry_init(struct toggle_agent *a);
 void tg_registry_free(struct toggle_agent *a);
 struct tg_graph *tg_graph_find(const struct toggle_agent *a, CUgraph graph);
 void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec);
+
+/* control.c: the daemon lane, all on the application's thread. */
+int tg_control_open(struct toggle_agent *a, const char *socket_path);
+void tg_control_close(struct toggle_agent *a);
+void tg_control_poll(struct toggle_agent *a);     /* read the control lane if its seq moved */
+void tg_status_publish(struct toggle_agent *a);   /* write the status lane */
+
+static inline bool tg_control_changed(const struct toggle_agent *a)
+{
+	return a->shm.ctl && toggle_shm_control_seq(a->shm.ctl) != a->ctl_seq;
+}
 
 /* replay.c */
 int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g);

@@ -229,8 +229,6 @@ int toggle_record_producer(struct toggle_agent *a, CUstream stream, struct toggl
 
 int toggle_graph_bind(struct toggle_agent *a, CUgraph graph, CUgraphExec exec)
 {
-	if (!exec)
-		return tg_fail(a, TOGGLE_EINVAL, "binding graph %p to a NULL exec", (void *)graph);
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (!g)
 		return tg_fail(a, TOGGLE_ENOENT,
@@ -239,8 +237,8 @@ int toggle_graph_bind(struct toggle_agent *a, CUgraph graph, CUgraphExec exec)
 	if (g->stale)
 		return tg_fail(a, TOGGLE_ESTALE, "graph %p was forgotten; capture it again",
 			       (void *)graph);
-	tg_graph_reset_exec(g, exec);
-	a->stats.rebinds++;
+	tg_graph_reset_exec(g, exec); /* NULL unbinds: launches fail closed until a bind */
+	a->stats.rebinds += exec != NULL;
 	return 0;
 }
 

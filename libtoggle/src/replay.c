@@ -68,8 +68,28 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 	return 0;
 }
 
+/* Daemon lane around a launch: stepless agents take changes at once; the
+ * first replay under a new control version is reported in the status lane. */
+static void launch_control_before(struct toggle_agent *a)
+{
+	if (a->step < 0 && tg_control_changed(a)) {
+		tg_control_poll(a);
+		a->ctl_version_step = a->ctl_version;
+	}
+}
+
+static void launch_control_after(struct toggle_agent *a)
+{
+	if (a->ctl_published != a->ctl_version_step) {
+		a->ctl_published = a->ctl_version_step;
+		tg_status_publish(a);
+	}
+}
+
 int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec, CUstream stream)
 {
+	if (__builtin_expect(a->shm.ctl != NULL, 0))
+		launch_control_before(a);
 	struct tg_graph *g = tg_graph_find(a, graph);
 	CUresult r;
 	if (!g) {
@@ -101,6 +121,8 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 	g->last_step = a->step;
 	g->last_run_version = a->version;
 	a->stats.launches++;
+	if (__builtin_expect(a->shm.ctl != NULL, 0))
+		launch_control_after(a);
 	return 0;
 }
 

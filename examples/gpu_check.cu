@@ -1,0 +1,1060 @@
+/*
+ * gpu_check.cu - the real-GPU proof of libtoggle (run by scripts/gpu-check.sh).
+ *
+ * What it proves, with real stream capture, real instantiation and real
+ * cuGraphNodeSetEnabled, in lazy mode and then in eager mode (two agents):
+ *
+ *  1. The three lanes agree at every replay: the producers that actually ran
+ *     in a replay are exactly the hooks toggle_step_begin() returned for that
+ *     replay's step.  Every producer appends {graph, hook, step} to a device
+ *     ring; the host keeps a log of (step, graphs launched, effective set)
+ *     and every WINDOW steps compares the two, hook by hook (missing, extra,
+ *     duplicate, records of graphs that were not launched).
+ *     Replays are pipelined (no host sync per step).  The step reaches the
+ *     producers in stream order: a one-thread kernel writes it into a device
+ *     word before the step's graphs, so each replay is checked against the
+ *     set of its own step even while the host runs ahead.
+ *  2. The agent makes exactly the cuGraphNodeSetEnabled calls an independent
+ *     model predicts: only the nodes that change, all nodes of an exec whose
+ *     state is unknown; at each replay (lazy) or for every bound exec at
+ *     step_begin (eager).  Checked call by call and in total.
+ *  3. Re-instantiation: new execs, bound explicitly or only launched (the
+ *     launch must rebind), run with the right producers from their first
+ *     replay on.
+ *  4. Fail closed and pass through: a graph with producers that was never
+ *     bound is refused with TOGGLE_EUNBOUND and runs nothing; a graph without
+ *     producers passes every step; a plan for a step that already began is
+ *     refused with TOGGLE_ELATE and does not leak into that step.
+ *  5. Per-step plans win over the standing set for exactly their step.
+ *
+ * Exit status: 0 on PASS and when there is no CUDA device (SKIPPED), 1 on
+ * FAIL, 2 on bad usage.  Written in a plain C style on purpose.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+
+#include "toggle.h"
+
+/* ---- the shape of the workload --------------------------------------------- */
+
+#define N_TYPES     3
+#define N_LAYERS    32
+#define N_HOOKS     (N_TYPES * N_LAYERS) /* producers per graph: one per hook */
+#define N_ROT       3                    /* graphs launched in rotation: ids 0..2 */
+#define G_UNBOUND   3                    /* graph with producers, never bound */
+#define N_PGRAPHS   4                    /* graphs with producers */
+#define CHUNK       4096                 /* floats per batch row; a producer copies one (16 KiB) */
+#define RING_CAP    (1u << 20)           /* ring records */
+#define WINDOW      32                   /* steps between ring checks */
+#define PLAN_SLOTS  8                    /* pending plans are at most 3 steps ahead */
+#define MAX_DIAG    20                   /* mismatch lines printed per phase */
+#define THREADS     256
+
+static const char *const type_names[N_TYPES] = {"resid_post", "attn_out", "mlp_out"};
+static const int batch_of[N_PGRAPHS] = {1, 8, 32, 1};
+
+/* One ring record: which producer ran, in which graph, at which step. */
+struct ring_rec {
+	int32_t graph;
+	int32_t hook; /* type * N_LAYERS + layer */
+	long long step;
+};
+
+/* ---- failure ---------------------------------------------------------------- */
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void die(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	printf("gpu-check: FAIL (%s)\n", msg);
+	fflush(stdout);
+	exit(1);
+}
+
+#define CUDA_CHECK(call)                                                              \
+	do {                                                                          \
+		cudaError_t e_ = (call);                                              \
+		if (e_ != cudaSuccess)                                                \
+			die("%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,          \
+			    cudaGetErrorName(e_), cudaGetErrorString(e_));            \
+	} while (0)
+
+/* After kernel launches: launch configuration errors surface here. */
+#define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
+
+#define TG_CHECK(agent, call)                                                         \
+	do {                                                                          \
+		int r_ = (call);                                                      \
+		if (r_ != TOGGLE_OK)                                                  \
+			die("%s:%d: %s returned %d (%s): %s", __FILE__, __LINE__,     \
+			    #call, r_, toggle_strerror(r_), toggle_last_error(agent)); \
+	} while (0)
+
+/* ---- kernels ---------------------------------------------------------------- */
+
+/* The step in stream order: every producer after this reads this step. */
+__global__ void set_step(long long *d_step, long long step)
+{
+	*d_step = step;
+}
+
+/* The "layer": x = x*a + b, a few times per element (converges to 1.0). */
+__global__ void compute(float *x, size_t n, float a, float b)
+{
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+		float v = x[i];
+		for (int k = 0; k < 16; k++)
+			v = v * a + b;
+		x[i] = v;
+	}
+}
+
+/* A producer: copy one 16 KiB slice of the activation out, then log itself. */
+__global__ void produce(const float *x, float *out, const long long *d_step,
+			struct ring_rec *ring, unsigned long long *count, unsigned int *overflow,
+			int graph, int hook)
+{
+	for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < CHUNK;
+	     i += gridDim.x * blockDim.x)
+		out[i] = x[i];
+	if (blockIdx.x == 0 && threadIdx.x == 0) {
+		unsigned long long slot = atomicAdd(count, 1ull);
+		if (slot < RING_CAP) {
+			ring[slot].graph = graph;
+			ring[slot].hook = hook;
+			ring[slot].step = *d_step;
+		} else {
+			atomicExch(overflow, 1u);
+		}
+	}
+}
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *s) /* splitmix64 */
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static unsigned rng_below(uint64_t *s, unsigned n)
+{
+	return (unsigned)(rng_next(s) % n);
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static struct toggle_hook hook_of(int h)
+{
+	struct toggle_hook k;
+
+	k.type = (uint16_t)(h / N_LAYERS);
+	k.layer = (uint16_t)(h % N_LAYERS);
+	return k;
+}
+
+static bool set_has(const struct toggle_set *s, int h)
+{
+	return toggle_set_contains(s, hook_of(h));
+}
+
+static void set_put(struct toggle_set *s, int h, bool on)
+{
+	int r = on ? toggle_set_add(s, hook_of(h)) : toggle_set_remove(s, hook_of(h));
+
+	if (r != TOGGLE_OK)
+		die("toggle_set_%s(hook %d): %s", on ? "add" : "remove", h, toggle_strerror(r));
+}
+
+/* Number of hooks in which two sets differ. */
+static unsigned set_diff(const struct toggle_set *a, const struct toggle_set *b)
+{
+	unsigned n = 0;
+
+	for (size_t i = 0; i < sizeof a->bits / sizeof a->bits[0]; i++)
+		n += (unsigned)__builtin_popcountll(a->bits[i] ^ b->bits[i]);
+	return n;
+}
+
+static void hook_name(int h, char *buf, size_t len)
+{
+	if (h >= 0 && h < N_HOOKS)
+		snprintf(buf, len, "%s:%d", type_names[h / N_LAYERS], h % N_LAYERS);
+	else
+		snprintf(buf, len, "#%d", h);
+}
+
+static void set_text(const struct toggle_catalog *cat, const struct toggle_set *s, char *buf,
+		     size_t len)
+{
+	if (toggle_set_format(cat, s, buf, len) < 0)
+		snprintf(buf, len, "(unprintable set)");
+}
+
+/* ---- device state shared by both phases --------------------------------------- */
+
+struct dev {
+	cudaStream_t stream;
+	float *act[N_PGRAPHS]; /* activations of each graph: batch * CHUNK floats */
+	float *unrel;          /* the unrelated graph's buffer */
+	float *hook_out;       /* one CHUNK per hook */
+	long long *step;
+	struct ring_rec *ring;
+	unsigned long long *count;
+	unsigned int *overflow;
+	struct ring_rec *host_ring;
+};
+
+static void dev_init(struct dev *d)
+{
+	CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+	for (int g = 0; g < N_PGRAPHS; g++) {
+		size_t bytes = (size_t)batch_of[g] * CHUNK * sizeof(float);
+		CUDA_CHECK(cudaMalloc(&d->act[g], bytes));
+		CUDA_CHECK(cudaMemset(d->act[g], 0, bytes));
+	}
+	CUDA_CHECK(cudaMalloc(&d->unrel, CHUNK * sizeof(float)));
+	CUDA_CHECK(cudaMemset(d->unrel, 0, CHUNK * sizeof(float)));
+	CUDA_CHECK(cudaMalloc(&d->hook_out, (size_t)N_HOOKS * CHUNK * sizeof(float)));
+	CUDA_CHECK(cudaMalloc(&d->step, sizeof(long long)));
+	CUDA_CHECK(cudaMemset(d->step, 0xff, sizeof(long long))); /* -1 */
+	CUDA_CHECK(cudaMalloc(&d->ring, (size_t)RING_CAP * sizeof(struct ring_rec)));
+	CUDA_CHECK(cudaMalloc(&d->count, sizeof(unsigned long long)));
+	CUDA_CHECK(cudaMemset(d->count, 0, sizeof(unsigned long long)));
+	CUDA_CHECK(cudaMalloc(&d->overflow, sizeof(unsigned int)));
+	CUDA_CHECK(cudaMemset(d->overflow, 0, sizeof(unsigned int)));
+	d->host_ring = (struct ring_rec *)malloc((size_t)RING_CAP * sizeof(struct ring_rec));
+	if (!d->host_ring)
+		die("out of host memory for the ring copy");
+	CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+static void dev_free(struct dev *d)
+{
+	for (int g = 0; g < N_PGRAPHS; g++)
+		CUDA_CHECK(cudaFree(d->act[g]));
+	CUDA_CHECK(cudaFree(d->unrel));
+	CUDA_CHECK(cudaFree(d->hook_out));
+	CUDA_CHECK(cudaFree(d->step));
+	CUDA_CHECK(cudaFree(d->ring));
+	CUDA_CHECK(cudaFree(d->count));
+	CUDA_CHECK(cudaFree(d->overflow));
+	CUDA_CHECK(cudaStreamDestroy(d->stream));
+	free(d->host_ring);
+}
+
+/* ---- one phase: one agent, one mode -------------------------------------------- */
+
+/* What the model says the agent knows about one graph's bound exec. */
+struct gmodel {
+	cudaGraphExec_t exec; /* the exec the agent has bound, NULL = none */
+	bool known;           /* the node states of that exec are known ... */
+	struct toggle_set last; /* ... and are this set */
+};
+
+struct plan_slot {
+	long long step; /* -1 = free */
+	struct toggle_set set;
+};
+
+struct win_entry {
+	long long step;
+	unsigned launched; /* bit per graph id */
+	struct toggle_set eff;
+};
+
+struct phase {
+	const char *name;
+	enum toggle_mode mode;
+	long long steps;
+	uint64_t rng;
+	struct dev *d;
+	struct toggle_agent *agent;
+	struct toggle_catalog cat;
+	struct toggle_set full;
+
+	cudaGraph_t graph[N_PGRAPHS];
+	cudaGraphExec_t exec[N_PGRAPHS];
+	cudaGraph_t unrel_graph;
+	cudaGraphExec_t unrel_exec;
+	cudaGraphExec_t deferred_old; /* eager: old exec kept alive until its graph rebinds */
+
+	/* the independent model */
+	struct gmodel model[N_PGRAPHS];
+	struct toggle_set standing;
+	struct plan_slot plans[PLAN_SLOTS];
+	uint64_t calls_seen;     /* stats.node_set_calls already accounted for */
+	uint64_t expected_calls;
+
+	/* the host log of the current window */
+	struct win_entry win[WINDOW];
+	int win_len;
+
+	/* results */
+	uint64_t replays, records, unbound_records;
+	uint64_t missing, extra, duplicate, unlaunched, stray, overflows;
+	uint64_t call_mismatch, resolve_mismatch, api_mismatch;
+	uint64_t launches_ok, unrelated, refused, planned, late_rejected;
+	uint64_t reinstantiated, bind_applied, windows, windows_in_flight;
+	int diag;
+	double elapsed_ms;
+};
+
+/* Print one diagnostic line (at most MAX_DIAG per phase). */
+static void diag(struct phase *ph, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void diag(struct phase *ph, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ph->diag++ >= MAX_DIAG) {
+		if (ph->diag == MAX_DIAG + 1)
+			printf("gpu-check: phase=%s: further mismatch lines suppressed\n", ph->name);
+		return;
+	}
+	printf("gpu-check: phase=%s: ", ph->name);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+}
+
+static struct toggle_stats stats_of(const struct phase *ph)
+{
+	struct toggle_stats st;
+
+	toggle_stats_get(ph->agent, &st);
+	return st;
+}
+
+/* Compare the driver calls made since the last accounting with the model's. */
+static void account_calls(struct phase *ph, const char *what, long long step, int graph,
+			  uint64_t expected)
+{
+	uint64_t now = stats_of(ph).node_set_calls;
+	uint64_t made = now - ph->calls_seen;
+
+	ph->calls_seen = now;
+	ph->expected_calls += expected;
+	if (made != expected) {
+		ph->call_mismatch++;
+		diag(ph, "node_set_calls mismatch: %s step=%lld graph=%d made=%" PRIu64
+			 " expected=%" PRIu64, what, step, graph, made, expected);
+	}
+}
+
+/* The model's cost of bringing graph g's bound exec to set eff. */
+static uint64_t model_apply(struct phase *ph, int g, const struct toggle_set *eff)
+{
+	struct gmodel *m = &ph->model[g];
+	uint64_t calls = m->known ? set_diff(&m->last, eff) : N_HOOKS;
+
+	m->known = true;
+	m->last = *eff;
+	return calls;
+}
+
+/* ---- capture and binding -------------------------------------------------------- */
+
+static cudaGraph_t capture(struct phase *ph, int gid, bool producers)
+{
+	struct dev *d = ph->d;
+	float *x = gid < N_PGRAPHS ? d->act[gid] : d->unrel;
+	int batch = gid < N_PGRAPHS ? batch_of[gid] : 1;
+	size_t n = (size_t)batch * CHUNK;
+	unsigned blocks = (unsigned)((n + THREADS - 1) / THREADS);
+	int layers = producers ? N_LAYERS : 1;
+	cudaGraph_t graph;
+
+	TG_CHECK(ph->agent, toggle_capture_begin(ph->agent));
+	CUDA_CHECK(cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal));
+	for (int l = 0; l < layers; l++) {
+		compute<<<blocks, THREADS, 0, d->stream>>>(x, n, 0.999f, 0.001f);
+		CUDA_LAUNCHED();
+		for (int t = 0; producers && t < N_TYPES; t++) {
+			int h = t * N_LAYERS + l;
+			/* each hook reads its own row of the batch when there are several */
+			const float *row = x + (size_t)(h % batch) * CHUNK;
+			produce<<<CHUNK / THREADS, THREADS, 0, d->stream>>>(
+				row, d->hook_out + (size_t)h * CHUNK, d->step, d->ring, d->count,
+				d->overflow, gid, h);
+			CUDA_LAUNCHED();
+			TG_CHECK(ph->agent, toggle_record_producer(ph->agent, d->stream, hook_of(h)));
+		}
+	}
+	CUDA_CHECK(cudaStreamEndCapture(d->stream, &graph));
+	TG_CHECK(ph->agent, toggle_capture_end(ph->agent));
+	return graph;
+}
+
+/* toggle_graph_bind, with the model: the exec's state becomes unknown.  The
+ * agent may bring it to the current set right away (all nodes) or later. */
+static void bind(struct phase *ph, int g)
+{
+	uint64_t before = stats_of(ph).node_set_calls, made;
+
+	TG_CHECK(ph->agent, toggle_graph_bind(ph->agent, ph->graph[g], ph->exec[g]));
+	ph->model[g].exec = ph->exec[g];
+	ph->model[g].known = false;
+	made = stats_of(ph).node_set_calls - before;
+	if (made == N_HOOKS) {
+		ph->model[g].known = true;
+		toggle_current_set(ph->agent, &ph->model[g].last);
+		ph->bind_applied++;
+		account_calls(ph, "bind", -1, g, N_HOOKS);
+	} else {
+		account_calls(ph, "bind", -1, g, 0);
+	}
+}
+
+static void expect_eq(struct phase *ph, const char *what, uint64_t got, uint64_t want)
+{
+	if (got != want) {
+		ph->api_mismatch++;
+		diag(ph, "%s: got %" PRIu64 ", expected %" PRIu64, what, got, want);
+	}
+}
+
+/* The registry after capture: every producer graph covers every hook once. */
+static void check_registry(struct phase *ph)
+{
+	struct toggle_registry_check rc;
+
+	toggle_registry_check(ph->agent, &rc);
+	expect_eq(ph, "registry graphs", rc.graphs, N_PGRAPHS);
+	expect_eq(ph, "registry unbound", rc.unbound, 1);
+	expect_eq(ph, "registry complete", rc.complete, 1);
+	expect_eq(ph, "registry uniform", rc.uniform, 1);
+	expect_eq(ph, "registry hooks_uncovered", rc.hooks_uncovered, 0);
+	for (int g = 0; g < N_PGRAPHS; g++) {
+		struct toggle_graph_status gs;
+		struct toggle_set hooks;
+
+		TG_CHECK(ph->agent, toggle_graph_status(ph->agent, ph->graph[g], &gs));
+		TG_CHECK(ph->agent, toggle_graph_hooks(ph->agent, ph->graph[g], &hooks));
+		expect_eq(ph, "graph nodes", gs.nodes, N_HOOKS);
+		expect_eq(ph, "graph hooks_covered", gs.hooks_covered, N_HOOKS);
+		expect_eq(ph, "graph bound", gs.bound, g != G_UNBOUND);
+		expect_eq(ph, "graph hooks == catalog", toggle_set_equal(&hooks, &ph->full), 1);
+	}
+	printf("gpu-check: phase=%s graphs=%u producers_per_graph=%d unbound=%u complete=%d "
+	       "uniform=%d\n", ph->name, rc.graphs, N_HOOKS, rc.unbound, rc.complete, rc.uniform);
+}
+
+static void setup(struct phase *ph)
+{
+	struct toggle_config cfg;
+	char name[TOGGLE_MAX_NAME];
+	int r;
+
+	memset(&cfg, 0, sizeof cfg);
+	snprintf(name, sizeof name, "gpu_check_%s", ph->name);
+	cfg.name = name;
+	cfg.catalog = ph->cat;
+	cfg.mode = ph->mode;
+	cfg.strict = true;
+	cfg.backend = TOGGLE_BACKEND_CUDA;
+	r = toggle_agent_open(&cfg, &ph->agent);
+	if (r != TOGGLE_OK)
+		die("toggle_agent_open(%s): %d (%s)", ph->name, r, toggle_strerror(r));
+	if (toggle_agent_mode(ph->agent) != ph->mode)
+		die("agent runs in mode %d, asked for %d", (int)toggle_agent_mode(ph->agent),
+		    (int)ph->mode);
+
+	for (int g = 0; g < N_PGRAPHS; g++) {
+		ph->graph[g] = capture(ph, g, true);
+		CUDA_CHECK(cudaGraphInstantiate(&ph->exec[g], ph->graph[g], 0));
+	}
+	ph->unrel_graph = capture(ph, N_PGRAPHS, false);
+	CUDA_CHECK(cudaGraphInstantiate(&ph->unrel_exec, ph->unrel_graph, 0));
+
+	ph->calls_seen = stats_of(ph).node_set_calls;
+	for (int g = 0; g < N_ROT; g++) /* G_UNBOUND stays unbound */
+		bind(ph, g);
+	check_registry(ph);
+	for (int i = 0; i < PLAN_SLOTS; i++)
+		ph->plans[i].step = -1;
+}
+
+static void teardown(struct phase *ph)
+{
+	CUDA_CHECK(cudaStreamSynchronize(ph->d->stream));
+	toggle_agent_close(ph->agent);
+	ph->agent = NULL;
+	for (int g = 0; g < N_PGRAPHS; g++) {
+		CUDA_CHECK(cudaGraphExecDestroy(ph->exec[g]));
+		CUDA_CHECK(cudaGraphDestroy(ph->graph[g]));
+	}
+	if (ph->deferred_old)
+		CUDA_CHECK(cudaGraphExecDestroy(ph->deferred_old));
+	CUDA_CHECK(cudaGraphExecDestroy(ph->unrel_exec));
+	CUDA_CHECK(cudaGraphDestroy(ph->unrel_graph));
+}
+
+/*
+ * Mid-phase: a new exec for every rotating graph.  Two are bound explicitly;
+ * graph `implicit` is not: its next toggle_graph_launch (with the new exec)
+ * must rebind it.  Old execs are destroyed after a sync, except that in eager
+ * mode the implicit graph's old exec stays alive until the launch rebinds:
+ * eager step_begin legitimately applies to every exec the agent has bound.
+ */
+static void reinstantiate(struct phase *ph, int implicit)
+{
+	cudaGraphExec_t old[N_ROT];
+
+	CUDA_CHECK(cudaStreamSynchronize(ph->d->stream));
+	/* all new execs first, so that none can reuse the address of an old one */
+	for (int g = 0; g < N_ROT; g++) {
+		old[g] = ph->exec[g];
+		CUDA_CHECK(cudaGraphInstantiate(&ph->exec[g], ph->graph[g], 0));
+		ph->reinstantiated++;
+	}
+	for (int g = 0; g < N_ROT; g++) {
+		if (g != implicit) {
+			bind(ph, g);
+			CUDA_CHECK(cudaGraphExecDestroy(old[g]));
+		} else if (ph->mode == TOGGLE_MODE_EAGER) {
+			ph->deferred_old = old[g];
+		} else {
+			CUDA_CHECK(cudaGraphExecDestroy(old[g]));
+		}
+	}
+}
+
+/* ---- the desired state -------------------------------------------------------- */
+
+/* A random set: empty, full, random density, a few flips, layer ranges, same. */
+static void pick_set(struct phase *ph, const struct toggle_set *prev, struct toggle_set *out)
+{
+	unsigned kind = rng_below(&ph->rng, 16);
+
+	toggle_set_clear(out);
+	if (kind == 0) {
+		/* empty */
+	} else if (kind == 1) {
+		*out = ph->full;
+	} else if (kind <= 5) {
+		unsigned density = rng_below(&ph->rng, 101);
+		for (int h = 0; h < N_HOOKS; h++)
+			if (rng_below(&ph->rng, 100) < density)
+				set_put(out, h, true);
+	} else if (kind <= 10) {
+		unsigned flips = 1 + rng_below(&ph->rng, 4);
+		*out = *prev;
+		for (unsigned i = 0; i < flips; i++) {
+			int h = (int)rng_below(&ph->rng, N_HOOKS);
+			set_put(out, h, !set_has(out, h));
+		}
+	} else if (kind <= 13) {
+		unsigned a = rng_below(&ph->rng, N_LAYERS);
+		unsigned b = a + rng_below(&ph->rng, N_LAYERS - a);
+		unsigned types = 1 + rng_below(&ph->rng, (1u << N_TYPES) - 1);
+		for (int t = 0; t < N_TYPES; t++)
+			for (unsigned l = a; (types >> t) & 1 && l <= b; l++)
+				set_put(out, t * N_LAYERS + (int)l, true);
+	} else {
+		*out = *prev;
+	}
+}
+
+/* Sometimes plan a future step (s+1..s+3) with its own set. */
+static void maybe_plan(struct phase *ph, long long s)
+{
+	long long t = s + 1 + rng_below(&ph->rng, 3);
+	struct plan_slot *slot = &ph->plans[t % PLAN_SLOTS];
+	struct toggle_set set;
+
+	if (rng_below(&ph->rng, 7) != 0 || t >= ph->steps || slot->step == t)
+		return;
+	pick_set(ph, &ph->standing, &set);
+	TG_CHECK(ph->agent, toggle_plan_step(ph->agent, t, &set));
+	account_calls(ph, "plan_step", s, -1, 0);
+	slot->step = t;
+	slot->set = set;
+	ph->planned++;
+}
+
+/* toggle_step_begin, checked against the model's resolution. */
+static void step_begin(struct phase *ph, long long s, struct toggle_set *eff)
+{
+	struct plan_slot *slot = &ph->plans[s % PLAN_SLOTS];
+	const struct toggle_set *want = slot->step == s ? &slot->set : &ph->standing;
+	struct toggle_set cur;
+	uint64_t expected = 0;
+
+	TG_CHECK(ph->agent, toggle_step_begin(ph->agent, s, eff));
+	if (!toggle_set_equal(eff, want)) {
+		char got_s[2048], want_s[2048];
+		set_text(&ph->cat, eff, got_s, sizeof got_s);
+		set_text(&ph->cat, want, want_s, sizeof want_s);
+		ph->resolve_mismatch++;
+		diag(ph, "step %lld resolved to {%s}, expected the %s set {%s}", s, got_s,
+		     slot->step == s ? "planned" : "standing", want_s);
+	}
+	if (slot->step == s)
+		slot->step = -1;
+	if (toggle_catalog_check_set(&ph->cat, eff) != TOGGLE_OK) {
+		ph->resolve_mismatch++;
+		diag(ph, "step %lld: effective set outside the catalog", s);
+	}
+	toggle_current_set(ph->agent, &cur);
+	if (!toggle_set_equal(&cur, eff)) {
+		ph->resolve_mismatch++;
+		diag(ph, "step %lld: toggle_current_set differs from the effective set", s);
+	}
+	expect_eq(ph, "stats.step", (uint64_t)stats_of(ph).step, (uint64_t)s);
+
+	if (ph->mode == TOGGLE_MODE_EAGER)
+		for (int g = 0; g < N_PGRAPHS; g++)
+			if (ph->model[g].exec)
+				expected += model_apply(ph, g, eff);
+	account_calls(ph, "step_begin", s, -1, expected);
+}
+
+/* A plan for a step that already began: refused, and nothing changes. */
+static void late_plan(struct phase *ph, long long s, const struct toggle_set *eff)
+{
+	struct toggle_set other, cur;
+	int r;
+
+	other = ph->full;
+	toggle_set_subtract(&other, eff); /* as different as it gets */
+	r = toggle_plan_step(ph->agent, s, &other);
+	if (r != TOGGLE_ELATE) {
+		ph->api_mismatch++;
+		diag(ph, "late plan for step %lld returned %d (%s), expected TOGGLE_ELATE", s, r,
+		     toggle_strerror(r));
+	} else {
+		ph->late_rejected++;
+	}
+	toggle_current_set(ph->agent, &cur);
+	if (!toggle_set_equal(&cur, eff)) {
+		ph->resolve_mismatch++;
+		diag(ph, "late plan for step %lld changed the current set", s);
+	}
+	account_calls(ph, "late plan", s, -1, 0);
+}
+
+/* ---- replay ----------------------------------------------------------------- */
+
+/* One producer graph through toggle_graph_launch, with the model. */
+static void launch(struct phase *ph, long long s, int g, const struct toggle_set *eff)
+{
+	struct toggle_stats before = stats_of(ph), after;
+	struct gmodel *m = &ph->model[g];
+	bool rebind = m->exec != ph->exec[g];
+
+	TG_CHECK(ph->agent, toggle_graph_launch(ph->agent, ph->graph[g], ph->exec[g],
+						 ph->d->stream));
+	CUDA_LAUNCHED();
+	after = stats_of(ph);
+	if (rebind) {
+		m->exec = ph->exec[g];
+		m->known = false;
+		expect_eq(ph, "stats.rebinds increase on implicit rebind",
+			  after.rebinds - before.rebinds, 1);
+	}
+	expect_eq(ph, "stats.launches increase", after.launches - before.launches, 1);
+	account_calls(ph, rebind ? "launch (rebind)" : "launch", s, g, model_apply(ph, g, eff));
+	ph->launches_ok++;
+	ph->replays++;
+}
+
+static void launch_unrelated(struct phase *ph, long long s)
+{
+	struct toggle_stats before = stats_of(ph), after;
+
+	TG_CHECK(ph->agent, toggle_graph_launch(ph->agent, ph->unrel_graph, ph->unrel_exec,
+						 ph->d->stream));
+	CUDA_LAUNCHED();
+	after = stats_of(ph);
+	expect_eq(ph, "stats.launches_unrelated increase",
+		  after.launches_unrelated - before.launches_unrelated, 1);
+	account_calls(ph, "launch unrelated", s, -1, 0);
+	ph->launches_ok++;
+	ph->unrelated++;
+}
+
+/* The graph with producers that was never bound must be refused. */
+static void launch_unbound(struct phase *ph, long long s)
+{
+	struct toggle_stats before = stats_of(ph), after;
+	int r = toggle_graph_launch(ph->agent, ph->graph[G_UNBOUND], ph->exec[G_UNBOUND],
+				    ph->d->stream);
+
+	CUDA_LAUNCHED();
+	after = stats_of(ph);
+	if (r != TOGGLE_EUNBOUND) {
+		ph->api_mismatch++;
+		diag(ph, "unbound graph launch returned %d (%s), expected TOGGLE_EUNBOUND", r,
+		     toggle_strerror(r));
+	} else {
+		ph->refused++;
+	}
+	expect_eq(ph, "stats.launches_refused increase",
+		  after.launches_refused - before.launches_refused, 1);
+	expect_eq(ph, "stats.launches increase on refusal", after.launches - before.launches, 0);
+	account_calls(ph, "launch unbound", s, G_UNBOUND, 0);
+}
+
+/* ---- the ring check ------------------------------------------------------------ */
+
+/* Sync, read the ring back and compare it with the window's host log. */
+static void check_window(struct phase *ph)
+{
+	static uint16_t tally[WINDOW][N_PGRAPHS][N_HOOKS];
+	struct dev *d = ph->d;
+	unsigned long long count = 0;
+	unsigned int overflow = 0;
+	long long first = ph->win_len ? ph->win[0].step : 0;
+	char hn[64];
+
+	/* still busy here means the host ran ahead of the GPU: replays pipelined */
+	cudaError_t q = cudaStreamQuery(d->stream);
+	if (q == cudaErrorNotReady)
+		ph->windows_in_flight++;
+	else
+		CUDA_CHECK(q);
+	CUDA_CHECK(cudaStreamSynchronize(d->stream));
+	CUDA_CHECK(cudaMemcpy(&count, d->count, sizeof count, cudaMemcpyDeviceToHost));
+	CUDA_CHECK(cudaMemcpy(&overflow, d->overflow, sizeof overflow, cudaMemcpyDeviceToHost));
+	if (overflow || count > RING_CAP) {
+		ph->overflows++;
+		diag(ph, "ring overflow: %llu records for %u slots", count, RING_CAP);
+		count = RING_CAP;
+	}
+	if (count)
+		CUDA_CHECK(cudaMemcpy(d->host_ring, d->ring, count * sizeof(struct ring_rec),
+				      cudaMemcpyDeviceToHost));
+	ph->records += count;
+
+	memset(tally, 0, sizeof tally);
+	for (unsigned long long i = 0; i < count; i++) {
+		const struct ring_rec *r = &d->host_ring[i];
+		long long w = r->step - first;
+
+		if (r->graph < 0 || r->graph >= N_PGRAPHS || r->hook < 0 || r->hook >= N_HOOKS ||
+		    w < 0 || w >= ph->win_len) {
+			ph->stray++;
+			diag(ph, "stray record graph=%d hook=%d step=%lld (window %lld..%lld)",
+			     r->graph, r->hook, r->step, first, first + ph->win_len - 1);
+			continue;
+		}
+		if (r->graph == G_UNBOUND)
+			ph->unbound_records++;
+		if (tally[w][r->graph][r->hook] < UINT16_MAX)
+			tally[w][r->graph][r->hook]++;
+	}
+
+	for (int w = 0; w < ph->win_len; w++) {
+		const struct win_entry *e = &ph->win[w];
+		for (int g = 0; g < N_PGRAPHS; g++) {
+			bool launched = (e->launched >> g) & 1;
+			for (int h = 0; h < N_HOOKS; h++) {
+				unsigned got = tally[w][g][h];
+				unsigned want = launched && set_has(&e->eff, h) ? 1 : 0;
+				const char *kind;
+
+				if (got == want)
+					continue;
+				if (want && got == 0) {
+					ph->missing++;
+					kind = "missing";
+				} else if (want) {
+					ph->duplicate += got - 1;
+					kind = "duplicate";
+				} else if (launched) {
+					ph->extra += got;
+					kind = "extra (hook not in the step's set)";
+				} else {
+					ph->unlaunched += got;
+					kind = "from a graph not launched at that step";
+				}
+				hook_name(h, hn, sizeof hn);
+				diag(ph, "step=%lld graph=%d hook=%s records=%u expected=%u: %s",
+				     e->step, g, hn, got, want, kind);
+			}
+		}
+	}
+
+	CUDA_CHECK(cudaMemsetAsync(d->count, 0, sizeof(unsigned long long), d->stream));
+	CUDA_CHECK(cudaMemsetAsync(d->overflow, 0, sizeof(unsigned int), d->stream));
+	ph->win_len = 0;
+	ph->windows++;
+}
+
+/* ---- the phase --------------------------------------------------------------- */
+
+static void run_steps(struct phase *ph)
+{
+	long long reinst_at = ph->steps / 2;
+	long long late_at = ph->steps > 5 ? 5 : ph->steps - 1;
+	int implicit = -1;
+	struct toggle_set eff;
+
+	for (long long s = 0; s < ph->steps; s++) {
+		struct toggle_set next;
+		unsigned launched = 0;
+		int first, second = -1;
+
+		if (s == reinst_at) {
+			implicit = (int)rng_below(&ph->rng, N_ROT);
+			reinstantiate(ph, implicit);
+		}
+
+		pick_set(ph, &ph->standing, &next);
+		TG_CHECK(ph->agent, toggle_set_enabled(ph->agent, &next));
+		ph->standing = next;
+		account_calls(ph, "set_enabled", s, -1, 0);
+
+		step_begin(ph, s, &eff);
+		if (s == late_at)
+			late_plan(ph, s, &eff);
+		maybe_plan(ph, s);
+
+		/* the step reaches the producers in stream order */
+		set_step<<<1, 1, 0, ph->d->stream>>>(ph->d->step, s);
+		CUDA_LAUNCHED();
+
+		first = s == reinst_at ? implicit : (int)rng_below(&ph->rng, N_ROT);
+		if (rng_below(&ph->rng, 2))
+			second = (first + 1 + (int)rng_below(&ph->rng, N_ROT - 1)) % N_ROT;
+		launch(ph, s, first, &eff);
+		launched |= 1u << first;
+		if (second >= 0) {
+			launch(ph, s, second, &eff);
+			launched |= 1u << second;
+		}
+		if (s == 0)
+			launch_unbound(ph, s);
+		launch_unrelated(ph, s);
+
+		if (s == reinst_at) {
+			struct toggle_graph_status gs;
+
+			TG_CHECK(ph->agent, toggle_graph_status(ph->agent, ph->graph[implicit], &gs));
+			expect_eq(ph, "implicitly rebound graph holds the new exec",
+				  gs.exec == ph->exec[implicit] && gs.bound, 1);
+			if (ph->deferred_old) {
+				CUDA_CHECK(cudaStreamSynchronize(ph->d->stream));
+				CUDA_CHECK(cudaGraphExecDestroy(ph->deferred_old));
+				ph->deferred_old = NULL;
+			}
+		}
+
+		ph->win[ph->win_len].step = s;
+		ph->win[ph->win_len].launched = launched;
+		ph->win[ph->win_len].eff = eff;
+		if (++ph->win_len == WINDOW || s == ph->steps - 1)
+			check_window(ph);
+	}
+}
+
+/* Whole-phase counters of the agent against what the program did. */
+static void check_totals(struct phase *ph)
+{
+	struct toggle_stats st = stats_of(ph);
+	struct toggle_anomalies an;
+
+	toggle_anomalies_get(ph->agent, &an);
+	expect_eq(ph, "stats.node_set_calls", st.node_set_calls, ph->expected_calls);
+	expect_eq(ph, "stats.launches", st.launches, ph->launches_ok);
+	expect_eq(ph, "stats.launches_unrelated", st.launches_unrelated, ph->unrelated);
+	expect_eq(ph, "stats.launches_refused", st.launches_refused, 1);
+	expect_eq(ph, "anomalies.launch_unbound", an.launch_unbound, 1);
+	expect_eq(ph, "anomalies.late_plans", an.late_plans, 1);
+	expect_eq(ph, "anomalies.launch_stale", an.launch_stale, 0);
+	expect_eq(ph, "anomalies.driver_errors", an.driver_errors, 0);
+	expect_eq(ph, "anomalies.record_outside_window", an.record_outside_window, 0);
+	expect_eq(ph, "anomalies.record_not_capturing", an.record_not_capturing, 0);
+	expect_eq(ph, "anomalies.record_not_kernel", an.record_not_kernel, 0);
+	expect_eq(ph, "records of the unbound graph", ph->unbound_records, 0);
+}
+
+static uint64_t ring_mismatches(const struct phase *ph)
+{
+	return ph->missing + ph->extra + ph->duplicate + ph->unlaunched + ph->stray +
+	       ph->overflows;
+}
+
+static void run_phase(struct phase *ph)
+{
+	double t0;
+	struct toggle_stats st;
+
+	setup(ph);
+	t0 = now_ms();
+	run_steps(ph);
+	ph->elapsed_ms = now_ms() - t0;
+	check_totals(ph);
+	st = stats_of(ph);
+
+	printf("gpu-check: phase=%s steps=%lld replays=%" PRIu64 " records=%" PRIu64
+	       " mismatches=%" PRIu64 " (missing=%" PRIu64 " extra=%" PRIu64 " duplicate=%" PRIu64
+	       " unlaunched=%" PRIu64 " stray=%" PRIu64 " overflow=%" PRIu64 ")"
+	       " node_set_calls=%" PRIu64 " expected_calls=%" PRIu64 " calls_per_changed_hook=%.3f"
+	       " call_mismatches=%" PRIu64 " resolve_mismatches=%" PRIu64 " api_mismatches=%" PRIu64
+	       " reinstantiated=%" PRIu64 " rebinds=%" PRIu64 " bind_applied=%" PRIu64
+	       " unrelated_launches=%" PRIu64 " refused_unbound=%" PRIu64 " plans=%" PRIu64
+	       " late_plans_rejected=%" PRIu64 " windows=%" PRIu64 " windows_in_flight=%" PRIu64
+	       " elapsed_ms=%.1f\n",
+	       ph->name, ph->steps, ph->replays, ph->records, ring_mismatches(ph), ph->missing,
+	       ph->extra, ph->duplicate, ph->unlaunched, ph->stray, ph->overflows,
+	       st.node_set_calls, ph->expected_calls,
+	       ph->expected_calls ? (double)st.node_set_calls / (double)ph->expected_calls : 1.0,
+	       ph->call_mismatch, ph->resolve_mismatch, ph->api_mismatch, ph->reinstantiated,
+	       st.rebinds, ph->bind_applied, ph->unrelated, ph->refused, ph->planned,
+	       ph->late_rejected, ph->windows, ph->windows_in_flight, ph->elapsed_ms);
+	fflush(stdout);
+	teardown(ph);
+}
+
+/* ---- main --------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: gpu_check [--steps N] [--seed N]\n"
+		   "  --steps N  steps per phase (default 1000)\n"
+		   "  --seed N   random seed (default 0x5eed)\n");
+}
+
+static void parse_args(int argc, char **argv, long long *steps, uint64_t *seed)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+		char *end = NULL;
+
+		if (strcmp(opt, "-h") == 0 || strcmp(opt, "--help") == 0) {
+			usage(stdout);
+			exit(0);
+		} else if (strcmp(opt, "--steps") == 0 && val) {
+			*steps = strtoll(val, &end, 10);
+			if (end == val || *end || *steps < 1 || *steps > 1000000000LL)
+				goto bad;
+			i++;
+		} else if (strcmp(opt, "--seed") == 0 && val) {
+			*seed = strtoull(val, &end, 0);
+			if (end == val || *end)
+				goto bad;
+			i++;
+		} else {
+			val = NULL;
+			goto bad;
+		}
+		continue;
+bad:
+		fprintf(stderr, "gpu_check: bad argument: %s%s%s\n", opt, val ? " " : "",
+			val ? val : "");
+		usage(stderr);
+		exit(2);
+	}
+}
+
+/* No device is not a failure: print SKIPPED and leave with 0. */
+static void device_header(void)
+{
+	struct cudaDeviceProp prop;
+	int n = 0, drv = 0, rt = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+
+	if (e != cudaSuccess || n == 0) {
+		printf("gpu-check: SKIPPED: no CUDA device (%s)\n",
+		       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+		exit(0);
+	}
+	CUDA_CHECK(cudaSetDevice(0));
+	CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+	CUDA_CHECK(cudaDriverGetVersion(&drv));
+	CUDA_CHECK(cudaRuntimeGetVersion(&rt));
+	printf("gpu-check: device 0 of %d: %s (sm_%d%d, %d SMs, %.1f GiB)\n", n, prop.name,
+	       prop.major, prop.minor, prop.multiProcessorCount,
+	       (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+	printf("gpu-check: driver %d.%d, runtime %d.%d, libtoggle %d.%d\n", drv / 1000,
+	       drv % 1000 / 10, rt / 1000, rt % 1000 / 10, TOGGLE_VERSION_MAJOR,
+	       TOGGLE_VERSION_MINOR);
+}
+
+int main(int argc, char **argv)
+{
+	static struct phase phases[2];
+	static const enum toggle_mode modes[2] = {TOGGLE_MODE_LAZY, TOGGLE_MODE_EAGER};
+	static const char *const names[2] = {"lazy", "eager"};
+	long long steps = 1000;
+	uint64_t seed = 0x5eed;
+	struct toggle_catalog cat;
+	struct dev d;
+	char err[256], why[512];
+	size_t wl = 0;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	parse_args(argc, argv, &steps, &seed);
+	device_header();
+	printf("gpu-check: steps=%lld per phase, seed=0x%" PRIx64 ", window=%d, ring=%u records\n",
+	       steps, seed, WINDOW, RING_CAP);
+
+	cat.type_names = type_names;
+	cat.n_types = N_TYPES;
+	cat.n_layers = N_LAYERS;
+	if (toggle_catalog_validate(&cat, err, sizeof err) != TOGGLE_OK)
+		die("catalog: %s", err);
+
+	memset(&d, 0, sizeof d);
+	dev_init(&d);
+	for (int p = 0; p < 2; p++) {
+		struct phase *ph = &phases[p];
+
+		ph->name = names[p];
+		ph->mode = modes[p];
+		ph->steps = steps;
+		ph->rng = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(p + 1));
+		ph->d = &d;
+		ph->cat = cat;
+		toggle_set_fill(&ph->full, &cat);
+		run_phase(ph);
+	}
+	dev_free(&d);
+
+	why[0] = '\0';
+	for (int p = 0; p < 2; p++) {
+		const struct phase *ph = &phases[p];
+		uint64_t ring = ring_mismatches(ph);
+
+		if (ring || ph->call_mismatch || ph->resolve_mismatch || ph->api_mismatch)
+			wl += (size_t)snprintf(why + wl, sizeof why - wl,
+					       "%s%s: ring=%" PRIu64 " calls=%" PRIu64
+					       " resolve=%" PRIu64 " api=%" PRIu64,
+					       wl ? "; " : "", ph->name, ring, ph->call_mismatch,
+					       ph->resolve_mismatch, ph->api_mismatch);
+	}
+	if (wl) {
+		printf("gpu-check: FAIL (%s)\n", why);
+		return 1;
+	}
+	printf("gpu-check: PASS\n");
+	return 0;
+}

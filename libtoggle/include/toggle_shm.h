@@ -1,0 +1,166 @@
+/*
+ * toggle_shm.h - the shared-memory region between one agent and toggled.
+ *
+ * The agent creates the region (memfd, sealed against resizing), writes the
+ * header once, and hands the fd to the daemon with SCM_RIGHTS.  Two lanes,
+ * each with exactly one writer:
+ *   control (daemon writes): the control version, the standing set, and a
+ *     ring of per-step plan slots;
+ *   status (agent writes): current step, versions seen and applied, the set
+ *     of the current step, anomaly counters, per-graph records.
+ * The bulk of each lane sits behind a seqlock (C11 acquire/release; readers
+ * copy and re-check).  Plan slots are written before plan_head publishes
+ * them and are reused only after the agent reported them consumed, so they
+ * need no seqlock.  Every count is bounded and checked by the reader.
+ * Every field of the lanes is a 64-bit word, so lanes are copied word by
+ * word with atomic accesses.  Layout documented in docs/shm.md.
+ */
+#ifndef TOGGLE_SHM_H
+#define TOGGLE_SHM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "toggle_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TOGGLE_SHM_MAGIC          0x314d48534c474754ull /* "TGGLSHM1" */
+#define TOGGLE_SHM_LAYOUT_VERSION 1
+#define TOGGLE_SHM_SET_WORDS      128 /* 8192 hooks: TOGGLE_MAX_HOOKS / 64 */
+#define TOGGLE_SHM_PLAN_RING      64  /* plan slots */
+#define TOGGLE_SHM_MAX_GRAPHS     64  /* per-graph records in the status lane */
+#define TOGGLE_SHM_MAX_TYPES      32
+#define TOGGLE_SHM_NAME           64
+#define TOGGLE_SHM_READ_TRIES     1000 /* seqlock retries before a reader gives up */
+
+/* Written once by the agent before the fd is handed over; read-only after. */
+struct toggle_shm_header {
+	uint64_t magic;
+	uint32_t layout_version;
+	uint32_t header_size;
+	uint64_t total_size;
+	uint32_t set_words;
+	uint32_t plan_ring;
+	uint32_t max_graphs;
+	uint32_t reserved0;
+	uint64_t control_offset, control_size;
+	uint64_t status_offset, status_size;
+	uint8_t reserved[64];
+};
+
+struct toggle_shm_plan_slot {
+	uint64_t batch;       /* one SubmitPlan: all its entries, or none of them */
+	uint64_t batch_len;   /* entries in the batch */
+	uint64_t batch_index; /* 0 .. batch_len-1 */
+	int64_t step;
+	uint64_t set[TOGGLE_SHM_SET_WORDS];
+};
+
+/* Control lane: the daemon is the only writer. */
+struct toggle_shm_control {
+	uint64_t seq;           /* seqlock (odd: write in progress) */
+	uint64_t version;       /* control version, bumped by each command */
+	uint64_t plan_head;     /* slots ever published; slot i at i % plan_ring */
+	uint64_t plan_clear;    /* slots below this index are void (plan clear) */
+	uint64_t standing[TOGGLE_SHM_SET_WORDS];
+	uint8_t reserved[256];
+	struct toggle_shm_plan_slot plan[TOGGLE_SHM_PLAN_RING];
+};
+
+struct toggle_shm_graph {
+	uint64_t graph, exec;
+	uint64_t nodes, hooks_covered;
+	uint64_t applied_version;
+	uint64_t replays;
+	int64_t last_step;
+	uint64_t flags; /* TOGGLE_SHM_GRAPH_* */
+};
+#define TOGGLE_SHM_GRAPH_BOUND 1u
+#define TOGGLE_SHM_GRAPH_STALE 2u
+
+enum toggle_shm_anomaly {
+	TOGGLE_SHM_AN_RECORD_OUTSIDE_WINDOW,
+	TOGGLE_SHM_AN_RECORD_NOT_CAPTURING,
+	TOGGLE_SHM_AN_RECORD_NOT_KERNEL,
+	TOGGLE_SHM_AN_LAUNCH_UNBOUND,
+	TOGGLE_SHM_AN_LAUNCH_STALE,
+	TOGGLE_SHM_AN_DRIVER_ERRORS,
+	TOGGLE_SHM_AN_LATE_PLANS,
+	TOGGLE_SHM_AN_CONTROL_ERRORS, /* malformed control-lane content ignored */
+	TOGGLE_SHM_AN_COUNT = 8
+};
+
+/* Status lane: the agent is the only writer. */
+struct toggle_shm_status {
+	uint64_t seq;                /* seqlock over the fields below */
+	int64_t step;                /* current step, -1 before the first */
+	uint64_t version_seen;       /* last control version the agent read */
+	uint64_t version_applied;    /* control version in effect at the last replay */
+	uint64_t plan_consumed;      /* plan slots below this index were consumed */
+	uint64_t plan_rejected;      /* batches rejected as late */
+	uint64_t plan_rejected_batch; /* the last one */
+	int64_t plan_rejected_step;  /* its first late step */
+	uint64_t replays;
+	uint64_t anomalies[TOGGLE_SHM_AN_COUNT];
+	uint64_t n_graphs;           /* records filled, <= max_graphs */
+	uint64_t total_graphs;       /* graphs the agent has (may exceed n_graphs) */
+	uint64_t current[TOGGLE_SHM_SET_WORDS];
+	uint8_t reserved[256];
+	struct toggle_shm_graph graphs[TOGGLE_SHM_MAX_GRAPHS];
+};
+
+/* A mapping of the region, on either side. */
+struct toggle_shm {
+	int fd;
+	size_t size;
+	void *base;
+	struct toggle_shm_header *hdr;
+	struct toggle_shm_control *ctl;
+	struct toggle_shm_status *st;
+};
+
+/* Agent: create, size, fill the header, seal against resizing, map. */
+int toggle_shm_create(struct toggle_shm *shm, char *err, size_t errlen);
+/* Daemon: check seals, size and header of an untrusted fd, then map it (fd is dup'ed). */
+int toggle_shm_attach(int fd, struct toggle_shm *shm, char *err, size_t errlen);
+void toggle_shm_unmap(struct toggle_shm *shm); /* also closes the fd */
+
+/* ---- control lane ---- */
+
+/* The seqlocked part of the control lane. */
+struct toggle_shm_control_view {
+	uint64_t version;
+	uint64_t plan_head;
+	uint64_t plan_clear;
+	uint64_t standing[TOGGLE_SHM_SET_WORDS];
+};
+
+/* Daemon: publish version, standing set and plan indexes in one seqlock write. */
+void toggle_shm_control_write(struct toggle_shm_control *ctl, const struct toggle_shm_control_view *v);
+/* Daemon: fill slot index i (before publishing it through plan_head). */
+void toggle_shm_plan_slot_write(struct toggle_shm_control *ctl, uint64_t i,
+				const struct toggle_shm_plan_slot *slot);
+/* Agent: copy the view; TOGGLE_EBUSY if the writer never settles. */
+int toggle_shm_control_read(const struct toggle_shm_control *ctl, struct toggle_shm_control_view *v);
+/* Agent: copy slot i (published and not yet consumed by contract). */
+void toggle_shm_plan_slot_read(const struct toggle_shm_control *ctl, uint64_t i,
+			       struct toggle_shm_plan_slot *slot);
+/* The sequence number: one acquire load, the agent's hot-path check. */
+uint64_t toggle_shm_control_seq(const struct toggle_shm_control *ctl);
+
+/* ---- status lane ---- */
+
+/* Agent: publish a whole status record in one seqlock write. */
+void toggle_shm_status_write(struct toggle_shm_status *st, const struct toggle_shm_status *src);
+/* Daemon: copy it; checks counts (n_graphs) and returns TOGGLE_ESHM if out of bounds. */
+int toggle_shm_status_read(const struct toggle_shm_status *st, struct toggle_shm_status *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TOGGLE_SHM_H */
