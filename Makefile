@@ -15,7 +15,7 @@ B         := build
 WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
           -Wpointer-arith -Wcast-qual -Wformat=2 -Wundef -Wvla
 CSTD   := -std=c17 -D_GNU_SOURCE
-INC    := -Ilibtoggle/include -isystem $(CUDA_HOME)/include
+INC    := -Ilibtoggle/include -Iproto -isystem $(CUDA_HOME)/include
 CFLAGS ?= -O2 -g
 ALL_CFLAGS := $(CSTD) $(WARN) $(INC) -fPIC -MMD -MP $(CFLAGS)
 SAN    := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -59,7 +59,8 @@ $(B)/libtoggle-san.a: $(LIB_SAN_OBJ)
 $(B)/examples/demo_agent: $(B)/examples/demo_agent.o $(B)/libtoggle.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIB_LIBS)
 
-demo: all
+demo: deps
+	@$(MAKE) --no-print-directory all
 	$(B)/examples/demo_agent
 
 # ---- tests ---------------------------------------------------------------
@@ -68,8 +69,8 @@ CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 
 $(B)/tests/%: tests/%.c tests/testutil.h $(B)/libtoggle-san.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) -Itests -Ilibtoggle/src -o $@ $< \
-	    $(B)/libtoggle-san.a $(CHECK_LIBS) $(LIB_LIBS)
+	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) $(EXTRA_CFLAGS) -Itests -Ilibtoggle/src -o $@ $< \
+	    $(EXTRA_LIBS) $(B)/libtoggle-san.a $(CHECK_LIBS) $(LIB_LIBS)
 
 check: deps
 	@$(MAKE) --no-print-directory check-run
@@ -84,6 +85,7 @@ check-run: $(TEST_BIN)
 
 # ---- wire protocol, client library, daemon, CLI (need the Debian -dev packages)
 -include proto/proto.mk
+-include daemon/daemon.mk
 
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:
@@ -95,7 +97,7 @@ install: lib
 	install -m 644 $(B)/libtoggle.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/libtoggle.so $(DESTDIR)$(PREFIX)/lib/libtoggle.so.0
 	ln -sf libtoggle.so.0 $(DESTDIR)$(PREFIX)/lib/libtoggle.so
-	install -m 644 libtoggle/include/toggle.h libtoggle/include/toggle_sim.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 libtoggle/include/toggle.h libtoggle/include/toggle_error.h libtoggle/include/toggle_sim.h libtoggle/include/toggle_shm.h $(DESTDIR)$(PREFIX)/include/
 
 clean:
 	rm -rf $(B)

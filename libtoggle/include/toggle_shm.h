@@ -65,7 +65,8 @@ struct toggle_shm_control {
 	uint64_t seq;           /* seqlock (odd: write in progress) */
 	uint64_t version;       /* control version, bumped by each command */
 	uint64_t plan_head;     /* slots ever published; slot i at i % plan_ring */
-	uint64_t plan_clear;    /* slots below this index are void (plan clear) */
+	uint64_t plan_clear;    /* plan_head at the last clear: slots below are void */
+	uint64_t plan_clears;   /* clears so far: a change drops every pending entry */
 	uint64_t standing[TOGGLE_SHM_SET_WORDS];
 	uint8_t reserved[256];
 	struct toggle_shm_plan_slot plan[TOGGLE_SHM_PLAN_RING];
@@ -136,6 +137,7 @@ struct toggle_shm_control_view {
 	uint64_t version;
 	uint64_t plan_head;
 	uint64_t plan_clear;
+	uint64_t plan_clears;
 	uint64_t standing[TOGGLE_SHM_SET_WORDS];
 };
 

@@ -78,6 +78,7 @@ struct toggle_agent {
 	uint64_t ctl_version_step;   /* control version in effect for this step */
 	uint64_t ctl_published;      /* version_applied last published */
 	uint64_t plan_consumed;      /* control plan slots consumed */
+	uint64_t plan_clears;        /* control plan clears seen */
 	uint64_t plan_rejected, plan_rejected_batch;
 	int64_t plan_rejected_step;
 	uint64_t control_errors;     /* malformed control-lane content */

@@ -95,9 +95,12 @@ static void plan_take_batch(struct toggle_agent *a, uint64_t first, uint64_t len
 
 static void plan_take(struct toggle_agent *a, const struct toggle_shm_control_view *v)
 {
-	if (v->plan_clear > a->plan_consumed && v->plan_clear <= v->plan_head) {
+	if (v->plan_clears != a->plan_clears) {
+		/* A clear drops everything pending, and the slots written before it. */
 		toggle_plan_clear(a);
-		a->plan_consumed = v->plan_clear;
+		a->plan_clears = v->plan_clears;
+		if (v->plan_clear > a->plan_consumed && v->plan_clear <= v->plan_head)
+			a->plan_consumed = v->plan_clear;
 	}
 	if (v->plan_head < a->plan_consumed || v->plan_head - a->plan_consumed > TOGGLE_SHM_PLAN_RING) {
 		/* The daemon broke the ring contract: skip what cannot be trusted. */

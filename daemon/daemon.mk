@@ -1,0 +1,41 @@
+# daemon.mk - toggled.  Included by the top-level Makefile after proto.mk.
+# $(B)/toggled is the daemon; $(B)/toggled-san its ASan/UBSan build that the
+# integration tests run; $(B)/libtoggled-san.a every module but main.c, for
+# unit tests (tests/check_store.c).
+
+TD_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+TD_OBJ := $(TD_SRC:%.c=$(B)/%.o)
+TD_SAN_OBJ := $(TD_SRC:%.c=$(B)/san/%.o)
+TD_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv jansson)
+TD_LIBS = $$(pkg-config --libs libuv jansson) $(TGP_LIBS)
+
+all: $(B)/toggled
+
+$(TD_OBJ) $(B)/daemon/main.o: $(B)/%.o: %.c $(TGP_GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TD_CFLAGS) -c $< -o $@
+
+$(TD_SAN_OBJ) $(B)/san/daemon/main.o: $(B)/san/%.o: %.c $(TGP_GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) $(TD_CFLAGS) -c $< -o $@
+
+$(B)/toggled: $(B)/daemon/main.o $(TD_OBJ) $(B)/libtgproto.a $(B)/libtoggle.a
+	$(CC) $(CFLAGS) -o $@ $^ $(TD_LIBS) $(LIB_LIBS)
+
+$(B)/toggled-san: $(B)/san/daemon/main.o $(TD_SAN_OBJ) $(B)/libtgproto-san.a $(B)/libtoggle-san.a
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(TD_LIBS) $(LIB_LIBS)
+
+$(B)/libtoggled-san.a: $(TD_SAN_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+TD_UNIT_TESTS := $(B)/tests/check_store
+$(TD_UNIT_TESTS): $(B)/libtoggled-san.a $(B)/libtgproto-san.a
+$(TD_UNIT_TESTS): EXTRA_CFLAGS = $(TD_CFLAGS)
+$(TD_UNIT_TESTS): EXTRA_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)
+
+# End-to-end tests run the real daemon (ASan build) and agents on the simulator.
+TD_E2E_TESTS := $(B)/tests/check_daemon
+$(TD_E2E_TESTS): $(B)/toggled-san $(B)/libtgproto-san.a
+$(TD_E2E_TESTS): EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\"
+$(TD_E2E_TESTS): EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread

@@ -1,0 +1,95 @@
+/*
+ * dispatch.c - every request goes through here, validated in a fixed order:
+ * size and decoding (the frame reader, before this), version (hello first),
+ * type (known request for this table), permission (mutating requests need
+ * SO_PEERCRED rights), then arguments (the handler).  Handlers fill a reply
+ * and queue it; they never touch the socket.
+ */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "rpc.h"
+#include "toggled.h"
+
+struct td_rpc {
+	Toggle__Envelope__BodyCase body;
+	const char *name;
+	bool mutating;
+	td_handler_fn *handler;
+};
+
+static const struct td_rpc rpc_table[] = {
+	{TOGGLE__ENVELOPE__BODY_REGISTER_AGENT, "register_agent", false, rpc_register_agent},
+	{TOGGLE__ENVELOPE__BODY_LIST_AGENTS, "list_agents", false, rpc_list_agents},
+	{TOGGLE__ENVELOPE__BODY_LIST_GRAPHS, "list_graphs", false, rpc_list_graphs},
+	{TOGGLE__ENVELOPE__BODY_STATUS, "status", false, rpc_status},
+	{TOGGLE__ENVELOPE__BODY_HOOKS, "hooks", false, rpc_hooks},
+	{TOGGLE__ENVELOPE__BODY_SHOW_PLAN, "show_plan", false, rpc_show_plan},
+	{TOGGLE__ENVELOPE__BODY_WATCH, "watch", false, rpc_watch},
+	{TOGGLE__ENVELOPE__BODY_SET_ENABLED, "set_enabled", true, rpc_set_enabled},
+	{TOGGLE__ENVELOPE__BODY_SUBMIT_PLAN, "submit_plan", true, rpc_submit_plan},
+	{TOGGLE__ENVELOPE__BODY_CLEAR_PLAN, "clear_plan", true, rpc_clear_plan},
+};
+
+static void dispatch_hello(struct td_peer *p, const Toggle__Envelope *req)
+{
+	const Toggle__Hello *h = req->hello;
+	if (h->protocol_version != TGP_PROTOCOL_VERSION) {
+		char msg[160];
+		snprintf(msg, sizeof(msg), "protocol version %u is not spoken here; toggled %s speaks %d",
+			 h->protocol_version, TD_VERSION, TGP_PROTOCOL_VERSION);
+		log_warnx("peer %llu (pid %u): %s", (unsigned long long)p->id, p->pid, msg);
+		td_peer_send_error(p, req->id, TOGGLE_EVERSION, msg, NULL, 0);
+		return;
+	}
+	p->said_hello = true;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	Toggle__HelloReply rep = TOGGLE__HELLO_REPLY__INIT;
+	env.id = req->id;
+	env.body_case = TOGGLE__ENVELOPE__BODY_HELLO_REPLY;
+	env.hello_reply = &rep;
+	rep.protocol_version = TGP_PROTOCOL_VERSION;
+	rep.daemon_version = (char *)TD_VERSION;
+	rep.may_write = p->may_write;
+	td_peer_send(p, &env);
+}
+
+void td_dispatch(struct td_peer *p, Toggle__Envelope *req)
+{
+	p->d->stats.requests++;
+	if (req->body_case == TOGGLE__ENVELOPE__BODY_HELLO) {
+		dispatch_hello(p, req);
+		return;
+	}
+	if (!p->said_hello) {
+		td_peer_send_error(p, req->id, TOGGLE_EPROTO, "the first message must be a hello",
+				   NULL, 0);
+		td_peer_drop(p, "no hello");
+		return;
+	}
+	const struct td_rpc *rpc = NULL;
+	for (size_t i = 0; i < sizeof(rpc_table) / sizeof(rpc_table[0]); i++)
+		if (rpc_table[i].body == req->body_case)
+			rpc = &rpc_table[i];
+	if (!rpc) {
+		char msg[96];
+		snprintf(msg, sizeof(msg), "message type %d is not a request this daemon serves",
+			 (int)req->body_case);
+		td_peer_send_error(p, req->id, TOGGLE_EPROTO, msg, NULL, 0);
+		return;
+	}
+	if (rpc->mutating && !p->may_write) {
+		p->d->stats.denied++;
+		log_warnx("denied %s to pid %u uid %u: not root, not uid %u, not in group '%s'",
+			  rpc->name, p->pid, p->uid, (unsigned)geteuid(), p->d->cfg.operator_group);
+		char msg[160];
+		snprintf(msg, sizeof(msg),
+			 "%s needs root, the daemon's user or the operator group '%s'; uid %u may only read",
+			 rpc->name, p->d->cfg.operator_group, p->uid);
+		td_peer_send_error(p, req->id, TOGGLE_EPERM, msg, NULL, 0);
+		return;
+	}
+	log_debug("peer %llu: %s", (unsigned long long)p->id, rpc->name);
+	rpc->handler(p, req);
+}

@@ -1,0 +1,314 @@
+/*
+ * rpc_query.c - read-only requests: list agents, list graphs, status, hooks,
+ * show plan, watch.  Agent facts come from each agent's status lane, read
+ * fresh for every query.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc.h"
+
+int rpc_targets(struct td_peer *p, const Toggle__Envelope *req, const Toggle__Selector *sel,
+		struct td_agent ***agents, size_t *n)
+{
+	struct td_selector s;
+	char err[160];
+	int rc = td_selector_parse(sel, &s, err, sizeof(err));
+	if (!rc)
+		rc = td_agents_select(p->d, &s, agents, n);
+	if (rc == TOGGLE_ENOAGENT)
+		snprintf(err, sizeof(err), "no agent matches the target (%zu agents connected)",
+			 p->d->n_agents);
+	else if (rc == TOGGLE_ENOMEM)
+		snprintf(err, sizeof(err), "out of memory");
+	if (rc)
+		td_peer_send_error(p, req->id, rc, err, NULL, 0);
+	return rc;
+}
+
+char *rpc_spec(const struct td_agent *a, const uint64_t *words)
+{
+	struct toggle_set s;
+	memcpy(s.bits, words, sizeof(s.bits));
+	int n = toggle_set_format(&a->cat, &s, NULL, 0);
+	if (n < 0)
+		return strdup("(outside the catalog)");
+	char *buf = malloc((size_t)n + 1);
+	if (buf)
+		toggle_set_format(&a->cat, &s, buf, (size_t)n + 1);
+	return buf;
+}
+
+static void reply(struct td_peer *p, uint64_t id, Toggle__Envelope__BodyCase body, void *msg)
+{
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.id = id;
+	env.body_case = body;
+	env.hello = msg; /* every body member is a pointer in one union */
+	td_peer_send(p, &env);
+}
+
+static uint64_t anomalies_sum(const struct td_agent *a)
+{
+	uint64_t sum = 0;
+	for (int i = 0; a->st_valid && i < TOGGLE_SHM_AN_COUNT; i++)
+		sum += a->st->anomalies[i];
+	return sum;
+}
+
+static void fill_agent(Toggle__AgentInfo *m, struct td_agent *a)
+{
+	toggle__agent_info__init(m);
+	td_agent_refresh(a);
+	m->agent_id = a->id;
+	m->name = a->name;
+	m->group = a->group;
+	m->pid = a->pid;
+	m->uid = a->uid;
+	m->mode = a->mode;
+	m->driver_version = a->driver_version;
+	m->connected_unix_ms = a->connected_ms;
+	m->step = a->st_valid ? a->st->step : -1;
+	m->control_version = a->ctl.version;
+	m->applied_version = a->st_valid ? a->st->version_applied : 0;
+	m->graphs = a->st_valid ? (uint32_t)a->st->total_graphs : 0;
+	m->anomalies = anomalies_sum(a);
+	/* Without a daemon-set standing set, show what the agent runs now. */
+	m->enabled = rpc_spec(a, a->has_standing ? a->ctl.standing : a->st->current);
+	m->n_hook_types = a->cat.n_types;
+	m->hook_types = (char **)(uintptr_t)a->cat.type_names;
+	m->n_layers = a->cat.n_layers;
+	uint64_t pending = a->ctl.plan_head - (a->st_valid ? a->st->plan_consumed : 0);
+	m->pending_plan = pending > TOGGLE_SHM_PLAN_RING ? 0 : (uint32_t)pending;
+}
+
+void rpc_list_agents(struct td_peer *p, const Toggle__Envelope *req)
+{
+	struct td_agent **v;
+	size_t n;
+	Toggle__ListAgentsReply rep = TOGGLE__LIST_AGENTS_REPLY__INIT;
+	const Toggle__Selector *sel = req->list_agents->target;
+	/* An empty list is a fine answer to "all"; a named target must exist. */
+	if (!sel || sel->sel_case == TOGGLE__SELECTOR__SEL__NOT_SET ||
+	    sel->sel_case == TOGGLE__SELECTOR__SEL_ALL) {
+		if (!p->d->n_agents) {
+			reply(p, req->id, TOGGLE__ENVELOPE__BODY_AGENTS, &rep);
+			return;
+		}
+	}
+	if (rpc_targets(p, req, sel, &v, &n))
+		return;
+	Toggle__AgentInfo *infos = calloc(n, sizeof(*infos));
+	Toggle__AgentInfo **ptrs = calloc(n, sizeof(*ptrs));
+	if (infos && ptrs) {
+		for (size_t i = 0; i < n; i++) {
+			fill_agent(&infos[i], v[i]);
+			ptrs[i] = &infos[i];
+		}
+		rep.n_agents = n;
+		rep.agents = ptrs;
+		reply(p, req->id, TOGGLE__ENVELOPE__BODY_AGENTS, &rep);
+		for (size_t i = 0; i < n; i++)
+			free(infos[i].enabled);
+	} else {
+		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+	}
+	free(infos);
+	free(ptrs);
+	free(v);
+}
+
+static bool select_all_or_empty(struct td_peer *p, const Toggle__Envelope *req,
+				 const Toggle__Selector *sel, Toggle__Envelope__BodyCase body,
+				 void *empty)
+{
+	if ((!sel || sel->sel_case == TOGGLE__SELECTOR__SEL__NOT_SET ||
+	     sel->sel_case == TOGGLE__SELECTOR__SEL_ALL) && !p->d->n_agents) {
+		reply(p, req->id, body, empty);
+		return true;
+	}
+	return false;
+}
+
+void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req)
+{
+	Toggle__ListGraphsReply rep = TOGGLE__LIST_GRAPHS_REPLY__INIT;
+	const Toggle__Selector *sel = req->list_graphs->target;
+	if (select_all_or_empty(p, req, sel, TOGGLE__ENVELOPE__BODY_GRAPHS, &rep))
+		return;
+	struct td_agent **v;
+	size_t n;
+	if (rpc_targets(p, req, sel, &v, &n))
+		return;
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		td_agent_refresh(v[i]);
+		total += v[i]->st_valid ? v[i]->st->n_graphs : 0;
+	}
+	Toggle__GraphInfo *g = calloc(total ? total : 1, sizeof(*g));
+	Toggle__GraphInfo **gp = calloc(total ? total : 1, sizeof(*gp));
+	uint64_t *trunc = calloc(n, sizeof(*trunc));
+	if (!g || !gp || !trunc) {
+		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+	} else {
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++) {
+			const struct td_agent *a = v[i];
+			if (!a->st_valid)
+				continue;
+			if (a->st->total_graphs > a->st->n_graphs)
+				trunc[rep.n_truncated_agents++] = a->id;
+			for (uint64_t j = 0; j < a->st->n_graphs; j++, k++) {
+				const struct toggle_shm_graph *r = &a->st->graphs[j];
+				toggle__graph_info__init(&g[k]);
+				g[k].agent_id = a->id;
+				g[k].graph = r->graph;
+				g[k].exec = r->exec;
+				g[k].nodes = (uint32_t)r->nodes;
+				g[k].hooks_covered = (uint32_t)r->hooks_covered;
+				g[k].applied_version = r->applied_version;
+				g[k].replays = r->replays;
+				g[k].last_step = r->last_step;
+				g[k].bound = (r->flags & TOGGLE_SHM_GRAPH_BOUND) != 0;
+				g[k].stale = (r->flags & TOGGLE_SHM_GRAPH_STALE) != 0;
+				gp[k] = &g[k];
+			}
+		}
+		rep.n_graphs = k;
+		rep.graphs = gp;
+		rep.truncated_agents = trunc;
+		reply(p, req->id, TOGGLE__ENVELOPE__BODY_GRAPHS, &rep);
+	}
+	free(g);
+	free(gp);
+	free(trunc);
+	free(v);
+}
+
+void rpc_status(struct td_peer *p, const Toggle__Envelope *req)
+{
+	struct td_daemon *d = p->d;
+	Toggle__StatusReply rep = TOGGLE__STATUS_REPLY__INIT;
+	rep.daemon_version = (char *)TD_VERSION;
+	rep.protocol_version = TGP_PROTOCOL_VERSION;
+	rep.uptime_ms = td_now_ms() - d->start_ms;
+	rep.agents = (uint32_t)d->n_agents;
+	rep.clients = (uint32_t)(d->n_peers - d->n_agents);
+	rep.requests = d->stats.requests;
+	rep.errors = d->stats.errors;
+	rep.denied = d->stats.denied;
+	rep.dropped_peers = d->stats.dropped_peers;
+	rep.socket = d->cfg.socket_path;
+	rep.state_dir = d->cfg.state_dir;
+	reply(p, req->id, TOGGLE__ENVELOPE__BODY_STATUS_REPLY, &rep);
+}
+
+void rpc_hooks(struct td_peer *p, const Toggle__Envelope *req)
+{
+	Toggle__HooksReply rep = TOGGLE__HOOKS_REPLY__INIT;
+	const Toggle__Selector *sel = req->hooks->target;
+	if (select_all_or_empty(p, req, sel, TOGGLE__ENVELOPE__BODY_HOOKS_REPLY, &rep))
+		return;
+	struct td_agent **v;
+	size_t n;
+	if (rpc_targets(p, req, sel, &v, &n))
+		return;
+	Toggle__AgentHooks *h = calloc(n, sizeof(*h));
+	Toggle__AgentHooks **hp = calloc(n, sizeof(*hp));
+	if (h && hp) {
+		for (size_t i = 0; i < n; i++) {
+			struct td_agent *a = v[i];
+			td_agent_refresh(a);
+			toggle__agent_hooks__init(&h[i]);
+			h[i].agent_id = a->id;
+			h[i].name = a->name;
+			h[i].n_hook_types = a->cat.n_types;
+			h[i].hook_types = (char **)(uintptr_t)a->cat.type_names;
+			h[i].n_layers = a->cat.n_layers;
+			h[i].enabled = rpc_spec(a, a->has_standing ? a->ctl.standing : a->st->current);
+			h[i].current = rpc_spec(a, a->st->current);
+			hp[i] = &h[i];
+		}
+		rep.n_agents = n;
+		rep.agents = hp;
+		reply(p, req->id, TOGGLE__ENVELOPE__BODY_HOOKS_REPLY, &rep);
+		for (size_t i = 0; i < n; i++) {
+			free(h[i].enabled);
+			free(h[i].current);
+		}
+	} else {
+		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+	}
+	free(h);
+	free(hp);
+	free(v);
+}
+
+void rpc_show_plan(struct td_peer *p, const Toggle__Envelope *req)
+{
+	Toggle__ShowPlanReply rep = TOGGLE__SHOW_PLAN_REPLY__INIT;
+	const Toggle__Selector *sel = req->show_plan->target;
+	if (select_all_or_empty(p, req, sel, TOGGLE__ENVELOPE__BODY_PLAN, &rep))
+		return;
+	struct td_agent **v;
+	size_t n;
+	if (rpc_targets(p, req, sel, &v, &n))
+		return;
+	Toggle__AgentPlan *ap = calloc(n, sizeof(*ap));
+	Toggle__AgentPlan **app = calloc(n, sizeof(*app));
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += v[i]->n_plans;
+	Toggle__PlanEntry *e = calloc(total ? total : 1, sizeof(*e));
+	Toggle__PlanEntry **ep = calloc(total ? total : 1, sizeof(*ep));
+	size_t k = 0;
+	if (ap && app && e && ep) {
+		for (size_t i = 0; i < n; i++) {
+			struct td_agent *a = v[i];
+			td_agent_refresh(a);
+			int64_t now = a->st_valid ? a->st->step : -1;
+			toggle__agent_plan__init(&ap[i]);
+			ap[i].agent_id = a->id;
+			ap[i].entries = &ep[k];
+			for (size_t j = 0; j < a->n_plans; j++) {
+				if (a->plans[j].step <= now)
+					continue; /* begun: history, not plan */
+				toggle__plan_entry__init(&e[k]);
+				e[k].step = a->plans[j].step;
+				e[k].spec = rpc_spec(a, a->plans[j].set.bits);
+				ep[k] = &e[k];
+				k++;
+				ap[i].n_entries++;
+			}
+			app[i] = &ap[i];
+		}
+		rep.n_plans = n;
+		rep.plans = app;
+		reply(p, req->id, TOGGLE__ENVELOPE__BODY_PLAN, &rep);
+	} else {
+		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+	}
+	for (size_t i = 0; i < k; i++)
+		free(e[i].spec);
+	free(e);
+	free(ep);
+	free(ap);
+	free(app);
+	free(v);
+}
+
+void rpc_watch(struct td_peer *p, const Toggle__Envelope *req)
+{
+	char err[160];
+	struct td_selector s;
+	int rc = td_selector_parse(req->watch->target, &s, err, sizeof(err));
+	if (rc) {
+		td_peer_send_error(p, req->id, rc, err, NULL, 0);
+		return;
+	}
+	p->watching = true;
+	p->watch_sel = s;
+	Toggle__Ack ack = TOGGLE__ACK__INIT;
+	reply(p, req->id, TOGGLE__ENVELOPE__BODY_ACK, &ack);
+}
