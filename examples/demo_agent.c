@@ -3,14 +3,23 @@
  *
  * Captures three graphs (batch sizes 1, 8, 32) of 32 layers, each layer a
  * compute kernel plus producers for three hook types, then runs a step loop
- * that replays them while a scripted operator changes the enabled hooks:
- * a standing set, a per-step plan, a late plan (rejected), a re-instantiated
- * graph.  Every step it drains what the producers wrote and checks it
- * against the set the gate reported; it exits 1 on any mismatch.
+ * that replays them.  Every step it drains what the producers wrote and
+ * checks it against the set the gate reported; it exits 1 on any mismatch.
+ *
+ * Standalone (no --socket): a scripted operator changes the enabled hooks
+ * through the API (a standing set, a per-step plan, a late plan, a
+ * re-instantiated graph).  With --socket PATH: the agent registers with
+ * toggled and whatever togglectl says takes effect; it steps every
+ * --period-ms until --steps (0: until SIGTERM) and prints a line whenever
+ * the set changes (every step with --print all).
  */
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "toggle.h"
 #include "toggle_sim.h"
@@ -143,11 +152,12 @@ static void operate(struct demo *d, int step)
 	}
 }
 
-static int run_step(struct demo *d, int step)
+static int run_step(struct demo *d, int step, bool scripted)
 {
 	struct toggle_set gate;
 	struct toggle_stats before, after;
-	operate(d, step);
+	if (scripted)
+		operate(d, step);
 	toggle_stats_get(d->agent, &before);
 	CHECK_TG(toggle_step_begin(d->agent, step, &gate));
 	int mismatches = 0;
@@ -164,8 +174,106 @@ static int run_step(struct demo *d, int step)
 	return mismatches;
 }
 
-int main(void)
+static volatile sig_atomic_t demo_stop;
+
+static void on_signal(int sig)
 {
+	(void)sig;
+	demo_stop = 1;
+}
+
+struct demo_opts {
+	const char *socket;
+	long steps;     /* 0: until SIGTERM (daemon mode) */
+	long period_ms;
+	bool print_all;
+	const char *name, *group;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: demo_agent [--socket PATH [--steps N] [--period-ms MS] [--print changes|all]\n"
+		   "                   [--name NAME] [--group GROUP]]\n");
+}
+
+static int parse_opts(int argc, char **argv, struct demo_opts *o)
+{
+	static const struct option opts[] = {
+		{"socket", required_argument, NULL, 's'}, {"steps", required_argument, NULL, 'n'},
+		{"period-ms", required_argument, NULL, 'p'}, {"print", required_argument, NULL, 'P'},
+		{"name", required_argument, NULL, 'N'}, {"group", required_argument, NULL, 'g'},
+		{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+	};
+	*o = (struct demo_opts){.steps = -1, .period_ms = 10, .name = "demo-engine", .group = "demo"};
+	int c;
+	char *end;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': o->socket = optarg; break;
+		case 'n':
+			o->steps = strtol(optarg, &end, 10);
+			if (*end || o->steps < 0)
+				return -1;
+			break;
+		case 'p':
+			o->period_ms = strtol(optarg, &end, 10);
+			if (*end || o->period_ms < 0 || o->period_ms > 60000)
+				return -1;
+			break;
+		case 'P':
+			if (strcmp(optarg, "all") && strcmp(optarg, "changes"))
+				return -1;
+			o->print_all = !strcmp(optarg, "all");
+			break;
+		case 'N': o->name = optarg; break;
+		case 'g': o->group = optarg; break;
+		case 'h': usage(stdout); exit(0);
+		default: return -1;
+		}
+	}
+	if (optind != argc)
+		return -1;
+	if (o->steps < 0)
+		o->steps = o->socket ? 0 : N_STEPS;
+	return 0;
+}
+
+/* Daemon mode: step until told to stop, print when the gate's set changes. */
+static int run_daemon_loop(struct demo *d, const struct demo_opts *o)
+{
+	struct toggle_set last;
+	toggle_set_clear(&last);
+	int mismatches = 0;
+	struct timespec period = {.tv_sec = o->period_ms / 1000, .tv_nsec = o->period_ms % 1000 * 1000000};
+	for (long step = 0; !demo_stop && (o->steps == 0 || step < o->steps); step++) {
+		struct toggle_set gate;
+		CHECK_TG(toggle_step_begin(d->agent, step, &gate));
+		int bad = 0;
+		for (int g = 0; g < N_GRAPHS; g++) {
+			toggle_set_clear(&d->drained);
+			CHECK_TG(toggle_graph_launch(d->agent, d->graph[g], d->exec[g], d->stream));
+			bad += !toggle_set_equal(&d->drained, &gate);
+		}
+		mismatches += bad;
+		if (o->print_all || bad || step == 0 || !toggle_set_equal(&gate, &last)) {
+			printf("step %ld gate=%s producers=%zu %s\n", step, fmt(d, &gate),
+			       toggle_set_count(&gate), bad ? "MISMATCH" : "ok");
+			fflush(stdout);
+		}
+		last = gate;
+		if (o->period_ms)
+			nanosleep(&period, NULL);
+	}
+	return mismatches;
+}
+
+int main(int argc, char **argv)
+{
+	struct demo_opts o;
+	if (parse_opts(argc, argv, &o) != 0) {
+		usage(stderr);
+		return 2;
+	}
 	struct demo demo, *d = &demo;
 	memset(d, 0, sizeof(*d));
 	printf("demo: no GPU used: libtoggle runs on its CUDA simulator (backend sim)\n");
@@ -174,12 +282,13 @@ int main(void)
 		return 1;
 	}
 	struct toggle_config cfg = {
-		.name = "demo-engine",
-		.group = "demo",
+		.name = o.name,
+		.group = o.group,
 		.catalog = {.type_names = type_names, .n_types = N_TYPES, .n_layers = N_LAYERS},
 		.mode = TOGGLE_MODE_LAZY,
 		.backend = TOGGLE_BACKEND_SIM,
 		.sim = d->sim,
+		.socket_path = o.socket,
 	};
 	CHECK_TG(toggle_agent_open(&cfg, &d->agent));
 	for (int g = 0; g < N_GRAPHS; g++)
@@ -189,21 +298,31 @@ int main(void)
 	printf("demo: captured %u graphs (batch 1, 8, 32) x %d layers x %d hook types; "
 	       "complete=%s uniform=%s\n", rc.graphs, N_LAYERS, N_TYPES,
 	       rc.complete ? "yes" : "no", rc.uniform ? "yes" : "no");
+	fflush(stdout);
 
-	int mismatches = 0;
-	for (int step = 0; step < N_STEPS; step++)
-		mismatches += run_step(d, step);
-
-	/* Fail closed: a graph with producers that nobody bound is refused. */
-	CHECK_TG(toggle_graph_forget(d->agent, d->graph[2]));
-	int refused = toggle_graph_launch(d->agent, d->graph[2], d->exec[2], d->stream);
-	printf("demo: launch of a forgotten graph: %s\n", toggle_strerror(refused));
+	int mismatches = 0, refused = TOGGLE_ESTALE;
+	if (o.socket) {
+		signal(SIGTERM, on_signal);
+		signal(SIGINT, on_signal);
+		printf("demo: agent '%s' (group '%s', pid %d) follows toggled at %s\n", o.name, o.group,
+		       (int)getpid(), o.socket);
+		fflush(stdout);
+		mismatches = run_daemon_loop(d, &o);
+	} else {
+		for (int step = 0; step < o.steps; step++)
+			mismatches += run_step(d, step, step < N_STEPS);
+		/* Fail closed: a graph the agent forgot is refused. */
+		CHECK_TG(toggle_graph_forget(d->agent, d->graph[2]));
+		refused = toggle_graph_launch(d->agent, d->graph[2], d->exec[2], d->stream);
+		printf("demo: launch of a forgotten graph: %s\n", toggle_strerror(refused));
+	}
 
 	struct toggle_stats st;
 	toggle_stats_get(d->agent, &st);
-	printf("demo: %d steps, %llu replays, %llu refused, %llu node-set calls, %d mismatches\n",
-	       N_STEPS, (unsigned long long)st.launches, (unsigned long long)st.launches_refused,
-	       (unsigned long long)st.node_set_calls, mismatches);
+	printf("demo: %lld steps, %llu replays, %llu refused, %llu node-set calls, %d mismatches\n",
+	       (long long)st.step + 1, (unsigned long long)st.launches,
+	       (unsigned long long)st.launches_refused, (unsigned long long)st.node_set_calls,
+	       mismatches);
 	toggle_agent_close(d->agent);
 	toggle_sim_destroy(d->sim);
 	return (mismatches == 0 && refused == TOGGLE_ESTALE) ? 0 : 1;
