@@ -11,6 +11,8 @@ PREFIX    ?= /usr/local
 CC        ?= cc
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 B         := build
+TOGGLE_VERSION_MAJOR := 0
+TOGGLE_VERSION_MINOR := 1
 
 WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
           -Wpointer-arith -Wcast-qual -Wformat=2 -Wundef -Wvla
@@ -92,12 +94,36 @@ gpu-check:
 	@scripts/gpu-check.sh
 
 # ---- install ---------------------------------------------------------------
-install: lib
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+MANDIR     ?= $(PREFIX)/share/man
+TOGGLE_VERSION := $(TOGGLE_VERSION_MAJOR).$(TOGGLE_VERSION_MINOR)
+
+install: deps
+	@$(MAKE) --no-print-directory all
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/lib/sysusers.d $(DESTDIR)$(PREFIX)/lib/tmpfiles.d \
+	    $(DESTDIR)$(SYSCONFDIR)/toggle $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8
 	install -m 644 $(B)/libtoggle.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/libtoggle.so $(DESTDIR)$(PREFIX)/lib/libtoggle.so.0
 	ln -sf libtoggle.so.0 $(DESTDIR)$(PREFIX)/lib/libtoggle.so
-	install -m 644 libtoggle/include/toggle.h libtoggle/include/toggle_error.h libtoggle/include/toggle_sim.h libtoggle/include/toggle_shm.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 libtoggle/include/toggle.h libtoggle/include/toggle_error.h \
+	    libtoggle/include/toggle_hooks.h libtoggle/include/toggle_sim.h \
+	    libtoggle/include/toggle_shm.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(TOGGLE_VERSION)|' libtoggle/libtoggle.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libtoggle.pc
+	install -m 755 $(B)/toggled $(DESTDIR)$(PREFIX)/bin/
+	if [ -x $(B)/togglectl ]; then install -m 755 $(B)/togglectl $(DESTDIR)$(PREFIX)/bin/; fi
+	sed -e 's|/usr/bin/toggled|$(PREFIX)/bin/toggled|' -e 's|/etc/toggle|$(SYSCONFDIR)/toggle|' \
+	    systemd/toggled.service > $(DESTDIR)$(UNITDIR)/toggled.service
+	install -m 644 systemd/toggled.socket $(DESTDIR)$(UNITDIR)/
+	install -m 644 systemd/toggle.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/toggle.conf
+	install -m 644 systemd/toggle.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/toggle.conf
+	[ -e $(DESTDIR)$(SYSCONFDIR)/toggle/toggled.conf ] || \
+	    install -m 644 systemd/toggled.conf $(DESTDIR)$(SYSCONFDIR)/toggle/
+	for m in man/*.1; do [ -e "$$m" ] && install -m 644 "$$m" $(DESTDIR)$(MANDIR)/man1/; done; true
+	for m in man/*.3; do [ -e "$$m" ] && install -m 644 "$$m" $(DESTDIR)$(MANDIR)/man3/; done; true
+	for m in man/*.8; do [ -e "$$m" ] && install -m 644 "$$m" $(DESTDIR)$(MANDIR)/man8/; done; true
 
 clean:
 	rm -rf $(B)
