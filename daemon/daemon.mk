@@ -39,3 +39,8 @@ TD_E2E_TESTS := $(B)/tests/check_daemon
 $(TD_E2E_TESTS): $(B)/toggled-san $(B)/libtgproto-san.a
 $(TD_E2E_TESTS): EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\"
 $(TD_E2E_TESTS): EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
+
+# libtoggle's hand-written protobuf, cross-checked against protobuf-c.
+$(B)/tests/check_pbwire: $(B)/libtgproto-san.a
+$(B)/tests/check_pbwire: EXTRA_CFLAGS = $(TGP_CFLAGS)
+$(B)/tests/check_pbwire: EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS)
