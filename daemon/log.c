@@ -35,6 +35,7 @@ static const char *level_name(int level)
 	}
 }
 
+__attribute__((format(printf, 3, 0)))
 static void log_vwrite(int level, const char *errstr, const char *fmt, va_list ap)
 {
 	char msg[1024];

@@ -56,30 +56,20 @@ static const char *printable(const char *in, char *out, size_t outlen)
 /* Valid UTF-8 as jansson checks it; otherwise json_string() would fail at save time. */
 static bool utf8_valid(const char *str, size_t len)
 {
+	static const uint32_t min_cp[4] = { 0, 0x80, 0x800, 0x10000 }; /* shorter is overlong */
 	const unsigned char *p = (const unsigned char *)str, *end = p + len;
 	while (p < end) {
 		unsigned c = *p++;
-		size_t more;
-		uint32_t cp, min;
-		if (c < 0x80)
-			continue;
-		if (c >= 0xc2 && c <= 0xdf) {
-			more = 1, cp = c & 0x1f, min = 0x80;
-		} else if (c >= 0xe0 && c <= 0xef) {
-			more = 2, cp = c & 0x0f, min = 0x800;
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			more = 3, cp = c & 0x07, min = 0x10000;
-		} else {
+		size_t more = c < 0x80 ? 0 : c < 0xc2 ? 4 : c < 0xe0 ? 1 : c < 0xf0 ? 2 : c < 0xf5 ? 3 : 4;
+		if (more == 4 || (size_t)(end - p) < more)
 			return false;
-		}
-		if ((size_t)(end - p) < more)
-			return false;
-		for (; more; more--, p++) {
+		uint32_t cp = c & (0x7fu >> more);
+		for (size_t i = 0; i < more; i++, p++) {
 			if ((*p & 0xc0) != 0x80)
 				return false;
 			cp = cp << 6 | (*p & 0x3f);
 		}
-		if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		if (cp < min_cp[more] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
 			return false;
 	}
 	return true;
