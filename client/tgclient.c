@@ -261,7 +261,7 @@ static uint64_t next_id(struct tgc *c)
 /* A known negative code stays; anything else the daemon sends is EPROTO. */
 static int sanitize_code(int32_t code)
 {
-	return code;
+	return code < 0 && code >= TOGGLE_ERROR_MIN ? code : TOGGLE_EPROTO;
 }
 
 /* err = the daemon's message and the agents it names; returns the code. */

@@ -6,6 +6,9 @@
 TGP_GEN_C := $(B)/gen/proto/toggle.pb-c.c
 TGP_GEN_H := $(B)/gen/proto/toggle.pb-c.h
 # The generated header's include is "proto/toggle.pb-c.h", hence -I$(B)/gen.
+# Both are for recipes only: $$(...) runs pkg-config when the recipe runs, so
+# parsing the Makefile never needs the packages.  Link order for users:
+# $(B)/libtgproto.a $(TGP_LIBS).
 TGP_CFLAGS = -Iproto -Iclient -I$(B)/gen $$(pkg-config --cflags libprotobuf-c)
 TGP_LIBS = $$(pkg-config --libs libprotobuf-c)
 
@@ -21,8 +24,11 @@ TGP_TESTS := $(B)/tests/check_frame $(B)/tests/check_client
 
 all: $(B)/libtgproto.a
 
-# One protoc-c run writes both files (grouped target).
+# One protoc-c run writes both files (grouped target).  This is the first
+# step that needs the -dev packages, so it makes sure they are there (plain
+# `make` and `make demo` do not go through the deps target).
 $(TGP_GEN_C) $(TGP_GEN_H) &: proto/toggle.proto
+	@scripts/deps.sh build
 	@mkdir -p $(B)/gen
 	protoc-c --c_out=$(B)/gen $<
 
