@@ -88,6 +88,8 @@ check-run: $(TEST_BIN)
 # ---- wire protocol, client library, daemon, CLI (need the Debian -dev packages)
 -include proto/proto.mk
 -include daemon/daemon.mk
+-include client/client.mk
+-include bench/bench.mk
 
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:

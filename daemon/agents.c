@@ -402,14 +402,22 @@ static void waiter_free(struct td_waiter *w)
 static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 {
 	const char *late[64];
-	size_t n_late = 0, n_named = 0;
+	size_t n_late = 0, n_named = 0, n_gone = 0;
 	for (size_t i = 0; i < w->n; i++) {
 		struct td_agent *a = agent_by_id(d, w->agent_ids[i]);
 		if (a && a->st_valid && a->st->version_applied >= w->versions[i])
 			continue;
 		n_late++;
+		n_gone += !a;
 		if (n_named < 64)
 			late[n_named++] = a ? a->name : "(gone)";
+	}
+	if (n_gone) {
+		/* An agent that left will never apply it: say so now, not at the deadline. */
+		char msg[128];
+		snprintf(msg, sizeof(msg), "%zu of %zu agents left before applying the set", n_gone, w->n);
+		td_peer_send_error(w->peer, w->request_id, TOGGLE_ENOAGENT, msg, late, n_named);
+		return true;
 	}
 	if (n_late && now < w->deadline_ms)
 		return false;

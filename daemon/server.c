@@ -32,6 +32,28 @@ static void peer_free_cb(uv_handle_t *h)
 	free(p);
 }
 
+/*
+ * Before a close: write what is queued without waiting, so that an error
+ * queued just before the drop (a request before hello) reaches the peer.
+ */
+static void peer_out_last_words(struct td_peer *p)
+{
+	struct td_daemon *d = p->d;
+	if (!p->out_head)
+		return;
+	/* Acknowledgements never leave before the state they acknowledge is saved. */
+	if (d->store.dirty && td_store_save(&d->store, d->cfg.state_dir) != 0)
+		log_warn("saving the desired state under %s", d->cfg.state_dir);
+	for (struct td_out *o = p->out_head; o; o = o->next) {
+		ssize_t n;
+		do
+			n = send(p->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		while (n < 0 && errno == EINTR);
+		if (n < 0 || (size_t)n != o->len - o->off)
+			return;
+	}
+}
+
 static void peer_out_free(struct td_peer *p)
 {
 	for (struct td_out *o = p->out_head, *n; o; o = n) {
@@ -73,6 +95,7 @@ void td_peer_drop(struct td_peer *p, const char *why)
 	if (p->next)
 		p->next->prev = p->prev;
 	d->n_peers--;
+	peer_out_last_words(p);
 	peer_out_free(p);
 	if (p->pending_fd >= 0)
 		close(p->pending_fd);
@@ -239,6 +262,12 @@ static void peer_read(struct td_peer *p)
 	while (!p->closing && (got = tgp_reader_next(&p->rd, &env)) == 1) {
 		td_dispatch(p, env);
 		toggle__envelope__free_unpacked(env, NULL);
+		/* An fd belongs to the frame it came with (a stream read never spans
+		 * an SCM_RIGHTS boundary): one its frame did not claim is closed. */
+		if (p->pending_fd >= 0 && !p->closing) {
+			close(p->pending_fd);
+			p->pending_fd = -1;
+		}
 	}
 	if (p->closing)
 		return;

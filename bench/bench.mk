@@ -1,0 +1,17 @@
+# bench.mk - benchmarks (make bench).  Figures only: nothing here asserts speed.
+BENCH_CFLAGS = -Ilibtoggle/src
+
+$(B)/bench/bench_host: bench/bench_host.c $(B)/libtoggle.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(B)/libtoggle.a $(LIB_LIBS)
+
+$(B)/bench/bench_daemon: bench/bench_daemon.c $(B)/libtoggle.a $(B)/libtgproto.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(BENCH_CFLAGS) $(TGP_CFLAGS) -o $@ $< $(B)/libtgproto.a \
+	    $(B)/libtoggle.a $(TGP_LIBS) $(LIB_LIBS)
+
+.PHONY: bench
+bench:
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory $(B)/bench/bench_host $(B)/bench/bench_daemon $(B)/toggled
+	@B=$(B) bench/run.sh

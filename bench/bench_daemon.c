@@ -1,0 +1,318 @@
+/*
+ * bench_daemon.c - toggled's latency and throughput, measured (never asserted).
+ *
+ * Starts the real daemon on a private socket, attaches A agents (libtoggle
+ * agents on the simulator, in this process, each with its own shared memory
+ * and connection thread), then measures with the client library:
+ *   - SetEnabled round trip (send to reply) and command-to-visible latency
+ *     (send to the agent's control-lane sequence number moving), p50/p99,
+ *     for A = 1, 16, 256;
+ *   - requests per second from 1 and 8 clients, sequential and pipelined
+ *     (32 in flight), for a read (Status) and a write (SetEnabled).
+ *
+ * Usage: bench_daemon --toggled PATH [--requests N] [--seconds S]
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_impl.h"
+#include "conn.h"
+#include "frame.h"
+#include "tgclient.h"
+#include "toggle.h"
+#include "toggle_sim.h"
+
+#define MAX_AGENTS 256
+static const char *const types[] = {"h0", "h1"};
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double pct(double *v, size_t n, double p)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+	return v[i];
+}
+
+struct bench {
+	char dir[64], sock[128], state[128];
+	pid_t daemon;
+	struct toggle_sim *sim;
+	struct toggle_agent *agents[MAX_AGENTS];
+	size_t n_agents;
+};
+
+static void die(const char *what)
+{
+	fprintf(stderr, "bench_daemon: %s\n", what);
+	exit(1);
+}
+
+static void daemon_start(struct bench *b, const char *bin)
+{
+	const char *tmp = getenv("TMPDIR");
+	snprintf(b->dir, sizeof(b->dir), "%s/tg-bench-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+	if (!mkdtemp(b->dir))
+		die("mkdtemp");
+	snprintf(b->sock, sizeof(b->sock), "%s/s.sock", b->dir);
+	snprintf(b->state, sizeof(b->state), "%s/state", b->dir);
+	b->daemon = fork();
+	if (b->daemon == 0) {
+		freopen("/dev/null", "w", stderr);
+		execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 500; i++) {
+		struct tgc *c;
+		char err[256];
+		if (tgc_connect(b->sock, 100, &c, err, sizeof(err)) == 0) {
+			tgc_close(c);
+			return;
+		}
+		usleep(10000);
+	}
+	die("toggled did not start");
+}
+
+static void daemon_stop(struct bench *b)
+{
+	kill(b->daemon, SIGTERM);
+	waitpid(b->daemon, NULL, 0);
+	char cmd[160];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", b->dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "bench_daemon: could not remove %s\n", b->dir);
+}
+
+static size_t daemon_agents(struct tgc *c)
+{
+	Toggle__Envelope req = TOGGLE__ENVELOPE__INIT, *rep = NULL;
+	Toggle__ListAgentsRequest la = TOGGLE__LIST_AGENTS_REQUEST__INIT;
+	req.body_case = TOGGLE__ENVELOPE__BODY_LIST_AGENTS;
+	req.list_agents = &la;
+	char err[256];
+	size_t n = 0;
+	if (tgc_call(c, &req, &rep, 2000, err, sizeof(err)) == 0)
+		n = rep->agents->n_agents;
+	if (rep)
+		toggle__envelope__free_unpacked(rep, NULL);
+	return n;
+}
+
+/* Grow to n agents and wait until the daemon lists them all. */
+static void agents_attach(struct bench *b, struct tgc *c, size_t n)
+{
+	while (b->n_agents < n) {
+		char name[32];
+		snprintf(name, sizeof(name), "bench-%zu", b->n_agents);
+		struct toggle_config cfg = {.name = name,
+					    .catalog = {.type_names = types, .n_types = 2, .n_layers = 4},
+					    .backend = TOGGLE_BACKEND_SIM, .sim = b->sim,
+					    .socket_path = b->sock};
+		if (toggle_agent_open(&cfg, &b->agents[b->n_agents]))
+			die("agent open");
+		b->n_agents++;
+	}
+	for (int i = 0; i < 1000 && daemon_agents(c) < n; i++)
+		usleep(5000);
+	if (daemon_agents(c) < n)
+		die("agents did not register");
+}
+
+/* A pre-built SetEnabled frame for agent id `id` (the first agent has id 1). */
+static int encode_set(uint64_t req_id, uint64_t agent_id, int flip, uint8_t **buf, size_t *len)
+{
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	Toggle__SetEnabledRequest se = TOGGLE__SET_ENABLED_REQUEST__INIT;
+	Toggle__Selector sel = TOGGLE__SELECTOR__INIT;
+	sel.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+	sel.agent_id = agent_id;
+	se.target = &sel;
+	se.op = TOGGLE__SET_OP__REPLACE;
+	se.spec = flip ? "h0:1" : "h0:0";
+	env.id = req_id;
+	env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
+	env.set_enabled = &se;
+	return tgp_frame_encode(&env, buf, len);
+}
+
+static void latency(struct bench *b, struct tgc *c, size_t n_req)
+{
+	double *rtt = calloc(n_req, sizeof(double)), *vis = calloc(n_req, sizeof(double));
+	for (size_t i = 0; i < n_req; i++) {
+		size_t k = i % b->n_agents;
+		struct toggle_agent *a = b->agents[k];
+		uint8_t *buf;
+		size_t len;
+		uint64_t id = 1000000 + i;
+		struct tg_conn_state cs;
+		tg_conn_state(a->conn, &cs); /* ids follow registration order, not ours */
+		if (encode_set(id, cs.agent_id, (int)(i / b->n_agents) & 1, &buf, &len))
+			die("encode");
+		uint64_t seq0 = toggle_shm_control_seq(a->shm.ctl);
+		double t0 = now_us();
+		if (tgc_send_raw(c, buf, len))
+			die("send");
+		while (toggle_shm_control_seq(a->shm.ctl) == seq0)
+			if (now_us() - t0 > 2e6)
+				die("the control lane never moved (request refused?)");
+		vis[i] = now_us() - t0;
+		Toggle__Envelope *rep = NULL;
+		do {
+			if (rep)
+				toggle__envelope__free_unpacked(rep, NULL);
+			if (tgc_recv(c, &rep, 2000) != 1)
+				die("no reply");
+		} while (rep->id != id);
+		rtt[i] = now_us() - t0;
+		if (rep->body_case != TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY)
+			die("set_enabled failed");
+		toggle__envelope__free_unpacked(rep, NULL);
+		free(buf);
+	}
+	printf("  %6zu %8zu %10.1f %10.1f %10.1f %10.1f\n", b->n_agents, n_req, pct(vis, n_req, 0.5),
+	       pct(vis, n_req, 0.99), pct(rtt, n_req, 0.5), pct(rtt, n_req, 0.99));
+	free(rtt);
+	free(vis);
+}
+
+struct load {
+	const char *sock;
+	int write, window;
+	double seconds;
+	uint64_t done;
+};
+
+static void *load_thread(void *arg)
+{
+	struct load *l = arg;
+	struct tgc *c;
+	char err[256];
+	if (tgc_connect(l->sock, 2000, &c, err, sizeof(err)))
+		die(err);
+	uint8_t *frames[2];
+	size_t lens[2];
+	for (int f = 0; f < 2; f++) {
+		Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+		Toggle__StatusRequest st = TOGGLE__STATUS_REQUEST__INIT;
+		env.id = 7;
+		if (l->write) {
+			if (encode_set(7, 1, f, &frames[f], &lens[f]))
+				die("encode");
+			continue;
+		}
+		env.body_case = TOGGLE__ENVELOPE__BODY_STATUS;
+		env.status = &st;
+		if (tgp_frame_encode(&env, &frames[f], &lens[f]))
+			die("encode");
+	}
+	double end = now_us() + l->seconds * 1e6;
+	uint64_t sent = 0, got = 0;
+	while (now_us() < end) {
+		while (sent - got < (uint64_t)l->window) {
+			if (tgc_send_raw(c, frames[sent & 1], lens[sent & 1]))
+				die("send");
+			sent++;
+		}
+		Toggle__Envelope *rep;
+		if (tgc_recv(c, &rep, 2000) != 1)
+			die("no reply");
+		toggle__envelope__free_unpacked(rep, NULL);
+		got++;
+	}
+	while (got < sent) {
+		Toggle__Envelope *rep;
+		if (tgc_recv(c, &rep, 2000) != 1)
+			die("no reply");
+		toggle__envelope__free_unpacked(rep, NULL);
+		got++;
+	}
+	l->done = got;
+	free(frames[0]);
+	free(frames[1]);
+	tgc_close(c);
+	return NULL;
+}
+
+static double throughput(struct bench *b, int clients, int write, int window, double seconds)
+{
+	pthread_t th[8];
+	struct load l[8];
+	for (int i = 0; i < clients; i++) {
+		l[i] = (struct load){.sock = b->sock, .write = write, .window = window, .seconds = seconds};
+		pthread_create(&th[i], NULL, load_thread, &l[i]);
+	}
+	uint64_t total = 0;
+	for (int i = 0; i < clients; i++) {
+		pthread_join(th[i], NULL);
+		total += l[i].done;
+	}
+	return (double)total / seconds;
+}
+
+int main(int argc, char **argv)
+{
+	const char *bin = NULL;
+	size_t n_req = 5000;
+	double seconds = 2;
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--toggled"))
+			bin = argv[i + 1];
+		else if (!strcmp(argv[i], "--requests"))
+			n_req = (size_t)atol(argv[i + 1]);
+		else if (!strcmp(argv[i], "--seconds"))
+			seconds = atof(argv[i + 1]);
+	}
+	if (!bin || n_req < 10 || seconds <= 0) {
+		fprintf(stderr, "usage: bench_daemon --toggled PATH [--requests N] [--seconds S]\n");
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	struct bench b = {0};
+	if (toggle_sim_create(&b.sim))
+		die("sim");
+	daemon_start(&b, bin);
+	struct tgc *c;
+	char err[256];
+	if (tgc_connect(b.sock, 2000, &c, err, sizeof(err)))
+		die(err);
+	printf("daemon: SetEnabled latency in microseconds (state dir on %s)\n", b.dir);
+	printf("  %6s %8s %10s %10s %10s %10s\n", "agents", "requests", "visible50", "visible99",
+	       "rtt50", "rtt99");
+	static const size_t counts[] = {1, 16, 256};
+	for (size_t i = 0; i < 3; i++) {
+		agents_attach(&b, c, counts[i]);
+		latency(&b, c, n_req);
+	}
+	printf("daemon: requests per second (%.0f s each, %zu agents attached)\n", seconds, b.n_agents);
+	printf("  %8s %8s %12s %12s\n", "clients", "request", "sequential", "pipelined32");
+	for (int clients = 1; clients <= 8; clients += 7)
+		for (int w = 0; w < 2; w++)
+			printf("  %8d %8s %12.0f %12.0f\n", clients, w ? "set" : "status",
+			       throughput(&b, clients, w, 1, seconds), throughput(&b, clients, w, 32, seconds));
+	tgc_close(c);
+	for (size_t i = 0; i < b.n_agents; i++)
+		toggle_agent_close(b.agents[i]);
+	daemon_stop(&b);
+	toggle_sim_destroy(b.sim);
+	return 0;
+}

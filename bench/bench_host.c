@@ -1,0 +1,230 @@
+/*
+ * bench_host.c - libtoggle's host-side costs, measured (never asserted).
+ *
+ *   hotpath: what toggle_graph_launch() adds to a launch when nothing
+ *            changed, against calling the same launch entry point directly.
+ *            The driver's launch is replaced by an empty function so only
+ *            libtoggle's work is left in the difference.
+ *   apply:   changing k hooks on a graph of n producers: driver calls made
+ *            (must be k) and host time per launch that applies them.
+ *
+ * Usage: bench_host hotpath|apply [--reps R] [--iters N] [--mode agent|direct]
+ * Prints a table of medians over R repetitions (see bench/run.sh).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent_impl.h"
+#include "toggle.h"
+#include "toggle_sim.h"
+
+static CUresult empty_launch(CUgraphExec exec, CUstream stream)
+{
+	(void)exec;
+	(void)stream;
+	__asm__ volatile("" ::: "memory");
+	return CUDA_SUCCESS;
+}
+
+static double now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void nop_kernel(void *arg)
+{
+	(void)arg;
+}
+
+struct rig {
+	struct toggle_sim *sim;
+	CUstream stream;
+	struct toggle_agent *agent;
+	CUgraph graph;
+	CUgraphExec exec;
+	const char *names[TOGGLE_MAX_HOOK_TYPES];
+	char name_buf[TOGGLE_MAX_HOOK_TYPES][16];
+};
+
+/* An agent on the simulator with one graph of types x layers producers. */
+static void rig_open(struct rig *r, uint16_t types, uint16_t layers)
+{
+	memset(r, 0, sizeof(*r));
+	for (uint16_t t = 0; t < types; t++) {
+		snprintf(r->name_buf[t], sizeof(r->name_buf[t]), "h%u", t);
+		r->names[t] = r->name_buf[t];
+	}
+	if (toggle_sim_create(&r->sim) || toggle_sim_stream_create(r->sim, &r->stream))
+		exit(1);
+	struct toggle_config cfg = {.name = "bench",
+				    .catalog = {.type_names = r->names, .n_types = types,
+						.n_layers = layers},
+				    .backend = TOGGLE_BACKEND_SIM, .sim = r->sim};
+	if (toggle_agent_open(&cfg, &r->agent))
+		exit(1);
+	toggle_capture_begin(r->agent);
+	toggle_sim_stream_begin_capture(r->stream);
+	for (uint16_t t = 0; t < types; t++)
+		for (uint16_t l = 0; l < layers; l++) {
+			toggle_sim_launch_kernel(r->stream, nop_kernel, NULL);
+			if (toggle_record_producer(r->agent, r->stream, (struct toggle_hook){t, l}))
+				exit(1);
+		}
+	toggle_sim_stream_end_capture(r->stream, &r->graph);
+	toggle_capture_end(r->agent);
+	toggle_sim_graph_instantiate(&r->exec, r->graph);
+	toggle_graph_bind(r->agent, r->graph, r->exec);
+}
+
+static void rig_close(struct rig *r)
+{
+	toggle_agent_close(r->agent);
+	toggle_sim_destroy(r->sim);
+}
+
+/* The direct call goes through a volatile pointer, as the agent's table does. */
+static CUresult (*volatile direct_launch)(CUgraphExec, CUstream) = empty_launch;
+
+static double run_hotpath(struct rig *r, int direct, long iters)
+{
+	double t0 = now_ns();
+	if (direct) {
+		for (long i = 0; i < iters; i++)
+			direct_launch(r->exec, r->stream);
+	} else {
+		for (long i = 0; i < iters; i++)
+			toggle_graph_launch(r->agent, r->graph, r->exec, r->stream);
+	}
+	return (now_ns() - t0) / (double)iters;
+}
+
+static int bench_hotpath(int reps, long iters, const char *mode)
+{
+	struct rig r;
+	rig_open(&r, 3, 32);
+	struct toggle_set s;
+	toggle_set_clear(&s);
+	toggle_set_add(&s, (struct toggle_hook){0, 3});
+	toggle_set_enabled(r.agent, &s);
+	toggle_step_begin(r.agent, 0, NULL);
+	toggle_graph_launch(r.agent, r.graph, r.exec, r.stream); /* sync once on the sim */
+	r.agent->cu.graph_launch = empty_launch;                   /* then time only libtoggle */
+	if (mode) { /* one variant only: for instruction counts under callgrind */
+		run_hotpath(&r, strcmp(mode, "direct") == 0, iters);
+		rig_close(&r);
+		return 0;
+	}
+	double *agent = calloc((size_t)reps, sizeof(double)), *direct = calloc((size_t)reps, sizeof(double));
+	for (int i = 0; i < reps; i++) {
+		direct[i] = run_hotpath(&r, 1, iters);
+		agent[i] = run_hotpath(&r, 0, iters);
+	}
+	double ma = median(agent, reps), md = median(direct, reps);
+	printf("hotpath: %d reps x %ld launches, graph of 96 producers, nothing changed\n", reps, iters);
+	printf("  %-34s %8.2f ns/launch\n", "direct launch (baseline)", md);
+	printf("  %-34s %8.2f ns/launch\n", "toggle_graph_launch", ma);
+	printf("  %-34s %8.2f ns/launch\n", "added by libtoggle (median diff)", ma - md);
+	free(agent);
+	free(direct);
+	rig_close(&r);
+	return 0;
+}
+
+/* Flip k hooks (the first k of the graph), launch once; time and calls. */
+static void apply_point(uint16_t types, uint16_t layers, unsigned k, int reps, double *ns,
+			double *calls_per_change)
+{
+	struct rig r;
+	rig_open(&r, types, layers);
+	struct toggle_set off, on;
+	toggle_set_clear(&off);
+	toggle_set_clear(&on);
+	for (unsigned i = 0; i < k; i++)
+		toggle_set_add(&on, (struct toggle_hook){(uint16_t)(i / layers), (uint16_t)(i % layers)});
+	toggle_set_enabled(r.agent, &off);
+	toggle_step_begin(r.agent, 0, NULL);
+	toggle_graph_launch(r.agent, r.graph, r.exec, r.stream);
+	r.agent->cu.graph_launch = empty_launch;
+	double *t = calloc((size_t)reps, sizeof(double));
+	uint64_t calls = 0, changes = 0;
+	for (int i = 0; i < reps; i++) {
+		toggle_set_enabled(r.agent, i % 2 ? &off : &on);
+		toggle_step_begin(r.agent, i + 1, NULL);
+		struct toggle_stats before, after;
+		toggle_stats_get(r.agent, &before);
+		double t0 = now_ns();
+		toggle_graph_launch(r.agent, r.graph, r.exec, r.stream);
+		t[i] = now_ns() - t0;
+		toggle_stats_get(r.agent, &after);
+		calls += after.node_set_calls - before.node_set_calls;
+		changes += k;
+	}
+	*ns = median(t, reps);
+	*calls_per_change = changes ? (double)calls / (double)changes : 0;
+	free(t);
+	rig_close(&r);
+}
+
+static int bench_apply(int reps)
+{
+	static const struct {
+		uint16_t types, layers;
+	} shapes[] = {{1, 32}, {3, 32}, {4, 128}, {16, 256}};
+	static const unsigned ks[] = {1, 8, 64, 512, 4096};
+	printf("apply: change k hooks on a graph of n producers, simulator driver, %d reps\n", reps);
+	printf("  %6s %6s %14s %14s %16s\n", "n", "k", "calls/change", "launch ns", "ns per changed");
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		unsigned n = (unsigned)shapes[s].types * shapes[s].layers;
+		for (size_t j = 0; j < sizeof(ks) / sizeof(ks[0]); j++) {
+			if (ks[j] > n)
+				continue;
+			double ns, cpc;
+			apply_point(shapes[s].types, shapes[s].layers, ks[j], reps, &ns, &cpc);
+			printf("  %6u %6u %14.3f %14.0f %16.1f\n", n, ks[j], cpc, ns, ns / ks[j]);
+		}
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int reps = 15;
+	long iters = 2000000;
+	const char *mode = NULL;
+	if (argc < 2) {
+		fprintf(stderr, "usage: bench_host hotpath|apply [--reps R] [--iters N] [--mode agent|direct]\n");
+		return 2;
+	}
+	for (int i = 2; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--reps"))
+			reps = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--iters"))
+			iters = atol(argv[i + 1]);
+		else if (!strcmp(argv[i], "--mode"))
+			mode = argv[i + 1];
+	}
+	if (reps < 1 || iters < 1)
+		return 2;
+	if (!strcmp(argv[1], "hotpath"))
+		return bench_hotpath(reps, iters, mode);
+	if (!strcmp(argv[1], "apply"))
+		return bench_apply(reps);
+	fprintf(stderr, "bench_host: unknown benchmark '%s'\n", argv[1]);
+	return 2;
+}

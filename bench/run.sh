@@ -1,0 +1,37 @@
+#!/bin/sh
+# run.sh - the host benchmarks (make bench): prints the tables that
+# docs/benchmarks.md records.  Medians over repetitions; ratios against a
+# baseline measured in the same run.  Instruction counts from callgrind.
+set -eu
+B=${B:-build}
+echo "bench: $(uname -srm), $(nproc) cores, $(gcc --version | head -n 1)"
+echo "bench: $(date -u +%Y-%m-%dT%H:%MZ)"
+echo
+
+"$B/bench/bench_host" hotpath --reps 21 --iters 2000000
+echo
+
+# Instructions per launch: the difference between two runs of N1 and N2
+# launches, divided by N2-N1, cancels start-up and teardown exactly.
+ir() {
+	valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+		"$B/bench/bench_host" hotpath --mode "$1" --iters "$2" 2>&1 |
+		sed -n 's/.*Collected : *\([0-9]*\).*/\1/p'
+}
+if command -v valgrind >/dev/null 2>&1; then
+	a1=$(ir agent 100000) a2=$(ir agent 200000)
+	d1=$(ir direct 100000) d2=$(ir direct 200000)
+	awk -v a1="$a1" -v a2="$a2" -v d1="$d1" -v d2="$d2" 'BEGIN {
+		a = (a2 - a1) / 100000; d = (d2 - d1) / 100000
+		printf "hotpath instructions (callgrind): direct %.1f, toggle_graph_launch %.1f, added %.1f per launch\n", d, a, a - d }'
+else
+	echo "hotpath instructions: valgrind not installed, skipped"
+fi
+echo
+
+"$B/bench/bench_host" apply --reps 21
+echo
+
+if [ -x "$B/bench/bench_daemon" ] && [ -x "$B/toggled" ]; then
+	"$B/bench/bench_daemon" --toggled "$B/toggled"
+fi

@@ -1,0 +1,2087 @@
+/*
+ * check_daemon.c - end-to-end tests of toggled: the real daemon binary (the
+ * ASan/UBSan build, TOGGLED_BIN), agents on the simulator backend in child
+ * processes, and the client library.
+ *
+ * Every test gets a private directory under /tmp with the socket, the state
+ * directory and the logs, starts the daemon there, and stops it at the end
+ * with SIGTERM: the daemon must exit 0, so an ASan or leak report in it fails
+ * the test.  On a failure the daemon's log and the agents' logs are printed
+ * and the directory is kept.  Children are tied to the test process with
+ * PR_SET_PDEATHSIG, so a failed or timed-out test leaves nothing running.
+ *
+ * An agent child captures NGRAPHS graphs of NL layers x NT hook types whose
+ * producer kernels record what ran, then steps until SIGTERM: each step it
+ * launches every graph, checks that what ran is the step's effective set
+ * (exit 3 if not), and logs "step S set SPEC" to DIR/agent-NAME.log.
+ *
+ * Run from the repository root (TOGGLED_BIN is a relative path).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "testutil.h"
+#include "tgclient.h"
+#include "toggle.h"
+#include "toggle_shm.h"
+#include "toggle_sim.h"
+
+#ifndef TOGGLED_BIN
+#error "TOGGLED_BIN must name the daemon binary (daemon/daemon.mk passes it)"
+#endif
+
+#define NT             2     /* hook types of the test catalog */
+#define NL             4     /* layers */
+#define NGRAPHS        2     /* graphs each agent captures */
+#define MAX_AGENTS     4
+#define SPEC_LEN       256
+#define ERRLEN         512
+#define RPC_TIMEOUT_MS 15000
+#define WAIT_MS        5000  /* wait_ms of SetEnabled requests that must succeed */
+#define NOBODY         65534
+
+static const char *const type_names[NT] = {"resid_post", "attn_out"};
+static const struct toggle_catalog catalog = {.type_names = type_names, .n_types = NT,
+					      .n_layers = NL};
+
+/* Exit codes of an agent child. */
+enum { AGENT_OK = 0, AGENT_SETUP = 2, AGENT_MISMATCH = 3, AGENT_LAUNCH = 4, AGENT_STEP = 5 };
+
+struct agent_proc {
+	pid_t pid; /* 0 once reaped */
+	char name[32];
+	char log[PATH_MAX];
+};
+
+struct env {
+	char dir[64];
+	char sock[PATH_MAX], state[PATH_MAX], dlog[PATH_MAX];
+	pid_t daemon; /* 0 when not running */
+	int n_agents;
+	struct agent_proc agents[MAX_AGENTS];
+};
+
+/* The running test's environment, for failure reports. */
+static struct env *g_env;
+
+/* ======================================================================== */
+/* Time, files, failure reports                                              */
+/* ======================================================================== */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static const char *status_text(int st)
+{
+	static char buf[64];
+	if (WIFEXITED(st))
+		snprintf(buf, sizeof(buf), "exit status %d", WEXITSTATUS(st));
+	else if (WIFSIGNALED(st))
+		snprintf(buf, sizeof(buf), "signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+	else
+		snprintf(buf, sizeof(buf), "wait status %#x", st);
+	return buf;
+}
+
+/* The whole file as a string (NULL if unreadable); free() it. */
+static char *file_read(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return NULL;
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	size_t n;
+	while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+		len += n;
+		if (cap - len < 2) {
+			char *nb = realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+	}
+	fclose(f);
+	if (buf)
+		buf[len] = '\0';
+	return buf;
+}
+
+static bool file_contains(const char *path, const char *needle)
+{
+	char *text = file_read(path);
+	bool found = text && strstr(text, needle);
+	free(text);
+	return found;
+}
+
+static void dump_file(const char *title, const char *path, size_t tail)
+{
+	char *text = file_read(path);
+	if (!text) {
+		fprintf(stderr, "---- %s (%s): cannot read: %s\n", title, path, strerror(errno));
+		return;
+	}
+	size_t len = strlen(text);
+	const char *from = len > tail ? text + len - tail : text;
+	fprintf(stderr, "---- %s (%s)%s ----\n%s---- end of %s ----\n", title, path,
+		from != text ? ", last part" : "", from, title);
+	free(text);
+}
+
+static void env_report(void)
+{
+	const struct env *e = g_env;
+	if (!e)
+		return;
+	fprintf(stderr, "==== test directory kept: %s\n", e->dir);
+	dump_file("toggled log", e->dlog, 48 * 1024);
+	for (int i = 0; i < e->n_agents; i++) {
+		char title[64];
+		snprintf(title, sizeof(title), "agent %s log", e->agents[i].name);
+		dump_file(title, e->agents[i].log, 1500);
+	}
+}
+
+_Noreturn static void fail_at(int line, const char *cond, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+_Noreturn static void fail_at(int line, const char *cond, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "check_daemon.c:%d: FAILED (%s): %s\n", line, cond, msg);
+	env_report();
+	ck_abort_msg("line %d: %s: %s", line, cond, msg);
+	abort();
+}
+
+/* Like ck_assert_msg, but prints the daemon's and agents' logs first. */
+#define ASSERT(cond, ...)                                         \
+	do {                                                      \
+		if (!(cond))                                      \
+			fail_at(__LINE__, #cond, __VA_ARGS__);    \
+	} while (0)
+
+/* got and want are plain variables or constants (evaluated twice). */
+#define ASSERT_CODE(got, want, err)                                                    \
+	ASSERT((got) == (want), "code %d (%s), expected %d (%s); message: %s", (int)(got), \
+	       toggle_strerror(got), (int)(want), toggle_strerror(want), (err))
+
+#define ASSERT_STR(got, want, what) \
+	ASSERT(strcmp((got), (want)) == 0, "%s is '%s', expected '%s'", (what), (got), (want))
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+/* A hook spec in the canonical text of the test catalog. */
+struct spec {
+	char s[SPEC_LEN];
+};
+
+static struct spec canon(const char *text)
+{
+	struct toggle_set set;
+	struct spec out;
+	char err[256];
+	int rc = toggle_set_parse(&catalog, text, &set, err, sizeof(err));
+	ASSERT(rc == 0, "test spec '%s': %s", text, err);
+	toggle_set_format(&catalog, &set, out.s, sizeof(out.s));
+	return out;
+}
+
+/* ======================================================================== */
+/* The daemon                                                                */
+/* ======================================================================== */
+
+/* In a child just forked: die with the test process, unblock signals. */
+static void child_detach(pid_t parent)
+{
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != parent)
+		_exit(99);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* fork/exec TOGGLED_BIN on the env's socket and state dir; stderr appended to logpath. */
+static pid_t daemon_spawn(const struct env *e, const char *logpath)
+{
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_detach(parent);
+		int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || null < 0 || dup2(null, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+			_exit(126);
+		close_range(3, ~0u, 0);
+		execl(TOGGLED_BIN, "toggled", "--socket", e->sock, "--state-dir", e->state, "-v",
+		      (char *)NULL);
+		dprintf(2, "check_daemon: exec %s: %s\n", TOGGLED_BIN, strerror(errno));
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Wait up to timeout_ms for pid to end: true with *st. */
+static bool wait_exit(pid_t pid, int timeout_ms, int *st)
+{
+	uint64_t end = now_ms() + (uint64_t)timeout_ms;
+	for (;;) {
+		pid_t r = waitpid(pid, st, WNOHANG);
+		if (r == pid)
+			return true;
+		if (r < 0 && errno != EINTR)
+			return false;
+		if (now_ms() >= end)
+			return false;
+		sleep_ms(5);
+	}
+}
+
+static bool socket_accepts(const char *path)
+{
+	struct sockaddr_un sa;
+	socklen_t len;
+	if (tgp_unix_address(path, &sa, &len) != 0)
+		return false;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	bool ok = connect(fd, (struct sockaddr *)&sa, len) == 0;
+	close(fd);
+	return ok;
+}
+
+/* Start the daemon and wait (bounded) until its socket accepts. */
+static void daemon_start(struct env *e)
+{
+	e->daemon = daemon_spawn(e, e->dlog);
+	uint64_t end = now_ms() + 10000;
+	while (!socket_accepts(e->sock)) {
+		int st;
+		if (waitpid(e->daemon, &st, WNOHANG) == e->daemon) {
+			e->daemon = 0;
+			ASSERT(0, "toggled ended during start-up with %s", status_text(st));
+		}
+		ASSERT(now_ms() < end, "toggled does not accept on %s after 10 s", e->sock);
+		sleep_ms(10);
+	}
+}
+
+/* SIGTERM; the daemon must exit 0 (ASan and leak reports make it exit non-zero). */
+static void daemon_stop(struct env *e)
+{
+	if (!e->daemon)
+		return;
+	pid_t pid = e->daemon;
+	int st = 0;
+	kill(pid, SIGTERM);
+	bool done = wait_exit(pid, 20000, &st);
+	if (!done) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	e->daemon = 0;
+	ASSERT(done, "toggled did not stop within 20 s of SIGTERM");
+	ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	       "toggled ended with %s (sanitizer reports are in its log)", status_text(st));
+}
+
+static void daemon_kill9(struct env *e)
+{
+	ASSERT(e->daemon > 0, "no daemon to kill");
+	kill(e->daemon, SIGKILL);
+	int st;
+	waitpid(e->daemon, &st, 0);
+	e->daemon = 0;
+}
+
+/* ======================================================================== */
+/* Agent children                                                            */
+/* ======================================================================== */
+
+struct agent_opts {
+	const char *name, *group;
+	int64_t start;  /* first step */
+	bool steps;     /* false: register, capture, bind, then only sleep (never launches) */
+	int period_ms;  /* sleep between steps; 0 means 1 ms */
+};
+
+static volatile sig_atomic_t child_stop;
+static struct toggle_set child_ran; /* producers that ran in the current launch */
+
+static void child_on_term(int sig)
+{
+	(void)sig;
+	child_stop = 1;
+}
+
+static void producer_fn(void *arg)
+{
+	const struct toggle_hook *h = arg;
+	toggle_set_add(&child_ran, *h);
+}
+
+static void child_log(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void child_log(int fd, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		(void)!write(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+/* Capture one graph (a producer per hook), instantiate it, bind it. */
+static int child_capture(struct toggle_agent *a, CUstream s, struct toggle_hook *hooks,
+			 CUgraph *graph, CUgraphExec *exec)
+{
+	int rc = toggle_capture_begin(a);
+	if (rc)
+		return rc;
+	if (toggle_sim_stream_begin_capture(s) != CUDA_SUCCESS)
+		return TOGGLE_ECUDA;
+	for (uint16_t l = 0; l < NL; l++) {
+		for (uint16_t t = 0; t < NT; t++) {
+			struct toggle_hook *h = &hooks[l * NT + t];
+			*h = (struct toggle_hook){.type = t, .layer = l};
+			if (toggle_sim_launch_kernel(s, producer_fn, h) != CUDA_SUCCESS)
+				return TOGGLE_ECUDA;
+			if ((rc = toggle_record_producer(a, s, *h)))
+				return rc;
+		}
+	}
+	if (toggle_sim_stream_end_capture(s, graph) != CUDA_SUCCESS)
+		return TOGGLE_ECUDA;
+	if ((rc = toggle_capture_end(a)))
+		return rc;
+	if (toggle_sim_graph_instantiate(exec, *graph) != CUDA_SUCCESS)
+		return TOGGLE_ECUDA;
+	return toggle_graph_bind(a, *graph, *exec);
+}
+
+/* One step: begin it, launch every graph, check what ran, log the set. */
+static int child_step(struct toggle_agent *a, int lfd, int64_t step, const CUgraph *graph,
+		      const CUgraphExec *exec, CUstream s)
+{
+	struct toggle_set eff;
+	char want[SPEC_LEN], got[SPEC_LEN];
+	int rc = toggle_step_begin(a, step, &eff);
+	if (rc) {
+		child_log(lfd, "error: step_begin(%lld): %s\n", (long long)step, toggle_last_error(a));
+		return AGENT_STEP;
+	}
+	toggle_set_format(&catalog, &eff, want, sizeof(want));
+	for (int g = 0; g < NGRAPHS; g++) {
+		toggle_set_clear(&child_ran);
+		rc = toggle_graph_launch(a, graph[g], exec[g], s);
+		if (rc) {
+			child_log(lfd, "error: step %lld graph %d: launch: %s\n", (long long)step, g,
+				  toggle_last_error(a));
+			return AGENT_LAUNCH;
+		}
+		if (!toggle_set_equal(&child_ran, &eff)) {
+			toggle_set_format(&catalog, &child_ran, got, sizeof(got));
+			child_log(lfd, "error: step %lld graph %d ran '%s', effective set '%s'\n",
+				  (long long)step, g, got, want);
+			return AGENT_MISMATCH;
+		}
+	}
+	child_log(lfd, "step %lld set %s\n", (long long)step, want);
+	return AGENT_OK;
+}
+
+_Noreturn static void agent_main(const struct env *e, const struct agent_opts *o,
+				 const char *logpath)
+{
+	struct sigaction sa = {.sa_handler = child_on_term};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	close_range(3, ~0u, 0); /* the test's sockets must not live on in the agent */
+	int lfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (lfd < 0)
+		_exit(AGENT_SETUP);
+
+	struct toggle_sim *sim = NULL;
+	struct toggle_agent *a = NULL;
+	CUstream stream = NULL;
+	struct toggle_hook hooks[NGRAPHS][NT * NL];
+	CUgraph graph[NGRAPHS];
+	CUgraphExec exec[NGRAPHS];
+	int rc = toggle_sim_create(&sim);
+	if (!rc && toggle_sim_stream_create(sim, &stream) != CUDA_SUCCESS)
+		rc = TOGGLE_ECUDA;
+	struct toggle_config cfg = {
+		.name = o->name, .group = o->group, .catalog = catalog, .mode = TOGGLE_MODE_LAZY,
+		.backend = TOGGLE_BACKEND_SIM, .sim = sim, .socket_path = e->sock,
+	};
+	if (!rc)
+		rc = toggle_agent_open(&cfg, &a);
+	for (int g = 0; !rc && g < NGRAPHS; g++)
+		rc = child_capture(a, stream, hooks[g], &graph[g], &exec[g]);
+	if (rc) {
+		child_log(lfd, "error: setup: %s: %s\n", toggle_strerror(rc),
+			  a ? toggle_last_error(a) : "");
+		_exit(AGENT_SETUP);
+	}
+	child_log(lfd, "ready pid %d\n", (int)getpid());
+
+	int code = AGENT_OK;
+	for (int64_t step = o->start; !child_stop && code == AGENT_OK; step++) {
+		if (o->steps)
+			code = child_step(a, lfd, step, graph, exec, stream);
+		sleep_ms(o->period_ms > 0 ? o->period_ms : 1);
+	}
+	toggle_agent_close(a);
+	toggle_sim_destroy(sim);
+	close(lfd);
+	_exit(code);
+}
+
+/* Fork an agent child; returns its index in e->agents. */
+static int agent_start(struct env *e, const struct agent_opts *o)
+{
+	ASSERT(e->n_agents < MAX_AGENTS, "more than %d agents", MAX_AGENTS);
+	struct agent_proc *ap = &e->agents[e->n_agents];
+	snprintf(ap->name, sizeof(ap->name), "%s", o->name);
+	char log[PATH_MAX];
+	snprintf(log, sizeof(log), "%s/agent-%s.log", e->dir, o->name);
+	memcpy(ap->log, log, sizeof(ap->log));
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_detach(parent);
+		agent_main(e, o, ap->log);
+	}
+	ap->pid = pid;
+	return e->n_agents++;
+}
+
+static const char *agent_exit_text(int st)
+{
+	if (!WIFEXITED(st))
+		return "killed";
+	switch (WEXITSTATUS(st)) {
+	case AGENT_OK: return "clean exit";
+	case AGENT_SETUP: return "setup failed";
+	case AGENT_MISMATCH: return "producers that ran differ from the effective set";
+	case AGENT_LAUNCH: return "a launch was refused";
+	case AGENT_STEP: return "step_begin failed";
+	default: return "unexpected exit";
+	}
+}
+
+/* The agent must still run: a dead one fails the test with its reason. */
+static void agent_assert_alive(struct agent_proc *ap)
+{
+	int st;
+	if (ap->pid && waitpid(ap->pid, &st, WNOHANG) == ap->pid) {
+		ap->pid = 0;
+		ASSERT(0, "agent %s ended early: %s (%s)", ap->name, status_text(st),
+		       agent_exit_text(st));
+	}
+}
+
+/* SIGTERM; the agent must exit 0 (every replay ran its step's set). */
+static void agent_stop(struct env *e, int i)
+{
+	struct agent_proc *ap = &e->agents[i];
+	if (!ap->pid)
+		return;
+	int st = 0;
+	kill(ap->pid, SIGTERM);
+	bool done = wait_exit(ap->pid, 10000, &st);
+	if (!done) {
+		kill(ap->pid, SIGKILL);
+		waitpid(ap->pid, &st, 0);
+	}
+	ap->pid = 0;
+	ASSERT(done, "agent %s did not stop within 10 s of SIGTERM", ap->name);
+	ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == AGENT_OK, "agent %s ended with %s (%s)",
+	       ap->name, status_text(st), agent_exit_text(st));
+}
+
+static void agent_kill9(struct env *e, int i)
+{
+	struct agent_proc *ap = &e->agents[i];
+	ASSERT(ap->pid > 0, "agent %s is not running", ap->name);
+	kill(ap->pid, SIGKILL);
+	int st;
+	waitpid(ap->pid, &st, 0);
+	ap->pid = 0;
+}
+
+/* ======================================================================== */
+/* Test environment                                                          */
+/* ======================================================================== */
+
+static void env_setup(struct env *e)
+{
+	memset(e, 0, sizeof(*e));
+	ASSERT(access(TOGGLED_BIN, X_OK) == 0, "%s: %s (run from the repository root after make)",
+	       TOGGLED_BIN, strerror(errno));
+	snprintf(e->dir, sizeof(e->dir), "/tmp/tgd-XXXXXX");
+	ASSERT(mkdtemp(e->dir) != NULL, "mkdtemp: %s", strerror(errno));
+	snprintf(e->sock, sizeof(e->sock), "%s/s.sock", e->dir);
+	snprintf(e->state, sizeof(e->state), "%s/state", e->dir);
+	snprintf(e->dlog, sizeof(e->dlog), "%s/toggled.log", e->dir);
+	g_env = e;
+	daemon_start(e);
+}
+
+/* Stop the agents (each must exit 0), then the daemon (must exit 0); remove the directory. */
+static void env_teardown(struct env *e)
+{
+	for (int i = 0; i < e->n_agents; i++)
+		agent_stop(e, i);
+	daemon_stop(e);
+	g_env = NULL;
+	nftw(e->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ======================================================================== */
+/* Agent logs                                                                */
+/* ======================================================================== */
+
+struct aline {
+	int64_t step;
+	char spec[SPEC_LEN];
+};
+
+struct alog {
+	struct aline *v;
+	size_t n;
+};
+
+/* Every complete "step S set SPEC" line of an agent's log. */
+static void alog_load(struct alog *l, const char *path)
+{
+	l->v = NULL;
+	l->n = 0;
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return; /* not written yet */
+	char line[SPEC_LEN + 64];
+	size_t cap = 0;
+	while (fgets(line, sizeof(line), f)) {
+		size_t len = strlen(line);
+		if (len == 0 || line[len - 1] != '\n')
+			break; /* a line still being written */
+		line[len - 1] = '\0';
+		long long step;
+		int off = 0;
+		if (sscanf(line, "step %lld set %n", &step, &off) != 1 || off == 0)
+			continue;
+		if (l->n == cap) {
+			cap = cap ? cap * 2 : 1024;
+			struct aline *nv = realloc(l->v, cap * sizeof(*nv));
+			ASSERT(nv, "out of memory");
+			l->v = nv;
+		}
+		l->v[l->n].step = step;
+		snprintf(l->v[l->n].spec, SPEC_LEN, "%s", line + off);
+		l->n++;
+	}
+	fclose(f);
+}
+
+static void alog_free(struct alog *l)
+{
+	free(l->v);
+	l->v = NULL;
+	l->n = 0;
+}
+
+/* The set logged for step, or NULL. */
+static const char *alog_at(const struct alog *l, int64_t step)
+{
+	if (!l->n)
+		return NULL;
+	int64_t guess = step - l->v[0].step;
+	if (guess >= 0 && (size_t)guess < l->n && l->v[guess].step == step)
+		return l->v[guess].spec;
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i].step == step)
+			return l->v[i].spec;
+	return NULL;
+}
+
+static int64_t alog_last(const struct alog *l)
+{
+	return l->n ? l->v[l->n - 1].step : -1;
+}
+
+static int64_t agent_last_step(const struct agent_proc *ap)
+{
+	struct alog l;
+	alog_load(&l, ap->log);
+	int64_t last = alog_last(&l);
+	alog_free(&l);
+	return last;
+}
+
+/* Wait until the agent logged step (or fail, with why if it died). */
+static void alog_wait(struct agent_proc *ap, int64_t step, int timeout_ms, struct alog *out)
+{
+	uint64_t end = now_ms() + (uint64_t)timeout_ms;
+	for (;;) {
+		alog_load(out, ap->log);
+		if (alog_last(out) >= step)
+			return;
+		int64_t last = alog_last(out);
+		alog_free(out);
+		agent_assert_alive(ap);
+		ASSERT(now_ms() < end, "agent %s did not reach step %lld within %d ms (at %lld)",
+		       ap->name, (long long)step, timeout_ms, (long long)last);
+		sleep_ms(5);
+	}
+}
+
+static void alog_expect(const struct alog *l, const struct agent_proc *ap, int64_t step,
+			const char *want)
+{
+	const char *got = alog_at(l, step);
+	ASSERT(got, "agent %s logged no step %lld", ap->name, (long long)step);
+	ASSERT(strcmp(got, want) == 0, "agent %s ran step %lld with '%s', expected '%s'", ap->name,
+	       (long long)step, got, want);
+}
+
+/*
+ * A command sent after the agent logged before_last, answered when the
+ * agent was at step at_step: steps up to before_last ran old_set; from one
+ * step on (at_step at the latest) every step ran new_set, through at_step+5.
+ */
+static void assert_switch(struct agent_proc *ap, int64_t before_last, int64_t at_step,
+			  const char *old_set, const char *new_set)
+{
+	struct alog l;
+	alog_wait(ap, at_step + 5, 10000, &l);
+	bool seen_new = false;
+	int64_t from = before_last > l.v[0].step + 3 ? before_last - 3 : l.v[0].step;
+	for (int64_t s = from; s <= at_step + 5; s++) {
+		const char *got = alog_at(&l, s);
+		ASSERT(got, "agent %s logged no step %lld", ap->name, (long long)s);
+		if (s <= before_last) {
+			alog_expect(&l, ap, s, old_set);
+		} else if (strcmp(got, new_set) == 0) {
+			seen_new = true;
+		} else {
+			ASSERT(!seen_new, "agent %s went back to '%s' at step %lld", ap->name, got,
+			       (long long)s);
+			alog_expect(&l, ap, s, old_set);
+		}
+	}
+	alog_expect(&l, ap, at_step, new_set);
+	alog_free(&l);
+}
+
+/* ======================================================================== */
+/* Client RPCs                                                               */
+/* ======================================================================== */
+
+static struct tgc *client(const struct env *e)
+{
+	struct tgc *c = NULL;
+	char err[ERRLEN];
+	int rc = tgc_connect(e->sock, 5000, &c, err, sizeof(err));
+	ASSERT_CODE(rc, 0, err);
+	return c;
+}
+
+/* One request with body msg (every body member is a pointer in one union). */
+static int rpc(struct tgc *c, Toggle__Envelope__BodyCase body, void *msg, Toggle__Envelope **rep,
+	       char *err)
+{
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.body_case = body;
+	env.hello = msg;
+	return tgc_call(c, &env, rep, RPC_TIMEOUT_MS, err, ERRLEN);
+}
+
+static int rpc_status(struct tgc *c, Toggle__Envelope **rep, char *err)
+{
+	Toggle__StatusRequest m = TOGGLE__STATUS_REQUEST__INIT;
+	return rpc(c, TOGGLE__ENVELOPE__BODY_STATUS, &m, rep, err);
+}
+
+static int rpc_list_agents(struct tgc *c, Toggle__Selector *sel, Toggle__Envelope **rep, char *err)
+{
+	Toggle__ListAgentsRequest m = TOGGLE__LIST_AGENTS_REQUEST__INIT;
+	m.target = sel;
+	return rpc(c, TOGGLE__ENVELOPE__BODY_LIST_AGENTS, &m, rep, err);
+}
+
+static int rpc_list_graphs(struct tgc *c, Toggle__Selector *sel, Toggle__Envelope **rep, char *err)
+{
+	Toggle__ListGraphsRequest m = TOGGLE__LIST_GRAPHS_REQUEST__INIT;
+	m.target = sel;
+	return rpc(c, TOGGLE__ENVELOPE__BODY_LIST_GRAPHS, &m, rep, err);
+}
+
+static int rpc_hooks(struct tgc *c, Toggle__Selector *sel, Toggle__Envelope **rep, char *err)
+{
+	Toggle__HooksRequest m = TOGGLE__HOOKS_REQUEST__INIT;
+	m.target = sel;
+	return rpc(c, TOGGLE__ENVELOPE__BODY_HOOKS, &m, rep, err);
+}
+
+static int rpc_show_plan(struct tgc *c, Toggle__Selector *sel, Toggle__Envelope **rep, char *err)
+{
+	Toggle__ShowPlanRequest m = TOGGLE__SHOW_PLAN_REQUEST__INIT;
+	m.target = sel;
+	return rpc(c, TOGGLE__ENVELOPE__BODY_SHOW_PLAN, &m, rep, err);
+}
+
+static int rpc_clear_plan(struct tgc *c, Toggle__Selector *sel, char *err)
+{
+	Toggle__ClearPlanRequest m = TOGGLE__CLEAR_PLAN_REQUEST__INIT;
+	m.target = sel;
+	return rpc(c, TOGGLE__ENVELOPE__BODY_CLEAR_PLAN, &m, NULL, err);
+}
+
+static int rpc_watch(struct tgc *c, Toggle__Selector *sel, char *err)
+{
+	Toggle__WatchRequest m = TOGGLE__WATCH_REQUEST__INIT;
+	m.target = sel;
+	return rpc(c, TOGGLE__ENVELOPE__BODY_WATCH, &m, NULL, err);
+}
+
+static int rpc_set(struct tgc *c, Toggle__Selector *sel, Toggle__SetOp op, const char *spec,
+		   uint32_t wait_ms, Toggle__Envelope **rep, char *err)
+{
+	Toggle__SetEnabledRequest m = TOGGLE__SET_ENABLED_REQUEST__INIT;
+	m.target = sel;
+	m.op = op;
+	m.spec = (char *)(uintptr_t)spec;
+	m.has_wait_ms = wait_ms > 0;
+	m.wait_ms = wait_ms;
+	return rpc(c, TOGGLE__ENVELOPE__BODY_SET_ENABLED, &m, rep, err);
+}
+
+/* Set and wait until applied; returns the version the reply names for the one target. */
+static uint64_t set_applied(struct tgc *c, Toggle__Selector *sel, Toggle__SetOp op,
+			    const char *spec)
+{
+	Toggle__Envelope *rep = NULL;
+	char err[ERRLEN];
+	int rc = rpc_set(c, sel, op, spec, WAIT_MS, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY, "reply body %d",
+	       (int)rep->body_case);
+	ASSERT(rep->set_enabled_reply->n_versions >= 1, "no versions in the reply");
+	uint64_t v = rep->set_enabled_reply->versions[0]->version;
+	toggle__envelope__free_unpacked(rep, NULL);
+	return v;
+}
+
+static int rpc_plan(struct tgc *c, Toggle__Selector *sel, const int64_t *steps,
+		    const char *const *specs, size_t n, char *err)
+{
+	Toggle__SubmitPlanRequest m = TOGGLE__SUBMIT_PLAN_REQUEST__INIT;
+	Toggle__PlanEntry *e = calloc(n ? n : 1, sizeof(*e));
+	Toggle__PlanEntry **ep = calloc(n ? n : 1, sizeof(*ep));
+	ASSERT(e && ep, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		toggle__plan_entry__init(&e[i]);
+		e[i].step = steps[i];
+		e[i].spec = (char *)(uintptr_t)specs[i];
+		ep[i] = &e[i];
+	}
+	m.target = sel;
+	m.n_entries = n;
+	m.entries = ep;
+	int rc = rpc(c, TOGGLE__ENVELOPE__BODY_SUBMIT_PLAN, &m, NULL, err);
+	free(e);
+	free(ep);
+	return rc;
+}
+
+static Toggle__Selector sel_group(const char *group)
+{
+	Toggle__Selector s = TOGGLE__SELECTOR__INIT;
+	s.sel_case = TOGGLE__SELECTOR__SEL_GROUP;
+	s.group = (char *)(uintptr_t)group;
+	return s;
+}
+
+static Toggle__Selector sel_id(uint64_t id)
+{
+	Toggle__Selector s = TOGGLE__SELECTOR__INIT;
+	s.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+	s.agent_id = id;
+	return s;
+}
+
+static Toggle__Selector sel_pid(uint32_t pid)
+{
+	Toggle__Selector s = TOGGLE__SELECTOR__INIT;
+	s.sel_case = TOGGLE__SELECTOR__SEL_PID;
+	s.pid = pid;
+	return s;
+}
+
+/* What list_agents says about one agent. */
+struct ainfo {
+	uint64_t id, control_version, applied_version, anomalies;
+	uint32_t pid, uid, mode, n_layers, graphs;
+	int32_t driver_version;
+	int64_t step;
+	char name[64], group[64], enabled[SPEC_LEN];
+	size_t n_types;
+	char types[NT + 2][64];
+};
+
+static void ainfo_copy(struct ainfo *o, const Toggle__AgentInfo *m)
+{
+	memset(o, 0, sizeof(*o));
+	o->id = m->agent_id;
+	o->control_version = m->control_version;
+	o->applied_version = m->applied_version;
+	o->anomalies = m->anomalies;
+	o->pid = m->pid;
+	o->uid = m->uid;
+	o->mode = m->mode;
+	o->n_layers = m->n_layers;
+	o->graphs = m->graphs;
+	o->driver_version = m->driver_version;
+	o->step = m->step;
+	snprintf(o->name, sizeof(o->name), "%s", m->name);
+	snprintf(o->group, sizeof(o->group), "%s", m->group ? m->group : "");
+	snprintf(o->enabled, sizeof(o->enabled), "%s", m->enabled);
+	o->n_types = m->n_hook_types;
+	for (size_t i = 0; i < m->n_hook_types && i < NT + 2; i++)
+		snprintf(o->types[i], sizeof(o->types[i]), "%s", m->hook_types[i]);
+}
+
+/* Is the agent listed (then *out)?  How many agents are listed in all (*total)? */
+static bool agent_lookup(struct tgc *c, const char *name, struct ainfo *out, size_t *total)
+{
+	Toggle__Envelope *rep = NULL;
+	char err[ERRLEN];
+	int rc = rpc_list_agents(c, NULL, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_AGENTS, "reply body %d", (int)rep->body_case);
+	bool found = false;
+	for (size_t i = 0; i < rep->agents->n_agents; i++) {
+		if (strcmp(rep->agents->agents[i]->name, name) == 0) {
+			if (out)
+				ainfo_copy(out, rep->agents->agents[i]);
+			found = true;
+		}
+	}
+	if (total)
+		*total = rep->agents->n_agents;
+	toggle__envelope__free_unpacked(rep, NULL);
+	return found;
+}
+
+static struct ainfo agent_info(struct tgc *c, const char *name)
+{
+	struct ainfo ai;
+	ASSERT(agent_lookup(c, name, &ai, NULL), "agent %s is not listed", name);
+	return ai;
+}
+
+/* Wait until the agent is listed and has begun min_step (-1: registered is enough). */
+static struct ainfo agent_wait_listed(struct tgc *c, struct agent_proc *ap, int64_t min_step)
+{
+	struct ainfo ai;
+	uint64_t end = now_ms() + 10000;
+	while (!agent_lookup(c, ap->name, &ai, NULL) || ai.step < min_step) {
+		agent_assert_alive(ap);
+		ASSERT(now_ms() < end, "agent %s not listed (at step %lld) after 10 s", ap->name,
+		       (long long)min_step);
+		sleep_ms(10);
+	}
+	return ai;
+}
+
+static void agent_wait_gone(struct tgc *c, const char *name)
+{
+	uint64_t end = now_ms() + 5000;
+	while (agent_lookup(c, name, NULL, NULL)) {
+		ASSERT(now_ms() < end, "agent %s still listed 5 s after it died", name);
+		sleep_ms(10);
+	}
+}
+
+/* The daemon answers a status request on a fresh connection. */
+static void daemon_alive(const struct env *e, const char *after)
+{
+	struct tgc *c = NULL;
+	char err[ERRLEN];
+	int rc = tgc_connect(e->sock, 5000, &c, err, sizeof(err));
+	ASSERT(rc == 0, "after %s: cannot connect: %s", after, err);
+	rc = rpc_status(c, NULL, err);
+	ASSERT(rc == 0, "after %s: status: %s", after, err);
+	tgc_close(c);
+}
+
+struct evinfo {
+	uint64_t agent_id, version;
+	int64_t step;
+};
+
+/* Wait for an event of kind about agent name; other events are skipped. */
+static struct evinfo event_wait(struct tgc *c, Toggle__EventKind kind, const char *name,
+				int timeout_ms)
+{
+	uint64_t end = now_ms() + (uint64_t)timeout_ms;
+	for (;;) {
+		uint64_t now = now_ms();
+		ASSERT(now < end, "no event %d about %s within %d ms", (int)kind, name, timeout_ms);
+		Toggle__Envelope *ev = NULL;
+		int got = tgc_next_event(c, &ev, (int)(end - now));
+		ASSERT(got >= 0, "watch connection failed: %d", got);
+		if (got == 0)
+			continue;
+		const Toggle__Event *m = ev->event;
+		bool match = m->kind == kind && strcmp(m->agent_name, name) == 0;
+		struct evinfo out = {.agent_id = m->agent_id, .version = m->version, .step = m->step};
+		toggle__envelope__free_unpacked(ev, NULL);
+		if (match)
+			return out;
+	}
+}
+
+/* ======================================================================== */
+/* Raw connections (frames built by hand, fds passed with SCM_RIGHTS)        */
+/* ======================================================================== */
+
+struct raw {
+	int fd;
+	struct tgp_reader rd;
+	uint64_t next_id;
+};
+
+static void raw_open(struct raw *r, const struct env *e)
+{
+	struct sockaddr_un sa;
+	socklen_t len;
+	ASSERT(tgp_unix_address(e->sock, &sa, &len) == 0, "socket path %s", e->sock);
+	r->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ASSERT(r->fd >= 0, "socket: %s", strerror(errno));
+	ASSERT(connect(r->fd, (struct sockaddr *)&sa, len) == 0, "connect %s: %s", e->sock,
+	       strerror(errno));
+	tgp_reader_init(&r->rd);
+	r->next_id = 100;
+}
+
+static void raw_close(struct raw *r)
+{
+	if (r->fd >= 0)
+		close(r->fd);
+	r->fd = -1;
+	tgp_reader_free(&r->rd);
+}
+
+/* Write bytes, the first with pass_fd (if >= 0) as SCM_RIGHTS. */
+static void raw_write(struct raw *r, const void *buf, size_t len, int pass_fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {.iov_base = (void *)(uintptr_t)buf, .iov_len = len};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (pass_fd >= 0) {
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof(ctl.buf);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+	}
+	while (iov.iov_len) {
+		ssize_t n = sendmsg(r->fd, &msg, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		ASSERT(n > 0, "sendmsg: %s", n < 0 ? strerror(errno) : "no progress");
+		msg.msg_control = NULL;
+		msg.msg_controllen = 0;
+		iov.iov_base = (char *)iov.iov_base + n;
+		iov.iov_len -= (size_t)n;
+	}
+}
+
+static void raw_send_env(struct raw *r, Toggle__Envelope *env, int pass_fd)
+{
+	uint8_t *buf;
+	size_t len;
+	int rc = tgp_frame_encode(env, &buf, &len);
+	ASSERT_CODE(rc, 0, "tgp_frame_encode");
+	raw_write(r, buf, len, pass_fd);
+	free(buf);
+}
+
+/* 1 with *env, 0 when the daemon closed the connection, TOGGLE_ETIMEDOUT. */
+static int raw_recv(struct raw *r, Toggle__Envelope **env, int timeout_ms)
+{
+	uint64_t end = now_ms() + (uint64_t)timeout_ms;
+	for (;;) {
+		int got = tgp_reader_next(&r->rd, env);
+		ASSERT(got >= 0, "the daemon sent a malformed frame: %s", toggle_strerror(got));
+		if (got == 1)
+			return 1;
+		uint64_t now = now_ms();
+		if (now >= end)
+			return TOGGLE_ETIMEDOUT;
+		struct pollfd p = {.fd = r->fd, .events = POLLIN};
+		int n = poll(&p, 1, (int)(end - now));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n == 0)
+			return TOGGLE_ETIMEDOUT;
+		uint8_t buf[4096];
+		ssize_t k = read(r->fd, buf, sizeof(buf));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return 0; /* end of file or reset: closed */
+		ASSERT(tgp_reader_feed(&r->rd, buf, (size_t)k) == 0, "frame reader refused bytes");
+	}
+}
+
+/* Send req; the reply must come: 0 if its body is want, else the Error's code (err = message). */
+static int raw_call(struct raw *r, Toggle__Envelope *req, int pass_fd,
+		    Toggle__Envelope__BodyCase want, char *err)
+{
+	req->id = ++r->next_id;
+	raw_send_env(r, req, pass_fd);
+	Toggle__Envelope *rep = NULL;
+	int got = raw_recv(r, &rep, RPC_TIMEOUT_MS);
+	ASSERT(got == 1, "no reply to message %d: %s", (int)req->body_case,
+	       got == 0 ? "connection closed" : "timed out");
+	ASSERT(rep->id == req->id, "reply id %llu to request %llu", (unsigned long long)rep->id,
+	       (unsigned long long)req->id);
+	int rc = 0;
+	err[0] = '\0';
+	if (rep->body_case == TOGGLE__ENVELOPE__BODY_ERROR) {
+		rc = rep->error->code;
+		snprintf(err, ERRLEN, "%s", rep->error->message);
+		ASSERT(rc < 0, "Error with code %d", rc);
+	} else {
+		ASSERT(rep->body_case == want, "reply body %d, expected %d", (int)rep->body_case,
+		       (int)want);
+	}
+	toggle__envelope__free_unpacked(rep, NULL);
+	return rc;
+}
+
+static int raw_hello_version(struct raw *r, uint32_t version, char *err)
+{
+	Toggle__Hello h = TOGGLE__HELLO__INIT;
+	h.protocol_version = version;
+	h.client = (char *)(uintptr_t)"check_daemon-raw";
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.body_case = TOGGLE__ENVELOPE__BODY_HELLO;
+	env.hello = &h;
+	return raw_call(r, &env, -1, TOGGLE__ENVELOPE__BODY_HELLO_REPLY, err);
+}
+
+static void raw_hello(struct raw *r)
+{
+	char err[ERRLEN];
+	int rc = raw_hello_version(r, TGP_PROTOCOL_VERSION, err);
+	ASSERT_CODE(rc, 0, err);
+}
+
+static int raw_status(struct raw *r, char *err)
+{
+	Toggle__StatusRequest m = TOGGLE__STATUS_REQUEST__INIT;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.body_case = TOGGLE__ENVELOPE__BODY_STATUS;
+	env.status = &m;
+	return raw_call(r, &env, -1, TOGGLE__ENVELOPE__BODY_STATUS_REPLY, err);
+}
+
+/* The daemon closes the connection within 5 s (what it sends before that is dropped). */
+static void raw_expect_closed(struct raw *r, const char *after)
+{
+	for (;;) {
+		Toggle__Envelope *env = NULL;
+		int got = raw_recv(r, &env, 5000);
+		ASSERT(got != TOGGLE_ETIMEDOUT, "after %s: the daemon kept the connection open", after);
+		if (got == 0)
+			return;
+		toggle__envelope__free_unpacked(env, NULL);
+	}
+}
+
+static int raw_register(struct raw *r, const char *name, size_t n_types, uint32_t n_layers,
+			int pass_fd, char *err)
+{
+	Toggle__RegisterAgent m = TOGGLE__REGISTER_AGENT__INIT;
+	m.name = (char *)(uintptr_t)name;
+	m.n_hook_types = n_types;
+	m.hook_types = (char **)(uintptr_t)type_names;
+	m.n_layers = n_layers;
+	m.mode = 0;
+	m.driver_version = 0;
+	m.shm_size = 0;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_AGENT;
+	env.register_agent = &m;
+	return raw_call(r, &env, pass_fd, TOGGLE__ENVELOPE__BODY_REGISTER_REPLY, err);
+}
+
+/* ======================================================================== */
+/* 1-2. Hello, version, status                                               */
+/* ======================================================================== */
+
+START_TEST(test_hello_version)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	ASSERT(tgc_may_write(c), "root or the daemon's own user must be allowed to write");
+	ASSERT(tgc_daemon_version(c)[0] != '\0', "empty daemon version");
+
+	/* A Hello of protocol 99 on a live connection, packed by hand: EVERSION. */
+	Toggle__Hello h = TOGGLE__HELLO__INIT;
+	h.protocol_version = 99;
+	h.client = (char *)(uintptr_t)"check_daemon";
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.id = 77;
+	env.body_case = TOGGLE__ENVELOPE__BODY_HELLO;
+	env.hello = &h;
+	uint8_t *buf;
+	size_t len;
+	int rc = tgp_frame_encode(&env, &buf, &len);
+	ASSERT_CODE(rc, 0, "tgp_frame_encode");
+	rc = tgc_send_raw(c, buf, len);
+	free(buf);
+	ASSERT_CODE(rc, 0, "tgc_send_raw");
+	Toggle__Envelope *rep = NULL;
+	int got = tgc_recv(c, &rep, RPC_TIMEOUT_MS);
+	ASSERT(got == 1, "no answer to a Hello of version 99 (%d)", got);
+	ASSERT(rep->id == 77 && rep->body_case == TOGGLE__ENVELOPE__BODY_ERROR,
+	       "answer id %llu body %d", (unsigned long long)rep->id, (int)rep->body_case);
+	ASSERT(rep->error->code == TOGGLE_EVERSION, "code %d, expected EVERSION", rep->error->code);
+	ASSERT(strstr(rep->error->message, "99"), "message does not name version 99: %s",
+	       rep->error->message);
+	toggle__envelope__free_unpacked(rep, NULL);
+	rc = rpc_status(c, NULL, err);
+	ASSERT_CODE(rc, 0, err);
+	tgc_close(c);
+
+	/* As the first message: EVERSION, and it does not count as a hello. */
+	struct raw r;
+	raw_open(&r, &e);
+	rc = raw_hello_version(&r, 99, err);
+	ASSERT_CODE(rc, TOGGLE_EVERSION, err);
+	rc = raw_status(&r, err);
+	ASSERT_CODE(rc, TOGGLE_EPROTO, err);
+	raw_expect_closed(&r, "a request after a refused hello");
+	raw_close(&r);
+	env_teardown(&e);
+}
+END_TEST
+
+START_TEST(test_status)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	Toggle__Envelope *rep = NULL;
+	int rc = rpc_status(c, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_STATUS_REPLY, "body %d", (int)rep->body_case);
+	const Toggle__StatusReply *s = rep->status_reply;
+	ASSERT_STR(s->daemon_version, tgc_daemon_version(c), "daemon_version");
+	ASSERT(s->protocol_version == TGP_PROTOCOL_VERSION, "protocol %u", s->protocol_version);
+	ASSERT(s->agents == 0, "%u agents before any started", s->agents);
+	ASSERT(s->clients >= 1, "%u clients", s->clients);
+	ASSERT(s->requests >= 1, "%llu requests", (unsigned long long)s->requests);
+	ASSERT_STR(s->socket, e.sock, "socket");
+	ASSERT_STR(s->state_dir, e.state, "state_dir");
+	uint64_t uptime0 = s->uptime_ms;
+	toggle__envelope__free_unpacked(rep, NULL);
+
+	int a = agent_start(&e,
+			&(struct agent_opts){.name = "st-agent", .group = "g", .steps = true});
+	agent_wait_listed(c, &e.agents[a], 0);
+	rc = rpc_status(c, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	s = rep->status_reply;
+	ASSERT(s->agents == 1, "%u agents with one registered", s->agents);
+	ASSERT(s->uptime_ms >= uptime0, "uptime went back: %llu < %llu",
+	       (unsigned long long)s->uptime_ms, (unsigned long long)uptime0);
+	toggle__envelope__free_unpacked(rep, NULL);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/* ======================================================================== */
+/* 3. Registration                                                           */
+/* ======================================================================== */
+
+START_TEST(test_agent_registration)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	int a = agent_start(&e,
+			&(struct agent_opts){.name = "reg-agent", .group = "grp", .steps = true});
+	struct ainfo ai = agent_wait_listed(c, &e.agents[a], 1);
+	ASSERT_STR(ai.name, "reg-agent", "name");
+	ASSERT_STR(ai.group, "grp", "group");
+	ASSERT(ai.pid == (uint32_t)e.agents[a].pid, "pid %u, child is %d", ai.pid,
+	       (int)e.agents[a].pid);
+	ASSERT(ai.uid == (uint32_t)geteuid(), "uid %u", ai.uid);
+	ASSERT(ai.mode == TOGGLE_MODE_LAZY && ai.driver_version == 0, "mode %u driver %d", ai.mode,
+	       ai.driver_version);
+	ASSERT(ai.n_types == NT && ai.n_layers == NL, "catalog %zu x %u", ai.n_types, ai.n_layers);
+	for (int t = 0; t < NT; t++)
+		ASSERT_STR(ai.types[t], type_names[t], "hook type");
+	ASSERT(ai.graphs == NGRAPHS, "%u graphs", ai.graphs);
+	ASSERT_STR(ai.enabled, "none", "enabled before any command");
+	ASSERT(ai.control_version == 0 && ai.anomalies == 0, "control version %llu anomalies %llu",
+	       (unsigned long long)ai.control_version, (unsigned long long)ai.anomalies);
+
+	/* A selector by id and by pid names the same agent. */
+	Toggle__Selector by_id = sel_id(ai.id), by_pid = sel_pid(ai.pid);
+	Toggle__Selector *sels[2] = {&by_id, &by_pid};
+	for (int k = 0; k < 2; k++) {
+		Toggle__Envelope *rep = NULL;
+		int rc = rpc_list_agents(c, sels[k], &rep, err);
+		ASSERT_CODE(rc, 0, err);
+		ASSERT(rep->agents->n_agents == 1 && rep->agents->agents[0]->agent_id == ai.id,
+		       "selector %d: %zu agents", k, rep->agents->n_agents);
+		toggle__envelope__free_unpacked(rep, NULL);
+	}
+
+	Toggle__Envelope *rep = NULL;
+	int rc = rpc_list_graphs(c, NULL, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	const Toggle__ListGraphsReply *lg = rep->graphs;
+	ASSERT(lg->n_graphs == NGRAPHS, "%zu graphs listed", lg->n_graphs);
+	ASSERT(lg->n_truncated_agents == 0, "truncated");
+	for (size_t i = 0; i < lg->n_graphs; i++) {
+		const Toggle__GraphInfo *g = lg->graphs[i];
+		ASSERT(g->agent_id == ai.id, "graph of agent %llu", (unsigned long long)g->agent_id);
+		ASSERT(g->nodes == NT * NL && g->hooks_covered == NT * NL, "graph %zu: %u nodes, %u hooks",
+		       i, g->nodes, g->hooks_covered);
+		ASSERT(g->bound && !g->stale && g->exec != 0, "graph %zu: bound %d stale %d", i,
+		       g->bound, g->stale);
+		ASSERT(g->replays > 0, "graph %zu never replayed", i);
+	}
+	ASSERT(lg->graphs[0]->graph != lg->graphs[1]->graph, "two graphs with one handle");
+	toggle__envelope__free_unpacked(rep, NULL);
+
+	rc = rpc_hooks(c, NULL, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	const Toggle__HooksReply *hr = rep->hooks_reply;
+	ASSERT(hr->n_agents == 1, "%zu agents in hooks", hr->n_agents);
+	const Toggle__AgentHooks *ah = hr->agents[0];
+	ASSERT(ah->agent_id == ai.id, "hooks of agent %llu", (unsigned long long)ah->agent_id);
+	ASSERT_STR(ah->name, "reg-agent", "hooks name");
+	ASSERT(ah->n_hook_types == NT && ah->n_layers == NL, "hooks catalog %zu x %u",
+	       ah->n_hook_types, ah->n_layers);
+	for (int t = 0; t < NT; t++)
+		ASSERT_STR(ah->hook_types[t], type_names[t], "hooks type");
+	ASSERT_STR(ah->enabled, "none", "hooks enabled");
+	ASSERT_STR(ah->current, "none", "hooks current");
+	toggle__envelope__free_unpacked(rep, NULL);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/* ======================================================================== */
+/* 4-6. SetEnabled: operations, waits, selectors                             */
+/* ======================================================================== */
+
+/* Set with a wait, then check the daemon's view and the agent's steps. */
+static void set_and_check(struct tgc *c, struct agent_proc *ap, Toggle__SetOp op, const char *spec,
+			  const char *old_set, const char *new_set)
+{
+	int64_t before = agent_last_step(ap);
+	uint64_t v = set_applied(c, NULL, op, spec);
+	struct ainfo ai = agent_info(c, ap->name);
+	ASSERT_STR(ai.enabled, new_set, "enabled after the set");
+	ASSERT(ai.control_version == v, "control version %llu, reply said %llu",
+	       (unsigned long long)ai.control_version, (unsigned long long)v);
+	ASSERT(ai.applied_version == v, "applied version %llu after the wait for %llu",
+	       (unsigned long long)ai.applied_version, (unsigned long long)v);
+	assert_switch(ap, before, ai.step, old_set, new_set);
+}
+
+START_TEST(test_set_enabled)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	/* Slow steps: a reply sent before the agent applied would be seen below. */
+	int a = agent_start(&e,
+			&(struct agent_opts){.name = "setter", .group = "g", .steps = true, .period_ms = 20});
+	struct agent_proc *ap = &e.agents[a];
+	agent_wait_listed(c, ap, 1);
+
+	struct spec s1 = canon("resid_post:0-1");
+	struct spec s2 = canon("resid_post:0-1,attn_out:3");
+	struct spec s3 = canon("resid_post:1,attn_out:3");
+	set_and_check(c, ap, TOGGLE__SET_OP__REPLACE, "resid_post:0-1", "none", s1.s);
+	set_and_check(c, ap, TOGGLE__SET_OP__ADD, "attn_out:3", s1.s, s2.s);
+	set_and_check(c, ap, TOGGLE__SET_OP__REMOVE, "resid_post:0", s2.s, s3.s);
+
+	/* An unknown hook type: ESPEC naming the agent and the token; nothing changes. */
+	struct ainfo before = agent_info(c, ap->name);
+	int rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:0,bogus_type:1", WAIT_MS, NULL,
+			 err);
+	ASSERT_CODE(rc, TOGGLE_ESPEC, err);
+	ASSERT(strstr(err, "setter") && strstr(err, "bogus_type"),
+	       "message does not name the agent and the token: %s", err);
+	struct ainfo after = agent_info(c, ap->name);
+	ASSERT(after.control_version == before.control_version, "control version moved %llu -> %llu",
+	       (unsigned long long)before.control_version, (unsigned long long)after.control_version);
+	ASSERT_STR(after.enabled, s3.s, "enabled after a refused spec");
+	struct alog l;
+	alog_wait(ap, after.step + 5, 10000, &l);
+	for (int64_t s = before.step; s <= after.step + 5; s++)
+		alog_expect(&l, ap, s, s3.s);
+	alog_free(&l);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+START_TEST(test_wait_timeout)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	int a = agent_start(&e,
+			&(struct agent_opts){.name = "idle-agent", .group = "g", .steps = false});
+	agent_wait_listed(c, &e.agents[a], -1);
+	uint64_t t0 = now_ms();
+	int rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "all", 200, NULL, err);
+	uint64_t dt = now_ms() - t0;
+	ASSERT_CODE(rc, TOGGLE_ETIMEDOUT, err);
+	ASSERT(strstr(err, "idle-agent"), "timeout does not name the agent: %s", err);
+	ASSERT(dt >= 190 && dt < 5000, "answered after %llu ms for a wait of 200 ms",
+	       (unsigned long long)dt);
+	/* The set is the standing one all the same; it was never run. */
+	struct ainfo ai = agent_info(c, "idle-agent");
+	ASSERT_STR(ai.enabled, "all", "enabled");
+	ASSERT(ai.control_version == 1 && ai.applied_version == 0, "control %llu applied %llu",
+	       (unsigned long long)ai.control_version, (unsigned long long)ai.applied_version);
+	ASSERT(ai.step == -1, "a stepless agent at step %lld", (long long)ai.step);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/* No step the agent logged so far ran set. */
+static void assert_never_ran(struct agent_proc *ap, const char *set)
+{
+	struct alog l;
+	alog_load(&l, ap->log);
+	ASSERT(l.n > 0, "agent %s logged no step", ap->name);
+	for (size_t i = 0; i < l.n; i++)
+		ASSERT(strcmp(l.v[i].spec, set) != 0, "agent %s ran '%s' at step %lld", ap->name, set,
+		       (long long)l.v[i].step);
+	alog_free(&l);
+}
+
+START_TEST(test_selectors)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	int ia = agent_start(&e,
+			&(struct agent_opts){.name = "sel-a", .group = "g1", .steps = true});
+	int ib = agent_start(&e,
+			&(struct agent_opts){.name = "sel-b", .group = "g2", .steps = true});
+	struct ainfo a = agent_wait_listed(c, &e.agents[ia], 1);
+	struct ainfo b = agent_wait_listed(c, &e.agents[ib], 1);
+
+	Toggle__Selector g1 = sel_group("g1");
+	Toggle__Envelope *rep = NULL;
+	int rc = rpc_set(c, &g1, TOGGLE__SET_OP__REPLACE, "all", WAIT_MS, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->set_enabled_reply->n_versions == 1 &&
+	       rep->set_enabled_reply->versions[0]->agent_id == a.id,
+	       "group g1 reached %zu agents", rep->set_enabled_reply->n_versions);
+	toggle__envelope__free_unpacked(rep, NULL);
+	ASSERT_STR(agent_info(c, "sel-a").enabled, "all", "sel-a after the g1 set");
+	ASSERT_STR(agent_info(c, "sel-b").enabled, "none", "sel-b after the g1 set");
+	ASSERT(agent_info(c, "sel-b").control_version == 0, "sel-b's control lane was written");
+
+	struct spec b_set = canon("attn_out:0"), a_set = canon("resid_post:2");
+	Toggle__Selector by_id = sel_id(b.id);
+	set_applied(c, &by_id, TOGGLE__SET_OP__REPLACE, "attn_out:0");
+	ASSERT_STR(agent_info(c, "sel-a").enabled, "all", "sel-a after the id set");
+	ASSERT_STR(agent_info(c, "sel-b").enabled, b_set.s, "sel-b after the id set");
+
+	Toggle__Selector by_pid = sel_pid(a.pid);
+	set_applied(c, &by_pid, TOGGLE__SET_OP__REPLACE, "resid_post:2");
+	ASSERT_STR(agent_info(c, "sel-a").enabled, a_set.s, "sel-a after the pid set");
+	ASSERT_STR(agent_info(c, "sel-b").enabled, b_set.s, "sel-b after the pid set");
+	assert_never_ran(&e.agents[ib], "all");
+
+	/* Selectors that match nothing. */
+	Toggle__Selector none_group = sel_group("nosuch"), none_id = sel_id(a.id + b.id + 100),
+			 none_pid = sel_pid(1);
+	Toggle__Selector *nothing[3] = {&none_group, &none_id, &none_pid};
+	for (int k = 0; k < 3; k++) {
+		rc = rpc_set(c, nothing[k], TOGGLE__SET_OP__REPLACE, "none", 0, NULL, err);
+		ASSERT_CODE(rc, TOGGLE_ENOAGENT, err);
+		rc = rpc_list_agents(c, nothing[k], NULL, err);
+		ASSERT_CODE(rc, TOGGLE_ENOAGENT, err);
+	}
+	ASSERT_STR(agent_info(c, "sel-a").enabled, a_set.s, "sel-a after the selectors of nothing");
+	ASSERT_STR(agent_info(c, "sel-b").enabled, b_set.s, "sel-b after the selectors of nothing");
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/* ======================================================================== */
+/* 7. Plans                                                                  */
+/* ======================================================================== */
+
+/*
+ * Submit entries at cur+offsets[k] (cur = the agent's step as the daemon
+ * sees it) to the one agent; retried if the agent outran the request.
+ * Returns cur.
+ */
+static int64_t plan_ahead(struct tgc *c, const char *name, const int64_t *offsets,
+			  const char *const *specs, size_t n)
+{
+	char err[ERRLEN];
+	int64_t steps[8];
+	ASSERT(n <= 8, "plan_ahead takes 8 entries at most");
+	for (int attempt = 0; attempt < 3; attempt++) {
+		int64_t cur = agent_info(c, name).step;
+		for (size_t k = 0; k < n; k++)
+			steps[k] = cur + offsets[k];
+		int rc = rpc_plan(c, NULL, steps, specs, n, err);
+		if (rc == TOGGLE_ELATE)
+			continue;
+		ASSERT_CODE(rc, 0, err);
+		return cur;
+	}
+	ASSERT(0, "plans %lld steps ahead were late three times", (long long)offsets[0]);
+}
+
+/* show_plan of the one agent: its entries as "step=spec;..." relative to base. */
+static void plan_text(struct tgc *c, int64_t base, char *out, size_t len)
+{
+	char err[ERRLEN];
+	Toggle__Envelope *rep = NULL;
+	int rc = rpc_show_plan(c, NULL, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->plan->n_plans == 1, "show_plan lists %zu agents", rep->plan->n_plans);
+	const Toggle__AgentPlan *p = rep->plan->plans[0];
+	out[0] = '\0';
+	for (size_t i = 0; i < p->n_entries; i++) {
+		size_t used = strlen(out);
+		snprintf(out + used, len - used, "+%lld=%s;", (long long)(p->entries[i]->step - base),
+			 p->entries[i]->spec);
+	}
+	toggle__envelope__free_unpacked(rep, NULL);
+}
+
+START_TEST(test_plans)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN], text[1024];
+	struct tgc *c = client(&e);
+	int a = agent_start(&e,
+			&(struct agent_opts){.name = "planner", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	agent_wait_listed(c, ap, 1);
+	struct spec standing = canon("resid_post:*");
+	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:*");
+
+	/* Three entries 50 steps ahead: exactly those sets at exactly those steps. */
+	static const char *const specs[3] = {"attn_out:0", "attn_out:1", "all"};
+	static const int64_t near[3] = {50, 51, 52};
+	int64_t cur = plan_ahead(c, ap->name, near, specs, 3);
+	struct alog l;
+	alog_wait(ap, cur + 60, 10000, &l);
+	for (int64_t s = cur + 1; s <= cur + 60; s++) {
+		bool planned = s >= cur + 50 && s <= cur + 52;
+		alog_expect(&l, ap, s, planned ? canon(specs[s - cur - 50]).s : standing.s);
+	}
+	alog_free(&l);
+
+	/* Far entries: listed, then cleared, and they never happen. */
+	static const char *const far_specs[2] = {"attn_out:2", "attn_out:3"};
+	static const int64_t far[2] = {400, 401};
+	cur = plan_ahead(c, ap->name, far, far_specs, 2);
+	plan_text(c, cur, text, sizeof(text));
+	char want[2 * SPEC_LEN + 32];
+	snprintf(want, sizeof(want), "+400=%s;+401=%s;", canon(far_specs[0]).s, canon(far_specs[1]).s);
+	ASSERT_STR(text, want, "show_plan");
+	int rc = rpc_clear_plan(c, NULL, err);
+	ASSERT_CODE(rc, 0, err);
+	plan_text(c, cur, text, sizeof(text));
+	ASSERT_STR(text, "", "show_plan after clear_plan");
+	alog_wait(ap, cur + 405, 10000, &l);
+	for (int64_t s = cur + 395; s <= cur + 405; s++)
+		alog_expect(&l, ap, s, standing.s);
+	alog_free(&l);
+
+	/* One entry for a step already begun: ELATE, and the other entry does not happen either. */
+	cur = agent_info(c, ap->name).step;
+	int64_t late_steps[2] = {cur + 100, cur - 1};
+	rc = rpc_plan(c, NULL, late_steps, specs, 2, err);
+	ASSERT_CODE(rc, TOGGLE_ELATE, err);
+	ASSERT(strstr(err, "planner"), "ELATE does not name the agent: %s", err);
+	plan_text(c, cur, text, sizeof(text));
+	ASSERT_STR(text, "", "show_plan after a late plan");
+	alog_wait(ap, cur + 105, 10000, &l);
+	alog_expect(&l, ap, cur + 100, standing.s);
+	alog_free(&l);
+
+	/* Malformed plans. */
+	int64_t dup[2] = {cur + 1000, cur + 1000};
+	rc = rpc_plan(c, NULL, dup, specs, 2, err);
+	ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+	rc = rpc_plan(c, NULL, dup, specs, 0, err);
+	ASSERT_CODE(rc, TOGGLE_ELIMIT, err);
+	plan_text(c, cur, text, sizeof(text));
+	ASSERT_STR(text, "", "show_plan after refused plans");
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/* ======================================================================== */
+/* 8-9. Events, agent death                                                  */
+/* ======================================================================== */
+
+START_TEST(test_watch)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *w = client(&e), *c = client(&e);
+	int rc = rpc_watch(w, NULL, err);
+	ASSERT_CODE(rc, 0, err);
+
+	int a = agent_start(&e,
+			&(struct agent_opts){.name = "watched", .group = "g", .steps = true});
+	struct evinfo joined = event_wait(w, TOGGLE__EVENT_KIND__AGENT_JOINED, "watched", 10000);
+	struct ainfo ai = agent_wait_listed(c, &e.agents[a], 1);
+	ASSERT(joined.agent_id == ai.id, "joined agent %llu, listed %llu",
+	       (unsigned long long)joined.agent_id, (unsigned long long)ai.id);
+
+	uint64_t v = set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:*");
+	struct evinfo applied = event_wait(w, TOGGLE__EVENT_KIND__SET_APPLIED, "watched", 10000);
+	ASSERT(applied.version == v && applied.agent_id == ai.id, "SET_APPLIED version %llu, set %llu",
+	       (unsigned long long)applied.version, (unsigned long long)v);
+
+	agent_stop(&e, a);
+	struct evinfo left = event_wait(w, TOGGLE__EVENT_KIND__AGENT_LEFT, "watched", 10000);
+	ASSERT(left.agent_id == ai.id, "left agent %llu", (unsigned long long)left.agent_id);
+	tgc_close(w);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+START_TEST(test_agent_kill9)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	int iv = agent_start(&e,
+			&(struct agent_opts){.name = "victim", .group = "g", .steps = true});
+	int ib = agent_start(&e,
+			&(struct agent_opts){.name = "bystander", .group = "g", .steps = true});
+	int ii = agent_start(&e,
+			&(struct agent_opts){.name = "idle-victim", .group = "g", .steps = false});
+	struct ainfo victim = agent_wait_listed(c, &e.agents[iv], 1);
+	agent_wait_listed(c, &e.agents[ib], 1);
+	struct ainfo idle = agent_wait_listed(c, &e.agents[ii], -1);
+
+	/* A wait pending on an agent that dies ends with a timeout, not a crash. */
+	struct raw r;
+	raw_open(&r, &e);
+	raw_hello(&r);
+	Toggle__Selector by_id = sel_id(idle.id);
+	Toggle__SetEnabledRequest m = TOGGLE__SET_ENABLED_REQUEST__INIT;
+	m.target = &by_id;
+	m.op = TOGGLE__SET_OP__REPLACE;
+	m.spec = (char *)(uintptr_t)"all";
+	m.has_wait_ms = true;
+	m.wait_ms = 600;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
+	env.set_enabled = &m;
+	env.id = ++r.next_id;
+	raw_send_env(&r, &env, -1);
+	sleep_ms(50);
+	agent_kill9(&e, ii);
+	Toggle__Envelope *rep = NULL;
+	int got = raw_recv(&r, &rep, RPC_TIMEOUT_MS);
+	ASSERT(got == 1, "no answer to a wait on a killed agent (%d)", got);
+	ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_ERROR &&
+	       rep->error->code == TOGGLE_ETIMEDOUT,
+	       "answer to a wait on a killed agent: body %d", (int)rep->body_case);
+	toggle__envelope__free_unpacked(rep, NULL);
+	raw_close(&r);
+
+	/* kill -9 of a stepping agent: dropped, the daemon keeps serving. */
+	agent_kill9(&e, iv);
+	agent_wait_gone(c, "victim");
+	agent_wait_gone(c, "idle-victim");
+	size_t total = 0;
+	ASSERT(agent_lookup(c, "bystander", NULL, &total) && total == 1, "%zu agents listed", total);
+	Toggle__Selector by_pid = sel_pid(victim.pid);
+	int rc = rpc_set(c, &by_pid, TOGGLE__SET_OP__REPLACE, "all", 0, NULL, err);
+	ASSERT_CODE(rc, TOGGLE_ENOAGENT, err);
+	struct spec s = canon("attn_out:1");
+	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:1");
+	ASSERT_STR(agent_info(c, "bystander").enabled, s.s, "bystander after the set");
+	rc = rpc_status(c, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->status_reply->agents == 1, "status counts %u agents", rep->status_reply->agents);
+	toggle__envelope__free_unpacked(rep, NULL);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/* ======================================================================== */
+/* 10, 13. Daemon restart, stale and live sockets                            */
+/* ======================================================================== */
+
+START_TEST(test_daemon_restart)
+{
+	struct env e;
+	env_setup(&e);
+	char text[1024];
+	struct tgc *c = client(&e);
+	int a = agent_start(&e,
+			&(struct agent_opts){.name = "survivor", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	agent_wait_listed(c, ap, 1);
+	struct spec standing = canon("attn_out:1-2");
+	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:1-2");
+	static const char *const specs[2] = {"resid_post:3", "all"};
+	static const int64_t far[2] = {100000, 100001};
+	int64_t cur = plan_ahead(c, ap->name, far, specs, 2);
+	char want[2 * SPEC_LEN + 32];
+	snprintf(want, sizeof(want), "+100000=%s;+100001=%s;", canon(specs[0]).s, canon(specs[1]).s);
+	plan_text(c, cur, text, sizeof(text));
+	ASSERT_STR(text, want, "show_plan before the kill");
+	tgc_close(c);
+
+	/* Without a daemon the agent keeps stepping with its last set. */
+	daemon_kill9(&e);
+	int64_t at_kill = agent_last_step(ap);
+	sleep_ms(300);
+	struct alog l;
+	alog_wait(ap, at_kill + 100, 10000, &l);
+	for (int64_t s = at_kill; s <= at_kill + 100; s++)
+		alog_expect(&l, ap, s, standing.s);
+	alog_free(&l);
+
+	/* A new daemon on the same socket and state: the agent comes back by itself. */
+	daemon_start(&e);
+	c = client(&e);
+	uint64_t t0 = now_ms();
+	struct ainfo ai;
+	while (!agent_lookup(c, ap->name, &ai, NULL)) {
+		agent_assert_alive(ap);
+		ASSERT(now_ms() - t0 < 5000, "agent did not reconnect within 5 s");
+		sleep_ms(10);
+	}
+	ASSERT_STR(ai.enabled, standing.s, "restored standing set");
+	ASSERT(ai.control_version > 0, "restored control version %llu",
+	       (unsigned long long)ai.control_version);
+	plan_text(c, cur, text, sizeof(text));
+	ASSERT_STR(text, want, "show_plan after the restart");
+	/* And it still runs that set. */
+	int64_t now = agent_last_step(ap);
+	alog_wait(ap, now + 20, 10000, &l);
+	for (int64_t s = at_kill; s <= now + 20; s++)
+		alog_expect(&l, ap, s, standing.s);
+	alog_free(&l);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+START_TEST(test_stale_socket)
+{
+	struct env e;
+	env_setup(&e);
+	/* A second daemon on a live socket refuses to start; the first keeps serving. */
+	char second_log[PATH_MAX];
+	snprintf(second_log, sizeof(second_log), "%s/second.log", e.dir);
+	pid_t second = daemon_spawn(&e, second_log);
+	int st = 0;
+	bool done = wait_exit(second, 20000, &st);
+	if (!done) {
+		kill(second, SIGKILL);
+		waitpid(second, &st, 0);
+	}
+	ASSERT(done, "a second daemon on a live socket is still running");
+	ASSERT(WIFEXITED(st) && WEXITSTATUS(st) != 0, "second daemon ended with %s",
+	       status_text(st));
+	ASSERT(file_contains(second_log, "already listening"),
+	       "second daemon's log does not say why it did not start");
+	daemon_alive(&e, "a second daemon tried to start");
+
+	/* SIGKILL leaves the socket file; the next daemon replaces it. */
+	daemon_kill9(&e);
+	struct stat sb;
+	ASSERT(lstat(e.sock, &sb) == 0 && S_ISSOCK(sb.st_mode), "socket file gone after SIGKILL");
+	ASSERT(!file_contains(e.dlog, "replaced a stale socket"), "stale socket before any");
+	daemon_start(&e);
+	ASSERT(file_contains(e.dlog, "replaced a stale socket"),
+	       "new daemon did not report the stale socket");
+	daemon_alive(&e, "the restart on a stale socket");
+	env_teardown(&e);
+}
+END_TEST
+
+/* ======================================================================== */
+/* 11-12. Permissions, bad input                                             */
+/* ======================================================================== */
+
+/* The unprivileged child: exit 0 if everything was as expected, else a step number. */
+_Noreturn static void nobody_main(const struct env *e)
+{
+	char err[ERRLEN];
+	struct tgc *c = NULL;
+	if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0)
+		_exit(10);
+	if (tgc_connect(e->sock, 5000, &c, err, sizeof(err)) != 0)
+		_exit(11);
+	if (tgc_may_write(c))
+		_exit(12);
+	if (rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "all", 0, NULL, err) != TOGGLE_EPERM)
+		_exit(13);
+	if (!strstr(err, "65534"))
+		_exit(14);
+	if (rpc_status(c, NULL, err) != 0)
+		_exit(15);
+	if (rpc_list_agents(c, NULL, NULL, err) != 0)
+		_exit(16);
+	int64_t steps[1] = {1000000};
+	const char *specs[1] = {"all"};
+	if (rpc_plan(c, NULL, steps, specs, 1, err) != TOGGLE_EPERM)
+		_exit(17);
+	if (rpc_clear_plan(c, NULL, err) != TOGGLE_EPERM)
+		_exit(18);
+	tgc_close(c);
+	_exit(0);
+}
+
+START_TEST(test_permission_denied)
+{
+	if (geteuid() != 0) {
+		printf("test_permission_denied: skipped: needs root to become uid %d\n", NOBODY);
+		return;
+	}
+	struct env e;
+	env_setup(&e);
+	ASSERT(chmod(e.dir, 0755) == 0, "chmod %s: %s", e.dir, strerror(errno));
+	struct tgc *c = client(&e);
+	int a = agent_start(&e,
+			&(struct agent_opts){.name = "guarded", .group = "g", .steps = true});
+	agent_wait_listed(c, &e.agents[a], 1);
+
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_detach(parent);
+		nobody_main(&e);
+	}
+	int st = 0;
+	bool done = wait_exit(pid, 20000, &st);
+	if (!done) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	static const char *const why[] = {
+		[10] = "cannot become nobody", [11] = "cannot connect",
+		[12] = "may_write is true for nobody", [13] = "set_enabled was not refused with EPERM",
+		[14] = "EPERM message does not name the uid", [15] = "status failed",
+		[16] = "list_agents failed", [17] = "submit_plan was not refused with EPERM",
+		[18] = "clear_plan was not refused with EPERM",
+	};
+	int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	ASSERT(done && code == 0, "unprivileged client: %s (%s)", status_text(st),
+	       code > 0 && code < (int)(sizeof(why) / sizeof(why[0])) && why[code] ? why[code] : "?");
+	ASSERT(file_contains(e.dlog, "denied"), "the daemon log does not mention the denial");
+	struct ainfo ai = agent_info(c, "guarded");
+	ASSERT(ai.control_version == 0, "a denied request wrote the control lane");
+	ASSERT_STR(ai.enabled, "none", "enabled after denied requests");
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/* Raw bytes on a hello'd connection; the daemon must close it. */
+static void bad_bytes(const struct env *e, const void *bytes, size_t len, const char *what)
+{
+	struct raw r;
+	raw_open(&r, e);
+	raw_hello(&r);
+	raw_write(&r, bytes, len, -1);
+	raw_expect_closed(&r, what);
+	raw_close(&r);
+	daemon_alive(e, what);
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
+/* A RegisterAgent on a fresh connection; the daemon keeps serving afterwards. */
+static int register_on_fresh(const struct env *e, size_t n_types, uint32_t n_layers, int fd,
+			     char *err, const char *what)
+{
+	struct raw r;
+	raw_open(&r, e);
+	raw_hello(&r);
+	int rc = raw_register(&r, "raw-agent", n_types, n_layers, fd, err);
+	raw_close(&r);
+	daemon_alive(e, what);
+	return rc;
+}
+
+START_TEST(test_bad_input)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	uint8_t frame[64];
+
+	/* A frame announcing more than TGP_MAX_FRAME bytes. */
+	put_be32(frame, TGP_MAX_FRAME + 1);
+	bad_bytes(&e, frame, 4, "an oversize frame header");
+
+	/* Garbage where a protobuf body should be. */
+	put_be32(frame, 8);
+	memset(frame + 4, 0xff, 8);
+	bad_bytes(&e, frame, 12, "a garbage body");
+
+	/* An envelope with no body (tgp_frame_encode refuses those: packed by hand). */
+	Toggle__Envelope empty = TOGGLE__ENVELOPE__INIT;
+	empty.id = 9;
+	size_t n = toggle__envelope__get_packed_size(&empty);
+	ASSERT(n + 4 <= sizeof(frame), "packed size %zu", n);
+	put_be32(frame, (uint32_t)n);
+	toggle__envelope__pack(&empty, frame + 4);
+	bad_bytes(&e, frame, n + 4, "an envelope without a body");
+
+	/* A truncated frame, then close. */
+	{
+		struct raw r;
+		raw_open(&r, &e);
+		raw_hello(&r);
+		put_be32(frame, 100);
+		memset(frame + 4, 0, 10);
+		raw_write(&r, frame, 14, -1);
+		raw_close(&r);
+		daemon_alive(&e, "a truncated frame and close");
+	}
+
+	/* A request before hello: an error, then closed. */
+	{
+		struct raw r;
+		raw_open(&r, &e);
+		int rc = raw_status(&r, err);
+		ASSERT_CODE(rc, TOGGLE_EPROTO, err);
+		raw_expect_closed(&r, "a request before hello");
+		raw_close(&r);
+		daemon_alive(&e, "a request before hello");
+	}
+
+	/* A reply-only body: EPROTO, and the connection stays usable. */
+	{
+		struct raw r;
+		raw_open(&r, &e);
+		raw_hello(&r);
+		Toggle__Ack ack = TOGGLE__ACK__INIT;
+		Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+		env.body_case = TOGGLE__ENVELOPE__BODY_ACK;
+		env.ack = &ack;
+		int rc = raw_call(&r, &env, -1, TOGGLE__ENVELOPE__BODY_ACK, err);
+		ASSERT_CODE(rc, TOGGLE_EPROTO, err);
+		rc = raw_status(&r, err);
+		ASSERT_CODE(rc, 0, err);
+		raw_close(&r);
+		daemon_alive(&e, "an Ack sent as a request");
+	}
+
+	/* RegisterAgent without an fd, with fds that are not a sealed region. */
+	int rc = register_on_fresh(&e, NT, NL, -1, err, "a registration without an fd");
+	ASSERT_CODE(rc, TOGGLE_ESHM, err);
+	int mfd = memfd_create("check-unsealed", MFD_CLOEXEC);
+	ASSERT(mfd >= 0 && ftruncate(mfd, 1 << 20) == 0, "memfd: %s", strerror(errno));
+	rc = register_on_fresh(&e, NT, NL, mfd, err, "a registration with an unsealed memfd");
+	ASSERT_CODE(rc, TOGGLE_ESHM, err);
+	close(mfd);
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/plain-file", e.dir);
+	int tfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	ASSERT(tfd >= 0 && ftruncate(tfd, 1 << 20) == 0, "temp file: %s", strerror(errno));
+	rc = register_on_fresh(&e, NT, NL, tfd, err, "a registration with a plain file");
+	ASSERT_CODE(rc, TOGGLE_ESHM, err);
+	close(tfd);
+	int sfd = memfd_create("check-small", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ASSERT(sfd >= 0 && ftruncate(sfd, 4096) == 0 &&
+	       fcntl(sfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0,
+	       "sealed memfd: %s", strerror(errno));
+	rc = register_on_fresh(&e, NT, NL, sfd, err, "a registration with a small sealed memfd");
+	ASSERT_CODE(rc, TOGGLE_ESHM, err);
+	close(sfd);
+
+	/* Catalogs out of bounds, with a good region. */
+	struct toggle_shm shm;
+	rc = toggle_shm_create(&shm, err, ERRLEN);
+	ASSERT_CODE(rc, 0, err);
+	rc = register_on_fresh(&e, 0, NL, shm.fd, err, "a registration with no hook types");
+	ASSERT_CODE(rc, TOGGLE_ERANGE, err);
+	rc = register_on_fresh(&e, NT, 300, shm.fd, err, "a registration of 300 layers");
+	ASSERT_CODE(rc, TOGGLE_ERANGE, err);
+	/* The same path with everything right registers (the refusals above were for their reason). */
+	{
+		struct tgc *c = client(&e);
+		struct raw r;
+		raw_open(&r, &e);
+		raw_hello(&r);
+		rc = raw_register(&r, "raw-agent", NT, NL, shm.fd, err);
+		ASSERT_CODE(rc, 0, err);
+		struct ainfo ai = agent_info(c, "raw-agent");
+		ASSERT(ai.pid == (uint32_t)getpid(), "raw agent pid %u", ai.pid);
+		raw_close(&r);
+		agent_wait_gone(c, "raw-agent");
+		tgc_close(c);
+	}
+	toggle_shm_unmap(&shm);
+
+	/* Limits of SetEnabled and SubmitPlan. */
+	struct tgc *c = client(&e);
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "all", TGP_MAX_WAIT_MS + 1, NULL, err);
+	ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+	int64_t steps[65];
+	const char *specs[65];
+	for (int i = 0; i < 65; i++) {
+		steps[i] = 1000000 + i;
+		specs[i] = "all";
+	}
+	rc = rpc_plan(c, NULL, steps, specs, 65, err);
+	ASSERT_CODE(rc, TOGGLE_ELIMIT, err);
+	tgc_close(c);
+	daemon_alive(&e, "refused limits");
+	env_teardown(&e);
+}
+END_TEST
+
+/* ======================================================================== */
+
+static TCase *add_tcase(Suite *s, const char *name)
+{
+	TCase *tc = tcase_create(name);
+	tcase_set_timeout(tc, 60);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+static Suite *daemon_suite(void)
+{
+	Suite *s = suite_create("daemon");
+	TCase *tc = add_tcase(s, "hello");
+	tcase_add_test(tc, test_hello_version);
+	tcase_add_test(tc, test_status);
+	tc = add_tcase(s, "agents");
+	tcase_add_test(tc, test_agent_registration);
+	tcase_add_test(tc, test_watch);
+	tcase_add_test(tc, test_agent_kill9);
+	tc = add_tcase(s, "set");
+	tcase_add_test(tc, test_set_enabled);
+	tcase_add_test(tc, test_wait_timeout);
+	tcase_add_test(tc, test_selectors);
+	tc = add_tcase(s, "plans");
+	tcase_add_test(tc, test_plans);
+	tc = add_tcase(s, "restart");
+	tcase_add_test(tc, test_daemon_restart);
+	tcase_add_test(tc, test_stale_socket);
+	tc = add_tcase(s, "security");
+	tcase_add_test(tc, test_permission_denied);
+	tcase_add_test(tc, test_bad_input);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run_suite(daemon_suite());
+}
