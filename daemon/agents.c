@@ -116,15 +116,22 @@ void td_agent_write_control(struct td_agent *a)
 	toggle_shm_control_write(a->shm.ctl, &a->ctl);
 }
 
+/* a->st keeps the last consistent snapshot: a torn or refused read never
+ * replaces it (st_valid says whether the latest read succeeded). */
 void td_agent_refresh(struct td_agent *a)
 {
-	int rc = toggle_shm_status_read(a->shm.st, a->st);
+	int rc = toggle_shm_status_read(a->shm.st, a->st_tmp);
 	a->st_valid = rc == 0;
+	if (a->st_valid) {
+		struct toggle_shm_status *t = a->st;
+		a->st = a->st_tmp;
+		a->st_tmp = t;
+	}
 }
 
 static int64_t agent_step(const struct td_agent *a)
 {
-	return a->st_valid ? a->st->step : -1;
+	return a->st->step;
 }
 
 /* Copy this agent's desired state into the store (the check phase saves it). */
@@ -255,11 +262,13 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	struct td_agent *a = calloc(1, sizeof(*a));
 	if (a) {
 		a->st = calloc(1, sizeof(*a->st));
+		a->st_tmp = calloc(1, sizeof(*a->st_tmp));
 		a->plans = calloc(TD_MAX_PENDING_PLAN, sizeof(*a->plans));
 	}
-	if (!a || !a->st || !a->plans) {
+	if (!a || !a->st || !a->st_tmp || !a->plans) {
 		if (a) {
 			free(a->st);
+			free(a->st_tmp);
 			free(a->plans);
 		}
 		free(a);
@@ -270,6 +279,7 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	p->pending_fd = -1;
 	if (rc) {
 		free(a->st);
+		free(a->st_tmp);
 		free(a->plans);
 		free(a);
 		return rc;
@@ -294,9 +304,10 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	/* Continue the lane where a previous daemon left it. */
 	if (toggle_shm_control_read(a->shm.ctl, &a->ctl) != 0)
 		memset(&a->ctl, 0, sizeof(a->ctl));
+	a->st->step = -1;
 	td_agent_refresh(a);
 	a->st_anomalies = 0;
-	for (int i = 0; a->st_valid && i < TOGGLE_SHM_AN_COUNT; i++)
+	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
 		a->st_anomalies += a->st->anomalies[i];
 	a->next = d->agents;
 	if (d->agents)
@@ -330,6 +341,7 @@ void td_agent_gone(struct td_agent *a)
 		a->peer->agent = NULL;
 	toggle_shm_unmap(&a->shm);
 	free(a->st);
+	free(a->st_tmp);
 	free(a->plans);
 	free(a);
 }
@@ -391,8 +403,9 @@ static struct td_agent *agent_by_id(struct td_daemon *d, uint64_t id)
 	return NULL;
 }
 
-static void waiter_free(struct td_waiter *w)
+void td_waiter_free(struct td_waiter *w)
 {
+	free(w->names);
 	free(w->agent_ids);
 	free(w->versions);
 	free(w);
@@ -405,12 +418,12 @@ static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 	size_t n_late = 0, n_named = 0, n_gone = 0;
 	for (size_t i = 0; i < w->n; i++) {
 		struct td_agent *a = agent_by_id(d, w->agent_ids[i]);
-		if (a && a->st_valid && a->st->version_applied >= w->versions[i])
+		if (a && a->st->version_applied >= w->versions[i])
 			continue;
 		n_late++;
 		n_gone += !a;
 		if (n_named < 64)
-			late[n_named++] = a ? a->name : "(gone)";
+			late[n_named++] = w->names[i];
 	}
 	if (n_gone) {
 		/* An agent that left will never apply it: say so now, not at the deadline. */
@@ -457,8 +470,8 @@ void td_agents_poll(struct td_daemon *d)
 {
 	for (struct td_agent *a = d->agents, *next; a; a = next) {
 		next = a->next;
-		uint64_t applied = a->st_valid ? a->st->version_applied : 0;
-		uint64_t rejected = a->st_valid ? a->st->plan_rejected : 0;
+		uint64_t applied = a->st->version_applied;
+		uint64_t rejected = a->st->plan_rejected;
 		td_agent_refresh(a);
 		if (a->st_valid)
 			agent_events(a, applied, rejected);
@@ -468,7 +481,7 @@ void td_agents_poll(struct td_daemon *d)
 		if (waiter_try(d, *w, now)) {
 			struct td_waiter *done = *w;
 			*w = done->next;
-			waiter_free(done);
+			td_waiter_free(done);
 		} else {
 			w = &(*w)->next;
 		}

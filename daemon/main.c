@@ -129,6 +129,14 @@ static int activated_fd(void)
 	return SD_LISTEN_FDS_START;
 }
 
+static void config_apply_cli(struct td_config *cfg)
+{
+	if (cfg->cli_group[0])
+		snprintf(cfg->operator_group, sizeof(cfg->operator_group), "%s", cfg->cli_group);
+	if (cfg->cli_verbose)
+		cfg->verbose = 1;
+}
+
 static void on_stop(uv_signal_t *h, int signum)
 {
 	struct td_daemon *d = h->data;
@@ -150,6 +158,7 @@ static void on_hup(uv_signal_t *h, int signum)
 		log_warnx("SIGHUP: keeping the old configuration: %s", err);
 		return;
 	}
+	config_apply_cli(&next);
 	d->cfg = next;
 	log_set_verbose(d->cfg.verbose);
 	td_auth_reload(d);
@@ -194,7 +203,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 			break;
 		}
 		case 'f': break;
-		case 'v': cfg->verbose = 1; break;
+		case 'v': cfg->cli_verbose = true; break;
 		case 'V': printf("toggled %s (protocol %d)\n", TD_VERSION, TGP_PROTOCOL_VERSION); exit(0);
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
@@ -212,7 +221,8 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 	}
 	/* The command line wins over the file. */
 	if (group)
-		snprintf(cfg->operator_group, sizeof(cfg->operator_group), "%s", group);
+		snprintf(cfg->cli_group, sizeof(cfg->cli_group), "%s", group);
+	config_apply_cli(cfg);
 	if (sock) {
 		if (strlen(sock) >= sizeof(cfg->socket_path)) {
 			fprintf(stderr, "toggled: socket path longer than %zu bytes\n", sizeof(cfg->socket_path) - 1);
@@ -272,9 +282,7 @@ int main(int argc, char **argv)
 	while (d->waiters) {
 		struct td_waiter *w = d->waiters;
 		d->waiters = w->next;
-		free(w->agent_ids);
-		free(w->versions);
-		free(w);
+		td_waiter_free(w);
 	}
 	uv_timer_stop(&d->status_timer);
 	uv_close((uv_handle_t *)&d->status_timer, NULL);

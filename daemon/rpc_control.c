@@ -105,15 +105,15 @@ static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 		return TOGGLE_ENOMEM;
 	w->agent_ids = calloc(n, sizeof(*w->agent_ids));
 	w->versions = calloc(n, sizeof(*w->versions));
-	if (!w->agent_ids || !w->versions) {
-		free(w->agent_ids);
-		free(w->versions);
-		free(w);
+	w->names = calloc(n, sizeof(*w->names));
+	if (!w->agent_ids || !w->versions || !w->names) {
+		td_waiter_free(w);
 		return TOGGLE_ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
 		w->agent_ids[i] = v[i]->id;
 		w->versions[i] = v[i]->ctl.version;
+		snprintf(w->names[i], sizeof(w->names[i]), "%s", v[i]->name);
 	}
 	w->n = n;
 	w->peer = p;
@@ -188,8 +188,8 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 {
 	char msg[256];
 	td_agent_refresh(a);
-	int64_t now = a->st_valid ? a->st->step : -1;
-	uint64_t used = a->ctl.plan_head - (a->st_valid ? a->st->plan_consumed : 0);
+	int64_t now = a->st->step;
+	uint64_t used = a->ctl.plan_head - a->st->plan_consumed;
 	const char *names[1] = {a->name};
 	for (size_t k = 0; k < m->n_entries; k++) {
 		int rc = parse_for(p, id, a, m->entries[k]->spec, &sets[k]);
@@ -219,7 +219,7 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 /* Drop remembered entries for steps the agent has begun. */
 static void plan_prune(struct td_agent *a)
 {
-	int64_t now = a->st_valid ? a->st->step : -1;
+	int64_t now = a->st->step;
 	size_t k = 0;
 	for (size_t j = 0; j < a->n_plans; j++)
 		if (a->plans[j].step > now)

@@ -18,7 +18,7 @@ int rpc_targets(struct td_peer *p, const Toggle__Envelope *req, const Toggle__Se
 	if (!rc)
 		rc = td_agents_select(p->d, &s, agents, n);
 	if (rc == TOGGLE_ENOAGENT)
-		snprintf(err, sizeof(err), "no agent matches the target (%zu agents connected)",
+		snprintf(err, sizeof(err), "no agent matches the target (agents connected: %zu)",
 			 p->d->n_agents);
 	else if (rc == TOGGLE_ENOMEM)
 		snprintf(err, sizeof(err), "out of memory");
@@ -52,7 +52,7 @@ static void reply(struct td_peer *p, uint64_t id, Toggle__Envelope__BodyCase bod
 static uint64_t anomalies_sum(const struct td_agent *a)
 {
 	uint64_t sum = 0;
-	for (int i = 0; a->st_valid && i < TOGGLE_SHM_AN_COUNT; i++)
+	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
 		sum += a->st->anomalies[i];
 	return sum;
 }
@@ -69,18 +69,20 @@ static void fill_agent(Toggle__AgentInfo *m, struct td_agent *a)
 	m->mode = a->mode;
 	m->driver_version = a->driver_version;
 	m->connected_unix_ms = a->connected_ms;
-	m->step = a->st_valid ? a->st->step : -1;
+	m->step = a->st->step;
 	m->control_version = a->ctl.version;
-	m->applied_version = a->st_valid ? a->st->version_applied : 0;
-	m->graphs = a->st_valid ? (uint32_t)a->st->total_graphs : 0;
+	m->applied_version = a->st->version_applied;
+	m->graphs = (uint32_t)a->st->total_graphs;
 	m->anomalies = anomalies_sum(a);
 	/* Without a daemon-set standing set, show what the agent runs now. */
 	m->enabled = rpc_spec(a, a->has_standing ? a->ctl.standing : a->st->current);
 	m->n_hook_types = a->cat.n_types;
 	m->hook_types = (char **)(uintptr_t)a->cat.type_names;
 	m->n_layers = a->cat.n_layers;
-	uint64_t pending = a->ctl.plan_head - (a->st_valid ? a->st->plan_consumed : 0);
-	m->pending_plan = pending > TOGGLE_SHM_PLAN_RING ? 0 : (uint32_t)pending;
+	uint32_t pending = 0;
+	for (size_t i = 0; i < a->n_plans; i++)
+		pending += a->plans[i].step > m->step;
+	m->pending_plan = pending;
 }
 
 void rpc_list_agents(struct td_peer *p, const Toggle__Envelope *req)
@@ -144,7 +146,7 @@ void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req)
 	size_t total = 0;
 	for (size_t i = 0; i < n; i++) {
 		td_agent_refresh(v[i]);
-		total += v[i]->st_valid ? v[i]->st->n_graphs : 0;
+		total += v[i]->st->n_graphs;
 	}
 	Toggle__GraphInfo *g = calloc(total ? total : 1, sizeof(*g));
 	Toggle__GraphInfo **gp = calloc(total ? total : 1, sizeof(*gp));
@@ -155,8 +157,6 @@ void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req)
 		size_t k = 0;
 		for (size_t i = 0; i < n; i++) {
 			const struct td_agent *a = v[i];
-			if (!a->st_valid)
-				continue;
 			if (a->st->total_graphs > a->st->n_graphs)
 				trunc[rep.n_truncated_agents++] = a->id;
 			for (uint64_t j = 0; j < a->st->n_graphs; j++, k++) {
@@ -267,7 +267,7 @@ void rpc_show_plan(struct td_peer *p, const Toggle__Envelope *req)
 		for (size_t i = 0; i < n; i++) {
 			struct td_agent *a = v[i];
 			td_agent_refresh(a);
-			int64_t now = a->st_valid ? a->st->step : -1;
+			int64_t now = a->st->step;
 			toggle__agent_plan__init(&ap[i]);
 			ap[i].agent_id = a->id;
 			ap[i].entries = &ep[k];

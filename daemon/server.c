@@ -81,9 +81,7 @@ void td_peer_drop(struct td_peer *p, const char *why)
 		if ((*w)->peer == p) {
 			struct td_waiter *dead = *w;
 			*w = dead->next;
-			free(dead->agent_ids);
-			free(dead->versions);
-			free(dead);
+			td_waiter_free(dead);
 		} else {
 			w = &(*w)->next;
 		}

@@ -36,6 +36,9 @@ struct td_config {
 	unsigned socket_mode;
 	int verbose;
 	size_t max_queue;
+	/* Given on the command line: they win over the file, also after SIGHUP. */
+	char cli_group[64];
+	bool cli_verbose;
 };
 
 struct td_selector {
@@ -99,7 +102,7 @@ struct td_agent {
 	struct td_plan_entry *plans;  /* submitted entries, for show and persistence */
 	size_t n_plans;
 	/* Last status read, for events and queries. */
-	struct toggle_shm_status *st;
+	struct toggle_shm_status *st, *st_tmp; /* last good snapshot, scratch */
 	bool st_valid;
 	uint64_t st_anomalies;
 };
@@ -111,6 +114,7 @@ struct td_waiter {
 	uint64_t deadline_ms;
 	size_t n;
 	uint64_t *agent_ids, *versions;
+	char (*names)[TGP_MAX_NAME]; /* to name agents that left */
 };
 
 /* Desired state of one agent name, as persisted (spec text per catalog). */
@@ -189,6 +193,7 @@ void td_agents_poll(struct td_daemon *d);            /* status lanes -> events, 
 void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind kind,
 	      uint64_t version, int64_t step, const char *msg);
 void td_timer_update(struct td_daemon *d);
+void td_waiter_free(struct td_waiter *w);
 
 /* store.c */
 int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen);

@@ -16,7 +16,7 @@
 #define TGP_FRAME_HEADER     4            /* length, network byte order */
 #define TGP_MAX_FRAME        (1u << 20)   /* envelope bytes; larger is refused */
 #define TGP_MAX_SPEC         8192         /* bytes of one hook spec */
-#define TGP_MAX_PLAN_ENTRIES 256          /* entries of one SubmitPlan */
+#define TGP_MAX_PLAN_ENTRIES 64           /* entries of one SubmitPlan: the agent's plan ring */
 #define TGP_MAX_WAIT_MS      600000u      /* longest SetEnabled wait */
 #define TGP_MAX_NAME         64           /* agent, group, hook type names (NUL included) */
 

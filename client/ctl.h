@@ -1,0 +1,87 @@
+/*
+ * ctl.h - togglectl's shared types: the global options, the parsed action
+ * (which command, its arguments, its target) and the command table entry.
+ * togglectl.c parses argv into a struct ctl_ctx; ctl_cmds.c runs the
+ * command; ctl_output.c prints through a table of function pointers.
+ */
+#ifndef CTL_H
+#define CTL_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/toggle.pb-c.h"
+#include "tgclient.h"
+#include "toggle_proto.h"
+
+#define CTL_VERSION            "0.1.0"
+#define CTL_DEFAULT_TIMEOUT_MS 5000        /* --timeout: every RPC and the connect */
+#define CTL_DEFAULT_WAIT_MS    5000        /* --wait without a value */
+#define CTL_MAX_DURATION_MS    600000      /* longest --timeout or --wait (TGP_MAX_WAIT_MS) */
+#define CTL_MAX_PLAN_FILE      (1u << 20)  /* bytes of a plan file */
+
+/* Exit codes (docs/cli.md, togglectl(1)). */
+enum ctl_exit {
+	CTL_EXIT_OK = 0,
+	CTL_EXIT_ERROR = 1,   /* the daemon answered an error, or the exchange failed */
+	CTL_EXIT_USAGE = 2,   /* bad command line or bad input file: nothing was sent */
+	CTL_EXIT_CONNECT = 3, /* cannot connect to toggled */
+};
+
+/* Command flags: what a command accepts besides its arguments. */
+#define CTL_F_TARGET 0x1u /* --target */
+#define CTL_F_SELARG 0x2u /* an optional SELECTOR argument (same as --target) */
+#define CTL_F_WAIT   0x4u /* --wait */
+
+struct ctl_ctx;
+typedef int ctl_handler_fn(struct ctl_ctx *ctx, int argc, char **argv);
+
+struct ctl_cmd {
+	const char *name;
+	const char *sub;        /* second word ("plan submit"), or NULL */
+	int min_args, max_args; /* max -1: no upper bound */
+	unsigned flags;
+	const char *args;       /* argument synopsis for usage */
+	const char *help;       /* one line */
+	ctl_handler_fn *handler;
+};
+
+/* The parsed command line. */
+struct ctl_opts {
+	const char *socket;      /* NULL: tgp_default_socket_path() */
+	char socket_buf[PATH_MAX];
+	bool json;
+	bool wait;
+	int wait_ms;
+	int timeout_ms;
+	bool have_target;        /* --target or a SELECTOR argument */
+	const char *target_text; /* as the user wrote it */
+	Toggle__Selector target; /* group points into target_group */
+	char target_group[TGP_MAX_NAME];
+};
+
+struct ctl_output;
+
+struct ctl_ctx {
+	struct ctl_opts opt;
+	const struct ctl_cmd *cmd;
+	const struct ctl_output *out;
+	struct tgc *conn;
+};
+
+/* togglectl.c: parse a selector ("all", "agent:ID", "pid:PID", "group:NAME",
+ * a bare agent id) into opt->target.  0, or -1 with a message in err. */
+int ctl_selector_parse(const char *text, struct ctl_opts *opt, char *err, size_t errlen);
+
+/* togglectl.c: the command table, for usage texts. */
+extern const struct ctl_cmd ctl_commands[];
+extern const size_t ctl_n_commands;
+
+/* ctl_cmds.c: the handlers. */
+ctl_handler_fn ctl_cmd_status, ctl_cmd_agents, ctl_cmd_graphs, ctl_cmd_hooks, ctl_cmd_enable,
+	ctl_cmd_disable, ctl_cmd_set, ctl_cmd_plan_submit, ctl_cmd_plan_show, ctl_cmd_plan_clear,
+	ctl_cmd_watch;
+
+#endif /* CTL_H */
