@@ -63,7 +63,7 @@ $(B)/examples/demo_agent: $(B)/examples/demo_agent.o $(B)/libtoggle.a
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	$(B)/examples/demo_agent
+	@B=$(B) scripts/demo.sh
 
 # ---- tests ---------------------------------------------------------------
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
