@@ -3,6 +3,7 @@
  * memory attached), selectors, writing control lanes, reading status lanes,
  * and turning what changed there into events and answered waits.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -472,9 +473,12 @@ void td_agents_poll(struct td_daemon *d)
 		next = a->next;
 		uint64_t applied = a->st->version_applied;
 		uint64_t rejected = a->st->plan_rejected;
-		td_agent_refresh(a);
-		if (a->st_valid)
-			agent_events(a, applied, rejected);
+		/* The counters only: the set and graph records are read by queries. */
+		if (toggle_shm_status_read_head(a->shm.st, a->st_tmp) != 0)
+			continue;
+		memcpy(&a->st->step, &a->st_tmp->step,
+		       offsetof(struct toggle_shm_status, current) - offsetof(struct toggle_shm_status, step));
+		agent_events(a, applied, rejected);
 	}
 	uint64_t now = td_now_ms();
 	for (struct td_waiter **w = &d->waiters; *w;) {

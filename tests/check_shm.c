@@ -104,6 +104,19 @@ START_TEST(test_status_counts_bounded)
 	ck_assert_int_eq(toggle_shm_status_read(a.st, out), 0);
 	ck_assert_int_eq(out->step, 42);
 	ck_assert_uint_eq(out->graphs[2].replays, 9);
+	/* The head read copies the counters and nothing after them. */
+	struct toggle_shm_status *head = calloc(1, sizeof(*head));
+	src->version_applied = 77;
+	src->anomalies[3] = 5;
+	src->current[0] = 0xff;
+	toggle_shm_status_write(a.st, src);
+	ck_assert_int_eq(toggle_shm_status_read_head(a.st, head), 0);
+	ck_assert_uint_eq(head->version_applied, 77);
+	ck_assert_uint_eq(head->anomalies[3], 5);
+	ck_assert_uint_eq(head->n_graphs, 3);
+	ck_assert_uint_eq(head->current[0], 0);
+	ck_assert_uint_eq(head->graphs[2].replays, 0);
+	free(head);
 	/* A hostile writer's count is refused, not followed. */
 	__atomic_store_n(&a.st->n_graphs, (uint64_t)1 << 40, __ATOMIC_RELAXED);
 	ck_assert_int_eq(toggle_shm_status_read(a.st, out), TOGGLE_ESHM);

@@ -160,6 +160,9 @@ uint64_t toggle_shm_control_seq(const struct toggle_shm_control *ctl);
 void toggle_shm_status_write(struct toggle_shm_status *st, const struct toggle_shm_status *src);
 /* Daemon: copy it; checks counts (n_graphs) and returns TOGGLE_ESHM if out of bounds. */
 int toggle_shm_status_read(const struct toggle_shm_status *st, struct toggle_shm_status *out);
+/* Daemon: copy only the counters, step .. total_graphs (about 20 words, not
+ * the set and the graph records): what its status timer needs for events. */
+int toggle_shm_status_read_head(const struct toggle_shm_status *st, struct toggle_shm_status *out);
 
 #ifdef __cplusplus
 }

@@ -262,6 +262,23 @@ void toggle_shm_status_write(struct toggle_shm_status *st, const struct toggle_s
 	seq_write_end(&st->seq, next);
 }
 
+#define ST_HEAD_WORDS (offsetof(struct toggle_shm_status, current) / 8 - 1)
+
+int toggle_shm_status_read_head(const struct toggle_shm_status *st, struct toggle_shm_status *out)
+{
+	for (int i = 0; i < TOGGLE_SHM_READ_TRIES; i++) {
+		uint64_t s;
+		if (!seq_read_begin(&st->seq, &s))
+			continue;
+		words_load((uint64_t *)&out->step, (const uint64_t *)&st->step, ST_HEAD_WORDS);
+		if (seq_read_ok(&st->seq, s)) {
+			out->seq = s;
+			return out->n_graphs <= TOGGLE_SHM_MAX_GRAPHS ? 0 : TOGGLE_ESHM;
+		}
+	}
+	return TOGGLE_EBUSY;
+}
+
 int toggle_shm_status_read(const struct toggle_shm_status *st, struct toggle_shm_status *out)
 {
 	for (int i = 0; i < TOGGLE_SHM_READ_TRIES; i++) {
