@@ -44,3 +44,9 @@ $(TD_E2E_TESTS): EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
 $(B)/tests/check_pbwire: $(B)/libtgproto-san.a
 $(B)/tests/check_pbwire: EXTRA_CFLAGS = $(TGP_CFLAGS)
 $(B)/tests/check_pbwire: EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS)
+
+# Process-level behaviour (socket activation, signals, configuration).
+.PHONY: check-daemon-proc
+check-daemon-proc: $(B)/toggled $(B)/togglectl
+	@B=$(B) tests/daemon/run.sh
+check-run: check-daemon-proc
