@@ -197,7 +197,7 @@ START_TEST(test_rebind_resets_and_syncs)
 	struct toggle_graph_status gs;
 	ck_assert_int_eq(toggle_graph_status(f.agent, f.graph[0], &gs), 0);
 	ck_assert_uint_eq(gs.applied_version, 0);
-	ck_assert_uint_eq(gs.replays, 0);
+	ck_assert_uint_eq(gs.replays, 1); /* counted per graph, across execs */
 	ck_assert_int_eq(gs.last_step, -1);
 	ck_assert_ptr_eq(gs.exec, f.exec[0]);
 
@@ -207,8 +207,11 @@ START_TEST(test_rebind_resets_and_syncs)
 	assert_set_eq(&ran, &want);
 	ck_assert_uint_eq(set_calls(&f) - before, NT * NL);
 	ck_assert_int_eq(toggle_graph_status(f.agent, f.graph[0], &gs), 0);
-	ck_assert_uint_eq(gs.replays, 1);
+	ck_assert_uint_eq(gs.replays, 2);
 	ck_assert_int_eq(gs.last_step, 1);
+	struct toggle_stats st;
+	toggle_stats_get(f.agent, &st);
+	ck_assert_uint_eq(st.launches, 2);
 	/* Unbinding: launches fail closed until the next bind. */
 	ck_assert_int_eq(toggle_graph_bind(f.agent, f.graph[0], NULL), 0);
 	ck_assert_int_eq(toggle_graph_status(f.agent, f.graph[0], &gs), 0);

@@ -147,7 +147,7 @@ struct toggle_graph_status {
 	uint32_t nodes;          /* producer nodes recorded */
 	uint32_t hooks_covered;  /* distinct hooks among them */
 	uint64_t applied_version; /* version of the set its exec holds, 0 = none */
-	uint64_t replays;        /* launches through this agent */
+	uint64_t replays;        /* launches of this graph through this agent, across execs */
 	int64_t last_step;       /* step of the last replay, -1 = none */
 	bool bound;
 	bool stale;              /* forgotten */

@@ -310,4 +310,8 @@ void toggle_stats_get(const struct toggle_agent *a, struct toggle_stats *out)
 	*out = a->stats;
 	out->version = a->version;
 	out->step = a->step;
+	/* The replay path counts per graph only; the total is summed here. */
+	out->launches = a->launches_retired + a->stats.launches_unrelated;
+	for (size_t i = 0; i < a->n_graphs; i++)
+		out->launches += a->graphs[i]->replays;
 }

@@ -15,6 +15,9 @@
 
 struct tg_conn;
 
+#define TG_MAP_SLOTS (2 * TOGGLE_MAX_GRAPHS)
+#define TG_MAP_MASK  (TG_MAP_SLOTS - 1)
+
 /* Per-node state cache of the bound exec. */
 enum tg_node_state { TG_NODE_OFF = 0, TG_NODE_ON = 1, TG_NODE_UNKNOWN = 2 };
 
@@ -35,9 +38,8 @@ struct tg_graph {
 	bool bound;
 	bool stale;
 	uint64_t applied_version; /* version of the set exec holds; 0 = none */
-	uint64_t replays;
+	uint64_t replays;         /* launches of this graph, across execs */
 	int64_t last_step;
-	uint64_t last_run_version;
 };
 
 struct tg_plan {
@@ -66,8 +68,9 @@ struct toggle_agent {
 	/* Registry. */
 	struct tg_graph **graphs;  /* n_graphs records, stable addresses */
 	size_t n_graphs;
-	struct tg_graph **map;     /* open addressing, map_mask + 1 slots */
-	size_t map_mask;
+	/* Open addressing, load factor <= 1/2; inline with a constant mask so
+	 * the replay path loads neither a pointer nor a size to probe it. */
+	struct tg_graph *map[TG_MAP_SLOTS];
 	unsigned capture_depth;
 
 	/* Daemon lane (socket_path set): shared memory and the connection thread. */
@@ -85,7 +88,8 @@ struct toggle_agent {
 	struct toggle_shm_status *status_buf;
 
 	struct toggle_anomalies anomalies;
-	struct toggle_stats stats;
+	struct toggle_stats stats;   /* launches: derived, see toggle_stats_get */
+	uint64_t launches_retired;   /* replays of records since cleared */
 	char err[512];
 };
 
@@ -106,7 +110,22 @@ static inline bool tg_set_has(const struct toggle_set *s, uint32_t idx)
 /* registry.c */
 int tg_registry_init(struct toggle_agent *a);
 void tg_registry_free(struct toggle_agent *a);
-struct tg_graph *tg_graph_find(const struct toggle_agent *a, CUgraph graph);
+
+/* Fibonacci hashing of the handle: two instructions on the replay path. */
+static inline size_t tg_map_hash(CUgraph graph)
+{
+	return (size_t)(((uint64_t)(uintptr_t)graph * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+/* The record of a graph, or NULL: one probe in the common case. */
+static inline struct tg_graph *tg_graph_find(const struct toggle_agent *a, CUgraph graph)
+{
+	for (size_t i = tg_map_hash(graph) & TG_MAP_MASK;; i = (i + 1) & TG_MAP_MASK) {
+		struct tg_graph *g = a->map[i];
+		if (!g || g->graph == graph)
+			return g;
+	}
+}
 void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec);
 
 /* control.c: the daemon lane, all on the application's thread. */

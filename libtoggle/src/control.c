@@ -151,7 +151,9 @@ void tg_status_publish(struct toggle_agent *a)
 	s->plan_rejected = a->plan_rejected;
 	s->plan_rejected_batch = a->plan_rejected_batch;
 	s->plan_rejected_step = a->plan_rejected_step;
-	s->replays = a->stats.launches;
+	struct toggle_stats st;
+	toggle_stats_get(a, &st);
+	s->replays = st.launches;
 	const struct toggle_anomalies *an = &a->anomalies;
 	uint64_t counters[TOGGLE_SHM_AN_COUNT] = {
 		an->record_outside_window, an->record_not_capturing, an->record_not_kernel,

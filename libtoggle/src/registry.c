@@ -12,14 +12,11 @@
 
 #include "agent_impl.h"
 
-#define TG_MAP_SLOTS (2 * TOGGLE_MAX_GRAPHS) /* load factor <= 1/2 */
 
 int tg_registry_init(struct toggle_agent *a)
 {
 	a->graphs = calloc(TOGGLE_MAX_GRAPHS, sizeof(*a->graphs));
-	a->map = calloc(TG_MAP_SLOTS, sizeof(*a->map));
-	a->map_mask = TG_MAP_SLOTS - 1;
-	return (a->graphs && a->map) ? 0 : TOGGLE_ENOMEM;
+	return a->graphs ? 0 : TOGGLE_ENOMEM;
 }
 
 static void graph_free(struct tg_graph *g)
@@ -34,35 +31,15 @@ void tg_registry_free(struct toggle_agent *a)
 	for (size_t i = 0; i < a->n_graphs; i++)
 		graph_free(a->graphs[i]);
 	free(a->graphs);
-	free(a->map);
 	a->graphs = NULL;
-	a->map = NULL;
 	a->n_graphs = 0;
-}
-
-static size_t map_hash(CUgraph graph)
-{
-	uint64_t x = (uint64_t)(uintptr_t)graph;
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	return (size_t)x;
-}
-
-struct tg_graph *tg_graph_find(const struct toggle_agent *a, CUgraph graph)
-{
-	for (size_t i = map_hash(graph) & a->map_mask;; i = (i + 1) & a->map_mask) {
-		struct tg_graph *g = a->map[i];
-		if (!g || g->graph == graph)
-			return g;
-	}
 }
 
 static void map_insert(struct toggle_agent *a, struct tg_graph *g)
 {
-	size_t i = map_hash(g->graph) & a->map_mask;
+	size_t i = tg_map_hash(g->graph) & TG_MAP_MASK;
 	while (a->map[i])
-		i = (i + 1) & a->map_mask;
+		i = (i + 1) & TG_MAP_MASK;
 	a->map[i] = g;
 }
 
@@ -80,9 +57,11 @@ static struct tg_graph *graph_new(struct toggle_agent *a, CUgraph graph)
 	return g;
 }
 
-/* Forget everything recorded for g (a new capture reuses its handle). */
-static void graph_clear(struct tg_graph *g)
+/* Forget everything recorded for g (a new capture reuses its handle);
+ * its replays stay counted in the agent's launches. */
+static void graph_clear(struct toggle_agent *a, struct tg_graph *g)
 {
+	a->launches_retired += g->replays;
 	free(g->nodes);
 	free(g->state);
 	CUgraph graph = g->graph;
@@ -96,9 +75,7 @@ void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec)
 	g->exec = exec;
 	g->bound = exec != NULL;
 	g->applied_version = 0;
-	g->replays = 0;
 	g->last_step = -1;
-	g->last_run_version = 0;
 	memset(g->state, TG_NODE_UNKNOWN, g->n_nodes);
 }
 
@@ -214,7 +191,7 @@ int toggle_record_producer(struct toggle_agent *a, CUstream stream, struct toggl
 			       hook.layer, (void *)graph, a->n_graphs);
 	if (g->stale || g->capture_id != id) {
 		/* A forgotten or destroyed graph's handle reused by a new capture. */
-		graph_clear(g);
+		graph_clear(a, g);
 		g->capture_id = id;
 	}
 	if (g->n_nodes && g->nodes[g->n_nodes - 1].node == node)
@@ -248,7 +225,7 @@ int toggle_graph_forget(struct toggle_agent *a, CUgraph graph)
 	if (!g || g->stale)
 		return tg_fail(a, TOGGLE_ENOENT, "graph %p is not known to this agent", (void *)graph);
 	uint64_t id = g->capture_id;
-	graph_clear(g);
+	graph_clear(a, g);
 	g->capture_id = id;
 	g->stale = true;
 	return 0;

@@ -86,9 +86,20 @@ static void launch_control_after(struct toggle_agent *a)
 	}
 }
 
-int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec, CUstream stream)
+/* cuGraphLaunch itself failed: nothing ran; node states stay as they are. */
+__attribute__((noinline, cold)) static int launch_failed(struct toggle_agent *a, CUgraph graph,
+							  CUgraphExec exec, CUresult r)
 {
-	if (__builtin_expect(a->shm.ctl != NULL, 0))
+	a->anomalies.driver_errors++;
+	return launch_refuse(a, tg_fail(a, TOGGLE_ECUDA, "cuGraphLaunch(graph %p, exec %p): %s",
+					(void *)graph, (void *)exec, tg_cu_errstr(&a->cu, r)));
+}
+
+/* Every launch that is not a plain replay of an up-to-date exec. */
+__attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, CUgraph graph,
+							CUgraphExec exec, CUstream stream)
+{
+	if (a->shm.ctl)
 		launch_control_before(a);
 	struct tg_graph *g = tg_graph_find(a, graph);
 	CUresult r;
@@ -100,7 +111,6 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 			return tg_fail(a, TOGGLE_ECUDA, "cuGraphLaunch(graph %p, unrelated): %s",
 				       (void *)graph, tg_cu_errstr(&a->cu, r));
 		}
-		a->stats.launches++;
 		a->stats.launches_unrelated++;
 		return 0;
 	}
@@ -112,17 +122,32 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 			return launch_refuse(a, rc);
 	}
 	r = a->cu.graph_launch(exec, stream);
-	if (r != CUDA_SUCCESS) {
-		a->anomalies.driver_errors++;
-		return launch_refuse(a, tg_fail(a, TOGGLE_ECUDA, "cuGraphLaunch(graph %p, exec %p): %s",
-						(void *)graph, (void *)exec, tg_cu_errstr(&a->cu, r)));
-	}
+	if (r != CUDA_SUCCESS)
+		return launch_failed(a, graph, exec, r);
 	g->replays++;
 	g->last_step = a->step;
-	g->last_run_version = a->version;
-	a->stats.launches++;
-	if (__builtin_expect(a->shm.ctl != NULL, 0))
+	if (a->shm.ctl)
 		launch_control_after(a);
+	return 0;
+}
+
+/*
+ * The hot path: a known graph whose bound exec holds the current set, in an
+ * agent without a daemon lane.  Stale and unbound records hold exec NULL and
+ * version 0 (versions start at 1), so the two compares are the whole guard.
+ * Anything else, and any failure, goes through launch_slow().
+ */
+int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec, CUstream stream)
+{
+	struct tg_graph *g = tg_graph_find(a, graph);
+	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->version ||
+			     a->shm.ctl != NULL, 0))
+		return launch_slow(a, graph, exec, stream);
+	CUresult r = a->cu.graph_launch(exec, stream);
+	if (__builtin_expect(r != CUDA_SUCCESS, 0))
+		return launch_failed(a, g->graph, g->exec, r); /* from g: fewer live registers */
+	g->replays++;
+	g->last_step = a->step;
 	return 0;
 }
 
