@@ -85,5 +85,33 @@ else
 		fail "bad configuration message: $(cat "$T/bad.log")"
 fi
 
+# 4. A peer that never reads its replies is dropped once its queue passes the
+#    bound; the loop keeps serving everyone else.
+printf 'max_queue_bytes = 65536\n' >"$T/q.conf"
+"$B/toggled" --socket "$T/q.sock" --state-dir "$T/state4" -c "$T/q.conf" 2>"$T/q.log" &
+PID=$!
+wait_for "$T/q.log" "listening on" || fail "daemon for the queue test did not start"
+python3 - "$T/q.sock" <<'PY'
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+def frame(body):
+    return struct.pack(">I", len(body)) + body
+hello = frame(bytes([0x08, 0x01, 0x52, 0x02, 0x08, 0x01]))      # id 1, Hello{version 1}
+status = frame(bytes([0x08, 0x02, 0x92, 0x02, 0x00]))            # id 2, StatusRequest{}
+s.sendall(hello)
+try:
+    for _ in range(50):                                          # ~10 MB of replies, never read
+        s.sendall(status * 2000)
+except (BrokenPipeError, ConnectionResetError):
+    pass                                                         # dropped: what we want
+PY
+wait_for "$T/q.log" "over its bound" && ok "a peer that never reads is dropped at its bound" ||
+	fail "slow peer not dropped: $(tail -n 3 "$T/q.log")"
+ctl "$T/q.sock" && ok "the loop still serves others" || fail "not serving after dropping a slow peer"
+kill -TERM "$PID"
+wait "$PID" || fail "SIGTERM exit status $?"
+PID=""
+
 [ "$fails" -eq 0 ] || { echo "run.sh: $fails failures"; exit 1; }
 echo "run.sh: daemon process tests passed"
