@@ -58,7 +58,8 @@ $(B)/libtoggle-san.a: $(LIB_SAN_OBJ)
 	ar rcs $@ $^
 
 # ---- examples ------------------------------------------------------------
-$(B)/examples/demo_agent: $(B)/examples/demo_agent.o $(B)/libtoggle.a
+# demo_cuda.o: the CUDA backend; it has kernels when examples.mk found nvcc.
+$(B)/examples/demo_agent: $(B)/examples/demo_agent.o $(B)/examples/demo_cuda.o $(B)/libtoggle.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIB_LIBS)
 
 demo: deps
@@ -84,6 +85,9 @@ check-run: $(TEST_BIN)
 	  CK_DEFAULT_TIMEOUT=60 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    $$t || fail=1; \
 	done; exit $$fail
+
+# ---- demo_agent's CUDA kernels, embedded when nvcc exists
+-include examples/examples.mk
 
 # ---- wire protocol, client library, daemon, CLI (need the Debian -dev packages)
 -include proto/proto.mk

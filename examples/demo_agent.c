@@ -1,10 +1,16 @@
 /*
- * demo_agent.c - an example inference agent on the simulator.
+ * demo_agent.c - an example inference agent, on a real GPU or on the simulator.
  *
  * Captures three graphs (batch sizes 1, 8, 32) of 32 layers, each layer a
  * compute kernel plus producers for three hook types, then runs a step loop
  * that replays them.  Every step it drains what the producers wrote and
  * checks it against the set the gate reported; it exits 1 on any mismatch.
+ *
+ * Backends (--backend, default auto): with a GPU the graphs are real CUDA
+ * graphs of real kernels (demo_cuda.c) and every producer appends {graph,
+ * hook, step} to a device ring that is read back after each step; without
+ * one (or with --backend sim) libtoggle's simulator runs them (below).  The
+ * first line printed says which.  Both sit behind struct demo_backend.
  *
  * Standalone (no --socket): a scripted operator changes the enabled hooks
  * through the API (a standing set, a per-step plan, a late plan, a
@@ -21,42 +27,181 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "demo_backend.h"
+#include "demo_cuda.h"
 #include "toggle.h"
 #include "toggle_sim.h"
 
-#define N_TYPES  3
-#define N_LAYERS 32
-#define N_GRAPHS 3
+#define N_TYPES  DEMO_TYPES
+#define N_LAYERS DEMO_LAYERS
+#define N_GRAPHS DEMO_GRAPHS
 #define N_STEPS  12
 
 static const char *const type_names[N_TYPES] = {"resid_post", "attn_out", "mlp_out"};
 static const int batch_sizes[N_GRAPHS] = {1, 8, 32};
 
-struct producer {
-	struct toggle_set *drain; /* the "monitor buffer": hooks written this replay */
+/* ---- the simulator backend -------------------------------------------------- */
+
+struct sim_producer {
+	struct demo_sim *s;
+	int graph;
 	struct toggle_hook hook;
 };
 
-struct demo {
+struct demo_sim {
 	struct toggle_sim *sim;
-	CUstream stream;
-	struct toggle_agent *agent;
-	struct toggle_set drained;
-	struct producer prod[N_GRAPHS][N_TYPES * N_LAYERS];
-	CUgraph graph[N_GRAPHS];
-	CUgraphExec exec[N_GRAPHS];
+	struct toggle_set drained[N_GRAPHS]; /* the "monitor buffers": hooks written this step */
+	unsigned duplicates;
+	struct sim_producer prod[N_GRAPHS][N_TYPES * N_LAYERS];
 };
 
-static void producer_kernel(void *arg)
+/* The simulator runs a node's host function when the node executes. */
+static void sim_producer_kernel(void *arg)
 {
-	const struct producer *p = arg;
-	toggle_set_add(p->drain, p->hook);
+	const struct sim_producer *p = arg;
+	struct toggle_set *drained = &p->s->drained[p->graph];
+	if (toggle_set_contains(drained, p->hook))
+		p->s->duplicates++;
+	else
+		toggle_set_add(drained, p->hook);
 }
 
-static void compute_kernel(void *arg)
+static void sim_compute_kernel(void *arg)
 {
 	(void)arg;
 }
+
+static int sim_check(struct demo_backend *be, CUresult r, const char *what)
+{
+	const char *s = NULL;
+	if (r == CUDA_SUCCESS)
+		return 0;
+	toggle_sim_get_error_string(r, &s);
+	snprintf(be->err, sizeof(be->err), "%s: CUDA error %d (%s)", what, (int)r, s ? s : "?");
+	return -1;
+}
+
+static int sim_begin_capture(struct demo_backend *be, int g, int batch)
+{
+	(void)g;
+	(void)batch;
+	return sim_check(be, toggle_sim_stream_begin_capture(be->stream),
+			 "toggle_sim_stream_begin_capture");
+}
+
+static int sim_launch_compute(struct demo_backend *be, int g, int layer)
+{
+	(void)g;
+	(void)layer;
+	return sim_check(be, toggle_sim_launch_kernel(be->stream, sim_compute_kernel, NULL),
+			 "toggle_sim_launch_kernel(compute)");
+}
+
+static int sim_launch_producer(struct demo_backend *be, int g, struct toggle_hook hook)
+{
+	struct demo_sim *s = be->impl;
+	struct sim_producer *p = &s->prod[g][hook.type * N_LAYERS + hook.layer];
+	*p = (struct sim_producer){.s = s, .graph = g, .hook = hook};
+	return sim_check(be, toggle_sim_launch_kernel(be->stream, sim_producer_kernel, p),
+			 "toggle_sim_launch_kernel(producer)");
+}
+
+static int sim_end_capture(struct demo_backend *be, CUgraph *graph)
+{
+	return sim_check(be, toggle_sim_stream_end_capture(be->stream, graph),
+			 "toggle_sim_stream_end_capture");
+}
+
+static int sim_instantiate(struct demo_backend *be, CUgraph graph, CUgraphExec *exec)
+{
+	return sim_check(be, toggle_sim_graph_instantiate(exec, graph),
+			 "toggle_sim_graph_instantiate");
+}
+
+static int sim_begin_step(struct demo_backend *be, int64_t step)
+{
+	struct demo_sim *s = be->impl;
+	(void)step;
+	for (int g = 0; g < N_GRAPHS; g++)
+		toggle_set_clear(&s->drained[g]);
+	s->duplicates = 0;
+	return 0;
+}
+
+/* Simulated launches run synchronously: everything is drained already. */
+static int sim_drain(struct demo_backend *be, int64_t step, struct toggle_set got[N_GRAPHS],
+		     unsigned *stray)
+{
+	const struct demo_sim *s = be->impl;
+	(void)step;
+	for (int g = 0; g < N_GRAPHS; g++)
+		got[g] = s->drained[g];
+	*stray = s->duplicates;
+	return 0;
+}
+
+static void sim_exec_destroy(struct demo_backend *be, CUgraphExec exec)
+{
+	(void)be;
+	if (exec)
+		toggle_sim_exec_destroy(exec);
+}
+
+static void sim_graph_destroy(struct demo_backend *be, CUgraph graph)
+{
+	(void)be;
+	if (graph)
+		toggle_sim_graph_destroy(graph);
+}
+
+static void sim_close(struct demo_backend *be)
+{
+	struct demo_sim *s = be->impl;
+	toggle_sim_destroy(s->sim);
+	free(s);
+	be->impl = NULL;
+}
+
+static int sim_open(struct demo_backend *be)
+{
+	memset(be, 0, sizeof(*be));
+	be->name = "sim";
+	be->kind = TOGGLE_BACKEND_SIM;
+	struct demo_sim *s = calloc(1, sizeof(*s));
+	int rc = s ? toggle_sim_create(&s->sim) : TOGGLE_ENOMEM;
+	if (rc) {
+		snprintf(be->err, sizeof(be->err), "toggle_sim_create: %s", toggle_strerror(rc));
+		free(s);
+		return -1;
+	}
+	be->impl = s;
+	be->sim = s->sim;
+	if (sim_check(be, toggle_sim_stream_create(s->sim, &be->stream), "toggle_sim_stream_create")) {
+		sim_close(be);
+		return -1;
+	}
+	be->begin_capture = sim_begin_capture;
+	be->launch_compute = sim_launch_compute;
+	be->launch_producer = sim_launch_producer;
+	be->end_capture = sim_end_capture;
+	be->instantiate = sim_instantiate;
+	be->begin_step = sim_begin_step;
+	be->drain = sim_drain;
+	be->exec_destroy = sim_exec_destroy;
+	be->graph_destroy = sim_graph_destroy;
+	be->close = sim_close;
+	return 0;
+}
+
+/* ---- the agent ------------------------------------------------------------- */
+
+struct demo {
+	struct demo_backend be;
+	struct toggle_agent *agent;
+	CUgraph graph[N_GRAPHS];
+	CUgraphExec exec[N_GRAPHS];
+	CUgraphExec retired; /* replaced by a new exec: destroyed once its graph rebound */
+};
 
 #define CHECK_TG(call)                                                                  \
 	do {                                                                            \
@@ -68,30 +213,31 @@ static void compute_kernel(void *arg)
 		}                                                                       \
 	} while (0)
 
-#define CHECK_CU(call)                                                          \
+#define CHECK_BE(call)                                                          \
 	do {                                                                    \
-		if ((call) != CUDA_SUCCESS) {                                   \
-			fprintf(stderr, "demo: %s failed\n", #call);            \
+		if ((call) != 0) {                                              \
+			fprintf(stderr, "demo: %s backend: %s\n", d->be.name,   \
+				d->be.err);                                     \
 			exit(1);                                                \
 		}                                                               \
 	} while (0)
 
 static void capture_graph(struct demo *d, int g)
 {
+	struct demo_backend *be = &d->be;
 	CHECK_TG(toggle_capture_begin(d->agent));
-	CHECK_CU(toggle_sim_stream_begin_capture(d->stream));
+	CHECK_BE(be->begin_capture(be, g, batch_sizes[g]));
 	for (uint16_t l = 0; l < N_LAYERS; l++) {
-		CHECK_CU(toggle_sim_launch_kernel(d->stream, compute_kernel, NULL));
+		CHECK_BE(be->launch_compute(be, g, l));
 		for (uint16_t t = 0; t < N_TYPES; t++) {
-			struct producer *p = &d->prod[g][t * N_LAYERS + l];
-			*p = (struct producer){.drain = &d->drained, .hook = {t, l}};
-			CHECK_CU(toggle_sim_launch_kernel(d->stream, producer_kernel, p));
-			CHECK_TG(toggle_record_producer(d->agent, d->stream, p->hook));
+			struct toggle_hook hook = {t, l};
+			CHECK_BE(be->launch_producer(be, g, hook));
+			CHECK_TG(toggle_record_producer(d->agent, be->stream, hook));
 		}
 	}
-	CHECK_CU(toggle_sim_stream_end_capture(d->stream, &d->graph[g]));
+	CHECK_BE(be->end_capture(be, &d->graph[g]));
 	CHECK_TG(toggle_capture_end(d->agent));
-	CHECK_CU(toggle_sim_graph_instantiate(&d->exec[g], d->graph[g]));
+	CHECK_BE(be->instantiate(be, d->graph[g], &d->exec[g]));
 	CHECK_TG(toggle_graph_bind(d->agent, d->graph[g], d->exec[g]));
 }
 
@@ -137,7 +283,9 @@ static void operate(struct demo *d, int step)
 	case 8:
 		printf("  engine: re-instantiates graph bs=%d (no recapture, no bind)\n",
 		       batch_sizes[1]);
-		CHECK_CU(toggle_sim_graph_instantiate(&d->exec[1], d->graph[1]));
+		/* the old exec stays bound until the next launch rebinds: keep it till then */
+		d->retired = d->exec[1];
+		CHECK_BE(d->be.instantiate(&d->be, d->graph[1], &d->exec[1]));
 		s = parse(d, "*:30-31");
 		printf("  operator: set *:30-31\n");
 		CHECK_TG(toggle_set_enabled(d->agent, &s));
@@ -152,6 +300,53 @@ static void operate(struct demo *d, int step)
 	}
 }
 
+/* Says on stderr how the producers that ran differ from the gate's set. */
+static void report_mismatch(struct demo *d, long long step, int g, const struct toggle_set *got,
+			    const struct toggle_set *gate)
+{
+	struct toggle_set missing = *gate, extra = *got;
+	toggle_set_subtract(&missing, got);
+	toggle_set_subtract(&extra, gate);
+	fprintf(stderr, "demo: step %lld graph bs=%d: producers missing: %s", step, batch_sizes[g],
+		fmt(d, &missing));
+	fprintf(stderr, "; extra: %s\n", fmt(d, &extra));
+}
+
+/*
+ * One step: begin it (the gate's set), put it in stream order, replay every
+ * graph, then drain what the producers wrote and compare it with the gate,
+ * graph by graph.  Returns the number of disagreements (0: all agreed).
+ */
+static int replay_step(struct demo *d, int64_t step, struct toggle_set *gate)
+{
+	struct demo_backend *be = &d->be;
+	struct toggle_set got[N_GRAPHS];
+	unsigned stray = 0;
+	int bad = 0;
+
+	CHECK_TG(toggle_step_begin(d->agent, step, gate));
+	CHECK_BE(be->begin_step(be, step));
+	for (int g = 0; g < N_GRAPHS; g++)
+		CHECK_TG(toggle_graph_launch(d->agent, d->graph[g], d->exec[g], be->stream));
+	CHECK_BE(be->drain(be, step, got, &stray));
+	if (d->retired) { /* the launch above rebound its graph to the new exec */
+		be->exec_destroy(be, d->retired);
+		d->retired = NULL;
+	}
+	for (int g = 0; g < N_GRAPHS; g++) {
+		if (!toggle_set_equal(&got[g], gate)) {
+			report_mismatch(d, (long long)step, g, &got[g], gate);
+			bad++;
+		}
+	}
+	if (stray) {
+		fprintf(stderr, "demo: step %lld: %u stray producer records (duplicate, wrong step or "
+			"overflow)\n", (long long)step, stray);
+		bad++;
+	}
+	return bad;
+}
+
 static int run_step(struct demo *d, int step, bool scripted)
 {
 	struct toggle_set gate;
@@ -159,13 +354,7 @@ static int run_step(struct demo *d, int step, bool scripted)
 	if (scripted)
 		operate(d, step);
 	toggle_stats_get(d->agent, &before);
-	CHECK_TG(toggle_step_begin(d->agent, step, &gate));
-	int mismatches = 0;
-	for (int g = 0; g < N_GRAPHS; g++) {
-		toggle_set_clear(&d->drained);
-		CHECK_TG(toggle_graph_launch(d->agent, d->graph[g], d->exec[g], d->stream));
-		mismatches += !toggle_set_equal(&d->drained, &gate);
-	}
+	int mismatches = replay_step(d, step, &gate);
 	toggle_stats_get(d->agent, &after);
 	printf("step %2d  gate=%-28s producers=%3zu  node-set-calls=%3llu  %s\n", step,
 	       fmt(d, &gate), toggle_set_count(&gate),
@@ -182,7 +371,10 @@ static void on_signal(int sig)
 	demo_stop = 1;
 }
 
+enum backend_choice { BACKEND_AUTO, BACKEND_CUDA, BACKEND_SIM };
+
 struct demo_opts {
+	enum backend_choice backend;
 	const char *socket;
 	long steps;     /* 0: until SIGTERM (daemon mode) */
 	long period_ms;
@@ -192,8 +384,13 @@ struct demo_opts {
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: demo_agent [--socket PATH [--steps N] [--period-ms MS] [--print changes|all]\n"
-		   "                   [--name NAME] [--group GROUP]]\n");
+	fprintf(f, "usage: demo_agent [--backend auto|cuda|sim] [--steps N]\n"
+		   "                  [--socket PATH [--period-ms MS] [--print changes|all]\n"
+		   "                   [--name NAME] [--group GROUP]]\n"
+		   "  --backend  auto (default): real CUDA on GPU 0 when there is one, else the\n"
+		   "             simulator; cuda: real CUDA or exit 1; sim: the simulator\n"
+		   "  --steps    steps to run (standalone: default %d; with --socket: default 0,\n"
+		   "             until SIGTERM)\n", N_STEPS);
 }
 
 static int parse_opts(int argc, char **argv, struct demo_opts *o)
@@ -202,7 +399,8 @@ static int parse_opts(int argc, char **argv, struct demo_opts *o)
 		{"socket", required_argument, NULL, 's'}, {"steps", required_argument, NULL, 'n'},
 		{"period-ms", required_argument, NULL, 'p'}, {"print", required_argument, NULL, 'P'},
 		{"name", required_argument, NULL, 'N'}, {"group", required_argument, NULL, 'g'},
-		{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+		{"backend", required_argument, NULL, 'b'}, {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
 	};
 	*o = (struct demo_opts){.steps = -1, .period_ms = 10, .name = "demo-engine", .group = "demo"};
 	int c;
@@ -227,6 +425,16 @@ static int parse_opts(int argc, char **argv, struct demo_opts *o)
 			break;
 		case 'N': o->name = optarg; break;
 		case 'g': o->group = optarg; break;
+		case 'b':
+			if (!strcmp(optarg, "auto"))
+				o->backend = BACKEND_AUTO;
+			else if (!strcmp(optarg, "cuda"))
+				o->backend = BACKEND_CUDA;
+			else if (!strcmp(optarg, "sim"))
+				o->backend = BACKEND_SIM;
+			else
+				return -1;
+			break;
 		case 'h': usage(stdout); exit(0);
 		default: return -1;
 		}
@@ -235,6 +443,35 @@ static int parse_opts(int argc, char **argv, struct demo_opts *o)
 		return -1;
 	if (o->steps < 0)
 		o->steps = o->socket ? 0 : N_STEPS;
+	return 0;
+}
+
+/*
+ * Real CUDA unless told otherwise or impossible here; the first line says
+ * which.  -1 (after saying why on stderr) when no backend can be used.
+ */
+static int open_backend(struct demo_backend *be, enum backend_choice choice)
+{
+	char why[sizeof(be->err)] = "";
+	if (choice != BACKEND_SIM) {
+		if (dc_open(be) == 0) {
+			printf("demo: GPU: %s (driver %d.%d): libtoggle drives real CUDA graphs\n",
+			       be->device, be->driver_version / 1000, be->driver_version % 1000 / 10);
+			return 0;
+		}
+		if (choice == BACKEND_CUDA) {
+			fprintf(stderr, "demo: --backend cuda: cannot use CUDA: %s\n", be->err);
+			return -1;
+		}
+		memcpy(why, be->err, sizeof(why));
+	}
+	if (sim_open(be) != 0) {
+		fprintf(stderr, "demo: cannot create the simulator: %s\n", be->err);
+		return -1;
+	}
+	printf("demo: no GPU used: libtoggle runs on its CUDA simulator (backend sim)\n");
+	if (why[0])
+		printf("demo: CUDA not used: %s\n", why);
 	return 0;
 }
 
@@ -247,13 +484,7 @@ static int run_daemon_loop(struct demo *d, const struct demo_opts *o)
 	struct timespec period = {.tv_sec = o->period_ms / 1000, .tv_nsec = o->period_ms % 1000 * 1000000};
 	for (long step = 0; !demo_stop && (o->steps == 0 || step < o->steps); step++) {
 		struct toggle_set gate;
-		CHECK_TG(toggle_step_begin(d->agent, step, &gate));
-		int bad = 0;
-		for (int g = 0; g < N_GRAPHS; g++) {
-			toggle_set_clear(&d->drained);
-			CHECK_TG(toggle_graph_launch(d->agent, d->graph[g], d->exec[g], d->stream));
-			bad += !toggle_set_equal(&d->drained, &gate);
-		}
+		int bad = replay_step(d, step, &gate);
 		mismatches += bad;
 		if (o->print_all || bad || step == 0 || !toggle_set_equal(&gate, &last)) {
 			printf("step %ld gate=%s producers=%zu %s\n", step, fmt(d, &gate),
@@ -276,18 +507,16 @@ int main(int argc, char **argv)
 	}
 	struct demo demo, *d = &demo;
 	memset(d, 0, sizeof(*d));
-	printf("demo: no GPU used: libtoggle runs on its CUDA simulator (backend sim)\n");
-	if (toggle_sim_create(&d->sim) || toggle_sim_stream_create(d->sim, &d->stream)) {
-		fprintf(stderr, "demo: cannot create the simulator\n");
+	if (open_backend(&d->be, o.backend) != 0)
 		return 1;
-	}
+	fflush(stdout);
 	struct toggle_config cfg = {
 		.name = o.name,
 		.group = o.group,
 		.catalog = {.type_names = type_names, .n_types = N_TYPES, .n_layers = N_LAYERS},
 		.mode = TOGGLE_MODE_LAZY,
-		.backend = TOGGLE_BACKEND_SIM,
-		.sim = d->sim,
+		.backend = d->be.kind,
+		.sim = d->be.sim,
 		.socket_path = o.socket,
 	};
 	CHECK_TG(toggle_agent_open(&cfg, &d->agent));
@@ -313,7 +542,7 @@ int main(int argc, char **argv)
 			mismatches += run_step(d, step, step < N_STEPS);
 		/* Fail closed: a graph the agent forgot is refused. */
 		CHECK_TG(toggle_graph_forget(d->agent, d->graph[2]));
-		refused = toggle_graph_launch(d->agent, d->graph[2], d->exec[2], d->stream);
+		refused = toggle_graph_launch(d->agent, d->graph[2], d->exec[2], d->be.stream);
 		printf("demo: launch of a forgotten graph: %s\n", toggle_strerror(refused));
 	}
 
@@ -324,6 +553,10 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.launches_refused, (unsigned long long)st.node_set_calls,
 	       mismatches);
 	toggle_agent_close(d->agent);
-	toggle_sim_destroy(d->sim);
+	for (int g = 0; g < N_GRAPHS; g++) {
+		d->be.exec_destroy(&d->be, d->exec[g]);
+		d->be.graph_destroy(&d->be, d->graph[g]);
+	}
+	d->be.close(&d->be);
 	return (mismatches == 0 && refused == TOGGLE_ESTALE) ? 0 : 1;
 }
