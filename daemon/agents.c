@@ -171,7 +171,6 @@ void td_agent_persist(struct td_agent *a)
 		ok = td_desired_set_plans(dd, steps, specs, n) == 0;
 	if (!ok)
 		log_warnx("agent %s: desired state not stored (no memory)", a->name);
-	s->dirty = true;
 	for (size_t i = 0; i < n; i++)
 		free(specs[i]);
 	free(specs);

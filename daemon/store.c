@@ -1,10 +1,13 @@
 /*
  * store.c - persistence of the daemon's desired state (the standing spec and
- * the pending plan entries of each agent name) in <state_dir>/state.json, so
- * that a restarted daemon puts agents back where the operator left them.
+ * the pending plan entries of each agent name), so that a restarted daemon
+ * puts agents back where the operator left them.  One file per agent name,
+ * <state_dir>/agents/<name>.json, and a save writes only the entries that
+ * changed: its cost follows what changed, not how many agents are stored.
  * Specs are opaque text here; the daemon parses them against each agent's
- * catalog.  Everything read from the file is untrusted and bounded.
+ * catalog.  Everything read from the files is untrusted and bounded.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -15,14 +18,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "toggled.h"
 
-#define TD_MAX_STORED_AGENTS 4096 /* agent names remembered */
+#define TD_MAX_STORED_AGENTS 4096 /* agent names remembered (files in agents/) */
 #define STORE_FORMAT         1
-#define STORE_FILE           "state.json"
-#define STORE_TMP            "state.json.tmp"
+#define STORE_SUBDIR         "agents"
+#define STORE_SUFFIX         ".json"
+#define STORE_TMP_SUFFIX     ".tmp" /* <name>.json.tmp while it is being written */
 #define STORE_DIR_MODE       0750
 #define STORE_FILE_MODE      0600
+/* <name>.json.tmp and its NUL. */
+#define STORE_FNAME_MAX      (TGP_MAX_NAME + sizeof(STORE_SUFFIX STORE_TMP_SUFFIX))
+/*
+ * The largest file a valid entry gives: the standing spec and every plan
+ * spec at their bound with every byte escaped (\u00XX), plus the structure.
+ */
+#define STORE_MAX_FILE \
+	((size_t)(TD_MAX_PENDING_PLAN + 1) * (6 * (size_t)TGP_MAX_SPEC + 128) + 4096)
+#define STORE_MAX_LOGGED     16 /* ignored directory entries named in the log, per load */
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -38,9 +52,9 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 }
 
 /*
- * Copy text from the file into out for an error message: control and
- * non-ASCII bytes become '?', so a hostile key cannot forge log lines or
- * drive a terminal.
+ * Copy text from a file (or a file name) into out for an error message:
+ * control and non-ASCII bytes become '?', so a hostile key cannot forge log
+ * lines or drive a terminal.
  */
 static const char *printable(const char *in, char *out, size_t outlen)
 {
@@ -82,14 +96,34 @@ static bool text_ok(const char *s, size_t minlen, size_t maxlen)
 	return n >= minlen && n <= maxlen && utf8_valid(s, n);
 }
 
+/*
+ * An agent name, which is also the stem of its file name: 1 to
+ * TGP_MAX_NAME - 1 bytes of [A-Za-z0-9_.-] (what registration accepts),
+ * and neither "." nor "..".
+ */
 static bool name_ok(const char *name)
 {
-	return text_ok(name, 1, TGP_MAX_NAME - 1);
+	size_t n = strnlen(name, TGP_MAX_NAME);
+	if (n == 0 || n >= TGP_MAX_NAME || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '-' || c == '.'))
+			return false;
+	}
+	return true;
 }
 
 static bool spec_ok(const char *spec)
 {
 	return text_ok(spec, 0, TGP_MAX_SPEC);
+}
+
+static bool ends_with(const char *s, size_t len, const char *suffix)
+{
+	size_t n = strlen(suffix);
+	return len >= n && memcmp(s + len - n, suffix, n) == 0;
 }
 
 /* ---- in-memory entries --------------------------------------------------- */
@@ -103,6 +137,13 @@ static void desired_clear_plans(struct td_desired *dd)
 	dd->plan_specs = NULL;
 	dd->plan_steps = NULL;
 	dd->n_plans = 0;
+}
+
+static void mark_dirty(struct td_desired *dd)
+{
+	dd->dirty = true;
+	if (dd->owner)
+		dd->owner->dirty = true;
 }
 
 void td_store_free(struct td_store *s)
@@ -127,8 +168,10 @@ struct td_desired *td_store_get(struct td_store *s, const char *name, bool creat
 	if (!s || !name)
 		return NULL;
 	for (size_t i = 0; i < s->n; i++)
-		if (strcmp(s->v[i].name, name) == 0)
+		if (strcmp(s->v[i].name, name) == 0) {
+			s->v[i].owner = s;
 			return &s->v[i];
+		}
 	if (!create || !name_ok(name) || s->n >= TD_MAX_STORED_AGENTS)
 		return NULL;
 	if (!s->v && !(s->v = calloc(TD_MAX_STORED_AGENTS, sizeof(*s->v))))
@@ -136,23 +179,37 @@ struct td_desired *td_store_get(struct td_store *s, const char *name, bool creat
 	struct td_desired *dd = &s->v[s->n++];
 	memset(dd, 0, sizeof(*dd));
 	memcpy(dd->name, name, strlen(name) + 1);
-	return dd;
+	dd->owner = s;
+	return dd; /* empty and clean: nothing to write until a setter changes it */
 }
 
+/* Setting the value an entry already has changes nothing and writes nothing. */
 int td_desired_set_standing(struct td_desired *dd, const char *spec)
 {
 	char *copy = NULL;
 	if (!dd)
 		return TOGGLE_EINVAL;
-	if (spec) {
-		if (!spec_ok(spec))
-			return TOGGLE_EINVAL;
-		if (!(copy = strdup(spec)))
-			return TOGGLE_ENOMEM;
-	}
+	if (spec && !spec_ok(spec))
+		return TOGGLE_EINVAL;
+	if (spec ? dd->standing && strcmp(dd->standing, spec) == 0 : !dd->standing)
+		return 0;
+	if (spec && !(copy = strdup(spec)))
+		return TOGGLE_ENOMEM;
 	free(dd->standing);
 	dd->standing = copy;
+	mark_dirty(dd);
 	return 0;
+}
+
+static bool plans_equal(const struct td_desired *dd, const int64_t *steps,
+			const char *const *specs, size_t n)
+{
+	if (n != dd->n_plans)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (steps[i] != dd->plan_steps[i] || strcmp(specs[i], dd->plan_specs[i]) != 0)
+			return false;
+	return true;
 }
 
 /* Shared by the setter and the loader (whose strings are const, owned by jansson). */
@@ -164,6 +221,8 @@ static int plans_set(struct td_desired *dd, const int64_t *steps, const char *co
 	for (size_t i = 0; i < n; i++)
 		if (steps[i] < 0 || !specs[i] || !spec_ok(specs[i]))
 			return TOGGLE_EINVAL;
+	if (plans_equal(dd, steps, specs, n))
+		return 0;
 	/* Copy everything first: a failure leaves the old list in place. */
 	int64_t *nsteps = n ? malloc(n * sizeof(*nsteps)) : NULL;
 	char **nspecs = n ? calloc(n, sizeof(*nspecs)) : NULL;
@@ -183,6 +242,7 @@ static int plans_set(struct td_desired *dd, const int64_t *steps, const char *co
 	dd->plan_steps = nsteps;
 	dd->plan_specs = nspecs;
 	dd->n_plans = n;
+	mark_dirty(dd);
 	return 0;
 }
 
@@ -229,7 +289,7 @@ static int mkdir_p(const char *dir, char *err, size_t errlen)
 	return 0;
 }
 
-/* Context of one load, for error messages that name the file and the key. */
+/* Context of one file's load, for error messages that name the file and the key. */
 struct load_ctx {
 	const char *path;
 	char *err;
@@ -276,21 +336,20 @@ static int check_keys(const struct load_ctx *lc, json_t *obj, const char *where,
 	return 0;
 }
 
-static int parse_plans(const struct load_ctx *lc, json_t *arr, struct td_desired *dd,
-		       const char *where)
+static int parse_plans(const struct load_ctx *lc, json_t *arr, struct td_desired *dd)
 {
 	static const char *const keys[] = { "step", "hooks", NULL };
 	int64_t steps[TD_MAX_PENDING_PLAN];
 	const char *specs[TD_MAX_PENDING_PLAN];
-	char at[160];
+	char at[32];
 	if (!json_is_array(arr))
-		return schema_error(lc, where, "\"plans\" must be an array");
+		return schema_error(lc, "plans", "must be an array");
 	size_t n = json_array_size(arr);
 	if (n > TD_MAX_PENDING_PLAN)
-		return schema_error(lc, where, "more than %d plans", TD_MAX_PENDING_PLAN);
+		return schema_error(lc, "plans", "more than %d plans", TD_MAX_PENDING_PLAN);
 	for (size_t i = 0; i < n; i++) {
 		json_t *e = json_array_get(arr, i), *step, *hooks;
-		snprintf(at, sizeof(at), "%s.plans[%zu]", where, i);
+		snprintf(at, sizeof(at), "plans[%zu]", i);
 		if (!json_is_object(e))
 			return schema_error(lc, at, "must be an object");
 		int rc = check_keys(lc, e, at, keys);
@@ -310,39 +369,12 @@ static int parse_plans(const struct load_ctx *lc, json_t *arr, struct td_desired
 	return rc == TOGGLE_ENOMEM ? out_of_memory(lc) : rc;
 }
 
-static int parse_agent(const struct load_ctx *lc, const char *name, json_t *entry,
+/* One file's document: {"format": 1, "name": <stem>, "enabled"?: "...", "plans"?: [...]}. */
+static int parse_entry(const struct load_ctx *lc, const char *stem, json_t *root,
 		       struct td_store *out)
 {
-	static const char *const keys[] = { "enabled", "plans", NULL };
-	char pn[80], where[128];
-	snprintf(where, sizeof(where), "agents.\"%s\"", printable(name, pn, sizeof(pn)));
-	if (!name_ok(name))
-		return schema_error(lc, where, "agent name must have 1 to %d bytes",
-				    TGP_MAX_NAME - 1);
-	if (!json_is_object(entry))
-		return schema_error(lc, where, "must be an object");
-	int rc = check_keys(lc, entry, where, keys);
-	if (rc)
-		return rc;
-	struct td_desired *dd = td_store_get(out, name, true);
-	if (!dd)
-		return out_of_memory(lc);
-	json_t *enabled = json_object_get(entry, "enabled");
-	if (enabled) {
-		if (!json_is_string(enabled) || !spec_ok(json_string_value(enabled)))
-			return schema_error(lc, where,
-					    "\"enabled\" must be a string of at most %d bytes",
-					    TGP_MAX_SPEC);
-		if (td_desired_set_standing(dd, json_string_value(enabled)))
-			return out_of_memory(lc);
-	}
-	json_t *plans = json_object_get(entry, "plans");
-	return plans ? parse_plans(lc, plans, dd, where) : 0;
-}
-
-static int parse_root(const struct load_ctx *lc, json_t *root, struct td_store *out)
-{
-	static const char *const keys[] = { "format", "agents", NULL };
+	static const char *const keys[] = { "format", "name", "enabled", "plans", NULL };
+	char pn[80];
 	if (!json_is_object(root))
 		return schema_error(lc, "top level", "must be an object");
 	int rc = check_keys(lc, root, "top level", keys);
@@ -351,57 +383,69 @@ static int parse_root(const struct load_ctx *lc, json_t *root, struct td_store *
 	json_t *fmt = json_object_get(root, "format");
 	if (!json_is_integer(fmt) || json_integer_value(fmt) != STORE_FORMAT)
 		return schema_error(lc, "format", "must be %d", STORE_FORMAT);
-	json_t *agents = json_object_get(root, "agents");
-	if (!json_is_object(agents))
-		return schema_error(lc, "agents", "must be an object");
-	if (json_object_size(agents) > TD_MAX_STORED_AGENTS)
-		return schema_error(lc, "agents", "more than %d names", TD_MAX_STORED_AGENTS);
-	const char *name;
-	json_t *entry;
-	json_object_foreach(agents, name, entry) {
-		if ((rc = parse_agent(lc, name, entry, out)) != 0)
-			return rc;
+	json_t *name = json_object_get(root, "name");
+	if (!json_is_string(name))
+		return schema_error(lc, "name", "must be a string");
+	if (strcmp(json_string_value(name), stem) != 0)
+		return schema_error(lc, "name", "\"%s\" is not the file's name (\"%s\")",
+				    printable(json_string_value(name), pn, sizeof(pn)), stem);
+	/* The stem passed name_ok, and file names are unique in a directory. */
+	struct td_desired *dd = td_store_get(out, stem, true);
+	if (!dd)
+		return out_of_memory(lc);
+	json_t *enabled = json_object_get(root, "enabled");
+	if (enabled) {
+		if (!json_is_string(enabled) || !spec_ok(json_string_value(enabled)))
+			return schema_error(lc, "enabled", "must be a string of at most %d bytes",
+					    TGP_MAX_SPEC);
+		if (td_desired_set_standing(dd, json_string_value(enabled)))
+			return out_of_memory(lc);
 	}
-	return 0;
+	json_t *plans = json_object_get(root, "plans");
+	return plans ? parse_plans(lc, plans, dd) : 0;
 }
 
-/* Open state.json: 0 with *fd, 1 when it does not exist, or a TOGGLE_E* code. */
-static int open_state(const struct load_ctx *lc, int *fd)
+/* A directory entry that is not state: named in the log (the first few), not loaded. */
+static void note_ignored(const char *adir, const char *fname, const char *why, size_t *ignored)
 {
-	/* O_NONBLOCK: a FIFO planted there must not hang start-up before fstat sees it. */
-	*fd = open(lc->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (*fd < 0 && errno == ENOENT)
-		return 1;
-	if (*fd < 0) {
-		seterr(lc->err, lc->errlen, "cannot open %s: %s", lc->path, strerror(errno));
+	char pf[80];
+	if ((*ignored)++ < STORE_MAX_LOGGED)
+		log_warnx("state: ignoring %s/%s: %s", adir, printable(fname, pf, sizeof(pf)), why);
+}
+
+/* agents/<stem>.json into out; a file that is not regular is ignored (logged). */
+static int load_file(int dfd, const char *adir, const char *stem, struct td_store *out,
+		     char *err, size_t errlen, size_t *ignored)
+{
+	char fname[STORE_FNAME_MAX], path[PATH_MAX + STORE_FNAME_MAX];
+	snprintf(fname, sizeof(fname), "%s%s", stem, STORE_SUFFIX);
+	snprintf(path, sizeof(path), "%s/%s", adir, fname);
+	struct load_ctx lc = { path, err, errlen };
+	struct stat st;
+	if (fstatat(dfd, fname, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+		seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
 		return TOGGLE_EIO;
 	}
-	struct stat st;
-	if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		seterr(lc->err, lc->errlen, "%s: not a regular file", lc->path);
-		close(*fd);
+	if (!S_ISREG(st.st_mode)) {
+		note_ignored(adir, fname, "not a regular file", ignored);
+		return 0;
+	}
+	/* O_NOFOLLOW, O_NONBLOCK: whatever replaced it since the stat is not followed, nor waited on. */
+	int fd = openat(dfd, fname, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0) {
+		seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+		return TOGGLE_EIO;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		note_ignored(adir, fname, "not a regular file", ignored);
+		return 0;
+	}
+	if ((uintmax_t)st.st_size > STORE_MAX_FILE) {
+		close(fd);
+		seterr(err, errlen, "%s: larger than %zu bytes", path, STORE_MAX_FILE);
 		return TOGGLE_EINVAL;
 	}
-	return 0;
-}
-
-int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
-{
-	char path[PATH_MAX];
-	struct td_store tmp = { 0 };
-	if (!s || !dir)
-		return TOGGLE_EINVAL;
-	td_store_free(s);
-	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE) >= sizeof(path)) {
-		seterr(err, errlen, "state directory: path too long");
-		return TOGGLE_EINVAL;
-	}
-	int rc = mkdir_p(dir, err, errlen), fd = -1;
-	if (rc)
-		return rc;
-	struct load_ctx lc = { path, err, errlen };
-	if ((rc = open_state(&lc, &fd)) != 0)
-		return rc > 0 ? 0 : rc; /* missing file: first start, empty store */
 	json_error_t jerr;
 	/* Duplicate keys are refused: which copy wins would otherwise be a guess. */
 	json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
@@ -411,25 +455,138 @@ int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
 		       jerr.text);
 		return TOGGLE_EINVAL;
 	}
-	rc = parse_root(&lc, root, &tmp);
+	int rc = parse_entry(&lc, stem, root, out);
 	json_decref(root);
+	return rc;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/*
+ * List agents/: *.tmp (left by a save that crashed; the entry's file is
+ * intact) removed, other names than *.json ignored, each <name>.json's name
+ * checked and bounded; then the files loaded in name order, so that which
+ * error is reported does not depend on the directory's order.
+ */
+static int load_dir(const char *adir, struct td_store *out, char *err, size_t errlen)
+{
+	char (*stems)[TGP_MAX_NAME] = NULL, pf[80];
+	size_t n = 0, ignored = 0;
+	int rc = 0;
+	int dfd = open(adir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *dp = dfd < 0 ? NULL : fdopendir(dfd);
+	if (!dp) {
+		seterr(err, errlen, "cannot open %s: %s", adir, strerror(errno));
+		if (dfd >= 0)
+			close(dfd);
+		return TOGGLE_EIO;
+	}
+	for (;;) {
+		errno = 0;
+		struct dirent *de = readdir(dp);
+		if (!de) {
+			if (errno) {
+				seterr(err, errlen, "cannot read %s: %s", adir, strerror(errno));
+				rc = TOGGLE_EIO;
+			}
+			break;
+		}
+		const char *fname = de->d_name;
+		size_t len = strlen(fname);
+		if (strcmp(fname, ".") == 0 || strcmp(fname, "..") == 0)
+			continue;
+		if (ends_with(fname, len, STORE_TMP_SUFFIX)) {
+			if (unlinkat(dfd, fname, 0) != 0 && errno != ENOENT)
+				log_warn("state: cannot remove the leftover %s/%s", adir,
+					 printable(fname, pf, sizeof(pf)));
+			continue;
+		}
+		if (!ends_with(fname, len, STORE_SUFFIX)) {
+			note_ignored(adir, fname, "not <agent name>" STORE_SUFFIX, &ignored);
+			continue;
+		}
+		size_t stem_len = len - strlen(STORE_SUFFIX);
+		char stem[TGP_MAX_NAME];
+		if (stem_len < sizeof(stem)) {
+			memcpy(stem, fname, stem_len);
+			stem[stem_len] = '\0';
+		}
+		if (stem_len >= sizeof(stem) || !name_ok(stem)) {
+			seterr(err, errlen,
+			       "%s/%s: file name: must be <agent name>%s, the name 1 to %d bytes "
+			       "of [A-Za-z0-9_.-]", adir, printable(fname, pf, sizeof(pf)),
+			       STORE_SUFFIX, TGP_MAX_NAME - 1);
+			rc = TOGGLE_EINVAL;
+			break;
+		}
+		if (n >= TD_MAX_STORED_AGENTS) {
+			seterr(err, errlen, "%s: more than %d names", adir, TD_MAX_STORED_AGENTS);
+			rc = TOGGLE_EINVAL;
+			break;
+		}
+		if (!stems && !(stems = malloc(TD_MAX_STORED_AGENTS * sizeof(*stems)))) {
+			seterr(err, errlen, "%s: out of memory while loading", adir);
+			rc = TOGGLE_ENOMEM;
+			break;
+		}
+		memcpy(stems[n++], stem, stem_len + 1);
+	}
+	if (rc == 0 && n > 1)
+		qsort(stems, n, sizeof(*stems), cmp_names);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = load_file(dfd, adir, stems[i], out, err, errlen, &ignored);
+	if (ignored > STORE_MAX_LOGGED)
+		log_warnx("state: %zu more entries of %s ignored", ignored - STORE_MAX_LOGGED, adir);
+	closedir(dp);
+	free(stems);
+	return rc;
+}
+
+int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
+{
+	char adir[PATH_MAX];
+	struct td_store tmp = { 0 };
+	if (!s || !dir)
+		return TOGGLE_EINVAL;
+	td_store_free(s);
+	if ((size_t)snprintf(adir, sizeof(adir), "%s/%s", dir, STORE_SUBDIR) >= sizeof(adir)) {
+		seterr(err, errlen, "state directory: path too long");
+		return TOGGLE_EINVAL;
+	}
+	int rc = mkdir_p(dir, err, errlen);
+	if (rc == 0)
+		rc = mkdir_p(adir, err, errlen);
+	if (rc == 0)
+		rc = load_dir(adir, &tmp, err, errlen);
 	if (rc) {
 		td_store_free(&tmp);
 		return rc;
 	}
+	/* What was just read is what the files hold. */
+	for (size_t i = 0; i < tmp.n; i++) {
+		tmp.v[i].dirty = false;
+		tmp.v[i].owner = s;
+	}
+	tmp.dirty = false;
 	*s = tmp;
 	return 0;
 }
 
 /* ---- saving -------------------------------------------------------------- */
 
-static json_t *dump_agent(const struct td_desired *dd)
+/* One entry's document, or NULL (errno ENOMEM) on ENOMEM or text jansson refuses. */
+static char *dump_entry(const struct td_desired *dd)
 {
 	json_t *o = json_object(), *plans = json_array();
-	if (!o || !plans)
-		goto fail;
+	char *text = NULL;
+	if (!o || !plans || json_object_set_new(o, "format", json_integer(STORE_FORMAT)) ||
+	    json_object_set_new(o, "name", json_string(dd->name)))
+		goto out;
 	if (dd->standing && json_object_set_new(o, "enabled", json_string(dd->standing)))
-		goto fail;
+		goto out;
 	for (size_t i = 0; i < dd->n_plans; i++) {
 		/* set_new/append_new take the reference even on failure; json_pack is avoided. */
 		json_t *e = json_object();
@@ -437,32 +594,14 @@ static json_t *dump_agent(const struct td_desired *dd)
 		    json_object_set_new(e, "hooks", json_string(dd->plan_specs[i])) ||
 		    json_array_append_new(plans, e)) {
 			json_decref(e);
-			goto fail;
+			goto out;
 		}
 	}
-	if (json_object_set_new(o, "plans", plans)) {
-		json_decref(o);
-		return NULL;
-	}
-	return o;
-fail:
+	if (!json_object_set(o, "plans", plans))
+		text = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(2));
+out:
 	json_decref(plans);
 	json_decref(o);
-	return NULL;
-}
-
-/* The whole store as text, or NULL (errno set) on ENOMEM or text jansson refuses. */
-static char *dump_store(const struct td_store *s)
-{
-	json_t *root = json_object(), *agents = json_object();
-	char *text = NULL;
-	bool ok = root && agents && !json_object_set_new(root, "format", json_integer(STORE_FORMAT));
-	for (size_t i = 0; ok && i < s->n; i++)
-		ok = !json_object_set_new(agents, s->v[i].name, dump_agent(&s->v[i]));
-	if (ok && !json_object_set(root, "agents", agents))
-		text = json_dumps(root, JSON_SORT_KEYS | JSON_INDENT(2));
-	json_decref(agents);
-	json_decref(root);
 	if (!text)
 		errno = ENOMEM;
 	return text;
@@ -482,11 +621,12 @@ static int write_all(int fd, const char *buf, size_t len)
 	return 0;
 }
 
-/* Write and fsync tmp; -1 with errno.  *created tells the caller there is a file to remove. */
-static int write_tmp(const char *tmp, const char *text, bool *created)
+/* Write and fsync dfd/tmp; -1 with errno.  *created tells the caller there is a file to remove. */
+static int write_tmp(int dfd, const char *tmp, const char *text, bool *created)
 {
 	/* O_NOFOLLOW: never write through a link planted in the state directory. */
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, STORE_FILE_MODE);
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+			STORE_FILE_MODE);
 	if (fd < 0)
 		return -1;
 	*created = true;
@@ -501,56 +641,124 @@ static int write_tmp(const char *tmp, const char *text, bool *created)
 	return close(fd);
 }
 
-/* The rename is only durable once the directory entry is on disk. */
+/* EINVAL: a file system that cannot sync directories; nothing more to do there. */
+static int fsync_dirfd(int fd)
+{
+	return fsync(fd) != 0 && errno != EINVAL ? -1 : 0;
+}
+
 static int fsync_dir(const char *dir)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	/* EINVAL: a file system that cannot sync directories; nothing more to do there. */
-	int rc = fsync(fd) != 0 && errno != EINVAL ? -1 : 0;
+	int rc = fsync_dirfd(fd);
 	int e = errno;
 	close(fd);
 	errno = e;
 	return rc;
 }
 
-static int save_files(const char *dir, const char *text)
+/*
+ * One entry into the directory dfd: written to <name>.json.tmp, synced and
+ * renamed over <name>.json; an empty entry's file removed instead.  0 when
+ * the directory changed, 1 when it did not (an empty entry without a file),
+ * -1 with errno.
+ */
+static int save_entry(int dfd, const struct td_desired *dd)
 {
-	char path[PATH_MAX], tmp[PATH_MAX];
+	char fname[STORE_FNAME_MAX], tmp[STORE_FNAME_MAX];
+	if (!name_ok(dd->name)) {
+		errno = EINVAL;
+		return -1;
+	}
+	snprintf(fname, sizeof(fname), "%s%s", dd->name, STORE_SUFFIX);
+	snprintf(tmp, sizeof(tmp), "%s%s%s", dd->name, STORE_SUFFIX, STORE_TMP_SUFFIX);
+	if (!dd->standing && dd->n_plans == 0) {
+		if (unlinkat(dfd, fname, 0) == 0)
+			return 0;
+		return errno == ENOENT ? 1 : -1;
+	}
+	char *text = dump_entry(dd);
 	bool created = false;
-	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE) >= sizeof(path) ||
-	    (size_t)snprintf(tmp, sizeof(tmp), "%s/%s", dir, STORE_TMP) >= sizeof(tmp)) {
+	int rc = text && write_tmp(dfd, tmp, text, &created) == 0 &&
+			 renameat(dfd, tmp, dfd, fname) == 0 ? 0 : -1;
+	int e = errno;
+	if (rc != 0 && created)
+		unlinkat(dfd, tmp, 0);
+	free(text);
+	errno = e;
+	return rc;
+}
+
+/* agents/ under dir, opened; made when missing (*made: its parent must be synced too). */
+static int open_agents_dir(const char *dir, bool *made)
+{
+	char adir[PATH_MAX];
+	if ((size_t)snprintf(adir, sizeof(adir), "%s/%s", dir, STORE_SUBDIR) >= sizeof(adir)) {
 		errno = ENAMETOOLONG;
 		return -1;
 	}
-	if (write_tmp(tmp, text, &created) != 0 || rename(tmp, path) != 0) {
-		int e = errno;
-		if (created)
-			unlink(tmp);
-		errno = e;
-		return -1;
+	int fd = open(adir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		if (mkdir(adir, STORE_DIR_MODE) != 0 && errno != EEXIST)
+			return -1;
+		*made = true;
+		fd = open(adir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	}
-	/*
-	 * A failure here comes after the rename: the new file is in place but
-	 * may not survive a crash, so report it and stay dirty to retry.
-	 */
-	return fsync_dir(dir);
+	return fd;
 }
 
+/*
+ * Write the dirty entries, each on its own (a failure keeps that one dirty
+ * and goes on with the others), then sync the directory once for all the
+ * renames.  Only then are the entries clean: a reply sent after this
+ * returns 0 acknowledges durable state.
+ */
 int td_store_save(struct td_store *s, const char *dir)
 {
 	if (!s || !dir) {
 		errno = EINVAL;
 		return TOGGLE_EINVAL;
 	}
-	char *text = dump_store(s);
-	int rc = text ? save_files(dir, text) : -1;
-	int e = errno;
-	free(text);
-	if (rc != 0) {
+	unsigned char done[TD_MAX_STORED_AGENTS / 8] = { 0 };
+	int dfd = -1, first_err = 0;
+	bool made = false, changed = false;
+	for (size_t i = 0; i < s->n && i < TD_MAX_STORED_AGENTS; i++) {
+		struct td_desired *dd = &s->v[i];
+		if (!dd->dirty)
+			continue;
+		if (dfd < 0 && (dfd = open_agents_dir(dir, &made)) < 0) {
+			first_err = errno;
+			break;
+		}
+		int rc = save_entry(dfd, dd);
+		if (rc < 0) {
+			if (!first_err)
+				first_err = errno;
+			continue;
+		}
+		done[i / 8] |= (unsigned char)(1u << (i % 8));
+		changed |= rc == 0;
+	}
+	/*
+	 * A failure here comes after the renames: the new files are in place but
+	 * may not survive a crash, so report it and stay dirty to retry.
+	 */
+	if (dfd >= 0 && (changed || made) &&
+	    (fsync_dirfd(dfd) != 0 || (made && fsync_dir(dir) != 0))) {
+		if (!first_err)
+			first_err = errno;
+		memset(done, 0, sizeof(done));
+	}
+	if (dfd >= 0)
+		close(dfd);
+	for (size_t i = 0; i < s->n && i < TD_MAX_STORED_AGENTS; i++)
+		if (done[i / 8] & (1u << (i % 8)))
+			s->v[i].dirty = false;
+	if (first_err) {
 		s->save_errors++;
-		errno = e;
+		errno = first_err;
 		return TOGGLE_EIO;
 	}
 	s->saves++;

@@ -117,13 +117,21 @@ struct td_waiter {
 	char (*names)[TGP_MAX_NAME]; /* to name agents that left */
 };
 
-/* Desired state of one agent name, as persisted (spec text per catalog). */
+struct td_store;
+
+/*
+ * Desired state of one agent name, as persisted in <state_dir>/agents/<name>.json
+ * (spec text per catalog).  The setters raise dirty (and the store's dirty)
+ * when the value changes; td_store_save writes dirty entries only.
+ */
 struct td_desired {
 	char name[TGP_MAX_NAME];
 	char *standing; /* NULL: none set */
 	size_t n_plans;
 	int64_t *plan_steps;
 	char **plan_specs;
+	bool dirty;             /* changed since its file was last written */
+	struct td_store *owner; /* the store it belongs to (set by td_store_get/load) */
 };
 
 struct td_store {
@@ -195,8 +203,9 @@ void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind k
 void td_timer_update(struct td_daemon *d);
 void td_waiter_free(struct td_waiter *w);
 
-/* store.c */
+/* store.c: one file per agent name under <dir>/agents/. */
 int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen);
+/* Writes the dirty entries only (an empty one's file is removed); TOGGLE_EIO with errno. */
 int td_store_save(struct td_store *s, const char *dir);
 void td_store_free(struct td_store *s);
 struct td_desired *td_store_get(struct td_store *s, const char *name, bool create);

@@ -1,7 +1,9 @@
 /*
  * check_store.c - tests of the daemon's persisted desired state
- * (daemon/store.c) and of its write permission rule (daemon/auth.c).
+ * (daemon/store.c: one file per agent name under <state_dir>/agents/, only
+ * changed entries rewritten) and of its write permission rule (daemon/auth.c).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -51,10 +53,30 @@ static const char *in_dir(char *buf, size_t len, const char *name)
 	return buf;
 }
 
+/* tdir/agents/<fname> into buf (fname: a whole file name, suffix included). */
+static const char *in_agents(char *buf, size_t len, const char *fname)
+{
+	snprintf(buf, len, "%s/agents/%s", tdir, fname);
+	return buf;
+}
+
+/* tdir/agents/<name>.json into buf. */
+static const char *entry_path(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "%s/agents/%s.json", tdir, name);
+	return buf;
+}
+
+static void make_agents_dir(void)
+{
+	char p[128];
+	ck_assert_int_eq(mkdir(in_dir(p, sizeof(p), "agents"), 0750), 0);
+}
+
 static void write_text(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
+	ck_assert_msg(f != NULL, "cannot write %s: %s", path, strerror(errno));
 	ck_assert_int_eq(fputs(text, f) >= 0, 1);
 	ck_assert_int_eq(fclose(f), 0);
 }
@@ -63,7 +85,7 @@ static void write_text(const char *path, const char *text)
 static char *read_text(const char *path)
 {
 	FILE *f = fopen(path, "r");
-	ck_assert_ptr_nonnull(f);
+	ck_assert_msg(f != NULL, "cannot read %s: %s", path, strerror(errno));
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *m = open_memstream(&buf, &len);
@@ -75,16 +97,83 @@ static char *read_text(const char *path)
 	return buf;
 }
 
-static void write_state(const char *text)
+static void write_entry(const char *name, const char *text)
 {
-	char p[128];
-	write_text(in_dir(p, sizeof(p), "state.json"), text);
+	char p[192];
+	write_text(entry_path(p, sizeof(p), name), text);
 }
 
-static char *read_state(void)
+static char *read_entry(const char *name)
+{
+	char p[192];
+	return read_text(entry_path(p, sizeof(p), name));
+}
+
+static bool exists(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) == 0;
+}
+
+static bool entry_exists(const char *name)
+{
+	char p[192];
+	return exists(entry_path(p, sizeof(p), name));
+}
+
+/* Inode number of an entry's file: a new one each time the file is rewritten (tmp + rename). */
+static ino_t entry_ino(const char *name)
+{
+	char p[192];
+	struct stat st;
+	ck_assert_msg(stat(entry_path(p, sizeof(p), name), &st) == 0, "%s: %s", p, strerror(errno));
+	return st.st_ino;
+}
+
+/* Names in tdir/agents, sorted, joined by ' '; freed by the caller. */
+static char *list_agents_dir(void)
 {
 	char p[128];
-	return read_text(in_dir(p, sizeof(p), "state.json"));
+	struct dirent **v;
+	int n = scandir(in_dir(p, sizeof(p), "agents"), &v, NULL, alphasort);
+	ck_assert_int_ge(n, 0);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	for (int i = 0; i < n; i++) {
+		if (strcmp(v[i]->d_name, ".") && strcmp(v[i]->d_name, ".."))
+			fprintf(m, "%s%s", len || ftell(m) ? " " : "", v[i]->d_name);
+		free(v[i]);
+	}
+	free(v);
+	fclose(m);
+	return buf;
+}
+
+/* stderr (where the store logs) into a file while capturing; the text afterwards. */
+static int saved_stderr = -1;
+
+static void capture_stderr(void)
+{
+	char p[128];
+	fflush(stderr);
+	saved_stderr = dup(2);
+	int fd = open(in_dir(p, sizeof(p), "stderr.log"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(dup2(fd, 2), 2);
+	close(fd);
+}
+
+static char *captured_stderr(void)
+{
+	char p[128];
+	fflush(stderr);
+	ck_assert_int_eq(dup2(saved_stderr, 2), 2);
+	close(saved_stderr);
+	saved_stderr = -1;
+	char *text = read_text(in_dir(p, sizeof(p), "stderr.log"));
+	unlink(p);
+	return text;
 }
 
 /* A string of n copies of c; freed by the caller. */
@@ -108,6 +197,8 @@ static void set_plans2(struct td_desired *dd, int64_t s0, const char *p0, int64_
 	ck_assert_int_eq(td_desired_set_plans(dd, steps, specs, 2), 0);
 }
 
+#define GAMMA "Gamma_2.x-y" /* every character class a name may have */
+
 /* A store of three names: standing set with plans, standing NULL with plans, standing only. */
 static void fill_store(struct td_store *s)
 {
@@ -117,14 +208,16 @@ static void fill_store(struct td_store *s)
 	set_plans2(a, 5, "resid_post:1", 7, "");
 	struct td_desired *b = td_store_get(s, "beta", true);
 	ck_assert_ptr_nonnull(b);
-	set_plans2(b, 0, "mlp_out:2", 123456789012LL, "resid_post:*");
-	struct td_desired *g = td_store_get(s, "gamma \"q\" \xc3\xa9", true);
+	set_plans2(b, 0, "mlp_out:2", 123456789012LL, "resid_post:* \"q\" \xc3\xa9\x01");
+	struct td_desired *g = td_store_get(s, GAMMA, true);
 	ck_assert_ptr_nonnull(g);
 	ck_assert_int_eq(td_desired_set_standing(g, ""), 0);
-	s->dirty = true;
+	/* The setters raised the flags: no caller has to. */
+	ck_assert(s->dirty);
+	ck_assert(a->dirty && b->dirty && g->dirty);
 }
 
-/* ---- store: round trip --------------------------------------------------- */
+/* ---- store: round trip and file layout ----------------------------------- */
 
 START_TEST(test_roundtrip)
 {
@@ -132,8 +225,11 @@ START_TEST(test_roundtrip)
 	char err[256] = "";
 	make_tmpdir();
 	fill_store(&s);
+	/* No load before: the save makes agents/ itself. */
 	ck_assert_int_eq(td_store_save(&s, tdir), 0);
 	ck_assert(!s.dirty);
+	for (size_t i = 0; i < s.n; i++)
+		ck_assert(!s.v[i].dirty);
 	ck_assert_uint_eq(s.saves, 1);
 	ck_assert_uint_eq(s.save_errors, 0);
 
@@ -142,6 +238,7 @@ START_TEST(test_roundtrip)
 	ck_assert(!r.dirty);
 	struct td_desired *a = td_store_get(&r, "alpha", false);
 	ck_assert_ptr_nonnull(a);
+	ck_assert(!a->dirty);
 	ck_assert_str_eq(a->standing, "resid_post:0-3,attn_out:*");
 	ck_assert_uint_eq(a->n_plans, 2);
 	ck_assert_int_eq(a->plan_steps[0], 5);
@@ -154,22 +251,31 @@ START_TEST(test_roundtrip)
 	ck_assert_ptr_null(b->standing); /* NULL survives as NULL, not as "" */
 	ck_assert_uint_eq(b->n_plans, 2);
 	ck_assert_int_eq(b->plan_steps[1], 123456789012LL);
-	ck_assert_str_eq(b->plan_specs[1], "resid_post:*");
+	ck_assert_str_eq(b->plan_specs[1], "resid_post:* \"q\" \xc3\xa9\x01");
 
-	struct td_desired *g = td_store_get(&r, "gamma \"q\" \xc3\xa9", false);
+	struct td_desired *g = td_store_get(&r, GAMMA, false);
 	ck_assert_ptr_nonnull(g);
 	ck_assert_ptr_nonnull(g->standing);
 	ck_assert_str_eq(g->standing, ""); /* "" (nothing enabled) differs from none set */
 	ck_assert_uint_eq(g->n_plans, 0);
 	ck_assert_ptr_null(td_store_get(&r, "delta", false));
 
-	/* Saving what was loaded gives the same bytes: the file is stable. */
-	char *first = read_state();
+	/* Rewriting what was loaded gives the same bytes: the files are stable. */
+	char *first = read_entry("beta");
+	ino_t ino = entry_ino("beta");
+	b->dirty = true;
+	r.dirty = true;
 	ck_assert_int_eq(td_store_save(&r, tdir), 0);
-	char *second = read_state();
-	ck_assert_str_eq(first, second);
+	ck_assert_uint_ne(entry_ino("beta"), ino); /* it was rewritten... */
+	char *second = read_entry("beta");
+	ck_assert_str_eq(first, second); /* ...to the same text */
 	free(first);
 	free(second);
+
+	/* A loaded entry's setters raise the loaded store's flag (not the load's scratch copy). */
+	ck_assert_int_eq(td_desired_set_standing(a, "x"), 0);
+	ck_assert(a->dirty);
+	ck_assert(r.dirty);
 	td_store_free(&s);
 	td_store_free(&r);
 	ck_assert_ptr_null(r.v);
@@ -181,41 +287,54 @@ END_TEST
 START_TEST(test_file_shape)
 {
 	struct td_store s = { 0 };
-	char p[128];
+	char p[192];
 	make_tmpdir();
+	make_agents_dir();
 	fill_store(&s);
 	/* A stale tmp with a loose mode must not lend it to the new file. */
-	write_text(in_dir(p, sizeof(p), "state.json.tmp"), "junk");
+	write_text(in_agents(p, sizeof(p), "alpha.json.tmp"), "junk");
 	ck_assert_int_eq(chmod(p, 0644), 0);
 	mode_t old = umask(0);
 	ck_assert_int_eq(td_store_save(&s, tdir), 0);
 	umask(old);
 
+	/* One file per agent, nothing else: no tmp left, no whole-store file. */
+	char *names = list_agents_dir();
+	ck_assert_str_eq(names, GAMMA ".json alpha.json beta.json");
+	free(names);
+	ck_assert(!exists(in_dir(p, sizeof(p), "state.json")));
 	struct stat st;
-	ck_assert_int_eq(stat(in_dir(p, sizeof(p), "state.json"), &st), 0);
+	ck_assert_int_eq(stat(entry_path(p, sizeof(p), "alpha"), &st), 0);
 	ck_assert_uint_eq(st.st_mode & 07777, 0600);
-	ck_assert_int_eq(stat(in_dir(p, sizeof(p), "state.json.tmp"), &st), -1);
-	ck_assert_int_eq(errno, ENOENT);
+	ck_assert_int_eq(stat(entry_path(p, sizeof(p), "beta"), &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0600);
 
 	json_error_t jerr;
-	json_t *root = json_load_file(in_dir(p, sizeof(p), "state.json"), 0, &jerr);
+	json_t *root = json_load_file(entry_path(p, sizeof(p), "beta"), 0, &jerr);
 	ck_assert_msg(root != NULL, "saved file is not JSON: %s", jerr.text);
+	ck_assert_uint_eq(json_object_size(root), 3);
 	ck_assert_int_eq(json_integer_value(json_object_get(root, "format")), 1);
-	json_t *agents = json_object_get(root, "agents");
-	ck_assert_uint_eq(json_object_size(agents), 3);
-	json_t *beta = json_object_get(agents, "beta");
-	ck_assert_ptr_null(json_object_get(beta, "enabled")); /* omitted when NULL */
-	json_t *plans = json_object_get(beta, "plans");
+	ck_assert_str_eq(json_string_value(json_object_get(root, "name")), "beta");
+	ck_assert_ptr_null(json_object_get(root, "enabled")); /* omitted when NULL */
+	json_t *plans = json_object_get(root, "plans");
 	ck_assert_uint_eq(json_array_size(plans), 2);
 	ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(plans, 0), "step")), 0);
 	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(plans, 0), "hooks")),
 			 "mlp_out:2");
 	json_decref(root);
 
+	root = json_load_file(entry_path(p, sizeof(p), GAMMA), 0, &jerr);
+	ck_assert_msg(root != NULL, "saved file is not JSON: %s", jerr.text);
+	ck_assert_str_eq(json_string_value(json_object_get(root, "name")), GAMMA);
+	ck_assert_str_eq(json_string_value(json_object_get(root, "enabled")), "");
+	ck_assert_uint_eq(json_array_size(json_object_get(root, "plans")), 0);
+	json_decref(root);
+
 	/* Sorted keys and indentation: readable and stable. */
-	char *text = read_state();
-	ck_assert_ptr_nonnull(strstr(text, "\n  \"agents\": {\n    \"alpha\": {"));
-	ck_assert(strstr(text, "\"agents\"") < strstr(text, "\"format\""));
+	char *text = read_entry("alpha");
+	ck_assert_msg(strncmp(text, "{\n  \"enabled\": \"resid_post:0-3,attn_out:*\",\n"
+				    "  \"format\": 1,\n  \"name\": \"alpha\",\n  \"plans\": [\n", 70) == 0,
+		      "unexpected layout:\n%s", text);
 	ck_assert_int_eq(text[strlen(text) - 1], '\n');
 	free(text);
 	td_store_free(&s);
@@ -223,18 +342,269 @@ START_TEST(test_file_shape)
 }
 END_TEST
 
-/* ---- store: loading ------------------------------------------------------ */
+/* ---- store: saving writes what changed, and only that -------------------- */
 
-START_TEST(test_missing_file_is_empty)
+START_TEST(test_only_dirty_rewritten)
 {
 	struct td_store s = { 0 };
-	char err[256] = "", p[128];
+	char err[256] = "";
+	make_tmpdir();
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	fill_store(&s);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ino_t a0 = entry_ino("alpha"), b0 = entry_ino("beta"), g0 = entry_ino(GAMMA);
+
+	/* Nothing dirty: nothing rewritten. */
+	s.dirty = true;
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ck_assert_uint_eq(entry_ino("alpha"), a0);
+	ck_assert_uint_eq(entry_ino("beta"), b0);
+	ck_assert_uint_eq(entry_ino(GAMMA), g0);
+
+	/* One entry changes: only its file is rewritten. */
+	struct td_desired *b = td_store_get(&s, "beta", false);
+	ck_assert(!b->dirty);
+	ck_assert(!s.dirty);
+	ck_assert_int_eq(td_desired_set_standing(b, "attn_out:1"), 0);
+	ck_assert(b->dirty);
+	ck_assert(s.dirty);
+	ck_assert(!td_store_get(&s, "alpha", false)->dirty);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ck_assert(!b->dirty);
+	ino_t b1 = entry_ino("beta");
+	ck_assert_uint_ne(b1, b0);
+	ck_assert_uint_eq(entry_ino("alpha"), a0);
+	ck_assert_uint_eq(entry_ino(GAMMA), g0);
+	char *text = read_entry("beta");
+	ck_assert_ptr_nonnull(strstr(text, "\"enabled\": \"attn_out:1\""));
+	free(text);
+
+	/* Setting the value an entry already has changes nothing: nothing to write. */
+	ck_assert_int_eq(td_desired_set_standing(b, "attn_out:1"), 0);
+	set_plans2(b, 0, "mlp_out:2", 123456789012LL, "resid_post:* \"q\" \xc3\xa9\x01");
+	ck_assert(!b->dirty);
+	ck_assert(!s.dirty);
+	/* A different plan list (here one step) does. */
+	set_plans2(b, 1, "mlp_out:2", 123456789012LL, "resid_post:* \"q\" \xc3\xa9\x01");
+	ck_assert(b->dirty);
+
+	/* Two of many: both rewritten, the rest untouched; a new entry gets its file. */
+	struct td_desired *g = td_store_get(&s, GAMMA, false);
+	ck_assert_int_eq(td_desired_set_standing(g, NULL), 0);
+	ck_assert_int_eq(td_desired_set_standing(g, "resid_post:0"), 0);
+	struct td_desired *d = td_store_get(&s, "delta", true);
+	ck_assert_ptr_nonnull(d);
+	ck_assert(!d->dirty); /* created empty: nothing to write yet */
+	ck_assert_int_eq(td_desired_set_standing(d, "attn_out:*"), 0);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ck_assert_uint_ne(entry_ino("beta"), b1);
+	ck_assert_uint_ne(entry_ino(GAMMA), g0);
+	ck_assert_uint_eq(entry_ino("alpha"), a0);
+	ck_assert(entry_exists("delta"));
+	ck_assert_uint_eq(s.saves, 4);
+
+	struct td_store r = { 0 };
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_uint_eq(r.n, 4);
+	ck_assert_str_eq(td_store_get(&r, GAMMA, false)->standing, "resid_post:0");
+	ck_assert_int_eq(td_store_get(&r, "beta", false)->plan_steps[0], 1);
+	ck_assert_str_eq(td_store_get(&r, "delta", false)->standing, "attn_out:*");
+	td_store_free(&r);
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/* With many entries, a save of one writes one file (the point of the layout). */
+START_TEST(test_save_cost_follows_changes)
+{
+	struct td_store s = { 0 };
+	char name[32], err[256] = "";
+	make_tmpdir();
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	for (int i = 0; i < 256; i++) {
+		snprintf(name, sizeof(name), "agent%03d", i);
+		ck_assert_int_eq(td_desired_set_standing(td_store_get(&s, name, true), "h0:*"), 0);
+	}
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ino_t before[256];
+	for (int i = 0; i < 256; i++) {
+		snprintf(name, sizeof(name), "agent%03d", i);
+		before[i] = entry_ino(name);
+	}
+	ck_assert_int_eq(td_desired_set_standing(td_store_get(&s, "agent100", false), ""), 0);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	int rewritten = 0;
+	for (int i = 0; i < 256; i++) {
+		snprintf(name, sizeof(name), "agent%03d", i);
+		rewritten += entry_ino(name) != before[i];
+	}
+	ck_assert_int_eq(rewritten, 1);
+	ck_assert_uint_ne(entry_ino("agent100"), before[100]);
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/* ---- store: saving fails cleanly, one entry at a time -------------------- */
+
+START_TEST(test_save_failure_keeps_entry_dirty)
+{
+	struct td_store s = { 0 };
+	char p[192], err[256] = "";
+	make_tmpdir();
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	fill_store(&s);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	char *before = read_entry("alpha");
+	struct td_desired *a = td_store_get(&s, "alpha", false), *b = td_store_get(&s, "beta", false);
+	struct td_desired *g = td_store_get(&s, GAMMA, false);
+
+	/* alpha's tmp path is a directory: alpha fails, beta and gamma are still saved. */
+	ck_assert_int_eq(mkdir(in_agents(p, sizeof(p), "alpha.json.tmp"), 0700), 0);
+	ck_assert_int_eq(td_desired_set_standing(a, "changed"), 0);
+	ck_assert_int_eq(td_desired_set_standing(b, "beta-changed"), 0);
+	ck_assert_int_eq(td_desired_set_standing(g, "gamma-changed"), 0);
+	errno = 0;
+	ck_assert_int_eq(td_store_save(&s, tdir), TOGGLE_EIO);
+	ck_assert_int_eq(errno, EISDIR); /* preserved for the caller's log */
+	ck_assert_uint_eq(s.save_errors, 1);
+	ck_assert_uint_eq(s.saves, 1);
+	ck_assert(s.dirty); /* still something to save */
+	ck_assert(a->dirty);
+	ck_assert(!b->dirty);
+	ck_assert(!g->dirty);
+	char *after = read_entry("alpha");
+	ck_assert_str_eq(before, after);
+	free(after);
+	after = read_entry("beta");
+	ck_assert_ptr_nonnull(strstr(after, "\"beta-changed\""));
+	free(after);
+	after = read_entry(GAMMA);
+	ck_assert_ptr_nonnull(strstr(after, "\"gamma-changed\""));
+	free(after);
+	ino_t b1 = entry_ino("beta");
+
+	/* A link planted at the tmp path is not written through; beta is not rewritten. */
+	char target[128];
+	ck_assert_int_eq(rmdir(p), 0);
+	ck_assert_int_eq(symlink(in_dir(target, sizeof(target), "target"), p), 0);
+	ck_assert_int_eq(td_store_save(&s, tdir), TOGGLE_EIO);
+	ck_assert_int_eq(errno, ELOOP);
+	ck_assert(!exists(target));
+	ck_assert_uint_eq(s.save_errors, 2);
+	ck_assert(a->dirty);
+	ck_assert_uint_eq(entry_ino("beta"), b1);
+	after = read_entry("alpha");
+	ck_assert_str_eq(before, after);
+	free(after);
+
+	/* The rename fails (alpha.json is a non-empty directory): the tmp file is removed. */
+	char file[192], sub[224], old[128];
+	ck_assert_int_eq(unlink(p), 0);
+	in_dir(old, sizeof(old), "old.json");
+	ck_assert_int_eq(rename(entry_path(file, sizeof(file), "alpha"), old), 0);
+	ck_assert_int_eq(mkdir(file, 0700), 0);
+	snprintf(sub, sizeof(sub), "%s/sub", file);
+	ck_assert_int_eq(mkdir(sub, 0700), 0);
+	ck_assert_int_eq(td_store_save(&s, tdir), TOGGLE_EIO);
+	ck_assert_int_eq(errno, EISDIR);
+	ck_assert(!exists(p));
+	ck_assert(exists(sub));
+	ck_assert_uint_eq(s.save_errors, 3);
+	ck_assert(a->dirty);
+	ck_assert_int_eq(rmdir(sub), 0);
+	ck_assert_int_eq(rmdir(file), 0);
+	ck_assert_int_eq(rename(old, file), 0);
+
+	/* Once the obstacle is gone, the next save goes through. */
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ck_assert(!a->dirty);
+	ck_assert(!s.dirty);
+	ck_assert_uint_eq(entry_ino("beta"), b1);
+	after = read_entry("alpha");
+	ck_assert_ptr_nonnull(strstr(after, "\"changed\""));
+	free(after);
+	free(before);
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/* ---- store: empty entries lose their file --------------------------------- */
+
+START_TEST(test_empty_entry_unlinked)
+{
+	struct td_store s = { 0 }, r = { 0 };
+	char err[256] = "", p[192];
+	make_tmpdir();
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	fill_store(&s);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ino_t b0 = entry_ino("beta");
+
+	/* alpha emptied (no standing set, no plans): its file goes, the entry may stay. */
+	struct td_desired *a = td_store_get(&s, "alpha", false);
+	ck_assert_int_eq(td_desired_set_standing(a, NULL), 0);
+	ck_assert_int_eq(td_desired_set_plans(a, NULL, NULL, 0), 0);
+	ck_assert(a->dirty);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ck_assert(!a->dirty);
+	ck_assert(!entry_exists("alpha"));
+	ck_assert_uint_eq(entry_ino("beta"), b0);
+	ck_assert_ptr_eq(td_store_get(&s, "alpha", false), a);
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_uint_eq(r.n, 2);
+	ck_assert_ptr_null(td_store_get(&r, "alpha", false));
+	td_store_free(&r);
+
+	/* An empty entry that never had a file: nothing to remove, not an error. */
+	struct td_desired *e = td_store_get(&s, "epsilon", true);
+	ck_assert_int_eq(td_desired_set_standing(e, "x"), 0);
+	ck_assert_int_eq(td_desired_set_standing(e, NULL), 0);
+	ck_assert(e->dirty);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ck_assert(!e->dirty);
+	ck_assert(!entry_exists("epsilon"));
+
+	/* "" is a standing set (nothing enabled), not an empty entry: it keeps its file. */
+	struct td_desired *g = td_store_get(&s, GAMMA, false);
+	ck_assert_str_eq(g->standing, "");
+	ck_assert_uint_eq(g->n_plans, 0);
+	g->dirty = true;
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ck_assert(entry_exists(GAMMA));
+
+	/* Removing fails (beta.json became a non-empty directory): beta stays dirty. */
+	struct td_desired *b = td_store_get(&s, "beta", false);
+	char sub[224];
+	ck_assert_int_eq(unlink(entry_path(p, sizeof(p), "beta")), 0);
+	ck_assert_int_eq(mkdir(p, 0700), 0);
+	snprintf(sub, sizeof(sub), "%s/sub", p);
+	ck_assert_int_eq(mkdir(sub, 0700), 0);
+	ck_assert_int_eq(td_desired_set_plans(b, NULL, NULL, 0), 0);
+	ck_assert_int_eq(td_store_save(&s, tdir), TOGGLE_EIO);
+	ck_assert(b->dirty);
+	ck_assert(s.dirty);
+	ck_assert(exists(sub));
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/* ---- store: loading ------------------------------------------------------ */
+
+START_TEST(test_missing_dir_is_empty)
+{
+	struct td_store s = { 0 };
+	char err[256] = "", p[128], q[160];
 	make_tmpdir();
 	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
 	ck_assert_uint_eq(s.n, 0);
 	ck_assert_ptr_null(td_store_get(&s, "alpha", false));
+	ck_assert(exists(in_dir(p, sizeof(p), "agents")));
 
-	/* The directory is created, parents included. */
+	/* The directories are created, parents included. */
 	in_dir(p, sizeof(p), "a/b/c");
 	mode_t old = umask(022);
 	ck_assert_int_eq(td_store_load(&s, p, err, sizeof(err)), 0);
@@ -243,10 +613,16 @@ START_TEST(test_missing_file_is_empty)
 	ck_assert_int_eq(stat(p, &st), 0);
 	ck_assert(S_ISDIR(st.st_mode));
 	ck_assert_uint_eq(st.st_mode & 0777, 0750);
+	snprintf(q, sizeof(q), "%s/agents", p);
+	ck_assert_int_eq(stat(q, &st), 0);
+	ck_assert(S_ISDIR(st.st_mode));
+	ck_assert_uint_eq(st.st_mode & 0777, 0750);
 	ck_assert_uint_eq(s.n, 0);
 	/* ...and a save into it works. */
-	ck_assert_ptr_nonnull(td_store_get(&s, "x", true));
+	ck_assert_int_eq(td_desired_set_standing(td_store_get(&s, "x", true), "y"), 0);
 	ck_assert_int_eq(td_store_save(&s, p), 0);
+	snprintf(q, sizeof(q), "%s/agents/x.json", p);
+	ck_assert(exists(q));
 	td_store_free(&s);
 	remove_tmpdir();
 }
@@ -265,14 +641,26 @@ START_TEST(test_uncreatable_dir)
 	/* A state "directory" that is a file. */
 	ck_assert_int_eq(td_store_load(&s, p, err, sizeof(err)), TOGGLE_EIO);
 	ck_assert_msg(strstr(err, "not a directory"), "unclear error: %s", err);
+	/* agents/ that is a file. */
+	write_text(in_dir(p, sizeof(p), "agents"), "x");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EIO);
+	ck_assert_msg(strstr(err, "not a directory") && strstr(err, "/agents"),
+		      "unclear error: %s", err);
 
-	/* Saving there fails cleanly too. */
-	ck_assert_ptr_nonnull(td_store_get(&s, "x", true));
+	/* Saving there fails cleanly too, and the entry stays dirty. */
+	struct td_desired *x = td_store_get(&s, "x", true);
+	ck_assert_int_eq(td_desired_set_standing(x, "y"), 0);
 	errno = 0;
 	ck_assert_int_eq(td_store_save(&s, d), TOGGLE_EIO);
 	ck_assert_int_eq(errno, ENOTDIR);
 	ck_assert_uint_eq(s.save_errors, 1);
 	ck_assert_uint_eq(s.saves, 0);
+	ck_assert(x->dirty);
+	ck_assert(s.dirty);
+	errno = 0;
+	ck_assert_int_eq(td_store_save(&s, tdir), TOGGLE_EIO); /* agents is a file */
+	ck_assert_int_eq(errno, ENOTDIR);
+	ck_assert(x->dirty);
 	td_store_free(&s);
 	remove_tmpdir();
 }
@@ -281,112 +669,238 @@ END_TEST
 START_TEST(test_corrupt_json)
 {
 	struct td_store s = { 0 };
-	char err[256] = "";
+	char err[512] = "", p[192];
 	make_tmpdir();
-	write_state("{\"format\": 1,\n  \"agents\": {,}}\n");
+	make_agents_dir();
+	write_entry("good", "{\"format\": 1, \"name\": \"good\", \"enabled\": \"x\"}");
+	write_entry("alpha", "{\"format\": 1,\n  \"name\": ,}\n");
 	ck_assert_ptr_nonnull(td_store_get(&s, "stale", true)); /* must be gone afterwards */
 	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
 	ck_assert_uint_eq(s.n, 0);
+	ck_assert_ptr_null(s.v); /* nothing half-loaded, "good" included */
 	ck_assert_ptr_null(td_store_get(&s, "stale", false));
-	ck_assert_msg(strstr(err, "state.json") && strstr(err, tdir), "no file in: %s", err);
+	ck_assert_msg(strstr(err, entry_path(p, sizeof(p), "alpha")), "no file in: %s", err);
 	ck_assert_msg(strstr(err, "line 2"), "no line in: %s", err);
 	ck_assert_msg(strstr(err, "column"), "no column in: %s", err);
 
-	write_state("");
+	write_entry("alpha", "");
 	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
-	write_state("{\"format\": 1, \"agents\": {}} trailing");
+	ck_assert_msg(strstr(err, "alpha.json: "), "no file in: %s", err);
+	write_entry("alpha", "{\"format\": 1, \"name\": \"alpha\"} trailing");
 	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
-	/* Valid to the end: accepted. */
-	write_state("{\"format\": 1, \"agents\": {}}");
+	ck_assert_msg(strstr(err, "alpha.json: "), "no file in: %s", err);
+	/* Valid to the end: accepted (enabled and plans may be left out). */
+	write_entry("alpha", "{\"format\": 1, \"name\": \"alpha\"}");
 	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
-	ck_assert_uint_eq(s.n, 0);
-
-	/* Not a regular file. */
-	char p[128];
-	unlink(in_dir(p, sizeof(p), "state.json"));
-	ck_assert_int_eq(mkfifo(p, 0600), 0);
-	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
-	ck_assert_msg(strstr(err, "not a regular file"), "unclear error: %s", err);
+	ck_assert_uint_eq(s.n, 2);
+	ck_assert_ptr_null(td_store_get(&s, "alpha", false)->standing);
+	ck_assert_str_eq(td_store_get(&s, "good", false)->standing, "x");
 	td_store_free(&s);
 	remove_tmpdir();
 }
 END_TEST
 
-/* Documents that break the schema; each must be refused naming what is wrong. */
+/* A file name and "name" inside must agree; file names must be agent names. */
+START_TEST(test_file_names)
+{
+	struct td_store s = { 0 };
+	char err[512] = "", p[192];
+	make_tmpdir();
+	make_agents_dir();
+	write_entry("alpha", "{\"format\": 1, \"name\": \"beta\"}");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert_msg(strstr(err, entry_path(p, sizeof(p), "alpha")) && strstr(err, "name: ") &&
+		      strstr(err, "\"beta\" is not the file's name"), "unclear error: %s", err);
+	write_entry("alpha", "{\"format\": 1, \"name\": \"alpha.json\"}");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	write_entry("alpha", "{\"format\": 1, \"name\": \"Alpha\"}");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	write_entry("alpha", "{\"format\": 1}");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert_msg(strstr(err, "alpha.json: name: must be a string"), "unclear error: %s", err);
+	write_entry("alpha", "{\"format\": 1, \"name\": 7}");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert_msg(strstr(err, "alpha.json: name: "), "unclear error: %s", err);
+	write_entry("alpha", "{\"format\": 1, \"name\": \"\\u001b[31m\"}");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert_msg(strstr(err, "\"?[31m\" is not"), "not made printable: %s", err);
+	ck_assert_int_eq(unlink(entry_path(p, sizeof(p), "alpha")), 0);
+
+	/* *.json whose stem is no agent name: refused, naming the file. */
+	static const char *const bad[] = {
+		".json", "..json", "...json" /* stem "..": refused as well */, "a b.json",
+		"caf\xc3\xa9.json", "a:b.json", "x\x1b.json",
+		"nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn.json", /* 64 */
+	};
+	static const char *const shown[] = {
+		"/.json", "/..json", "/...json", "/a b.json", "/caf??.json", "/a:b.json", "/x?.json",
+		"/nnnnnnnnnnnn",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_text(in_agents(p, sizeof(p), bad[i]), "{}");
+		ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+		ck_assert_msg(strstr(err, "/agents") && strstr(err, shown[i]) &&
+			      strstr(err, "file name: must be <agent name>.json"),
+			      "case %zu: unclear error: %s", i, err);
+		ck_assert_uint_eq(s.n, 0);
+		ck_assert_int_eq(unlink(p), 0);
+	}
+	/* "..json" has the stem "."; "...json" the stem ".."; both refused. A stem of 63 bytes is fine. */
+	char *longest = repeat('n', TGP_MAX_NAME - 1), doc[256];
+	snprintf(doc, sizeof(doc), "{\"format\": 1, \"name\": \"%s\", \"enabled\": \"\"}", longest);
+	write_entry(longest, doc);
+	write_entry(".hidden", "{\"format\": 1, \"name\": \".hidden\", \"enabled\": \"a\"}");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	ck_assert_uint_eq(s.n, 2);
+	ck_assert_ptr_nonnull(td_store_get(&s, longest, false));
+	ck_assert_ptr_nonnull(td_store_get(&s, ".hidden", false));
+	free(longest);
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/* Entries that are not regular files are ignored (and logged); other names too. */
+START_TEST(test_not_regular_ignored)
+{
+	struct td_store s = { 0 };
+	char err[512] = "", p[192], q[192];
+	make_tmpdir();
+	make_agents_dir();
+	write_entry("alpha", "{\"format\": 1, \"name\": \"alpha\", \"enabled\": \"a\"}");
+	ck_assert_int_eq(mkfifo(entry_path(p, sizeof(p), "fifo"), 0600), 0);
+	ck_assert_int_eq(mkdir(entry_path(p, sizeof(p), "dir"), 0700), 0);
+	/* A link to a valid entry elsewhere: not followed. */
+	write_text(in_dir(q, sizeof(q), "elsewhere.json"),
+		   "{\"format\": 1, \"name\": \"link\", \"enabled\": \"a\"}");
+	ck_assert_int_eq(symlink(q, entry_path(p, sizeof(p), "link")), 0);
+	write_text(in_agents(p, sizeof(p), "README"), "not state");
+	write_text(in_agents(p, sizeof(p), "beta.json~"), "{");
+	capture_stderr();
+	int rc = td_store_load(&s, tdir, err, sizeof(err));
+	char *log = captured_stderr();
+	ck_assert_msg(rc == 0, "load: %d: %s", rc, err);
+	ck_assert_uint_eq(s.n, 1);
+	ck_assert_ptr_nonnull(td_store_get(&s, "alpha", false));
+	ck_assert_ptr_null(td_store_get(&s, "link", false));
+	ck_assert_msg(strstr(log, "agents/fifo.json: not a regular file"), "log: %s", log);
+	ck_assert_msg(strstr(log, "agents/dir.json: not a regular file"), "log: %s", log);
+	ck_assert_msg(strstr(log, "agents/link.json: not a regular file"), "log: %s", log);
+	ck_assert_msg(strstr(log, "agents/README: not <agent name>.json"), "log: %s", log);
+	ck_assert_msg(strstr(log, "agents/beta.json~: not <agent name>.json"), "log: %s", log);
+	free(log);
+	/* Nothing ignored was touched. */
+	ck_assert(exists(entry_path(p, sizeof(p), "fifo")));
+	ck_assert(exists(entry_path(p, sizeof(p), "link")));
+	ck_assert(exists(in_agents(p, sizeof(p), "README")));
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/* *.tmp left by a save that crashed: removed at load, the entry's file wins. */
+START_TEST(test_tmp_leftovers_removed)
+{
+	struct td_store s = { 0 };
+	char err[256] = "", p[192];
+	make_tmpdir();
+	make_agents_dir();
+	write_entry("alpha", "{\"format\": 1, \"name\": \"alpha\", \"enabled\": \"old\"}");
+	write_text(in_agents(p, sizeof(p), "alpha.json.tmp"), "{\"format\": 1, \"name\": \"alp");
+	write_text(in_agents(p, sizeof(p), "beta.json.tmp"), "");
+	write_text(in_agents(p, sizeof(p), "odd name.tmp"), "x");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	ck_assert_uint_eq(s.n, 1);
+	ck_assert_str_eq(td_store_get(&s, "alpha", false)->standing, "old");
+	ck_assert_ptr_null(td_store_get(&s, "beta", false));
+	char *names = list_agents_dir();
+	ck_assert_str_eq(names, "alpha.json");
+	free(names);
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/* Documents that break the schema; each must be refused naming the file and what is wrong. */
 static const struct {
 	const char *json, *needle;
 } bad_docs[] = {
 	{ "[]", "top level" },
-	{ "{\"agents\": {}}", "format" },
-	{ "{\"format\": 2, \"agents\": {}}", "format" },
-	{ "{\"format\": \"1\", \"agents\": {}}", "format" },
-	{ "{\"format\": 1}", "agents" },
-	{ "{\"format\": 1, \"agents\": []}", "agents" },
-	{ "{\"format\": 1, \"agents\": {}, \"extra\": 0}", "\"extra\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": 1}}", "agents.\"a\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"enabled\": 1}}}", "\"enabled\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"enabled\": null}}}", "\"enabled\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"enabled\": \"x\\u0000y\"}}}", "NUL" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"color\": \"x\"}}}", "\"color\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"plans\": {}}}}", "\"plans\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"plans\": [1]}}}", "plans[0]" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"plans\": [{\"step\": 1, \"hooks\": \"\"},"
-	  "{\"step\": -1, \"hooks\": \"x\"}]}}}", "plans[1]" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"plans\": [{\"step\": 1.5, \"hooks\": \"x\"}]}}}",
+	{ "{\"name\": \"a\"}", "format" },
+	{ "{\"format\": 2, \"name\": \"a\"}", "format" },
+	{ "{\"format\": \"1\", \"name\": \"a\"}", "format" },
+	{ "{\"format\": 1, \"name\": \"a\", \"extra\": 0}", "\"extra\"" },
+	{ "{\"format\": 1, \"name\": \"a\", \"agents\": {}}", "\"agents\"" },
+	{ "{\"format\": 1, \"name\": \"a\", \"enabled\": 1}", "enabled" },
+	{ "{\"format\": 1, \"name\": \"a\", \"enabled\": null}", "enabled" },
+	{ "{\"format\": 1, \"name\": \"a\", \"enabled\": \"x\\u0000y\"}", "NUL" },
+	{ "{\"format\": 1, \"name\": \"a\", \"enabled\": \"\\udc00\"}", "line 1" },
+	{ "{\"format\": 1, \"name\": \"a\", \"plans\": {}}", "plans" },
+	{ "{\"format\": 1, \"name\": \"a\", \"plans\": [1]}", "plans[0]" },
+	{ "{\"format\": 1, \"name\": \"a\", \"plans\": [{\"step\": 1, \"hooks\": \"\"},"
+	  "{\"step\": -1, \"hooks\": \"x\"}]}", "plans[1]" },
+	{ "{\"format\": 1, \"name\": \"a\", \"plans\": [{\"step\": 1.5, \"hooks\": \"x\"}]}",
 	  "\"step\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"plans\": [{\"step\": \"1\", \"hooks\": \"x\"}]}}}",
+	{ "{\"format\": 1, \"name\": \"a\", \"plans\": [{\"step\": \"1\", \"hooks\": \"x\"}]}",
 	  "\"step\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"plans\": [{\"hooks\": \"x\"}]}}}", "\"step\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"plans\": [{\"step\": 1}]}}}", "\"hooks\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"plans\": [{\"step\": 1, \"hooks\": 3}]}}}",
+	{ "{\"format\": 1, \"name\": \"a\", \"plans\": [{\"hooks\": \"x\"}]}", "\"step\"" },
+	{ "{\"format\": 1, \"name\": \"a\", \"plans\": [{\"step\": 1}]}", "\"hooks\"" },
+	{ "{\"format\": 1, \"name\": \"a\", \"plans\": [{\"step\": 1, \"hooks\": 3}]}",
 	  "\"hooks\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"plans\": [{\"step\": 1, \"hooks\": \"x\", "
-	  "\"when\": 0}]}}}", "\"when\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {\"plans\": [{\"step\": 99999999999999999999, "
-	  "\"hooks\": \"x\"}]}}}", "line 1" },
-	{ "{\"format\": 1, \"agents\": {\"\": {}}}", "agents.\"\"" },
-	{ "{\"format\": 1, \"agents\": {\"a\": {}, \"a\": {}}}", "duplicate" },
-	{ "{\"format\": 1, \"agents\": {\"ok\": {\"enabled\": \"x\"}, \"bad\": 0}}", "\"bad\"" },
-	{ "{\"format\": 1, \"agents\": {\"\\u001b[31mred\": 0}}", "agents.\"?[31mred\"" },
+	{ "{\"format\": 1, \"name\": \"a\", \"plans\": [{\"step\": 1, \"hooks\": \"x\", "
+	  "\"when\": 0}]}", "\"when\"" },
+	{ "{\"format\": 1, \"name\": \"a\", \"plans\": [{\"step\": 99999999999999999999, "
+	  "\"hooks\": \"x\"}]}", "line 1" },
+	{ "{\"format\": 1, \"name\": \"a\", \"name\": \"a\"}", "duplicate" },
+	{ "{\"format\": 1, \"name\": \"a\", \"\\u001b[31mred\": 0}", "\"?[31mred\"" },
 };
 
 START_TEST(test_schema_violations)
 {
 	struct td_store s = { 0 };
-	char err[256] = "";
+	char err[512] = "", p[192];
 	make_tmpdir();
-	write_state(bad_docs[_i].json);
+	make_agents_dir();
+	write_entry("ok", "{\"format\": 1, \"name\": \"ok\", \"enabled\": \"x\"}");
+	write_entry("a", bad_docs[_i].json);
 	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
 	ck_assert_uint_eq(s.n, 0);
 	ck_assert_ptr_null(s.v);
-	ck_assert_msg(strstr(err, "state.json: "), "case %d: no file in: %s", _i, err);
+	char want[224];
+	snprintf(want, sizeof(want), "%s: ", entry_path(p, sizeof(p), "a"));
+	ck_assert_msg(strstr(err, want), "case %d: no file in: %s", _i, err);
 	ck_assert_msg(strstr(err, bad_docs[_i].needle), "case %d: \"%s\" not in: %s", _i,
 		      bad_docs[_i].needle, err);
 	remove_tmpdir();
 }
 END_TEST
 
-/* A document with one agent: {"enabled": <enabled>} plus n plans of spec "x". */
+/* One agent's document: {"enabled": <enabled>} plus n plans of spec "x". */
 static char *doc_one(const char *name, const char *enabled, size_t n_plans, int64_t first_step)
 {
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *m = open_memstream(&buf, &len);
-	fprintf(m, "{\"format\": 1, \"agents\": {\"%s\": {\"enabled\": \"%s\", \"plans\": [", name,
+	fprintf(m, "{\"format\": 1, \"name\": \"%s\", \"enabled\": \"%s\", \"plans\": [", name,
 		enabled);
 	for (size_t i = 0; i < n_plans; i++)
 		fprintf(m, "%s{\"step\": %lld, \"hooks\": \"x\"}", i ? "," : "",
 			(long long)(first_step + (int64_t)i));
-	fputs("]}}}", m);
+	fputs("]}", m);
 	fclose(m);
 	return buf;
 }
 
-/* Loads doc and returns the code, freeing doc and the store. */
-static int load_doc(char *doc, char *err, size_t errlen, size_t *n)
+/* Loads doc as agents/<name>.json (alone) and returns the code, freeing doc and the store. */
+static int load_doc(const char *name, char *doc, char *err, size_t errlen, size_t *n)
 {
 	struct td_store s = { 0 };
-	write_state(doc);
+	char p[256];
+	remove_tmpdir();
+	ck_assert_int_eq(mkdir(tdir, 0700), 0);
+	make_agents_dir();
+	snprintf(p, sizeof(p), "%s/agents/%s.json", tdir, name);
+	write_text(p, doc);
 	free(doc);
 	int rc = td_store_load(&s, tdir, err, errlen);
 	*n = s.n;
@@ -396,134 +910,89 @@ static int load_doc(char *doc, char *err, size_t errlen, size_t *n)
 
 START_TEST(test_bounds)
 {
-	char err[256] = "";
+	char err[512] = "";
 	size_t n;
 	char *spec_max = repeat('s', TGP_MAX_SPEC), *spec_over = repeat('s', TGP_MAX_SPEC + 1);
-	char *name_max = repeat('n', TGP_MAX_NAME - 1), *name_over = repeat('n', TGP_MAX_NAME);
+	char *name_max = repeat('n', TGP_MAX_NAME - 1);
 	make_tmpdir();
 	/* Exactly at each bound: accepted. */
-	ck_assert_int_eq(load_doc(doc_one(name_max, spec_max, TD_MAX_PENDING_PLAN, 0), err,
-				  sizeof(err), &n), 0);
+	ck_assert_int_eq(load_doc(name_max, doc_one(name_max, spec_max, TD_MAX_PENDING_PLAN, 0),
+				  err, sizeof(err), &n), 0);
 	ck_assert_uint_eq(n, 1);
 	/* One past: refused, naming the bound. */
-	ck_assert_int_eq(load_doc(doc_one("a", spec_over, 0, 0), err, sizeof(err), &n),
+	ck_assert_int_eq(load_doc("a", doc_one("a", spec_over, 0, 0), err, sizeof(err), &n),
 			 TOGGLE_EINVAL);
-	ck_assert_msg(strstr(err, "\"enabled\"") && strstr(err, "8192"), "%s", err);
-	ck_assert_int_eq(load_doc(doc_one(name_over, "x", 0, 0), err, sizeof(err), &n),
-			 TOGGLE_EINVAL);
-	ck_assert_msg(strstr(err, "agent name"), "%s", err);
-	ck_assert_int_eq(load_doc(doc_one("a", "x", TD_MAX_PENDING_PLAN + 1, 0), err, sizeof(err),
-				  &n), TOGGLE_EINVAL);
+	ck_assert_msg(strstr(err, "enabled") && strstr(err, "8192"), "%s", err);
+	ck_assert_int_eq(load_doc("a", doc_one("a", "x", TD_MAX_PENDING_PLAN + 1, 0), err,
+				  sizeof(err), &n), TOGGLE_EINVAL);
 	ck_assert_msg(strstr(err, "more than 256 plans"), "%s", err);
 	ck_assert_uint_eq(n, 0);
+	/* Specs must be UTF-8 (jansson checks the file; the store checks again). */
+	ck_assert_int_eq(load_doc("a", doc_one("a", "\xc3\x28", 0, 0), err, sizeof(err), &n),
+			 TOGGLE_EINVAL);
 
 	/* A too long plan spec. */
 	char *big = NULL;
 	size_t len = 0;
 	FILE *m = open_memstream(&big, &len);
-	fprintf(m, "{\"format\": 1, \"agents\": {\"a\": {\"plans\": "
-		"[{\"step\": 0, \"hooks\": \"%s\"}]}}}", spec_over);
+	fprintf(m, "{\"format\": 1, \"name\": \"a\", \"plans\": "
+		"[{\"step\": 0, \"hooks\": \"%s\"}]}", spec_over);
 	fclose(m);
-	ck_assert_int_eq(load_doc(big, err, sizeof(err), &n), TOGGLE_EINVAL);
+	ck_assert_int_eq(load_doc("a", big, err, sizeof(err), &n), TOGGLE_EINVAL);
 	ck_assert_msg(strstr(err, "plans[0]") && strstr(err, "\"hooks\""), "%s", err);
+
+	/* A file larger than any valid entry is not read at all. */
+	char p[192];
+	ck_assert_int_eq(load_doc("a", doc_one("a", "x", 0, 0), err, sizeof(err), &n), 0);
+	ck_assert_int_eq(truncate(entry_path(p, sizeof(p), "a"), 64 << 20), 0);
+	struct td_store s = { 0 };
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert_msg(strstr(err, p) && strstr(err, "larger than"), "%s", err);
 	free(spec_max);
 	free(spec_over);
 	free(name_max);
-	free(name_over);
 	remove_tmpdir();
 }
 END_TEST
 
-/* max agents named a0..a<count-1>, each with an empty entry. */
-static char *doc_many(size_t count)
+/* count files a0..a<count-1> in agents/, each with an empty entry. */
+static void make_many(size_t count)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *m = open_memstream(&buf, &len);
-	fputs("{\"format\": 1, \"agents\": {", m);
-	for (size_t i = 0; i < count; i++)
-		fprintf(m, "%s\"a%zu\": {}", i ? "," : "", i);
-	fputs("}}", m);
-	fclose(m);
-	return buf;
+	char name[32], doc[96];
+	for (size_t i = 0; i < count; i++) {
+		snprintf(name, sizeof(name), "a%zu", i);
+		snprintf(doc, sizeof(doc), "{\"format\": 1, \"name\": \"%s\"}", name);
+		write_entry(name, doc);
+	}
 }
 
 START_TEST(test_agent_count_bound)
 {
-	char err[256] = "";
-	size_t n;
-	make_tmpdir();
-	ck_assert_int_eq(load_doc(doc_many(MAX_AGENTS), err, sizeof(err), &n), 0);
-	ck_assert_uint_eq(n, MAX_AGENTS);
-	ck_assert_int_eq(load_doc(doc_many(MAX_AGENTS + 1), err, sizeof(err), &n), TOGGLE_EINVAL);
-	ck_assert_uint_eq(n, 0);
-	ck_assert_msg(strstr(err, "more than 4096 names"), "%s", err);
-	remove_tmpdir();
-}
-END_TEST
-
-/* ---- store: saving fails cleanly ----------------------------------------- */
-
-START_TEST(test_save_failure_keeps_old_file)
-{
 	struct td_store s = { 0 };
-	char p[128];
+	char err[512] = "", p[192];
 	make_tmpdir();
-	fill_store(&s);
-	ck_assert_int_eq(td_store_save(&s, tdir), 0);
-	char *before = read_state();
-
-	/* The tmp path is a directory: open fails, nothing may be replaced. */
-	ck_assert_int_eq(mkdir(in_dir(p, sizeof(p), "state.json.tmp"), 0700), 0);
-	ck_assert_int_eq(td_desired_set_standing(td_store_get(&s, "alpha", false), "changed"), 0);
-	s.dirty = true;
-	errno = 0;
-	ck_assert_int_eq(td_store_save(&s, tdir), TOGGLE_EIO);
-	ck_assert_int_eq(errno, EISDIR); /* preserved for the caller's log */
-	ck_assert_uint_eq(s.save_errors, 1);
-	ck_assert_uint_eq(s.saves, 1);
-	ck_assert(s.dirty); /* still to be saved */
-	char *after = read_state();
-	ck_assert_str_eq(before, after);
-	free(after);
-
-	/* A link planted at the tmp path is not written through. */
-	char target[128];
-	ck_assert_int_eq(rmdir(p), 0);
-	ck_assert_int_eq(symlink(in_dir(target, sizeof(target), "target"), p), 0);
-	ck_assert_int_eq(td_store_save(&s, tdir), TOGGLE_EIO);
-	ck_assert_int_eq(errno, ELOOP);
-	ck_assert_int_eq(access(target, F_OK), -1);
-	ck_assert_uint_eq(s.save_errors, 2);
-	after = read_state();
-	ck_assert_str_eq(before, after);
-	free(after);
-
-	/* The rename fails (state.json is a non-empty directory): the tmp file is removed. */
-	char sub[160], old[128];
-	ck_assert_int_eq(unlink(p), 0);
-	in_dir(old, sizeof(old), "old.json");
-	ck_assert_int_eq(rename(in_dir(target, sizeof(target), "state.json"), old), 0);
-	ck_assert_int_eq(mkdir(target, 0700), 0);
-	snprintf(sub, sizeof(sub), "%s/sub", target);
-	ck_assert_int_eq(mkdir(sub, 0700), 0);
-	ck_assert_int_eq(td_store_save(&s, tdir), TOGGLE_EIO);
-	ck_assert_int_eq(errno, EISDIR);
-	ck_assert_int_eq(access(p, F_OK), -1);
-	ck_assert_int_eq(access(sub, F_OK), 0);
-	ck_assert_uint_eq(s.save_errors, 3);
-	ck_assert_int_eq(rmdir(sub), 0);
-	ck_assert_int_eq(rmdir(target), 0);
-	ck_assert_int_eq(rename(old, target), 0);
-
-	/* Once the obstacle is gone, the next save goes through. */
-	ck_assert_int_eq(td_store_save(&s, tdir), 0);
-	ck_assert(!s.dirty);
-	after = read_state();
-	ck_assert_ptr_nonnull(strstr(after, "\"changed\""));
-	free(after);
-	free(before);
+	make_agents_dir();
+	make_many(MAX_AGENTS);
+	/* Leftovers and other names do not count against the bound. */
+	write_text(in_agents(p, sizeof(p), "a0.json.tmp"), "");
+	write_text(in_agents(p, sizeof(p), "notes.txt"), "");
+	capture_stderr();
+	int rc = td_store_load(&s, tdir, err, sizeof(err));
+	free(captured_stderr());
+	ck_assert_msg(rc == 0, "%s", err);
+	ck_assert_uint_eq(s.n, MAX_AGENTS);
+	char name[32];
+	snprintf(name, sizeof(name), "a%d", MAX_AGENTS - 1);
+	ck_assert_ptr_nonnull(td_store_get(&s, name, false));
 	td_store_free(&s);
+	ck_assert(!exists(in_agents(p, sizeof(p), "a0.json.tmp")));
+	ck_assert_int_eq(unlink(in_agents(p, sizeof(p), "notes.txt")), 0);
+
+	snprintf(name, sizeof(name), "a%d", MAX_AGENTS);
+	write_entry(name, "{}");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert_uint_eq(s.n, 0);
+	ck_assert_msg(strstr(err, "more than 4096 names") && strstr(err, "/agents"), "%s", err);
 	remove_tmpdir();
 }
 END_TEST
@@ -558,18 +1027,22 @@ START_TEST(test_get_bad_names)
 {
 	struct td_store s = { 0 };
 	char *longest = repeat('n', TGP_MAX_NAME - 1), *too_long = repeat('n', TGP_MAX_NAME);
-	ck_assert_ptr_null(td_store_get(&s, "", true));
+	/* Names become file names: [A-Za-z0-9_.-] only, 1 to 63 bytes, not "." or "..". */
+	static const char *const bad[] = {
+		"", ".", "..", "a/b", "../x", "a b", "a\\b", "a:b", "a\nb", "caf\xc3\xa9",
+		"\xf0\x9f\x98\x80", "bad\xff", "bad\xc0\xaf",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(td_store_get(&s, bad[i], true) == NULL, "case %zu accepted", i);
 	ck_assert_ptr_null(td_store_get(&s, too_long, true));
-	ck_assert_ptr_null(td_store_get(&s, "bad\xff", true));       /* not UTF-8 */
-	ck_assert_ptr_null(td_store_get(&s, "bad\xc0\xaf", true));   /* overlong */
-	ck_assert_ptr_null(td_store_get(&s, "bad\xed\xa0\x80", true)); /* surrogate */
-	ck_assert_ptr_null(td_store_get(&s, "bad\xe2\x82", true));   /* truncated */
 	ck_assert_ptr_null(td_store_get(&s, NULL, true));
 	ck_assert_uint_eq(s.n, 0);
 	struct td_desired *dd = td_store_get(&s, longest, true);
 	ck_assert_ptr_nonnull(dd);
 	ck_assert_str_eq(dd->name, longest);
-	ck_assert_ptr_nonnull(td_store_get(&s, "\xf0\x9f\x98\x80", true)); /* U+1F600 */
+	ck_assert_ptr_nonnull(td_store_get(&s, "...", true));
+	ck_assert_ptr_nonnull(td_store_get(&s, ".a", true));
+	ck_assert_ptr_nonnull(td_store_get(&s, "A-z_0.9", true));
 	free(longest);
 	free(too_long);
 	td_store_free(&s);
@@ -582,16 +1055,26 @@ START_TEST(test_setters)
 	struct td_desired *dd = td_store_get(&s, "a", true);
 	char *over = repeat('x', TGP_MAX_SPEC + 1), *max = repeat('x', TGP_MAX_SPEC);
 	ck_assert_int_eq(td_desired_set_standing(dd, "one"), 0);
+	ck_assert(dd->dirty && s.dirty);
+	dd->dirty = s.dirty = false;
 	ck_assert_int_eq(td_desired_set_standing(dd, over), TOGGLE_EINVAL);
 	ck_assert_int_eq(td_desired_set_standing(dd, "bad\xff"), TOGGLE_EINVAL);
 	ck_assert_str_eq(dd->standing, "one"); /* a refused value changes nothing */
+	ck_assert(!dd->dirty && !s.dirty);     /* ...and marks nothing */
 	ck_assert_int_eq(td_desired_set_standing(dd, max), 0);
 	ck_assert_uint_eq(strlen(dd->standing), TGP_MAX_SPEC);
 	ck_assert_int_eq(td_desired_set_standing(dd, NULL), 0);
 	ck_assert_ptr_null(dd->standing);
+	ck_assert(dd->dirty && s.dirty);
+	dd->dirty = s.dirty = false;
+	ck_assert_int_eq(td_desired_set_standing(dd, NULL), 0); /* unchanged */
+	ck_assert(!dd->dirty && !s.dirty);
+	ck_assert_int_eq(td_desired_set_standing(dd, ""), 0); /* "" is not NULL */
+	ck_assert(dd->dirty && s.dirty);
 	ck_assert_int_eq(td_desired_set_standing(NULL, "x"), TOGGLE_EINVAL);
 
 	set_plans2(dd, 3, "p3", 4, "p4");
+	dd->dirty = s.dirty = false;
 	int64_t steps[TD_MAX_PENDING_PLAN + 1];
 	char *specs[TD_MAX_PENDING_PLAN + 1];
 	for (size_t i = 0; i <= TD_MAX_PENDING_PLAN; i++)
@@ -606,10 +1089,16 @@ START_TEST(test_setters)
 	specs[1] = NULL;
 	ck_assert_int_eq(td_desired_set_plans(dd, steps, specs, 2), TOGGLE_EINVAL);
 	ck_assert_int_eq(td_desired_set_plans(dd, NULL, NULL, 1), TOGGLE_EINVAL);
-	/* All refused: the old list is intact. */
+	/* All refused: the old list is intact, and not marked. */
 	ck_assert_uint_eq(dd->n_plans, 2);
 	ck_assert_int_eq(dd->plan_steps[1], 4);
 	ck_assert_str_eq(dd->plan_specs[1], "p4");
+	ck_assert(!dd->dirty && !s.dirty);
+	/* The same list again: unchanged, not marked; one spec differs: marked. */
+	set_plans2(dd, 3, "p3", 4, "p4");
+	ck_assert(!dd->dirty && !s.dirty);
+	set_plans2(dd, 3, "p3", 4, "p5");
+	ck_assert(dd->dirty && s.dirty);
 
 	/* Copies are taken: the caller's strings may go away. */
 	char mine[8] = "mine";
@@ -766,14 +1255,20 @@ static Suite *store_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_roundtrip);
 	tcase_add_test(tc, test_file_shape);
-	tcase_add_test(tc, test_missing_file_is_empty);
+	tcase_add_test(tc, test_only_dirty_rewritten);
+	tcase_add_test(tc, test_save_cost_follows_changes);
+	tcase_add_test(tc, test_save_failure_keeps_entry_dirty);
+	tcase_add_test(tc, test_empty_entry_unlinked);
+	tcase_add_test(tc, test_missing_dir_is_empty);
 	tcase_add_test(tc, test_uncreatable_dir);
 	tcase_add_test(tc, test_corrupt_json);
+	tcase_add_test(tc, test_file_names);
+	tcase_add_test(tc, test_not_regular_ignored);
+	tcase_add_test(tc, test_tmp_leftovers_removed);
 	tcase_add_loop_test(tc, test_schema_violations, 0,
 			    (int)(sizeof(bad_docs) / sizeof(bad_docs[0])));
 	tcase_add_test(tc, test_bounds);
 	tcase_add_test(tc, test_agent_count_bound);
-	tcase_add_test(tc, test_save_failure_keeps_old_file);
 	tcase_add_test(tc, test_get_bound);
 	tcase_add_test(tc, test_get_bad_names);
 	tcase_add_test(tc, test_setters);
