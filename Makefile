@@ -86,6 +86,9 @@ check-run: $(TEST_BIN)
 	    $$t || fail=1; \
 	done; exit $$fail
 
+# ---- device mode's planner, embedded when nvcc exists
+-include libtoggle/libtoggle.mk
+
 # ---- demo_agent's CUDA kernels, embedded when nvcc exists
 -include examples/examples.mk
 

@@ -26,6 +26,30 @@
  *     producers passes every step; a plan for a step that already began is
  *     refused with TOGGLE_ELATE and does not leak into that step.
  *  5. Per-step plans win over the standing set for exactly their step.
+ *  6. Device mode (a third agent, strict): a planner captured at the head of
+ *     each graph and producers launched with toggle_launch_producer (device-
+ *     updatable nodes); 10,000 pipelined steps by default.  Every replay's
+ *     ring content equals the set of its step, the host makes zero
+ *     cuGraphNodeSetEnabled calls, the planners' device-side calls equal the
+ *     model's (all nodes after a bind, then the hooks that changed) with no
+ *     failure, each exec is uploaded once at bind, a second instantiation is
+ *     refused with TOGGLE_ENOTSUP, and mid-phase the rotating graphs are
+ *     bound again, instantiated again after their exec was destroyed, or
+ *     captured again.
+ *  7. Device mode's fallback (a fourth agent, not strict): the same capture
+ *     without a planner, so every graph falls back to host lazy mode with
+ *     its device-updatable producers toggled by cuGraphNodeSetEnabled and an
+ *     upload in stream order after each change (the driver's rule for such
+ *     nodes); checked like the lazy phase, call by call.
+ *  8. Device mode on several streams: one graph launched 3000 times, each
+ *     launch on a stream drawn at random among three, with a new random set
+ *     each time and no host synchronisation; a kernel inside the graph
+ *     counts its launches, so each ring record names its launch.  Every
+ *     launch must run its own set: this needs libtoggle's event join before
+ *     a mask write on another stream than the previous launch's.
+ *  9. Figures (informational): host cost per toggle_graph_launch and GPU time
+ *     per replay in lazy and device mode, with and without a set change at
+ *     every replay, and the host cost of the candidate stream-ordered writes.
  *
  * Exit status: 0 on PASS and when there is no CUDA device (SKIPPED), 1 on
  * FAIL, 2 on bad usage.  Written in a plain C style on purpose.
@@ -110,6 +134,12 @@ static void die(const char *fmt, ...)
 __global__ void set_step(long long *d_step, long long step)
 {
 	*d_step = step;
+}
+
+/* Inside a graph: count its launches (they are serialised), for the producers after it. */
+__global__ void mark_launch(long long *d_launch)
+{
+	*d_launch += 1;
 }
 
 /* The "layer": x = x*a + b, a few times per element (converges to 1.0). */
@@ -228,6 +258,7 @@ struct dev {
 	unsigned long long *count;
 	unsigned int *overflow;
 	struct ring_rec *host_ring;
+	CUfunction produce_fn; /* `produce`, for toggle_launch_producer */
 };
 
 static void dev_init(struct dev *d)
@@ -251,6 +282,11 @@ static void dev_init(struct dev *d)
 	d->host_ring = (struct ring_rec *)malloc((size_t)RING_CAP * sizeof(struct ring_rec));
 	if (!d->host_ring)
 		die("out of host memory for the ring copy");
+	{
+		cudaFunction_t fn;
+		CUDA_CHECK(cudaGetFuncBySymbol(&fn, (const void *)produce));
+		d->produce_fn = (CUfunction)fn;
+	}
 	CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -291,6 +327,7 @@ struct win_entry {
 struct phase {
 	const char *name;
 	enum toggle_mode mode;
+	bool fallback; /* device mode, not strict, no planner: host lazy fallback */
 	long long steps;
 	uint64_t rng;
 	struct dev *d;
@@ -321,6 +358,10 @@ struct phase {
 	uint64_t call_mismatch, resolve_mismatch, api_mismatch;
 	uint64_t launches_ok, unrelated, refused, planned, late_rejected;
 	uint64_t reinstantiated, bind_applied, windows, windows_in_flight;
+	/* device mode: what each graph's planner must have done since its capture */
+	uint64_t dev_expected[N_PGRAPHS], dev_launches[N_PGRAPHS];
+	uint64_t dev_calls, dev_expected_calls, dev_failures, dev_runs; /* retired graphs included */
+	uint64_t dev_mismatch, second_inst_refused, expected_uploads;
 	int diag;
 	double elapsed_ms;
 };
@@ -393,6 +434,9 @@ static cudaGraph_t capture(struct phase *ph, int gid, bool producers)
 
 	TG_CHECK(ph->agent, toggle_capture_begin(ph->agent));
 	CUDA_CHECK(cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal));
+	/* device mode: the planner heads every graph (alone in the unrelated one) */
+	if (!ph->fallback)
+		TG_CHECK(ph->agent, toggle_capture_planner(ph->agent, (CUstream)d->stream));
 	for (int l = 0; l < layers; l++) {
 		compute<<<blocks, THREADS, 0, d->stream>>>(x, n, 0.999f, 0.001f);
 		CUDA_LAUNCHED();
@@ -400,9 +444,25 @@ static cudaGraph_t capture(struct phase *ph, int gid, bool producers)
 			int h = t * N_LAYERS + l;
 			/* each hook reads its own row of the batch when there are several */
 			const float *row = x + (size_t)(h % batch) * CHUNK;
+			float *out = d->hook_out + (size_t)h * CHUNK;
+
+			if (ph->mode == TOGGLE_MODE_DEVICE) {
+				CUlaunchConfig lc;
+				void *params[8] = {&row, &out, &d->step, &d->ring, &d->count,
+						   &d->overflow, &gid, &h};
+
+				memset(&lc, 0, sizeof lc);
+				lc.gridDimX = CHUNK / THREADS;
+				lc.gridDimY = lc.gridDimZ = 1;
+				lc.blockDimX = THREADS;
+				lc.blockDimY = lc.blockDimZ = 1;
+				lc.hStream = (CUstream)d->stream;
+				TG_CHECK(ph->agent, toggle_launch_producer(ph->agent, &lc, d->produce_fn,
+									   params, hook_of(h)));
+				continue;
+			}
 			produce<<<CHUNK / THREADS, THREADS, 0, d->stream>>>(
-				row, d->hook_out + (size_t)h * CHUNK, d->step, d->ring, d->count,
-				d->overflow, gid, h);
+				row, out, d->step, d->ring, d->count, d->overflow, gid, h);
 			CUDA_LAUNCHED();
 			TG_CHECK(ph->agent, toggle_record_producer(ph->agent, d->stream, hook_of(h)));
 		}
@@ -430,6 +490,19 @@ static void bind(struct phase *ph, int g)
 	} else {
 		account_calls(ph, "bind", -1, g, 0);
 	}
+}
+
+/* Device mode: instantiate (once: a driver rule), bind and upload, with the model. */
+static void instantiate_bound(struct phase *ph, int g)
+{
+	uint64_t before = stats_of(ph).node_set_calls;
+
+	TG_CHECK(ph->agent, toggle_graph_instantiate(ph->agent, ph->graph[g], &ph->exec[g]));
+	ph->model[g].exec = ph->exec[g];
+	ph->model[g].known = false; /* the next planner (or host sync) sets every producer */
+	ph->expected_uploads += !ph->fallback;
+	account_calls(ph, "instantiate+bind", -1, g, 0);
+	(void)before;
 }
 
 static void expect_eq(struct phase *ph, const char *what, uint64_t got, uint64_t want)
@@ -477,7 +550,7 @@ static void setup(struct phase *ph)
 	cfg.name = name;
 	cfg.catalog = ph->cat;
 	cfg.mode = ph->mode;
-	cfg.strict = true;
+	cfg.strict = !ph->fallback;
 	cfg.backend = TOGGLE_BACKEND_CUDA;
 	r = toggle_agent_open(&cfg, &ph->agent);
 	if (r != TOGGLE_OK)
@@ -488,14 +561,34 @@ static void setup(struct phase *ph)
 
 	for (int g = 0; g < N_PGRAPHS; g++) {
 		ph->graph[g] = capture(ph, g, true);
-		CUDA_CHECK(cudaGraphInstantiate(&ph->exec[g], ph->graph[g], 0));
+		if (ph->mode != TOGGLE_MODE_DEVICE || g == G_UNBOUND)
+			CUDA_CHECK(cudaGraphInstantiate(&ph->exec[g], ph->graph[g], 0));
 	}
 	ph->unrel_graph = capture(ph, N_PGRAPHS, false);
 	CUDA_CHECK(cudaGraphInstantiate(&ph->unrel_exec, ph->unrel_graph, 0));
 
 	ph->calls_seen = stats_of(ph).node_set_calls;
 	for (int g = 0; g < N_ROT; g++) /* G_UNBOUND stays unbound */
-		bind(ph, g);
+		if (ph->mode == TOGGLE_MODE_DEVICE)
+			instantiate_bound(ph, g);
+		else
+			bind(ph, g);
+	if (ph->mode == TOGGLE_MODE_DEVICE) {
+		struct toggle_graph_status gs;
+
+		for (int g = 0; g < N_ROT; g++) {
+			TG_CHECK(ph->agent, toggle_graph_status(ph->agent, ph->graph[g], &gs));
+			if (ph->fallback)
+				expect_eq(ph, "graph falls back to host lazy mode",
+					  gs.mode == TOGGLE_MODE_LAZY && gs.device_fallback &&
+					  strstr(gs.note, "no planner") != NULL, 1);
+			else
+				expect_eq(ph, "graph runs in device mode",
+					  gs.mode == TOGGLE_MODE_DEVICE && !gs.device_fallback &&
+					  gs.uploaded, 1);
+		}
+		expect_eq(ph, "stats.uploads after setup", stats_of(ph).uploads, ph->expected_uploads);
+	}
 	check_registry(ph);
 	for (int i = 0; i < PLAN_SLOTS; i++)
 		ph->plans[i].step = -1;
@@ -523,9 +616,91 @@ static void teardown(struct phase *ph)
  * mode the implicit graph's old exec stays alive until the launch rebinds:
  * eager step_begin legitimately applies to every exec the agent has bound.
  */
+/* Device mode's planner counters of graph g, checked against the model (stream idle). */
+static void check_device_counters(struct phase *ph, int g, bool retire)
+{
+	struct toggle_device_counters dc;
+
+	TG_CHECK(ph->agent, toggle_graph_device_counters(ph->agent, ph->graph[g], &dc));
+	if (dc.device_calls != ph->dev_expected[g] || dc.device_failures != 0 ||
+	    dc.planner_runs != ph->dev_launches[g]) {
+		ph->dev_mismatch++;
+		diag(ph, "graph %d planner: calls=%" PRIu64 " (model %" PRIu64 ") failures=%" PRIu64
+			 " runs=%" PRIu64 " (launches %" PRIu64 ")", g, dc.device_calls,
+		     ph->dev_expected[g], dc.device_failures, dc.planner_runs, ph->dev_launches[g]);
+	}
+	if (retire) {
+		ph->dev_calls += dc.device_calls;
+		ph->dev_expected_calls += ph->dev_expected[g];
+		ph->dev_failures += dc.device_failures;
+		ph->dev_runs += dc.planner_runs;
+		ph->dev_expected[g] = 0;
+		ph->dev_launches[g] = 0;
+	}
+}
+
+/*
+ * Device mode's mid-phase change.  A graph with device-updatable nodes has
+ * one exec at a time: a second toggle_graph_instantiate while its exec lives
+ * is refused.  So graph `same` is bound again to its own exec (its next
+ * planner sets every producer, with no new upload); the next graph is
+ * unbound, its exec destroyed and the graph instantiated again (a new exec,
+ * uploaded, every producer set); the other is captured again (a new graph
+ * and exec, the old ones forgotten and destroyed).
+ */
+static void recapture(struct phase *ph, int same)
+{
+	cudaGraphExec_t extra = NULL;
+	int r;
+
+	CUDA_CHECK(cudaStreamSynchronize(ph->d->stream));
+	r = toggle_graph_instantiate(ph->agent, ph->graph[same], &extra);
+	if (r != TOGGLE_ENOTSUP || extra != NULL) {
+		ph->api_mismatch++;
+		diag(ph, "second toggle_graph_instantiate returned %d (%s), expected TOGGLE_ENOTSUP", r,
+		     toggle_strerror(r));
+	} else {
+		ph->second_inst_refused++;
+	}
+	for (int g = 0; g < N_ROT; g++) {
+		cudaGraph_t old_graph = ph->graph[g];
+		cudaGraphExec_t old_exec = ph->exec[g];
+
+		int again = (same + 1) % N_ROT;
+
+		/* same capture (bound again, instantiated again): its counters go on */
+		if (!ph->fallback)
+			check_device_counters(ph, g, g != same && g != again);
+		if (g == same) {
+			TG_CHECK(ph->agent, toggle_graph_bind(ph->agent, ph->graph[g], ph->exec[g]));
+			ph->model[g].known = false;
+			account_calls(ph, "bind again", -1, g, 0);
+			continue;
+		}
+		if (g == again) {
+			TG_CHECK(ph->agent, toggle_graph_bind(ph->agent, ph->graph[g], NULL));
+			CUDA_CHECK(cudaGraphExecDestroy(old_exec));
+			instantiate_bound(ph, g);
+			ph->reinstantiated++;
+			continue;
+		}
+		ph->graph[g] = capture(ph, g, true);
+		instantiate_bound(ph, g);
+		TG_CHECK(ph->agent, toggle_graph_forget(ph->agent, old_graph));
+		CUDA_CHECK(cudaGraphExecDestroy(old_exec));
+		CUDA_CHECK(cudaGraphDestroy(old_graph));
+		ph->reinstantiated++;
+	}
+}
+
 static void reinstantiate(struct phase *ph, int implicit)
 {
 	cudaGraphExec_t old[N_ROT];
+
+	if (ph->mode == TOGGLE_MODE_DEVICE) {
+		recapture(ph, implicit);
+		return;
+	}
 
 	CUDA_CHECK(cudaStreamSynchronize(ph->d->stream));
 	/* all new execs first, so that none can reuse the address of an old one */
@@ -680,7 +855,15 @@ static void launch(struct phase *ph, long long s, int g, const struct toggle_set
 			  after.rebinds - before.rebinds, 1);
 	}
 	expect_eq(ph, "stats.launches increase", after.launches - before.launches, 1);
-	account_calls(ph, rebind ? "launch (rebind)" : "launch", s, g, model_apply(ph, g, eff));
+	if (ph->mode == TOGGLE_MODE_DEVICE && !ph->fallback) {
+		/* the planner's calls, on the device; none on the host */
+		ph->dev_expected[g] += model_apply(ph, g, eff);
+		ph->dev_launches[g]++;
+		account_calls(ph, "launch (device)", s, g, 0);
+	} else {
+		account_calls(ph, rebind ? "launch (rebind)" : "launch", s, g,
+			      model_apply(ph, g, eff));
+	}
 	ph->launches_ok++;
 	ph->replays++;
 }
@@ -741,6 +924,9 @@ static void check_window(struct phase *ph)
 	else
 		CUDA_CHECK(q);
 	CUDA_CHECK(cudaStreamSynchronize(d->stream));
+	if (ph->mode == TOGGLE_MODE_DEVICE && !ph->fallback)
+		for (int g = 0; g < N_ROT; g++)
+			check_device_counters(ph, g, false);
 	CUDA_CHECK(cudaMemcpy(&count, d->count, sizeof count, cudaMemcpyDeviceToHost));
 	CUDA_CHECK(cudaMemcpy(&overflow, d->overflow, sizeof overflow, cudaMemcpyDeviceToHost));
 	if (overflow || count > RING_CAP) {
@@ -858,7 +1044,7 @@ static void run_steps(struct phase *ph)
 			struct toggle_graph_status gs;
 
 			TG_CHECK(ph->agent, toggle_graph_status(ph->agent, ph->graph[implicit], &gs));
-			expect_eq(ph, "implicitly rebound graph holds the new exec",
+			expect_eq(ph, "rebound graph holds its exec",
 				  gs.exec == ph->exec[implicit] && gs.bound, 1);
 			if (ph->deferred_old) {
 				CUDA_CHECK(cudaStreamSynchronize(ph->d->stream));
@@ -894,12 +1080,34 @@ static void check_totals(struct phase *ph)
 	expect_eq(ph, "anomalies.record_not_capturing", an.record_not_capturing, 0);
 	expect_eq(ph, "anomalies.record_not_kernel", an.record_not_kernel, 0);
 	expect_eq(ph, "records of the unbound graph", ph->unbound_records, 0);
+	if (ph->fallback) {
+		expect_eq(ph, "anomalies.device_fallbacks: every graph bound",
+			  an.device_fallbacks, N_ROT + (N_ROT - 2)); /* one graph captured again */
+		expect_eq(ph, "second instantiation refused", ph->second_inst_refused,
+			  1);
+	} else if (ph->mode == TOGGLE_MODE_DEVICE) {
+		expect_eq(ph, "host cuGraphNodeSetEnabled calls (device mode)", st.node_set_calls, 0);
+		expect_eq(ph, "stats.uploads: one per bound exec", st.uploads, ph->expected_uploads);
+		expect_eq(ph, "second instantiation refused", ph->second_inst_refused,
+			  1);
+		expect_eq(ph, "anomalies.device_fallbacks", an.device_fallbacks, 0);
+		for (int g = 0; g < N_ROT; g++)
+			check_device_counters(ph, g, true);
+	}
 }
 
 static uint64_t ring_mismatches(const struct phase *ph)
 {
 	return ph->missing + ph->extra + ph->duplicate + ph->unlaunched + ph->stray +
 	       ph->overflows;
+}
+
+static uint64_t stats_fallbacks(const struct phase *ph)
+{
+	struct toggle_anomalies an;
+
+	toggle_anomalies_get(ph->agent, &an);
+	return an.device_fallbacks;
 }
 
 static void run_phase(struct phase *ph)
@@ -914,6 +1122,18 @@ static void run_phase(struct phase *ph)
 	check_totals(ph);
 	st = stats_of(ph);
 
+	if (ph->fallback)
+		printf("gpu-check: phase=%s fallback_graphs=%" PRIu64 " uploads_after_host_toggles=%"
+		       PRIu64 "\n", ph->name, (uint64_t)0 + stats_fallbacks(ph), st.uploads);
+	else if (ph->mode == TOGGLE_MODE_DEVICE)
+		printf("gpu-check: phase=%s host_node_set_calls=%" PRIu64 " device_calls=%" PRIu64
+		       " expected_device_calls=%" PRIu64 " device_failures=%" PRIu64
+		       " planner_runs=%" PRIu64 " uploads=%" PRIu64 " mask_writes=%" PRIu64
+		       " mask_words=%" PRIu64 " stream_joins=%" PRIu64 " device_mismatches=%" PRIu64
+		       " second_instantiation_refused=%" PRIu64 "\n",
+		       ph->name, st.node_set_calls, ph->dev_calls, ph->dev_expected_calls,
+		       ph->dev_failures, ph->dev_runs, st.uploads, st.mask_writes, st.mask_words,
+		       st.stream_joins, ph->dev_mismatch, ph->second_inst_refused);
 	printf("gpu-check: phase=%s steps=%lld replays=%" PRIu64 " records=%" PRIu64
 	       " mismatches=%" PRIu64 " (missing=%" PRIu64 " extra=%" PRIu64 " duplicate=%" PRIu64
 	       " unlaunched=%" PRIu64 " stray=%" PRIu64 " overflow=%" PRIu64 ")"
@@ -934,16 +1154,322 @@ static void run_phase(struct phase *ph)
 	teardown(ph);
 }
 
+/* ---- device mode on several streams ----------------------------------------------- */
+
+#define MS_LAUNCHES 3000
+#define MS_STREAMS  3
+
+/* Returns the number of mismatching (launch, hook) pairs. */
+static uint64_t check_streams(struct dev *d, const struct toggle_catalog *cat, uint64_t seed)
+{
+	static uint32_t want[MS_LAUNCHES][(N_HOOKS + 31) / 32], seen[MS_LAUNCHES][(N_HOOKS + 31) / 32];
+	struct toggle_config cfg;
+	struct toggle_agent *agent;
+	struct toggle_set set;
+	struct toggle_stats st;
+	cudaStream_t s[MS_STREAMS];
+	cudaGraph_t graph;
+	cudaGraphExec_t exec;
+	long long *d_launch, minus1 = -1;
+	unsigned long long count = 0;
+	uint64_t rng = seed ^ 0x5157, bad = 0, stray = 0;
+	int gid = 0;
+	const float *row = d->act[0];
+	int r;
+
+	memset(&cfg, 0, sizeof cfg);
+	cfg.name = "gpu_check_streams";
+	cfg.catalog = *cat;
+	cfg.mode = TOGGLE_MODE_DEVICE;
+	cfg.strict = true;
+	cfg.backend = TOGGLE_BACKEND_CUDA;
+	r = toggle_agent_open(&cfg, &agent);
+	if (r != TOGGLE_OK)
+		die("streams: toggle_agent_open: %s", toggle_strerror(r));
+	for (int i = 0; i < MS_STREAMS; i++)
+		CUDA_CHECK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
+	CUDA_CHECK(cudaMalloc(&d_launch, sizeof *d_launch));
+	CUDA_CHECK(cudaMemcpy(d_launch, &minus1, sizeof minus1, cudaMemcpyHostToDevice));
+	CUDA_CHECK(cudaMemset(d->count, 0, sizeof(unsigned long long)));
+	CUDA_CHECK(cudaDeviceSynchronize());
+
+	TG_CHECK(agent, toggle_capture_begin(agent));
+	CUDA_CHECK(cudaStreamBeginCapture(s[0], cudaStreamCaptureModeThreadLocal));
+	TG_CHECK(agent, toggle_capture_planner(agent, (CUstream)s[0]));
+	mark_launch<<<1, 1, 0, s[0]>>>(d_launch);
+	CUDA_LAUNCHED();
+	for (int h = 0; h < N_HOOKS; h++) {
+		CUlaunchConfig lc;
+		float *out = d->hook_out + (size_t)h * CHUNK;
+		void *params[8] = {&row, &out, &d_launch, &d->ring, &d->count, &d->overflow, &gid, &h};
+
+		memset(&lc, 0, sizeof lc);
+		lc.gridDimX = CHUNK / THREADS;
+		lc.gridDimY = lc.gridDimZ = 1;
+		lc.blockDimX = THREADS;
+		lc.blockDimY = lc.blockDimZ = 1;
+		lc.hStream = (CUstream)s[0];
+		TG_CHECK(agent, toggle_launch_producer(agent, &lc, d->produce_fn, params, hook_of(h)));
+	}
+	CUDA_CHECK(cudaStreamEndCapture(s[0], &graph));
+	TG_CHECK(agent, toggle_capture_end(agent));
+	TG_CHECK(agent, toggle_graph_instantiate(agent, graph, &exec));
+
+	for (int k = 0; k < MS_LAUNCHES; k++) {
+		toggle_set_clear(&set);
+		for (int h = 0; h < N_HOOKS; h++) {
+			bool on = rng_below(&rng, 2);
+			set_put(&set, h, on);
+			if (on)
+				want[k][h / 32] |= 1u << (h % 32);
+		}
+		TG_CHECK(agent, toggle_set_enabled(agent, &set));
+		TG_CHECK(agent, toggle_graph_launch(agent, graph, exec,
+						    (CUstream)s[rng_below(&rng, MS_STREAMS)]));
+	}
+	CUDA_CHECK(cudaDeviceSynchronize());
+	CUDA_CHECK(cudaMemcpy(&count, d->count, sizeof count, cudaMemcpyDeviceToHost));
+	if (count > RING_CAP)
+		die("streams: ring overflow");
+	CUDA_CHECK(cudaMemcpy(d->host_ring, d->ring, count * sizeof(struct ring_rec),
+			      cudaMemcpyDeviceToHost));
+	for (unsigned long long i = 0; i < count; i++) {
+		const struct ring_rec *rr = &d->host_ring[i];
+
+		if (rr->step < 0 || rr->step >= MS_LAUNCHES || rr->hook < 0 || rr->hook >= N_HOOKS) {
+			stray++;
+			continue;
+		}
+		if (seen[rr->step][rr->hook / 32] >> (rr->hook % 32) & 1)
+			bad++; /* twice */
+		seen[rr->step][rr->hook / 32] |= 1u << (rr->hook % 32);
+	}
+	for (int k = 0; k < MS_LAUNCHES; k++)
+		for (int w = 0; w < (N_HOOKS + 31) / 32; w++)
+			bad += (uint64_t)__builtin_popcount(want[k][w] ^ seen[k][w]);
+	toggle_stats_get(agent, &st);
+	{
+		struct toggle_device_counters dc;
+
+		TG_CHECK(agent, toggle_graph_device_counters(agent, graph, &dc));
+		printf("gpu-check: phase=device-streams launches=%d streams=%d records=%llu "
+		       "mismatches=%" PRIu64 " stray=%" PRIu64 " stream_joins=%" PRIu64
+		       " mask_writes=%" PRIu64 " host_node_set_calls=%" PRIu64 " planner_runs=%" PRIu64
+		       " device_calls=%" PRIu64 " device_failures=%" PRIu64 "\n",
+		       MS_LAUNCHES, MS_STREAMS, count, bad, stray, st.stream_joins, st.mask_writes,
+		       st.node_set_calls, dc.planner_runs, dc.device_calls, dc.device_failures);
+		if (dc.planner_runs != MS_LAUNCHES || dc.device_failures || st.node_set_calls ||
+		    !st.stream_joins)
+			bad++;
+	}
+	toggle_agent_close(agent);
+	CUDA_CHECK(cudaGraphExecDestroy(exec));
+	CUDA_CHECK(cudaGraphDestroy(graph));
+	for (int i = 0; i < MS_STREAMS; i++)
+		CUDA_CHECK(cudaStreamDestroy(s[i]));
+	CUDA_CHECK(cudaFree(d_launch));
+	CUDA_CHECK(cudaMemset(d->count, 0, sizeof(unsigned long long)));
+	CUDA_CHECK(cudaMemset(d->overflow, 0, sizeof(unsigned int)));
+	return bad + stray;
+}
+
+/* ---- figures (informational) -------------------------------------------------- */
+
+/* One graph (batch 1, every hook) under an agent of one mode, for the figures. */
+static void bench_setup(struct phase *ph, struct dev *d, const struct toggle_catalog *cat,
+			enum toggle_mode mode, const char *name)
+{
+	struct toggle_config cfg;
+	int r;
+
+	memset(ph, 0, sizeof *ph);
+	ph->name = name;
+	ph->mode = mode;
+	ph->d = d;
+	ph->cat = *cat;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.name = name;
+	cfg.catalog = *cat;
+	cfg.mode = mode;
+	cfg.strict = true;
+	cfg.backend = TOGGLE_BACKEND_CUDA;
+	r = toggle_agent_open(&cfg, &ph->agent);
+	if (r != TOGGLE_OK)
+		die("bench: toggle_agent_open(%s): %s", name, toggle_strerror(r));
+	ph->graph[0] = capture(ph, 0, true);
+	if (mode == TOGGLE_MODE_DEVICE) {
+		TG_CHECK(ph->agent, toggle_graph_instantiate(ph->agent, ph->graph[0], &ph->exec[0]));
+	} else {
+		CUDA_CHECK(cudaGraphInstantiate(&ph->exec[0], ph->graph[0], 0));
+		TG_CHECK(ph->agent, toggle_graph_bind(ph->agent, ph->graph[0], ph->exec[0]));
+	}
+}
+
+static void bench_teardown(struct phase *ph)
+{
+	CUDA_CHECK(cudaStreamSynchronize(ph->d->stream));
+	toggle_agent_close(ph->agent);
+	CUDA_CHECK(cudaGraphExecDestroy(ph->exec[0]));
+	CUDA_CHECK(cudaGraphDestroy(ph->graph[0]));
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * reps replays; with `change`, the set alternates between two sets that
+ * differ in about half the hooks (48 of 96 producers flip at every replay).
+ * Host: the median time of the toggle_graph_launch call itself (the stream
+ * is drained every 32 launches, outside the timing, so that a full launch
+ * queue never blocks it).  GPU: events around `reps` back-to-back replays.
+ */
+static void bench_run(struct phase *ph, bool change, int reps)
+{
+	static double host_us[4096];
+	struct toggle_set a, b;
+	cudaEvent_t e0, e1;
+	float gpu_ms = 0;
+	uint64_t rng = 0xfeed;
+	struct dev *d = ph->d;
+
+	if (reps > 4096)
+		reps = 4096;
+	toggle_set_clear(&a);
+	toggle_set_clear(&b);
+	for (int h = 0; h < N_HOOKS; h++) {
+		bool on = rng_below(&rng, 2);
+		set_put(&a, h, on);
+		set_put(&b, h, change && h % 2 == 0 ? !on : on);
+	}
+	TG_CHECK(ph->agent, toggle_set_enabled(ph->agent, &a));
+	TG_CHECK(ph->agent, toggle_graph_launch(ph->agent, ph->graph[0], ph->exec[0],
+						 (CUstream)d->stream));
+	CUDA_CHECK(cudaStreamSynchronize(d->stream));
+	for (int i = 0; i < reps; i++) {
+		double t0;
+
+		TG_CHECK(ph->agent, toggle_set_enabled(ph->agent, i % 2 ? &a : &b));
+		t0 = now_ms();
+		TG_CHECK(ph->agent, toggle_graph_launch(ph->agent, ph->graph[0], ph->exec[0],
+							 (CUstream)d->stream));
+		host_us[i] = (now_ms() - t0) * 1e3;
+		if (i % 32 == 31)
+			CUDA_CHECK(cudaStreamSynchronize(d->stream));
+	}
+	CUDA_CHECK(cudaStreamSynchronize(d->stream));
+	qsort(host_us, (size_t)reps, sizeof host_us[0], cmp_double);
+
+	CUDA_CHECK(cudaEventCreate(&e0));
+	CUDA_CHECK(cudaEventCreate(&e1));
+	CUDA_CHECK(cudaEventRecord(e0, d->stream));
+	for (int i = 0; i < reps; i++) {
+		TG_CHECK(ph->agent, toggle_set_enabled(ph->agent, i % 2 ? &a : &b));
+		TG_CHECK(ph->agent, toggle_graph_launch(ph->agent, ph->graph[0], ph->exec[0],
+							 (CUstream)d->stream));
+	}
+	CUDA_CHECK(cudaEventRecord(e1, d->stream));
+	CUDA_CHECK(cudaEventSynchronize(e1));
+	CUDA_CHECK(cudaEventElapsedTime(&gpu_ms, e0, e1));
+	CUDA_CHECK(cudaEventDestroy(e0));
+	CUDA_CHECK(cudaEventDestroy(e1));
+	/* the ring is not checked here: reset it */
+	CUDA_CHECK(cudaMemset(d->count, 0, sizeof(unsigned long long)));
+	CUDA_CHECK(cudaMemset(d->overflow, 0, sizeof(unsigned int)));
+	printf("gpu-check: figures mode=%s set=%s producers=%d flips_per_replay=%u "
+	       "host_us_per_launch_median=%.2f host_us_p90=%.2f gpu_us_per_replay=%.2f\n",
+	       ph->name, change ? "changes_every_replay" : "unchanged", N_HOOKS,
+	       change ? set_diff(&a, &b) : 0, host_us[reps / 2], host_us[reps * 9 / 10],
+	       gpu_ms * 1e3 / reps);
+}
+
+typedef CUresult (*batch_fn)(CUstream, unsigned, CUstreamBatchMemOpParams *, unsigned);
+typedef CUresult (*htod_fn)(CUdeviceptr, const void *, size_t, CUstream);
+
+/* Host cost of the two stream-ordered write candidates, k 64-bit words per call. */
+static void bench_writes(struct dev *d)
+{
+	batch_fn batch = NULL;
+	htod_fn htod = NULL;
+	cudaDriverEntryPointQueryResult q;
+	uint64_t *buf, words[256];
+	static double us[2048];
+
+	if (cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", (void **)&batch, 12030,
+					     cudaEnableDefault, &q) != cudaSuccess || !batch ||
+	    cudaGetDriverEntryPointByVersion("cuMemcpyHtoDAsync", (void **)&htod, 12030,
+					     cudaEnableDefault, &q) != cudaSuccess || !htod) {
+		printf("gpu-check: figures writes: driver entry points not found, skipped\n");
+		return;
+	}
+	CUDA_CHECK(cudaMalloc(&buf, sizeof words));
+	memset(words, 0, sizeof words);
+	for (int k = 1; k <= 64; k *= 4) {
+		for (int how = 0; how < 2; how++) {
+			for (int i = 0; i < 2048; i++) {
+				CUstreamBatchMemOpParams ops[64];
+				CUresult r;
+				double t0;
+
+				for (int w = 0; w < k; w++) {
+					memset(&ops[w], 0, sizeof ops[w]);
+					ops[w].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+					ops[w].writeValue.address = (CUdeviceptr)(uintptr_t)(buf + w);
+					ops[w].writeValue.value64 = (uint64_t)i;
+					words[w] = (uint64_t)i;
+				}
+				t0 = now_ms();
+				r = how == 0 ? batch((CUstream)d->stream, (unsigned)k, ops, 0)
+					     : htod((CUdeviceptr)(uintptr_t)buf, words,
+						    (size_t)k * sizeof words[0], (CUstream)d->stream);
+				us[i] = (now_ms() - t0) * 1e3;
+				if (r != CUDA_SUCCESS)
+					die("bench: %s failed: %d", how ? "cuMemcpyHtoDAsync"
+									: "cuStreamBatchMemOp", (int)r);
+				if (i % 32 == 31)
+					CUDA_CHECK(cudaStreamSynchronize(d->stream));
+			}
+			CUDA_CHECK(cudaStreamSynchronize(d->stream));
+			qsort(us, 2048, sizeof us[0], cmp_double);
+			printf("gpu-check: figures write=%s words=%d host_us_median=%.2f host_us_p90=%.2f\n",
+			       how ? "cuMemcpyHtoDAsync(pageable)" : "cuStreamBatchMemOp(write64)", k,
+			       us[1024], us[2048 * 9 / 10]);
+		}
+	}
+	CUDA_CHECK(cudaFree(buf));
+}
+
+static void figures(struct dev *d, const struct toggle_catalog *cat)
+{
+	static struct phase ph;
+	static const enum toggle_mode modes[2] = {TOGGLE_MODE_LAZY, TOGGLE_MODE_DEVICE};
+	static const char *const names[2] = {"lazy", "device"};
+
+	for (int m = 0; m < 2; m++) {
+		bench_setup(&ph, d, cat, modes[m], names[m]);
+		bench_run(&ph, false, 2000);
+		bench_run(&ph, true, 2000);
+		bench_teardown(&ph);
+	}
+	bench_writes(d);
+}
+
 /* ---- main --------------------------------------------------------------------- */
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: gpu_check [--steps N] [--seed N]\n"
-		   "  --steps N  steps per phase (default 1000)\n"
-		   "  --seed N   random seed (default 0x5eed)\n");
+	fprintf(f, "usage: gpu_check [--steps N] [--device-steps N] [--seed N] [--no-figures]\n"
+		   "  --steps N         steps of the lazy and eager phases (default 1000)\n"
+		   "  --device-steps N  steps of the device phase (default 10000)\n"
+		   "  --seed N          random seed (default 0x5eed)\n"
+		   "  --no-figures      skip the timing figures\n");
 }
 
-static void parse_args(int argc, char **argv, long long *steps, uint64_t *seed)
+static void parse_args(int argc, char **argv, long long *steps, long long *device_steps,
+		       uint64_t *seed, bool *figs)
 {
 	for (int i = 1; i < argc; i++) {
 		const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -952,9 +1478,13 @@ static void parse_args(int argc, char **argv, long long *steps, uint64_t *seed)
 		if (strcmp(opt, "-h") == 0 || strcmp(opt, "--help") == 0) {
 			usage(stdout);
 			exit(0);
-		} else if (strcmp(opt, "--steps") == 0 && val) {
-			*steps = strtoll(val, &end, 10);
-			if (end == val || *end || *steps < 1 || *steps > 1000000000LL)
+		} else if (strcmp(opt, "--no-figures") == 0) {
+			*figs = false;
+		} else if ((strcmp(opt, "--steps") == 0 || strcmp(opt, "--device-steps") == 0) && val) {
+			long long *dst = opt[2] == 's' ? steps : device_steps;
+
+			*dst = strtoll(val, &end, 10);
+			if (end == val || *end || *dst < 1 || *dst > 1000000000LL)
 				goto bad;
 			i++;
 		} else if (strcmp(opt, "--seed") == 0 && val) {
@@ -974,7 +1504,6 @@ bad:
 		exit(2);
 	}
 }
-
 /* No device is not a failure: print SKIPPED and leave with 0. */
 static void device_header(void)
 {
@@ -1001,21 +1530,25 @@ static void device_header(void)
 
 int main(int argc, char **argv)
 {
-	static struct phase phases[2];
-	static const enum toggle_mode modes[2] = {TOGGLE_MODE_LAZY, TOGGLE_MODE_EAGER};
-	static const char *const names[2] = {"lazy", "eager"};
-	long long steps = 1000;
+	enum { NPH = 4 };
+	static struct phase phases[NPH];
+	static const enum toggle_mode modes[NPH] = {TOGGLE_MODE_LAZY, TOGGLE_MODE_EAGER,
+						    TOGGLE_MODE_DEVICE, TOGGLE_MODE_DEVICE};
+	static const char *const names[NPH] = {"lazy", "eager", "device", "device-fallback"};
+	long long steps = 1000, device_steps = 10000;
 	uint64_t seed = 0x5eed;
+	bool figs = true;
+	uint64_t streams_bad;
 	struct toggle_catalog cat;
 	struct dev d;
 	char err[256], why[512];
 	size_t wl = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	parse_args(argc, argv, &steps, &seed);
+	parse_args(argc, argv, &steps, &device_steps, &seed, &figs);
 	device_header();
-	printf("gpu-check: steps=%lld per phase, seed=0x%" PRIx64 ", window=%d, ring=%u records\n",
-	       steps, seed, WINDOW, RING_CAP);
+	printf("gpu-check: steps=%lld per host phase, %lld in the device phase, seed=0x%" PRIx64
+	       ", window=%d, ring=%u records\n", steps, device_steps, seed, WINDOW, RING_CAP);
 
 	cat.type_names = type_names;
 	cat.n_types = N_TYPES;
@@ -1025,32 +1558,40 @@ int main(int argc, char **argv)
 
 	memset(&d, 0, sizeof d);
 	dev_init(&d);
-	for (int p = 0; p < 2; p++) {
+	for (int p = 0; p < NPH; p++) {
 		struct phase *ph = &phases[p];
 
 		ph->name = names[p];
 		ph->mode = modes[p];
-		ph->steps = steps;
+		ph->fallback = p == 3;
+		ph->steps = modes[p] == TOGGLE_MODE_DEVICE && !ph->fallback ? device_steps : steps;
 		ph->rng = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(p + 1));
 		ph->d = &d;
 		ph->cat = cat;
 		toggle_set_fill(&ph->full, &cat);
 		run_phase(ph);
 	}
+	streams_bad = check_streams(&d, &cat, seed);
+	if (figs)
+		figures(&d, &cat);
 	dev_free(&d);
 
 	why[0] = '\0';
-	for (int p = 0; p < 2; p++) {
+	for (int p = 0; p < NPH; p++) {
 		const struct phase *ph = &phases[p];
 		uint64_t ring = ring_mismatches(ph);
 
-		if (ring || ph->call_mismatch || ph->resolve_mismatch || ph->api_mismatch)
+		if (ring || ph->call_mismatch || ph->resolve_mismatch || ph->api_mismatch ||
+		    ph->dev_mismatch)
 			wl += (size_t)snprintf(why + wl, sizeof why - wl,
 					       "%s%s: ring=%" PRIu64 " calls=%" PRIu64
-					       " resolve=%" PRIu64 " api=%" PRIu64,
+					       " resolve=%" PRIu64 " api=%" PRIu64 " device=%" PRIu64,
 					       wl ? "; " : "", ph->name, ring, ph->call_mismatch,
-					       ph->resolve_mismatch, ph->api_mismatch);
+					       ph->resolve_mismatch, ph->api_mismatch, ph->dev_mismatch);
 	}
+	if (streams_bad)
+		wl += (size_t)snprintf(why + wl, sizeof why - wl, "%sdevice-streams: %" PRIu64,
+				       wl ? "; " : "", streams_bad);
 	if (wl) {
 		printf("gpu-check: FAIL (%s)\n", why);
 		return 1;

@@ -1,6 +1,8 @@
 #!/bin/sh
-# gpu-check.sh - build libtoggle and examples/gpu_check.cu, then run the proof on
-# the GPU.  Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check).
+# gpu-check.sh - build libtoggle (with device mode's planner) and
+# examples/gpu_check.cu, then run the proof on the GPU: lazy, eager and device
+# phases, then timing figures.  Needs only libc, pthreads and CUDA (no libuv,
+# protobuf-c or Check).
 # Skips cleanly (exit 0) when nvcc is missing; the program itself skips when
 # there is no CUDA device.  Otherwise exits with the program's status.
 #
@@ -34,17 +36,27 @@ else
 fi
 echo "gpu-check: nvcc: $("$NVCC" --version | grep -i 'release' | tail -n 1)"
 
+# ---- device mode's planner: a fatbin embedded as bytes (libtoggle/libtoggle.mk) ---
+mkdir -p "$B/obj" "$B/gen"
+"$NVCC" --fatbin -O3 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+	-Ilibtoggle/src -o "$B/gen/tg_planner.fatbin" libtoggle/src/planner.cu ||
+	fail "build: $NVCC could not build libtoggle/src/planner.cu"
+scripts/embed.sh "$B/gen/tg_planner.fatbin" "$B/gen/tg_planner_fatbin.h" tg_planner_fatbin_bytes ||
+	fail "build: could not embed the planner"
+
 # ---- libtoggle: objects and a static archive --------------------------------
 # -Iproto: the agent's daemon connection uses the wire constants in
 # proto/toggle_proto.h (header only; libtoggle encodes protobuf itself).
-mkdir -p "$B/obj"
 objs=""
 found=0
 for src in libtoggle/src/*.c; do
 	[ -e "$src" ] || break
 	found=1
 	obj="$B/obj/$(basename "$src" .c).o"
-	"$CC" -std=c17 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror \
+	extra=""
+	[ "$src" = libtoggle/src/planner_image.c ] && extra="-DTG_HAVE_PLANNER_FATBIN -I$B/gen"
+	# shellcheck disable=SC2086 # $extra is empty or two flags without spaces
+	"$CC" -std=c17 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror $extra \
 		-Ilibtoggle/include -Iproto -isystem "$CUDA_HOME/include" -c "$src" -o "$obj" ||
 		fail "build: $CC could not compile $src"
 	objs="$objs $obj"

@@ -567,6 +567,8 @@ START_TEST(test_open_config_errors)
 	memset(&f, 0, sizeof(f));
 	ck_assert_int_eq(toggle_sim_create(&f.sim), 0);
 	struct toggle_agent *a = NULL;
+	/* Device mode needs a 12.4 driver: strict refuses, else lazy (check_device.c has more). */
+	toggle_sim_set_driver_version(f.sim, 12030);
 	struct toggle_config cfg = fx_config(&f, TOGGLE_MODE_DEVICE);
 	cfg.strict = true;
 	ck_assert_int_eq(toggle_agent_open(&cfg, &a), TOGGLE_ENOTSUP);
@@ -574,6 +576,12 @@ START_TEST(test_open_config_errors)
 	cfg.strict = false;
 	ck_assert_int_eq(toggle_agent_open(&cfg, &a), 0);
 	ck_assert_int_eq(toggle_agent_mode(a), TOGGLE_MODE_LAZY);
+	ck_assert_ptr_nonnull(strstr(toggle_last_error(a), "12.4"));
+	toggle_agent_close(a);
+	toggle_sim_set_driver_version(f.sim, 13000);
+	cfg.strict = true;
+	ck_assert_int_eq(toggle_agent_open(&cfg, &a), 0);
+	ck_assert_int_eq(toggle_agent_mode(a), TOGGLE_MODE_DEVICE);
 	toggle_agent_close(a);
 	cfg = fx_config(&f, TOGGLE_MODE_LAZY);
 	cfg.sim = NULL;

@@ -704,7 +704,7 @@ START_TEST(counters_count_every_call)
 		      bad ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS);
 		CK_CU(toggle_sim_graph_upload(ex, bad ? NULL : f.s),
 		      bad ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS);
-		for (int op = 0; op < TOGGLE_SIM_OP_COUNT; op++)
+		for (int op = 0; op <= TOGGLE_SIM_OP_INSTANTIATE; op++)
 			ck_assert_uint_eq(toggle_sim_calls(f.sim, (enum toggle_sim_op)op),
 					  (uint64_t)round + 1);
 	}
@@ -829,8 +829,22 @@ START_TEST(cu_table_is_the_sim)
 	struct tg_cu cu;
 	struct fx f;
 
+	struct toggle_sim *owner;
+	ck_assert_int_eq(toggle_sim_create(&owner), 0);
+	toggle_sim_set_driver_version(owner, 12080);
 	memset(&cu, 0xa5, sizeof(cu));
-	tg_cu_load_sim(&cu);
+	tg_cu_load_sim(&cu, owner);
+	ck_assert_ptr_eq(cu.sim, owner);
+	ck_assert_int_eq(cu.driver_version, 12080);
+	ck_assert_ptr_nonnull(cu.planner_image);
+	ck_assert(cu.launch_kernel_ex == toggle_sim_launch_kernel_ex);
+	ck_assert(cu.stream_batch_mem_op == toggle_sim_stream_batch_mem_op);
+	ck_assert(tg_cu_device_ready(&cu, NULL));
+	ck_assert(tg_cu_has_64bit_memops(&cu));
+	toggle_sim_destroy(owner);
+	tg_cu_load_sim(&cu, NULL); /* a NULL simulator reports driver version 0 */
+	ck_assert_int_eq(cu.driver_version, 0);
+	cu.driver_version = 13000;
 	ck_assert(cu.stream_get_capture_info == toggle_sim_stream_get_capture_info);
 	ck_assert(cu.graph_node_get_type == toggle_sim_graph_node_get_type);
 	ck_assert(cu.graph_node_set_enabled == toggle_sim_graph_node_set_enabled);

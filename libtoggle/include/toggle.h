@@ -4,8 +4,10 @@
  * libtoggle records the "producer" kernel nodes of CUDA graphs while they are
  * captured, binds each graph to the exec it was instantiated into, and turns
  * producers on and off per step with cuGraphNodeSetEnabled, without
- * recapture.  It fails closed: a replay whose producers would disagree with
- * the set reported by toggle_step_begin() is refused, never run.
+ * recapture (or, in device mode, has a planner kernel at the head of each
+ * graph do it on the device).  It fails closed: a replay whose producers
+ * would disagree with the set reported by toggle_step_begin() is refused,
+ * never run.
  *
  * Threading: one agent is used from one thread at a time.  Two agents share
  * nothing.  All functions return 0 or a negative TOGGLE_E* code; the agent
@@ -41,7 +43,7 @@ extern "C" {
 enum toggle_mode {
 	TOGGLE_MODE_LAZY = 0,   /* nodes are set at each graph's next replay */
 	TOGGLE_MODE_EAGER = 1,  /* nodes are set at step_begin / apply_all */
-	TOGGLE_MODE_DEVICE = 2, /* planner kernel on the device (CUDA 12.4+) */
+	TOGGLE_MODE_DEVICE = 2, /* planner kernel on the device (CUDA 12.4+): see below */
 };
 
 enum toggle_backend {
@@ -69,7 +71,12 @@ void toggle_agent_close(struct toggle_agent *agent);
 
 /* Last error of this agent, with context (which graph, which hook). */
 const char *toggle_last_error(const struct toggle_agent *agent);
-/* The mode the agent actually runs in (after any fallback). */
+/*
+ * The mode the agent actually runs in (after any fallback).  A device-mode
+ * agent that could not start device mode (driver older than 12.4, no planner
+ * in this build, no CUDA context current, ...) runs lazy unless strict; its
+ * toggle_last_error() then says why.
+ */
 enum toggle_mode toggle_agent_mode(const struct toggle_agent *agent);
 const struct toggle_catalog *toggle_agent_catalog(const struct toggle_agent *agent);
 
@@ -99,6 +106,107 @@ int toggle_record_producer(struct toggle_agent *agent, CUstream stream, struct t
 int toggle_graph_bind(struct toggle_agent *agent, CUgraph graph, CUgraphExec exec);
 /* Drop a graph; later launches of it through this agent fail closed (ESTALE). */
 int toggle_graph_forget(struct toggle_agent *agent, CUgraph graph);
+
+/*
+ * cuGraphInstantiate (flags 0), then toggle_graph_bind for a graph with
+ * producers (in device mode: set up and upload the exec).  A graph with
+ * device-updatable producers has one exec at a time (a driver rule, measured
+ * on an H200 with CUDA 13.0): while its exec exists, another instantiation
+ * is refused with TOGGLE_ENOTSUP and a message saying so; unbind and destroy
+ * the exec first, or capture the graph again.  If the bind fails, *exec
+ * still holds the new exec.
+ */
+int toggle_graph_instantiate(struct toggle_agent *agent, CUgraph graph, CUgraphExec *exec);
+
+/* ---- device mode ---------------------------------------------------------- */
+
+/*
+ * In device mode (TOGGLE_MODE_DEVICE) the host makes no per-node driver call
+ * when the set changes.  Producers are captured as device-updatable kernel
+ * nodes, and a planner kernel, captured first, reads at each launch the
+ * graph's mask from device memory and enables or disables each producer with
+ * the device-side cudaGraphKernelNodeSetEnabled.  toggle_graph_launch()
+ * enqueues the mask on the launch stream (stream memory operations, only the
+ * 64-bit words that changed, only when the set changed) before the launch, so
+ * pipelined launches each run the set of their own step.  Launches of one
+ * exec on several streams are supported: a launch on another stream than the
+ * previous one first waits (an event) for the previous stream's work before
+ * the mask words are written.  Each exec is uploaded once, at bind (the
+ * driver requires it before the first launch).  Such a graph has one exec
+ * at a time.
+ *
+ * Capture, per graph:
+ *
+ *	toggle_capture_begin(agent);
+ *	cuStreamBeginCapture(stream, ...);
+ *	toggle_capture_planner(agent, stream);       // first
+ *	... layer kernels ...
+ *	toggle_launch_producer(agent, &cfg, fn, params, hook);
+ *	cuStreamEndCapture(stream, &graph);
+ *	toggle_capture_end(agent);
+ *	toggle_graph_instantiate(agent, graph, &exec); // instantiates, binds, uploads
+ *
+ * Every producer must be ordered after the planner: launched into the stream
+ * the planner was captured into, or into a stream that forked from it after
+ * the planner.  A graph that cannot run in device mode (no planner, a
+ * producer recorded without a device handle, a producer not after the
+ * planner) is refused at bind with TOGGLE_ENOTSUP when the agent is strict,
+ * else runs in lazy mode on the host; its status says which and why.  The
+ * same integration code runs in every mode: outside device mode
+ * toggle_capture_planner does nothing and toggle_launch_producer launches a
+ * plain kernel node.
+ *
+ * Requirements: a CUDA 12.4+ driver, a library built where nvcc exists (the
+ * planner is embedded at build time), a device with 64-bit stream memory
+ * operations, and a current CUDA context when the agent is opened (the
+ * planner module is loaded then).  Keep the graph alive while its exec is
+ * used, and close the agent only after the launches made through it have
+ * completed (it frees the planner's device memory).
+ */
+
+/*
+ * Capture the planner into a capturing stream, before any producer of that
+ * graph.  Outside device mode: does nothing (0).  TOGGLE_ECAPTURE outside a
+ * capture window or on a stream that is not capturing.
+ */
+int toggle_capture_planner(struct toggle_agent *agent, CUstream stream);
+
+/*
+ * Launch a producer into the capturing stream config->hStream with
+ * cuLaunchKernelEx (params as for cuLaunchKernelEx; extra is not taken) and
+ * record it like toggle_record_producer.  In device mode the launch carries
+ * CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE (appended to config's
+ * attributes, which are not changed) and the node's device handle is
+ * recorded.  Runtime API users get a CUfunction from a __global__ function
+ * with cudaGetFuncBySymbol().  On a stream that is not capturing the kernel
+ * just runs (eager execution: nothing to record); into a capture outside a
+ * capture window it is refused before the launch (TOGGLE_ECAPTURE).
+ */
+int toggle_launch_producer(struct toggle_agent *agent, const CUlaunchConfig *config,
+			   CUfunction fn, void **params, struct toggle_hook hook);
+
+#if CUDA_VERSION >= 12040
+/*
+ * For integrations that launch producers themselves with the
+ * device-updatable attribute (cudaLaunchKernelEx with
+ * cudaLaunchAttributeDeviceUpdatableKernelNode): record the node the launch
+ * added, with the device handle the attribute returned.
+ */
+int toggle_record_device_producer(struct toggle_agent *agent, CUstream stream,
+				  struct toggle_hook hook, CUgraphDeviceNode node);
+#endif
+
+/* What a graph's planner did, read from device memory (a synchronous copy:
+ * synchronize the streams it was launched on first for exact numbers). */
+struct toggle_device_counters {
+	uint64_t planner_runs;    /* launches whose planner acted */
+	uint64_t device_calls;    /* device-side set-enabled calls */
+	uint64_t device_failures; /* of which failed (the planner retries them) */
+};
+
+/* TOGGLE_ENOENT for an unknown graph, TOGGLE_ENOTSUP for one not in device mode. */
+int toggle_graph_device_counters(const struct toggle_agent *agent, CUgraph graph,
+				 struct toggle_device_counters *out);
 
 /* ---- desired state ------------------------------------------------------ */
 
@@ -151,6 +259,10 @@ struct toggle_graph_status {
 	int64_t last_step;       /* step of the last replay, -1 = none */
 	bool bound;
 	bool stale;              /* forgotten */
+	enum toggle_mode mode;   /* how its producers are toggled: DEVICE or the host mode */
+	bool device_fallback;    /* a device-mode agent toggles it on the host: see note */
+	bool uploaded;           /* device mode: its exec was uploaded at bind */
+	char note[128];          /* why it is not in device mode, or "" */
 };
 
 struct toggle_anomalies {
@@ -161,6 +273,9 @@ struct toggle_anomalies {
 	uint64_t launch_stale;
 	uint64_t driver_errors;
 	uint64_t late_plans;
+	uint64_t device_fallbacks;    /* graphs a device-mode agent runs on the host */
+	uint64_t device_refused;      /* binds refused: strict, graph cannot run in device mode */
+	uint64_t host_on_device_node; /* host toggles refused: they would mix with the planner's */
 };
 
 struct toggle_stats {
@@ -168,8 +283,12 @@ struct toggle_stats {
 	uint64_t launches_unrelated; /* of which graphs without producers */
 	uint64_t launches_refused;
 	uint64_t node_set_calls;     /* cuGraphNodeSetEnabled calls made */
-	uint64_t syncs;              /* exec brought to a new set */
+	uint64_t syncs;              /* exec brought to a new set (host or device) */
 	uint64_t rebinds;
+	uint64_t uploads;            /* device mode: cuGraphUpload at bind */
+	uint64_t mask_writes;        /* device mode: launches preceded by mask words */
+	uint64_t mask_words;         /* device mode: 64-bit words written in stream order */
+	uint64_t stream_joins;       /* device mode: waits for another stream before a write */
 	uint64_t version;            /* version of the current set */
 	int64_t step;                /* current step, -1 before the first */
 };

@@ -4,10 +4,31 @@
  * A CPU model of the parts of the CUDA driver that libtoggle uses: streams,
  * stream capture, kernel nodes (a host function runs when the node executes),
  * other nodes, graphs, instantiation into execs with per-exec node enable
- * state, launch (runs the enabled nodes in capture order, synchronously),
- * upload, and failure injection.  Integrators use it to test their
- * integration on machines without a GPU: pass it in toggle_config.sim with
- * backend TOGGLE_BACKEND_SIM.
+ * state, launch (runs the enabled nodes in capture order), upload, and
+ * failure injection.  Integrators use it to test their integration on
+ * machines without a GPU: pass it in toggle_config.sim with backend
+ * TOGGLE_BACKEND_SIM.
+ *
+ * Device mode's parts are modelled too: device memory (host memory behind
+ * CUdeviceptr values), modules whose kernels are host functions
+ * (struct toggle_sim_image), cuLaunchKernelEx with the device-updatable
+ * kernel node attribute, the device-side cudaGraphKernelNodeSetEnabled
+ * (toggle_sim_device_node_set_enabled), stream-ordered 64-bit writes
+ * (cuStreamBatchMemOp), events, and the driver's rules for such graphs
+ * (measured on an H200, CUDA 13.0): a graph holding device-updatable nodes
+ * has one exec at a time (a second instantiation while the first exec lives
+ * is CUDA_ERROR_NOT_SUPPORTED; after it is destroyed, it succeeds), and the
+ * device-side calls made during the first launch of an exec that was not
+ * uploaded before it fail (the driver fails about a third; the simulator
+ * fails them all, deterministically).
+ *
+ * Execution is synchronous by default: work runs when it is submitted.  In
+ * deferred mode (toggle_sim_set_deferred) work queues per stream and runs
+ * only at a synchronisation, in an order drawn from a seed among the orders
+ * that stream order, event waits and the serialisation of an exec's launches
+ * allow: the model of pipelined launches that a host racing ahead of the
+ * GPU needs.  Host calls (set enabled, copies to and from device memory)
+ * act at once, like the driver's.
  *
  * Like the driver (measured on an H200, CUDA 13.0), node handles of a
  * destroyed graph are refused by set/get enabled, while its execs still
@@ -22,6 +43,8 @@
 #ifndef TOGGLE_SIM_H
 #define TOGGLE_SIM_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cuda.h>
@@ -67,6 +90,90 @@ CUresult toggle_sim_graph_node_get_enabled(CUgraphExec exec, CUgraphNode node, u
 CUresult toggle_sim_graph_launch(CUgraphExec exec, CUstream stream);
 CUresult toggle_sim_graph_upload(CUgraphExec exec, CUstream stream);
 CUresult toggle_sim_get_error_string(CUresult err, const char **str);
+/* cuGraphInstantiateWithFlags (flags must be 0). */
+CUresult toggle_sim_graph_instantiate_with_flags(CUgraphExec *exec_out, CUgraph graph,
+						 unsigned long long flags);
+/* Capture order is dependency order: a node's one dependent is the next node captured. */
+CUresult toggle_sim_graph_node_get_dependent_nodes(CUgraphNode node, CUgraphNode *deps,
+						   CUgraphEdgeData *edges, size_t *n);
+
+/* ---- device mode's parts ------------------------------------------------- */
+
+/* The driver version the backend reports (default 13000, i.e. 13.0). */
+void toggle_sim_set_driver_version(struct toggle_sim *sim, int version);
+int toggle_sim_driver_version(const struct toggle_sim *sim);
+
+/* Device memory: host memory, zeroed, behind a CUdeviceptr. */
+CUresult toggle_sim_mem_alloc(struct toggle_sim *sim, CUdeviceptr *out, size_t bytes);
+CUresult toggle_sim_mem_free(struct toggle_sim *sim, CUdeviceptr p);
+/* Bytes allocated and not freed. */
+size_t toggle_sim_mem_in_use(const struct toggle_sim *sim);
+/* Host <-> device copies.  The async copy takes the source at the call (like a
+ * copy from pageable memory) and writes in stream order; dtoh reads now. */
+CUresult toggle_sim_memcpy_htod_async(CUdeviceptr dst, const void *src, size_t bytes,
+				      CUstream stream);
+CUresult toggle_sim_memcpy_dtoh(struct toggle_sim *sim, void *dst, CUdeviceptr src, size_t bytes);
+/* cuStreamBatchMemOp: CU_STREAM_MEM_OP_WRITE_VALUE_64 only, count < 256, flags 0. */
+CUresult toggle_sim_stream_batch_mem_op(CUstream stream, unsigned count,
+					CUstreamBatchMemOpParams *ops, unsigned flags);
+
+/* A simulated kernel of a module: params[i] points to parameter i's value. */
+typedef void (*toggle_sim_kernel_ex_fn)(void **params);
+
+#define TOGGLE_SIM_MAX_PARAMS 8
+#define TOGGLE_SIM_IMAGE_MAGIC 0x6d697374696d6167ull /* "gamitsim" */
+
+struct toggle_sim_function {
+	const char *name;
+	toggle_sim_kernel_ex_fn fn;
+	unsigned n_params;
+	size_t param_size[TOGGLE_SIM_MAX_PARAMS]; /* bytes copied from params[i] at launch */
+};
+
+/* What toggle_sim_module_load takes where cuModuleLoadData takes a fatbin. */
+struct toggle_sim_image {
+	uint64_t magic; /* TOGGLE_SIM_IMAGE_MAGIC; anything else: CUDA_ERROR_INVALID_IMAGE */
+	unsigned n_functions;
+	const struct toggle_sim_function *functions;
+};
+
+CUresult toggle_sim_module_load(struct toggle_sim *sim, CUmodule *out, const void *image);
+CUresult toggle_sim_module_unload(CUmodule module);
+CUresult toggle_sim_module_get_function(CUfunction *out, CUmodule module, const char *name);
+/*
+ * cuLaunchKernelEx.  Captured: a kernel node whose parameters are copied now;
+ * with CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE (deviceUpdatable 1)
+ * it is device-updatable and its device handle is written back into that
+ * attribute's value.  The attribute on a stream that is not capturing is
+ * CUDA_ERROR_NOT_SUPPORTED (as the driver answers).  extra must be NULL.
+ */
+CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn, void **params,
+				     void **extra);
+/*
+ * The device-side cudaGraphKernelNodeSetEnabled: valid only from a kernel
+ * that runs inside a launch of the exec holding the node (else
+ * CUDA_ERROR_INVALID_VALUE); takes effect for the rest of this launch and
+ * persists into later ones.  Fails during the first launch of an exec that
+ * was not uploaded before it.
+ */
+CUresult toggle_sim_device_node_set_enabled(CUgraphDeviceNode node, unsigned enable);
+
+/* Events: record and wait in stream order (cuEventRecord, cuStreamWaitEvent). */
+CUresult toggle_sim_event_create(struct toggle_sim *sim, CUevent *out);
+CUresult toggle_sim_event_destroy(CUevent event);
+CUresult toggle_sim_event_record(CUevent event, CUstream stream);
+CUresult toggle_sim_stream_wait_event(CUstream stream, CUevent event, unsigned flags);
+
+/*
+ * Deferred execution (off by default).  Turning it off runs what is queued.
+ * The seed picks the order in which runnable streams go; the same seed and
+ * the same calls give the same order.
+ */
+void toggle_sim_set_deferred(struct toggle_sim *sim, bool on, uint64_t seed);
+/* Run queued work until this stream's queue is empty (cuStreamSynchronize). */
+CUresult toggle_sim_stream_synchronize(CUstream stream);
+/* Run all queued work (cuCtxSynchronize). */
+void toggle_sim_synchronize(struct toggle_sim *sim);
 
 /* Operations that can be counted and made to fail. */
 enum toggle_sim_op {
@@ -77,6 +184,14 @@ enum toggle_sim_op {
 	TOGGLE_SIM_OP_GRAPH_LAUNCH,
 	TOGGLE_SIM_OP_GRAPH_UPLOAD,
 	TOGGLE_SIM_OP_INSTANTIATE,
+	TOGGLE_SIM_OP_LAUNCH_KERNEL_EX,
+	TOGGLE_SIM_OP_BATCH_MEM_OP,
+	TOGGLE_SIM_OP_MEMCPY_HTOD,
+	TOGGLE_SIM_OP_MEM_ALLOC,
+	TOGGLE_SIM_OP_MODULE_LOAD,
+	TOGGLE_SIM_OP_EVENT_RECORD,
+	TOGGLE_SIM_OP_STREAM_WAIT_EVENT,
+	TOGGLE_SIM_OP_DEVICE_SET_ENABLED, /* device-side calls, counted when they run */
 	TOGGLE_SIM_OP_COUNT
 };
 

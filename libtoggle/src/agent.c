@@ -59,11 +59,8 @@ static int agent_configure(struct toggle_agent *a, const struct toggle_config *c
 		a->mode = cfg->mode;
 		break;
 	case TOGGLE_MODE_DEVICE:
-		/* Device-side toggling is not in this build: strict refuses, else host lazy. */
-		if (cfg->strict)
-			return tg_fail(a, TOGGLE_ENOTSUP,
-				       "device mode is not available in this build (strict)");
-		a->mode = TOGGLE_MODE_LAZY;
+		/* Decided once the backend is loaded (agent_start_device). */
+		a->mode = TOGGLE_MODE_DEVICE;
 		break;
 	default:
 		return tg_fail(a, TOGGLE_EINVAL, "unknown mode %d", (int)cfg->mode);
@@ -78,13 +75,26 @@ static int agent_load_backend(struct toggle_agent *a, const struct toggle_config
 	case TOGGLE_BACKEND_SIM:
 		if (!cfg->sim)
 			return tg_fail(a, TOGGLE_EINVAL, "sim backend needs toggle_config.sim");
-		tg_cu_load_sim(&a->cu);
+		tg_cu_load_sim(&a->cu, cfg->sim);
 		return 0;
 	case TOGGLE_BACKEND_CUDA:
 		return tg_cu_load_driver(&a->cu, a->err, sizeof(a->err));
 	default:
 		return tg_fail(a, TOGGLE_EINVAL, "unknown backend %d", (int)cfg->backend);
 	}
+}
+
+/* Device mode, or why not: strict refuses, else the agent runs lazy and says why. */
+static int agent_start_device(struct toggle_agent *a)
+{
+	if (tg_device_open(a) == 0)
+		return 0;
+	char why[sizeof(a->err)];
+	memcpy(why, a->err, sizeof(why));
+	if (a->strict)
+		return tg_fail(a, TOGGLE_ENOTSUP, "device mode unavailable (strict): %.400s", why);
+	a->mode = TOGGLE_MODE_LAZY;
+	return tg_fail(a, 0, "device mode unavailable, running lazy: %.400s", why);
 }
 
 int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out)
@@ -101,6 +111,8 @@ int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out
 	int rc = agent_configure(a, cfg);
 	if (rc == 0)
 		rc = agent_load_backend(a, cfg);
+	if (rc == 0 && a->mode == TOGGLE_MODE_DEVICE)
+		rc = agent_start_device(a);
 	if (rc == 0) {
 		a->plans = calloc(TOGGLE_MAX_PLAN, sizeof(*a->plans));
 		rc = a->plans ? tg_registry_init(a) : TOGGLE_ENOMEM;
@@ -121,6 +133,7 @@ void toggle_agent_close(struct toggle_agent *a)
 	if (!a)
 		return;
 	tg_control_close(a);
+	tg_device_close(a);
 	tg_registry_free(a);
 	free(a->plans);
 	tg_cu_unload(&a->cu);

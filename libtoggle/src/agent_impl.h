@@ -1,7 +1,7 @@
 /*
  * agent_impl.h - the agent's private state, shared by agent.c (config,
- * desired state, steps), registry.c (graphs, capture, binding, status) and
- * replay.c (apply and launch).
+ * desired state, steps), registry.c (graphs, capture, binding, status),
+ * replay.c (apply and launch) and device.c (device mode).
  */
 #ifndef TG_AGENT_IMPL_H
 #define TG_AGENT_IMPL_H
@@ -23,7 +23,16 @@ enum tg_node_state { TG_NODE_OFF = 0, TG_NODE_ON = 1, TG_NODE_UNKNOWN = 2 };
 
 struct tg_node {
 	CUgraphNode node;
-	uint32_t hook; /* hook index: type * TOGGLE_MAX_LAYERS + layer */
+	uint32_t hook;    /* hook index: type * TOGGLE_MAX_LAYERS + layer */
+	uint64_t devnode; /* its CUgraphDeviceNode, 0 when not device-updatable */
+};
+
+/* How a graph of a device-mode agent is toggled (decided at bind). */
+enum tg_dev {
+	TG_DEV_UNDECIDED = 0, /* not bound since capture (or not a device-mode agent) */
+	TG_DEV_ACTIVE,        /* the planner toggles it */
+	TG_DEV_FALLBACK,      /* the host toggles it (lazy); note says why */
+	TG_DEV_REFUSED,       /* strict agent: bind refused; note says why */
 };
 
 struct tg_graph {
@@ -40,11 +49,45 @@ struct tg_graph {
 	uint64_t applied_version; /* version of the set exec holds; 0 = none */
 	uint64_t replays;         /* launches of this graph, across execs */
 	int64_t last_step;
+	CUstream last_stream;     /* stream of the last launch through the agent */
+	uint32_t slot;            /* index among the agent's records: its planner descriptor */
+
+	/* Device mode (device.c).  Kept across a new capture into the record:
+	 * dev_mem, dev_mem_size, shadow, cap_words, epoch, join. */
+	uint64_t planner_tag;     /* the planner captured into this capture, 0 = none */
+	CUgraphNode planner_node;
+	uint32_t n_devnodes;      /* nodes recorded with a device handle */
+	enum tg_dev dev;
+	char note[128];           /* why not device mode */
+	bool dev_setup;           /* descriptor and arrays written for this capture */
+	CUgraphExec uploaded_exec; /* exec uploaded by the last bind, NULL = none */
+	CUdeviceptr dev_mem;      /* nodes, mask, state */
+	size_t dev_mem_size;
+	uint64_t *shadow;         /* mask words on the device once enqueued writes ran */
+	uint32_t words, cap_words;
+	bool shadow_valid;        /* false: every word is written next time */
+	uint64_t epoch;           /* epoch the device holds or will hold */
+	bool epoch_pending;       /* epoch still to be written before the next launch */
+	CUevent join;             /* orders a write on a new stream after the last one */
+	bool upload_pending;      /* host toggled a device-updatable node (fallback): upload
+				   * before the next launch, as the driver requires */
 };
 
 struct tg_plan {
 	int64_t step;
 	struct toggle_set set;
+};
+
+/* Device mode's per-agent state (device.c). */
+struct tg_device {
+	bool on;                  /* the agent runs in device mode */
+	CUmodule module;
+	CUfunction planner;
+	CUstream setup;           /* the agent's own stream: bind-time copies and uploads */
+	CUdeviceptr descs;        /* TOGGLE_MAX_GRAPHS planner descriptors */
+	uint64_t next_tag;
+	uint64_t *want;           /* scratch: mask words of one graph */
+	CUstreamBatchMemOpParams *ops; /* scratch: one batch */
 };
 
 struct toggle_agent {
@@ -56,6 +99,7 @@ struct toggle_agent {
 	struct toggle_catalog catalog; /* points into type_ptrs */
 	enum toggle_mode mode;
 	bool strict;
+	struct tg_device dev;
 
 	/* Desired state. */
 	struct toggle_set standing;
@@ -139,7 +183,23 @@ static inline bool tg_control_changed(const struct toggle_agent *a)
 	return a->shm.ctl && toggle_shm_control_seq(a->shm.ctl) != a->ctl_seq;
 }
 
+/* registry.c: bind g to exec (NULL unbinds), resetting per-exec state. */
+int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec);
+/* Record the node a capture's last launch added, with its device handle (0: none). */
+int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode);
+/* The record of the graph capture `id` is building (a reused handle's is cleared). */
+struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uint64_t id);
+
 /* replay.c */
 int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g);
+
+/* device.c */
+int tg_device_open(struct toggle_agent *a);       /* 0, or a reason in a->err */
+void tg_device_close(struct toggle_agent *a);
+/* Decide how g runs and, in device mode, set it up for exec and upload it. */
+int tg_device_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec);
+/* Enqueue the current set's mask for g on stream, before its launch. */
+int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream);
+void tg_device_graph_free(struct toggle_agent *a, struct tg_graph *g);
 
 #endif

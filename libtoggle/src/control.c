@@ -175,7 +175,9 @@ void tg_status_publish(struct toggle_agent *a)
 			.replays = g->replays,
 			.last_step = g->last_step,
 			.flags = (g->bound ? TOGGLE_SHM_GRAPH_BOUND : 0) |
-				 (g->stale ? TOGGLE_SHM_GRAPH_STALE : 0),
+				 (g->stale ? TOGGLE_SHM_GRAPH_STALE : 0) |
+				 (g->dev == TG_DEV_ACTIVE ? TOGGLE_SHM_GRAPH_DEVICE : 0) |
+				 (g->dev == TG_DEV_FALLBACK ? TOGGLE_SHM_GRAPH_FALLBACK : 0),
 		};
 	}
 	toggle_shm_status_write(a->shm.st, s);

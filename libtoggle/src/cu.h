@@ -5,17 +5,34 @@
  * libcuda.so.1 (dlopen + cuGetProcAddress, never linked at build time); the
  * sim backend fills it with the simulator's functions.  Signatures are the
  * driver's own, so the hot path is one indirect call.
+ *
+ * The first group is needed by every mode: without it the agent does not
+ * open.  The second group is device mode's (the planner kernel, its memory,
+ * stream-ordered mask writes): an entry the driver lacks stays NULL and only
+ * device mode becomes unavailable (tg_cu_device_ready()).  Entry points that
+ * take no handle (memory, modules, events, the internal stream) are reached
+ * through the tg_cu_* helpers below, which pass the simulator its own
+ * instance; the driver uses the calling thread's current context.
  */
 #ifndef TG_CU_H
 #define TG_CU_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <cuda.h>
 
 struct toggle_sim;
 
+/* Device mode needs the 12.4 device-updatable kernel node attribute. */
+#if CUDA_VERSION >= 12040
+#define TG_HAVE_DEVICE_MODE 1
+#else
+#define TG_HAVE_DEVICE_MODE 0
+#endif
+
 struct tg_cu {
+	/* Every mode. */
 	CUresult (*stream_get_capture_info)(CUstream, CUstreamCaptureStatus *, cuuint64_t *,
 					    CUgraph *, const CUgraphNode **,
 					    const CUgraphEdgeData **, size_t *);
@@ -25,16 +42,64 @@ struct tg_cu {
 	CUresult (*graph_launch)(CUgraphExec, CUstream);
 	CUresult (*graph_upload)(CUgraphExec, CUstream);
 	CUresult (*get_error_string)(CUresult, const char **);
-	int driver_version; /* e.g. 13000 */
-	void *dl;           /* dlopen handle, NULL for the simulator */
+
+	/* Device mode (NULL where the driver lacks them). */
+	CUresult (*launch_kernel_ex)(const CUlaunchConfig *, CUfunction, void **, void **);
+	CUresult (*stream_batch_mem_op)(CUstream, unsigned, CUstreamBatchMemOpParams *, unsigned);
+	CUresult (*memcpy_htod_async)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*stream_synchronize)(CUstream);
+	CUresult (*event_record)(CUevent, CUstream);
+	CUresult (*stream_wait_event)(CUstream, CUevent, unsigned);
+	CUresult (*graph_instantiate)(CUgraphExec *, CUgraph, unsigned long long);
+	CUresult (*graph_node_get_dependent_nodes)(CUgraphNode, CUgraphNode *, CUgraphEdgeData *,
+						   size_t *);
+	CUresult (*module_get_function)(CUfunction *, CUmodule, const char *);
+	/* Reached through the helpers below only. */
+	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+	CUresult (*mem_free)(CUdeviceptr);
+	CUresult (*memcpy_dtoh)(void *, CUdeviceptr, size_t);
+	CUresult (*module_load_data)(CUmodule *, const void *);
+	CUresult (*module_unload)(CUmodule);
+	CUresult (*event_create)(CUevent *, unsigned);
+	CUresult (*event_destroy)(CUevent);
+	CUresult (*stream_create)(CUstream *, unsigned);
+	CUresult (*stream_destroy)(CUstream);
+	CUresult (*ctx_get_device)(CUdevice *);
+	CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
+
+	const void *planner_image; /* fatbin (driver) or sim image; NULL: not built */
+	int driver_version;        /* e.g. 13000 */
+	void *dl;                  /* dlopen handle, NULL for the simulator */
+	struct toggle_sim *sim;    /* the simulator, NULL for the driver */
 };
 
 /* Fill from libcuda.so.1.  0, or TOGGLE_ENODRIVER with err filled. */
 int tg_cu_load_driver(struct tg_cu *cu, char *err, size_t errlen);
 /* Fill with the simulator's entry points. */
-void tg_cu_load_sim(struct tg_cu *cu);
+void tg_cu_load_sim(struct tg_cu *cu, struct toggle_sim *sim);
 void tg_cu_unload(struct tg_cu *cu);
 /* Driver error name for messages, never NULL. */
 const char *tg_cu_errstr(const struct tg_cu *cu, CUresult r);
+
+/* Whether device mode's entry points are all there; *missing names one that is not. */
+bool tg_cu_device_ready(const struct tg_cu *cu, const char **missing);
+
+/* Handle-less entry points: the simulator gets its instance, the driver the current context. */
+CUresult tg_cu_mem_alloc(const struct tg_cu *cu, CUdeviceptr *p, size_t n);
+CUresult tg_cu_mem_free(const struct tg_cu *cu, CUdeviceptr p);
+CUresult tg_cu_memcpy_dtoh(const struct tg_cu *cu, void *dst, CUdeviceptr src, size_t n);
+CUresult tg_cu_module_load(const struct tg_cu *cu, CUmodule *mod, const void *image);
+CUresult tg_cu_module_unload(const struct tg_cu *cu, CUmodule mod);
+CUresult tg_cu_event_create(const struct tg_cu *cu, CUevent *ev);
+CUresult tg_cu_event_destroy(const struct tg_cu *cu, CUevent ev);
+CUresult tg_cu_stream_create(const struct tg_cu *cu, CUstream *s);
+CUresult tg_cu_stream_destroy(const struct tg_cu *cu, CUstream s);
+/* 64-bit stream memory operations on the current device (always for the simulator). */
+bool tg_cu_has_64bit_memops(const struct tg_cu *cu);
+
+/* The planner's image for the driver (planner_image.c): NULL when built without nvcc. */
+const void *tg_planner_fatbin(void);
+/* The planner's image for the simulator (planner_sim.c). */
+const void *tg_planner_sim_image(void);
 
 #endif /* TG_CU_H */

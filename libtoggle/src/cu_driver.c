@@ -1,11 +1,15 @@
 /*
- * cu_driver.c - fill the driver table from libcuda.so.1 at run time.
+ * cu_driver.c - fill the driver table from libcuda.so.1 at run time, and the
+ * handle-less helpers that reach either the driver or the simulator.
  *
  * libcuda is never linked at build time: machines without a GPU build and
  * test everything, and the library finds the driver the process already uses.
  * Entry points are resolved with cuGetProcAddress at a fixed ABI version, so
  * cuStreamGetCaptureInfo is the CUDA 12.3 form that returns the graph and
- * the dependency a launch just added.
+ * the dependency a launch just added, cuGraphNodeGetDependentNodes the 12.3
+ * form with edge data, cuStreamBatchMemOp the _v2 form and cuMemAlloc,
+ * cuMemFree, cuMemcpy* and cuStreamDestroy / cuEventDestroy their _v2 forms:
+ * each the one the CUDA 12.3+ headers' prototypes describe.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -13,6 +17,7 @@
 
 #include "cu.h"
 #include "toggle.h"
+#include "toggle_sim.h"
 
 /* ABI version the table's signatures follow (cuStreamGetCaptureInfo v3). */
 #define TG_CU_ABI_VERSION 12030
@@ -102,7 +107,84 @@ int tg_cu_load_driver(struct tg_cu *cu, char *err, size_t errlen)
 			return tg_load_fail(cu, err, errlen, msg);
 		}
 	}
+	/* Device mode's: a missing one only makes device mode unavailable. */
+	struct {
+		const char *name;
+		void **slot;
+	} opt[] = {
+		{"cuLaunchKernelEx", (void **)&cu->launch_kernel_ex},
+		{"cuStreamBatchMemOp", (void **)&cu->stream_batch_mem_op},
+		{"cuMemcpyHtoDAsync", (void **)&cu->memcpy_htod_async},
+		{"cuStreamSynchronize", (void **)&cu->stream_synchronize},
+		{"cuEventRecord", (void **)&cu->event_record},
+		{"cuStreamWaitEvent", (void **)&cu->stream_wait_event},
+		{"cuGraphInstantiateWithFlags", (void **)&cu->graph_instantiate},
+		{"cuGraphNodeGetDependentNodes", (void **)&cu->graph_node_get_dependent_nodes},
+		{"cuModuleGetFunction", (void **)&cu->module_get_function},
+		{"cuMemAlloc", (void **)&cu->mem_alloc},
+		{"cuMemFree", (void **)&cu->mem_free},
+		{"cuMemcpyDtoH", (void **)&cu->memcpy_dtoh},
+		{"cuModuleLoadData", (void **)&cu->module_load_data},
+		{"cuModuleUnload", (void **)&cu->module_unload},
+		{"cuEventCreate", (void **)&cu->event_create},
+		{"cuEventDestroy", (void **)&cu->event_destroy},
+		{"cuStreamCreate", (void **)&cu->stream_create},
+		{"cuStreamDestroy", (void **)&cu->stream_destroy},
+		{"cuCtxGetDevice", (void **)&cu->ctx_get_device},
+		{"cuDeviceGetAttribute", (void **)&cu->device_get_attribute},
+	};
+	for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
+		(void)tg_resolve(&rs, opt[i].name, opt[i].slot);
+	cu->planner_image = tg_planner_fatbin();
 	return 0;
+}
+
+struct tg_cu_need {
+	const char *name;
+	const void *fn;
+};
+
+static bool tg_cu_check(const struct tg_cu_need *need, size_t n, const char **missing)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!need[i].fn) {
+			if (missing)
+				*missing = need[i].name;
+			return false;
+		}
+	}
+	return true;
+}
+
+#define TG_FN(f) ((const void *)(uintptr_t)(f))
+
+bool tg_cu_device_ready(const struct tg_cu *cu, const char **missing)
+{
+	const struct tg_cu_need direct[] = {
+		{"cuLaunchKernelEx", TG_FN(cu->launch_kernel_ex)},
+		{"cuStreamBatchMemOp", TG_FN(cu->stream_batch_mem_op)},
+		{"cuMemcpyHtoDAsync", TG_FN(cu->memcpy_htod_async)},
+		{"cuStreamSynchronize", TG_FN(cu->stream_synchronize)},
+		{"cuEventRecord", TG_FN(cu->event_record)},
+		{"cuStreamWaitEvent", TG_FN(cu->stream_wait_event)},
+		{"cuGraphInstantiateWithFlags", TG_FN(cu->graph_instantiate)},
+		{"cuGraphNodeGetDependentNodes", TG_FN(cu->graph_node_get_dependent_nodes)},
+		{"cuModuleGetFunction", TG_FN(cu->module_get_function)},
+	};
+	/* Reached through tg_cu_*: the simulator's need no slot. */
+	const struct tg_cu_need helpers[] = {
+		{"cuMemAlloc", TG_FN(cu->mem_alloc)},
+		{"cuMemFree", TG_FN(cu->mem_free)},
+		{"cuMemcpyDtoH", TG_FN(cu->memcpy_dtoh)},
+		{"cuModuleLoadData", TG_FN(cu->module_load_data)},
+		{"cuModuleUnload", TG_FN(cu->module_unload)},
+		{"cuEventCreate", TG_FN(cu->event_create)},
+		{"cuEventDestroy", TG_FN(cu->event_destroy)},
+		{"cuStreamCreate", TG_FN(cu->stream_create)},
+		{"cuStreamDestroy", TG_FN(cu->stream_destroy)},
+	};
+	return tg_cu_check(direct, sizeof(direct) / sizeof(direct[0]), missing) &&
+	       (cu->sim || tg_cu_check(helpers, sizeof(helpers) / sizeof(helpers[0]), missing));
 }
 
 void tg_cu_unload(struct tg_cu *cu)
@@ -119,4 +201,65 @@ const char *tg_cu_errstr(const struct tg_cu *cu, CUresult r)
 	if (cu->get_error_string && cu->get_error_string(r, &s) == CUDA_SUCCESS && s)
 		return s;
 	return "unknown CUDA error";
+}
+
+/* ---- handle-less entry points ------------------------------------------- */
+
+CUresult tg_cu_mem_alloc(const struct tg_cu *cu, CUdeviceptr *p, size_t n)
+{
+	return cu->sim ? toggle_sim_mem_alloc(cu->sim, p, n) : cu->mem_alloc(p, n);
+}
+
+CUresult tg_cu_mem_free(const struct tg_cu *cu, CUdeviceptr p)
+{
+	return cu->sim ? toggle_sim_mem_free(cu->sim, p) : cu->mem_free(p);
+}
+
+CUresult tg_cu_memcpy_dtoh(const struct tg_cu *cu, void *dst, CUdeviceptr src, size_t n)
+{
+	return cu->sim ? toggle_sim_memcpy_dtoh(cu->sim, dst, src, n) : cu->memcpy_dtoh(dst, src, n);
+}
+
+CUresult tg_cu_module_load(const struct tg_cu *cu, CUmodule *mod, const void *image)
+{
+	return cu->sim ? toggle_sim_module_load(cu->sim, mod, image) : cu->module_load_data(mod, image);
+}
+
+CUresult tg_cu_module_unload(const struct tg_cu *cu, CUmodule mod)
+{
+	return cu->sim ? toggle_sim_module_unload(mod) : cu->module_unload(mod);
+}
+
+CUresult tg_cu_event_create(const struct tg_cu *cu, CUevent *ev)
+{
+	return cu->sim ? toggle_sim_event_create(cu->sim, ev)
+		       : cu->event_create(ev, CU_EVENT_DISABLE_TIMING);
+}
+
+CUresult tg_cu_event_destroy(const struct tg_cu *cu, CUevent ev)
+{
+	return cu->sim ? toggle_sim_event_destroy(ev) : cu->event_destroy(ev);
+}
+
+CUresult tg_cu_stream_create(const struct tg_cu *cu, CUstream *s)
+{
+	return cu->sim ? toggle_sim_stream_create(cu->sim, s)
+		       : cu->stream_create(s, CU_STREAM_NON_BLOCKING);
+}
+
+CUresult tg_cu_stream_destroy(const struct tg_cu *cu, CUstream s)
+{
+	return cu->sim ? toggle_sim_stream_destroy(s) : cu->stream_destroy(s);
+}
+
+bool tg_cu_has_64bit_memops(const struct tg_cu *cu)
+{
+	if (cu->sim)
+		return true;
+	CUdevice dev;
+	int v = 0;
+	if (!cu->ctx_get_device || !cu->device_get_attribute || cu->ctx_get_device(&dev) != CUDA_SUCCESS)
+		return false;
+	return cu->device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+					dev) == CUDA_SUCCESS && v;
 }

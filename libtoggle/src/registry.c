@@ -23,6 +23,7 @@ static void graph_free(struct tg_graph *g)
 {
 	free(g->nodes);
 	free(g->state);
+	free(g->shadow);
 	free(g);
 }
 
@@ -52,22 +53,34 @@ static struct tg_graph *graph_new(struct toggle_agent *a, CUgraph graph)
 		return NULL;
 	g->graph = graph;
 	g->last_step = -1;
+	g->slot = (uint32_t)a->n_graphs;
 	a->graphs[a->n_graphs++] = g;
 	map_insert(a, g);
 	return g;
 }
 
-/* Forget everything recorded for g (a new capture reuses its handle);
- * its replays stay counted in the agent's launches. */
+/*
+ * Forget everything recorded for g (a new capture reuses its handle); its
+ * replays stay counted in the agent's launches.  Its device resources stay
+ * with the record: this may run during a capture, when memory cannot be
+ * freed, and the next device setup reuses them.
+ */
 static void graph_clear(struct toggle_agent *a, struct tg_graph *g)
 {
 	a->launches_retired += g->replays;
 	free(g->nodes);
 	free(g->state);
-	CUgraph graph = g->graph;
+	struct tg_graph keep = *g;
 	memset(g, 0, sizeof(*g));
-	g->graph = graph;
+	g->graph = keep.graph;
+	g->slot = keep.slot;
 	g->last_step = -1;
+	g->dev_mem = keep.dev_mem;
+	g->dev_mem_size = keep.dev_mem_size;
+	g->shadow = keep.shadow;
+	g->cap_words = keep.cap_words;
+	g->epoch = keep.epoch;
+	g->join = keep.join;
 }
 
 void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec)
@@ -79,7 +92,7 @@ void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec)
 	memset(g->state, TG_NODE_UNKNOWN, g->n_nodes);
 }
 
-static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook)
+static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook, uint64_t devnode)
 {
 	if (g->n_nodes == g->cap_nodes) {
 		uint32_t cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
@@ -97,15 +110,22 @@ static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook)
 		g->state = state;
 		g->cap_nodes = cap;
 	}
-	g->nodes[g->n_nodes] = (struct tg_node){.node = node, .hook = hook};
+	g->nodes[g->n_nodes] = (struct tg_node){.node = node, .hook = hook, .devnode = devnode};
 	g->state[g->n_nodes] = TG_NODE_UNKNOWN;
 	g->n_nodes++;
+	g->n_devnodes += devnode != 0;
 	if (!tg_set_has(&g->covered, hook)) {
 		g->covered.bits[hook / 64] |= 1ull << (hook % 64);
 		g->hooks_covered++;
 	}
-	/* A node added after binding is in an unknown state: force a sync. */
+	/* A node added after binding is in an unknown state: force a sync, and
+	 * decide device mode again (the next launch rebinds). */
 	g->applied_version = 0;
+	if (g->dev != TG_DEV_UNDECIDED) {
+		g->dev = TG_DEV_UNDECIDED;
+		g->dev_setup = false;
+		g->exec = NULL;
+	}
 	return 0;
 }
 
@@ -170,6 +190,25 @@ static int record_find_node(struct toggle_agent *a, CUstream stream, struct togg
 
 int toggle_record_producer(struct toggle_agent *a, CUstream stream, struct toggle_hook hook)
 {
+	return tg_record(a, stream, hook, 0);
+}
+
+/* Find or make the record of the graph a capture is building (a reused handle: cleared). */
+struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uint64_t id)
+{
+	struct tg_graph *g = tg_graph_find(a, graph);
+	if (!g && !(g = graph_new(a, graph)))
+		return NULL;
+	if (g->stale || g->capture_id != id) {
+		/* A forgotten or destroyed graph's handle reused by a new capture. */
+		graph_clear(a, g);
+		g->capture_id = id;
+	}
+	return g;
+}
+
+int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode)
+{
 	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers)
 		return tg_fail(a, TOGGLE_ERANGE, "hook %u:%u outside the catalog (%u types, %u layers)",
 			       hook.type, hook.layer, a->catalog.n_types, a->catalog.n_layers);
@@ -184,39 +223,53 @@ int toggle_record_producer(struct toggle_agent *a, CUstream stream, struct toggl
 	int rc = record_find_node(a, stream, hook, &graph, &node, &id);
 	if (rc)
 		return rc;
-	struct tg_graph *g = tg_graph_find(a, graph);
-	if (!g && !(g = graph_new(a, graph)))
+	struct tg_graph *g = tg_graph_for_capture(a, graph, id);
+	if (!g)
 		return tg_fail(a, a->n_graphs >= TOGGLE_MAX_GRAPHS ? TOGGLE_ELIMIT : TOGGLE_ENOMEM,
 			       "recording hook %u:%u: cannot add graph %p (%zu graphs)", hook.type,
 			       hook.layer, (void *)graph, a->n_graphs);
-	if (g->stale || g->capture_id != id) {
-		/* A forgotten or destroyed graph's handle reused by a new capture. */
-		graph_clear(a, g);
-		g->capture_id = id;
-	}
-	if (g->n_nodes && g->nodes[g->n_nodes - 1].node == node)
+	if ((g->n_nodes && g->nodes[g->n_nodes - 1].node == node) || node == g->planner_node)
 		return tg_fail(a, TOGGLE_EINVAL, "hook %u:%u: node %p of graph %p is already recorded",
 			       hook.type, hook.layer, (void *)node, (void *)graph);
-	rc = graph_add_node(g, node, tg_hook_index(hook));
+	rc = graph_add_node(g, node, tg_hook_index(hook), devnode);
 	if (rc)
 		return tg_fail(a, rc, "recording hook %u:%u into graph %p: %s", hook.type, hook.layer,
 			       (void *)graph, toggle_strerror(rc));
 	return 0;
 }
 
+/*
+ * Bind (or unbind) and reset per-exec state.  In a device-mode agent this
+ * also decides how the graph runs and, in device mode, sets it up and
+ * uploads the exec; a refused or failed device bind leaves it unbound.
+ */
+int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
+{
+	if (exec && a->dev.on) {
+		int rc = tg_device_bind(a, g, exec);
+		if (rc) {
+			tg_graph_reset_exec(g, NULL);
+			return rc;
+		}
+	}
+	if (!exec)
+		g->uploaded_exec = NULL;
+	tg_graph_reset_exec(g, exec); /* NULL unbinds: launches fail closed until a bind */
+	a->stats.rebinds += exec != NULL;
+	return 0;
+}
+
 int toggle_graph_bind(struct toggle_agent *a, CUgraph graph, CUgraphExec exec)
 {
 	struct tg_graph *g = tg_graph_find(a, graph);
-	if (!g)
+	if (!g || (g->n_nodes == 0 && !g->stale))
 		return tg_fail(a, TOGGLE_ENOENT,
 			       "graph %p has no recorded producers (unrelated graphs need no bind)",
 			       (void *)graph);
 	if (g->stale)
 		return tg_fail(a, TOGGLE_ESTALE, "graph %p was forgotten; capture it again",
 			       (void *)graph);
-	tg_graph_reset_exec(g, exec); /* NULL unbinds: launches fail closed until a bind */
-	a->stats.rebinds += exec != NULL;
-	return 0;
+	return tg_graph_bind_exec(a, g, exec);
 }
 
 int toggle_graph_forget(struct toggle_agent *a, CUgraph graph)
@@ -233,7 +286,8 @@ int toggle_graph_forget(struct toggle_agent *a, CUgraph graph)
 
 /* ---- status ------------------------------------------------------------- */
 
-static void graph_status(const struct tg_graph *g, struct toggle_graph_status *out)
+static void graph_status(const struct toggle_agent *a, const struct tg_graph *g,
+			 struct toggle_graph_status *out)
 {
 	*out = (struct toggle_graph_status){
 		.graph = g->graph,
@@ -245,7 +299,12 @@ static void graph_status(const struct tg_graph *g, struct toggle_graph_status *o
 		.last_step = g->last_step,
 		.bound = g->bound,
 		.stale = g->stale,
+		.mode = g->dev == TG_DEV_ACTIVE ? TOGGLE_MODE_DEVICE
+			: a->mode == TOGGLE_MODE_DEVICE ? TOGGLE_MODE_LAZY : a->mode,
+		.device_fallback = g->dev == TG_DEV_FALLBACK,
+		.uploaded = g->dev == TG_DEV_ACTIVE && g->bound && g->uploaded_exec == g->exec,
 	};
+	memcpy(out->note, g->note, sizeof(out->note));
 }
 
 size_t toggle_graph_count(const struct toggle_agent *a)
@@ -256,7 +315,7 @@ size_t toggle_graph_count(const struct toggle_agent *a)
 size_t toggle_graph_list(const struct toggle_agent *a, struct toggle_graph_status *out, size_t cap)
 {
 	for (size_t i = 0; i < a->n_graphs && i < cap; i++)
-		graph_status(a->graphs[i], &out[i]);
+		graph_status(a, a->graphs[i], &out[i]);
 	return a->n_graphs;
 }
 
@@ -265,7 +324,7 @@ int toggle_graph_status(const struct toggle_agent *a, CUgraph graph, struct togg
 	const struct tg_graph *g = tg_graph_find(a, graph);
 	if (!g)
 		return TOGGLE_ENOENT;
-	graph_status(g, out);
+	graph_status(a, g, out);
 	return 0;
 }
 
@@ -287,7 +346,7 @@ void toggle_registry_check(const struct toggle_agent *a, struct toggle_registry_
 	*out = (struct toggle_registry_check){.complete = true, .uniform = true};
 	for (size_t i = 0; i < a->n_graphs; i++) {
 		const struct tg_graph *g = a->graphs[i];
-		if (g->stale)
+		if (g->stale || g->n_nodes == 0) /* a planner alone makes no graph with producers */
 			continue;
 		out->graphs++;
 		out->unbound += !g->bound;

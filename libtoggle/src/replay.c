@@ -3,13 +3,24 @@
  *
  * When nothing changed, a launch of a known graph costs one map probe and one
  * version compare before cuGraphLaunch.  When the set changed, only nodes
- * whose cached state differs are set.  Any failure refuses the launch.
+ * whose cached state differs are set (host modes), or the changed mask words
+ * are enqueued on the launch stream for the graph's planner (device mode,
+ * device.c).  Any failure refuses the launch.
  */
 #include "agent_impl.h"
 
 int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g)
 {
 	const struct toggle_set *want = &a->current;
+	if (g->dev == TG_DEV_ACTIVE) {
+		/* The guard against mixing: the planner owns this exec's producers, and
+		 * a host toggle would mix with the state it set on the device. */
+		a->anomalies.host_on_device_node++;
+		return tg_fail(a, TOGGLE_ENOTSUP,
+			       "graph %p exec %p: host cuGraphNodeSetEnabled refused: its producers "
+			       "are toggled by its planner (device mode); host and device toggles "
+			       "never mix on one exec", (void *)g->graph, (void *)g->exec);
+	}
 	for (uint32_t i = 0; i < g->n_nodes; i++) {
 		uint8_t on = tg_set_has(want, g->nodes[i].hook) ? TG_NODE_ON : TG_NODE_OFF;
 		if (g->state[i] == on)
@@ -30,9 +41,28 @@ int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g)
 				       tg_cu_errstr(&a->cu, r));
 		}
 		g->state[i] = on;
+		g->upload_pending |= g->nodes[i].devnode != 0;
 	}
 	g->applied_version = a->version;
 	a->stats.syncs++;
+	return 0;
+}
+
+/*
+ * A graph toggled on the host (fallback) whose device-updatable nodes
+ * changed: the driver wants an upload before its next launch.  In stream
+ * order, so launches already submitted keep the state they were launched with.
+ */
+static int launch_upload(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
+{
+	CUresult r = a->cu.graph_upload(g->exec, stream);
+	if (r != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		return tg_fail(a, TOGGLE_ECUDA, "graph %p exec %p: cuGraphUpload after host toggles: %s",
+			       (void *)g->graph, (void *)g->exec, tg_cu_errstr(&a->cu, r));
+	}
+	g->upload_pending = false;
+	a->stats.uploads++;
 	return 0;
 }
 
@@ -43,12 +73,18 @@ static int launch_refuse(struct toggle_agent *a, int code)
 }
 
 /* The slow path: a known graph that is stale, unbound, rebound or out of date. */
-static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
+static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec,
+			  CUstream stream)
 {
 	if (g->stale) {
 		a->anomalies.launch_stale++;
 		return tg_fail(a, TOGGLE_ESTALE, "launch of graph %p refused: it was forgotten",
 			       (void *)g->graph);
+	}
+	if (g->dev == TG_DEV_REFUSED) {
+		a->anomalies.launch_unbound++;
+		return tg_fail(a, TOGGLE_ENOTSUP, "launch of graph %p refused: %s (strict device mode)",
+			       (void *)g->graph, g->note);
 	}
 	if (!g->bound) {
 		a->anomalies.launch_unbound++;
@@ -60,12 +96,16 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 		return tg_fail(a, TOGGLE_EINVAL, "launch of graph %p with a NULL exec", (void *)g->graph);
 	if (exec != g->exec) {
 		/* Re-instantiated: the new exec's node states are unknown. */
-		tg_graph_reset_exec(g, exec);
-		a->stats.rebinds++;
+		int rc = tg_graph_bind_exec(a, g, exec);
+		if (rc)
+			return rc;
 	}
-	if (g->applied_version != a->version)
-		return tg_graph_sync(a, g);
-	return 0;
+	if (g->applied_version != a->version) {
+		int rc = g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream) : tg_graph_sync(a, g);
+		if (rc)
+			return rc;
+	}
+	return g->upload_pending ? launch_upload(a, g, stream) : 0;
 }
 
 /* Daemon lane around a launch: stepless agents take changes at once; the
@@ -103,8 +143,8 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
 		launch_control_before(a);
 	struct tg_graph *g = tg_graph_find(a, graph);
 	CUresult r;
-	if (!g) {
-		/* Unrelated to us: launched untouched. */
+	if (!g || (g->n_nodes == 0 && !g->stale)) {
+		/* Unrelated to us (or a planner without producers): launched untouched. */
 		r = a->cu.graph_launch(exec, stream);
 		if (r != CUDA_SUCCESS) {
 			a->anomalies.driver_errors++;
@@ -117,7 +157,7 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
 	/* Stale and unbound records hold exec NULL and version 0 (versions start
 	 * at 1), so these two compares are the whole fast-path guard. */
 	if (__builtin_expect(exec != g->exec || g->applied_version != a->version, 0)) {
-		int rc = launch_prepare(a, g, exec);
+		int rc = launch_prepare(a, g, exec, stream);
 		if (rc)
 			return launch_refuse(a, rc);
 	}
@@ -126,6 +166,7 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
 		return launch_failed(a, graph, exec, r);
 	g->replays++;
 	g->last_step = a->step;
+	g->last_stream = stream;
 	if (a->shm.ctl)
 		launch_control_after(a);
 	return 0;
@@ -148,6 +189,7 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 		return launch_failed(a, g->graph, g->exec, r); /* from g: fewer live registers */
 	g->replays++;
 	g->last_step = a->step;
+	g->last_stream = stream; /* device mode orders its next mask write after this launch */
 	return 0;
 }
 
@@ -156,11 +198,15 @@ int toggle_apply_all(struct toggle_agent *a)
 	int first = 0;
 	for (size_t i = 0; i < a->n_graphs; i++) {
 		struct tg_graph *g = a->graphs[i];
-		if (g->stale || !g->bound || g->applied_version == a->version)
+		/* Device-mode graphs take their set in stream order, at their launch. */
+		if (g->stale || !g->bound || g->applied_version == a->version ||
+		    g->dev == TG_DEV_ACTIVE)
 			continue;
 		int rc = tg_graph_sync(a, g);
 		if (rc && !first)
 			first = rc;
+		if (g->upload_pending)
+			g->applied_version = 0; /* its launch uploads first (launch_prepare) */
 	}
 	return first;
 }

@@ -16,8 +16,17 @@
  * CUDA_ERROR_ILLEGAL_STATE; launch or upload into a capturing stream is
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (the driver also invalidates the
  * capture; the simulator leaves it open).
+ *
+ * Device mode's model: device memory is a list of host allocations; a module
+ * is a table of host functions; a kernel node launched with the
+ * device-updatable attribute carries a second handle (its CUgraphDeviceNode)
+ * that toggle_sim_device_node_set_enabled() takes while a launch of its exec
+ * runs.  Work goes through one submission point (sim_submit): it runs at
+ * once, or in deferred mode joins its stream's queue, and sim_run() executes
+ * queued work in an order drawn from the seed among the runnable queue heads.
  */
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +42,10 @@ enum sim_kind {
 	SIM_GRAPH,
 	SIM_EXEC,
 	SIM_NODE,
+	SIM_DEVNODE,
+	SIM_MODULE,
+	SIM_FUNCTION,
+	SIM_EVENT,
 };
 
 /* First member of every object a handle points to. */
@@ -48,12 +61,19 @@ struct sim_obj {
 	struct sim_obj *prev, *next;
 };
 
+struct sim_nodeset;
+
 struct sim_node {
 	struct sim_hdr hdr;
+	struct sim_hdr devhdr;   /* the CUgraphDeviceNode handle, live when device-updatable */
+	struct sim_nodeset *set; /* the node set it belongs to */
 	unsigned index; /* position in its node set: an exec finds it in O(1) */
 	CUgraphNodeType type;
-	toggle_sim_kernel_fn fn; /* kernel nodes only */
+	toggle_sim_kernel_fn fn; /* kernel nodes of toggle_sim_launch_kernel */
 	void *arg;
+	const struct toggle_sim_function *func; /* kernel nodes of launch_kernel_ex */
+	unsigned char *params;                  /* their parameters, copied at capture */
+	bool devupd;
 };
 
 /*
@@ -68,6 +88,7 @@ struct sim_node {
  */
 struct sim_nodeset {
 	unsigned refs;
+	unsigned execs; /* live execs instantiated from it */
 	unsigned n, cap;
 	struct sim_node **v; /* pointers, so node addresses never move */
 };
@@ -78,16 +99,27 @@ struct sim_graph {
 	struct sim_obj obj;
 	struct sim_nodeset *nodes;
 	struct sim_stream *capturing; /* stream capturing into this graph, or NULL */
+	bool devupd;                  /* holds a device-updatable node */
 };
 
 struct sim_exec {
 	struct sim_obj obj;
 	struct sim_nodeset *nodes;
 	unsigned n;             /* nodes the graph had when instantiated */
-	unsigned char *enabled; /* one flag per node, all set at start */
+	unsigned char *enabled; /* one flag per node, all set at start: the host's state */
+	/* Device-updatable nodes run with the device's copy of their state: the
+	 * device-side calls set it, and an upload (or the first launch) copies
+	 * the host's state into it.  A host set_enabled on such a node reaches
+	 * launches only through an upload, as the driver requires. */
+	unsigned char *dev_enabled;
 	uint64_t launches;      /* successful launches, for debugging */
-	bool uploaded;
+	uint64_t enqueued;      /* launches and uploads submitted: each runs after those before */
+	uint64_t done;          /* launches and uploads run */
+	bool uploaded;          /* uploaded, or launched once */
+	bool dev_ok;            /* device-side calls succeed in the launch now running */
 };
+
+struct sim_work;
 
 struct sim_stream {
 	struct sim_obj obj;
@@ -95,6 +127,58 @@ struct sim_stream {
 	uint64_t capture_id;
 	CUgraphNode dep;      /* get_capture_info's dependency array (last node) */
 	CUgraphEdgeData edge; /* its edge data: zero, a default edge */
+	struct sim_work *head, *tail; /* deferred work, in stream order */
+};
+
+struct sim_module {
+	struct sim_obj obj;
+	const struct toggle_sim_image *image;
+	struct sim_function *functions; /* one per image function */
+};
+
+struct sim_function {
+	struct sim_hdr hdr;
+	struct sim_module *module;
+	const struct toggle_sim_function *f;
+};
+
+struct sim_event {
+	struct sim_obj obj;
+	uint64_t recorded; /* records submitted */
+	uint64_t reached;  /* records run */
+};
+
+/* One allocation of device memory. */
+struct sim_alloc {
+	struct sim_alloc *next;
+	size_t bytes;
+	unsigned char *data;
+};
+
+enum sim_work_kind {
+	SIM_W_KERNEL,    /* toggle_sim_launch_kernel outside capture */
+	SIM_W_KERNEL_EX, /* launch_kernel_ex outside capture */
+	SIM_W_GRAPH,     /* a graph launch */
+	SIM_W_UPLOAD,    /* a graph upload */
+	SIM_W_WRITE64,   /* one 64-bit write of a batch */
+	SIM_W_COPY,      /* an async host-to-device copy */
+	SIM_W_RECORD,    /* an event record */
+	SIM_W_WAIT,      /* a wait for an event record */
+};
+
+struct sim_work {
+	struct sim_work *next;
+	enum sim_work_kind kind;
+	toggle_sim_kernel_fn fn;                /* KERNEL */
+	void *arg;
+	const struct toggle_sim_function *func; /* KERNEL_EX */
+	struct sim_exec *exec;                  /* GRAPH */
+	uint64_t seq;                           /* GRAPH: launch number; RECORD/WAIT: record */
+	unsigned char *data;                    /* KERNEL_EX params, GRAPH enable snapshot, COPY */
+	unsigned char *dst;                     /* WRITE64, COPY */
+	uint64_t value;                         /* WRITE64 */
+	size_t bytes;                           /* COPY */
+	struct sim_event *event;                /* RECORD, WAIT */
 };
 
 struct sim_fail {
@@ -104,10 +188,17 @@ struct sim_fail {
 };
 
 struct toggle_sim {
-	struct sim_obj streams, graphs, execs; /* list heads; magic 0, never a handle */
+	/* list heads; magic 0, never a handle */
+	struct sim_obj streams, graphs, execs, modules, events;
 	uint64_t last_capture_id;
 	uint64_t calls[TOGGLE_SIM_OP_COUNT];
 	struct sim_fail fail[TOGGLE_SIM_OP_COUNT];
+	int driver_version;
+	struct sim_alloc *allocs;
+	size_t mem_in_use;
+	bool deferred;
+	uint64_t rng;             /* deferred mode's order */
+	struct sim_exec *running; /* exec whose launch is running, for device-side calls */
 };
 
 /* ---- objects and handles --------------------------------------------------- */
@@ -168,6 +259,29 @@ static struct sim_node *sim_node_of(CUgraphNode h)
 	return sim_handle(h, SIM_NODE);
 }
 
+static struct sim_node *sim_devnode_of(CUgraphDeviceNode h)
+{
+	struct sim_hdr *hdr = sim_handle(h, SIM_DEVNODE);
+
+	return hdr != NULL ? (struct sim_node *)((char *)hdr - offsetof(struct sim_node, devhdr))
+			   : NULL;
+}
+
+static struct sim_module *sim_module_of(CUmodule h)
+{
+	return sim_handle(h, SIM_MODULE);
+}
+
+static struct sim_function *sim_function_of(CUfunction h)
+{
+	return sim_handle(h, SIM_FUNCTION);
+}
+
+static struct sim_event *sim_event_of(CUevent h)
+{
+	return sim_handle(h, SIM_EVENT);
+}
+
 /* ---- counting and failure injection ----------------------------------------- */
 
 /* The injected error for this call of op, or CUDA_SUCCESS. */
@@ -215,8 +329,10 @@ static void sim_nodeset_put(struct sim_nodeset *ns)
 	if (--ns->refs > 0)
 		return;
 	/* The graph went first (sim_graph_free), so the handles are dead already. */
-	for (unsigned i = 0; i < ns->n; i++)
+	for (unsigned i = 0; i < ns->n; i++) {
+		free(ns->v[i]->params);
 		free(ns->v[i]);
+	}
 	free(ns->v);
 	free(ns);
 }
@@ -248,6 +364,9 @@ static struct sim_node *sim_nodeset_add(struct sim_nodeset *ns, struct toggle_si
 	nd->hdr.magic = SIM_MAGIC;
 	nd->hdr.kind = SIM_NODE;
 	nd->hdr.sim = sim;
+	nd->devhdr.kind = SIM_DEVNODE;
+	nd->devhdr.sim = sim;
+	nd->set = ns;
 	nd->index = ns->n;
 	nd->type = type;
 	nd->fn = fn;
@@ -275,6 +394,8 @@ static struct sim_graph *sim_graph_new(struct toggle_sim *sim)
 
 static void sim_graph_free(struct sim_graph *g)
 {
+	/* Device handles stay valid while an exec holds the nodes: they name the
+	 * instantiated node, which a planner inside that exec still updates. */
 	for (unsigned i = 0; i < g->nodes->n; i++)
 		g->nodes->v[i]->hdr.magic = 0;
 	sim_obj_kill(&g->obj);
@@ -297,8 +418,16 @@ static struct sim_exec *sim_exec_new(struct sim_graph *g)
 		return NULL;
 	}
 	memset(ex->enabled, 1, (size_t)ex->n + 1);
+	ex->dev_enabled = malloc((size_t)ex->n + 1);
+	if (ex->dev_enabled == NULL) {
+		free(ex->enabled);
+		free(ex);
+		return NULL;
+	}
+	memset(ex->dev_enabled, 1, (size_t)ex->n + 1);
 	ex->nodes = g->nodes;
 	ex->nodes->refs++;
+	ex->nodes->execs++;
 	sim_obj_add(sim, &sim->execs, &ex->obj, SIM_EXEC);
 	return ex;
 }
@@ -306,8 +435,10 @@ static struct sim_exec *sim_exec_new(struct sim_graph *g)
 static void sim_exec_free(struct sim_exec *ex)
 {
 	sim_obj_kill(&ex->obj);
+	ex->nodes->execs--;
 	sim_nodeset_put(ex->nodes);
 	free(ex->enabled);
+	free(ex->dev_enabled);
 	free(ex);
 }
 
@@ -343,6 +474,176 @@ static CUresult sim_exec_stream_check(const struct sim_exec *ex, CUstream stream
 	return CUDA_SUCCESS;
 }
 
+/* ---- work: submission, queues, execution ----------------------------------------- */
+
+static void sim_work_free(struct sim_work *w)
+{
+	free(w->data);
+	free(w);
+}
+
+/* Whether the head of a queue may run now. */
+static bool sim_work_runnable(const struct sim_work *w)
+{
+	switch (w->kind) {
+	case SIM_W_GRAPH:
+	case SIM_W_UPLOAD:
+		return w->exec->done == w->seq; /* launches of one exec run in submission order */
+	case SIM_W_WAIT:
+		return w->event->reached >= w->seq;
+	default:
+		return true;
+	}
+}
+
+static void sim_graph_run(struct sim_exec *ex, const unsigned char *snapshot);
+static void sim_graph_upload_run(struct sim_exec *ex, const unsigned char *snapshot);
+
+/* Execute one piece of work (it was runnable). */
+static void sim_work_exec(struct sim_work *w)
+{
+	switch (w->kind) {
+	case SIM_W_KERNEL:
+		w->fn(w->arg);
+		break;
+	case SIM_W_KERNEL_EX: {
+		void *pv[TOGGLE_SIM_MAX_PARAMS];
+		size_t off = 0;
+		for (unsigned i = 0; i < w->func->n_params; i++) {
+			pv[i] = w->data + off;
+			off += w->func->param_size[i];
+		}
+		w->func->fn(pv);
+		break;
+	}
+	case SIM_W_GRAPH:
+		sim_graph_run(w->exec, w->data);
+		break;
+	case SIM_W_UPLOAD:
+		sim_graph_upload_run(w->exec, w->data);
+		break;
+	case SIM_W_WRITE64:
+		memcpy(w->dst, &w->value, sizeof(w->value));
+		break;
+	case SIM_W_COPY:
+		memcpy(w->dst, w->data, w->bytes);
+		break;
+	case SIM_W_RECORD:
+		if (w->event->reached < w->seq)
+			w->event->reached = w->seq;
+		break;
+	case SIM_W_WAIT:
+		break;
+	}
+}
+
+/* Run work at once, or queue it on its stream in deferred mode (it owns w). */
+static void sim_submit(struct sim_stream *st, struct sim_work *w)
+{
+	struct toggle_sim *sim = st->obj.hdr.sim;
+
+	if (!sim->deferred) {
+		sim_work_exec(w);
+		sim_work_free(w);
+		return;
+	}
+	w->next = NULL;
+	if (st->tail != NULL)
+		st->tail->next = w;
+	else
+		st->head = w;
+	st->tail = w;
+}
+
+static uint64_t sim_rand(struct toggle_sim *sim) /* splitmix64 */
+{
+	uint64_t z = (sim->rng += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/*
+ * Run queued work until `until`'s queue is empty (NULL: every queue), one
+ * runnable queue head at a time, the queue drawn from the seed.  Work that
+ * can never run (a wait for a record never submitted) is a deadlock, as on
+ * the GPU: it stays queued and sim_run returns.
+ */
+static void sim_run(struct toggle_sim *sim, const struct sim_stream *until)
+{
+	for (;;) {
+		if (until != NULL && until->head == NULL)
+			return;
+		unsigned runnable = 0;
+		for (struct sim_obj *o = sim->streams.next; o != &sim->streams; o = o->next) {
+			const struct sim_stream *st = (const struct sim_stream *)o;
+			runnable += st->head != NULL && sim_work_runnable(st->head);
+		}
+		if (runnable == 0)
+			return;
+		unsigned pick = (unsigned)(sim_rand(sim) % runnable);
+		for (struct sim_obj *o = sim->streams.next; o != &sim->streams; o = o->next) {
+			struct sim_stream *st = (struct sim_stream *)o;
+			if (st->head == NULL || !sim_work_runnable(st->head) || pick-- > 0)
+				continue;
+			struct sim_work *w = st->head;
+			st->head = w->next;
+			if (st->head == NULL)
+				st->tail = NULL;
+			sim_work_exec(w);
+			sim_work_free(w);
+			break;
+		}
+	}
+}
+
+static struct sim_work *sim_work_new(enum sim_work_kind kind)
+{
+	struct sim_work *w = calloc(1, sizeof(*w));
+
+	if (w != NULL)
+		w->kind = kind;
+	return w;
+}
+
+/* Drop what a stream still has queued (the simulator is going away). */
+static void sim_stream_drop(struct sim_stream *st)
+{
+	while (st->head != NULL) {
+		struct sim_work *w = st->head;
+		st->head = w->next;
+		sim_work_free(w);
+	}
+	st->tail = NULL;
+}
+
+void toggle_sim_set_deferred(struct toggle_sim *sim, bool on, uint64_t seed)
+{
+	if (sim == NULL)
+		return;
+	if (!on)
+		sim_run(sim, NULL);
+	sim->deferred = on;
+	sim->rng = seed;
+}
+
+CUresult toggle_sim_stream_synchronize(CUstream stream)
+{
+	struct sim_stream *st = sim_stream_of(stream);
+
+	if (st == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	sim_run(st->obj.hdr.sim, st);
+	return st->head == NULL ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_STATE;
+}
+
+void toggle_sim_synchronize(struct toggle_sim *sim)
+{
+	if (sim != NULL)
+		sim_run(sim, NULL);
+}
+
 /* ---- simulator ---------------------------------------------------------------------- */
 
 int toggle_sim_create(struct toggle_sim **out)
@@ -355,14 +656,22 @@ int toggle_sim_create(struct toggle_sim **out)
 	sim_list_init(&sim->streams);
 	sim_list_init(&sim->graphs);
 	sim_list_init(&sim->execs);
+	sim_list_init(&sim->modules);
+	sim_list_init(&sim->events);
+	sim->driver_version = 13000;
 	*out = sim;
 	return 0;
 }
+
+static void sim_module_free(struct sim_module *m);
 
 void toggle_sim_destroy(struct toggle_sim *sim)
 {
 	if (sim == NULL)
 		return;
+	/* Queued work is dropped, not run: its kernels' arguments may be gone. */
+	for (struct sim_obj *o = sim->streams.next; o != &sim->streams; o = o->next)
+		sim_stream_drop((struct sim_stream *)o);
 	/* Execs and graphs first: they only drop node references.  Streams last,
 	 * so that a capturing stream's graph is freed once, from the graph list. */
 	while (sim->execs.next != &sim->execs)
@@ -374,7 +683,31 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 		sim_obj_kill(o);
 		free(o);
 	}
+	while (sim->modules.next != &sim->modules)
+		sim_module_free((struct sim_module *)sim->modules.next);
+	while (sim->events.next != &sim->events) {
+		struct sim_obj *o = sim->events.next;
+		sim_obj_kill(o);
+		free(o);
+	}
+	while (sim->allocs != NULL) {
+		struct sim_alloc *al = sim->allocs;
+		sim->allocs = al->next;
+		free(al->data);
+		free(al);
+	}
 	free(sim);
+}
+
+void toggle_sim_set_driver_version(struct toggle_sim *sim, int version)
+{
+	if (sim != NULL)
+		sim->driver_version = version;
+}
+
+int toggle_sim_driver_version(const struct toggle_sim *sim)
+{
+	return sim != NULL ? sim->driver_version : 0;
 }
 
 /* ---- streams and capture -------------------------------------------------------------- */
@@ -398,6 +731,9 @@ CUresult toggle_sim_stream_destroy(CUstream stream)
 
 	if (st == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
+	/* Like the driver, destroy returns at once and queued work still runs. */
+	sim_run(st->obj.hdr.sim, st);
+	sim_stream_drop(st);
 	if (st->capture != NULL)
 		sim_graph_free(st->capture);
 	sim_obj_kill(&st->obj);
@@ -442,15 +778,14 @@ CUresult toggle_sim_stream_end_capture(CUstream stream, CUgraph *graph_out)
 }
 
 /* Append a node to the capture; each node depends on the one before it. */
-static CUresult sim_capture_add(struct sim_stream *st, CUgraphNodeType type,
-				toggle_sim_kernel_fn fn, void *arg)
+static struct sim_node *sim_capture_add(struct sim_stream *st, CUgraphNodeType type,
+					toggle_sim_kernel_fn fn, void *arg)
 {
 	struct sim_node *nd = sim_nodeset_add(st->capture->nodes, st->obj.hdr.sim, type, fn, arg);
 
-	if (nd == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	st->dep = (CUgraphNode)nd;
-	return CUDA_SUCCESS;
+	if (nd != NULL)
+		st->dep = (CUgraphNode)nd;
+	return nd;
 }
 
 CUresult toggle_sim_launch_kernel(CUstream stream, toggle_sim_kernel_fn fn, void *arg)
@@ -462,8 +797,15 @@ CUresult toggle_sim_launch_kernel(CUstream stream, toggle_sim_kernel_fn fn, void
 	if (fn == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (st->capture != NULL)
-		return sim_capture_add(st, CU_GRAPH_NODE_TYPE_KERNEL, fn, arg);
-	fn(arg);
+		return sim_capture_add(st, CU_GRAPH_NODE_TYPE_KERNEL, fn, arg) != NULL
+			       ? CUDA_SUCCESS
+			       : CUDA_ERROR_OUT_OF_MEMORY;
+	struct sim_work *w = sim_work_new(SIM_W_KERNEL);
+	if (w == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	w->fn = fn;
+	w->arg = arg;
+	sim_submit(st, w);
 	return CUDA_SUCCESS;
 }
 
@@ -474,7 +816,9 @@ CUresult toggle_sim_memset(CUstream stream)
 	if (st == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (st->capture != NULL)
-		return sim_capture_add(st, CU_GRAPH_NODE_TYPE_MEMSET, NULL, NULL);
+		return sim_capture_add(st, CU_GRAPH_NODE_TYPE_MEMSET, NULL, NULL) != NULL
+			       ? CUDA_SUCCESS
+			       : CUDA_ERROR_OUT_OF_MEMORY;
 	return CUDA_SUCCESS;
 }
 
@@ -525,14 +869,19 @@ CUresult toggle_sim_stream_get_capture_info(CUstream stream, CUstreamCaptureStat
 
 /* ---- graphs, execs, nodes --------------------------------------------------------------- */
 
-CUresult toggle_sim_graph_instantiate(CUgraphExec *exec_out, CUgraph graph)
+CUresult toggle_sim_graph_instantiate_with_flags(CUgraphExec *exec_out, CUgraph graph,
+						 unsigned long long flags)
 {
 	struct sim_graph *g = sim_graph_of(graph);
 
 	if (g == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_INSTANTIATE,
-			      exec_out == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
+	CUresult check = CUDA_SUCCESS;
+	if (exec_out == NULL || flags != 0)
+		check = CUDA_ERROR_INVALID_VALUE;
+	else if (g->devupd && g->nodes->execs > 0)
+		check = CUDA_ERROR_NOT_SUPPORTED; /* the driver: one exec at a time */
+	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_INSTANTIATE, check);
 	if (r != CUDA_SUCCESS)
 		return r;
 	struct sim_exec *ex = sim_exec_new(g);
@@ -540,6 +889,11 @@ CUresult toggle_sim_graph_instantiate(CUgraphExec *exec_out, CUgraph graph)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*exec_out = (CUgraphExec)ex;
 	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_graph_instantiate(CUgraphExec *exec_out, CUgraph graph)
+{
+	return toggle_sim_graph_instantiate_with_flags(exec_out, graph, 0);
 }
 
 /* Like the driver, a graph cannot be destroyed while it is being captured into. */
@@ -561,6 +915,9 @@ CUresult toggle_sim_exec_destroy(CUgraphExec exec)
 
 	if (ex == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
+	/* Like the driver, launches already submitted still run. */
+	if (ex->done != ex->enqueued)
+		sim_run(ex->obj.hdr.sim, NULL);
 	sim_exec_free(ex);
 	return CUDA_SUCCESS;
 }
@@ -616,7 +973,57 @@ CUresult toggle_sim_graph_node_get_enabled(CUgraphExec exec, CUgraphNode node, u
 	return CUDA_SUCCESS;
 }
 
-/* Runs the enabled kernel nodes in capture order, synchronously. */
+/* Run one node's kernel. */
+static void sim_node_run(const struct sim_node *nd)
+{
+	if (nd->fn != NULL) {
+		nd->fn(nd->arg);
+		return;
+	}
+	void *pv[TOGGLE_SIM_MAX_PARAMS];
+	size_t off = 0;
+	for (unsigned i = 0; i < nd->func->n_params; i++) {
+		pv[i] = nd->params + off;
+		off += nd->func->param_size[i];
+	}
+	nd->func->fn(pv);
+}
+
+/*
+ * One launch: the enabled kernel nodes in capture order.  A device-updatable
+ * node's state is read when it runs (a planner before it may have changed it
+ * in this launch); any other node's is the host state at submission.
+ */
+static void sim_graph_run(struct sim_exec *ex, const unsigned char *snapshot)
+{
+	struct toggle_sim *sim = ex->obj.hdr.sim;
+	struct sim_exec *outer = sim->running;
+
+	ex->dev_ok = ex->uploaded;
+	if (!ex->uploaded) /* a first launch uploads, too late for its own device calls */
+		memcpy(ex->dev_enabled, snapshot, (size_t)ex->n + 1);
+	ex->uploaded = true;
+	sim->running = ex;
+	for (unsigned i = 0; i < ex->n; i++) {
+		const struct sim_node *nd = ex->nodes->v[i];
+		bool on = nd->devupd ? ex->dev_enabled[i] : snapshot[i];
+		if (on && nd->type == CU_GRAPH_NODE_TYPE_KERNEL)
+			sim_node_run(nd);
+	}
+	sim->running = outer;
+	ex->done++;
+	ex->launches++;
+}
+
+/* An upload: the device's copy of every node's state becomes the host's at submission. */
+static void sim_graph_upload_run(struct sim_exec *ex, const unsigned char *snapshot)
+{
+	memcpy(ex->dev_enabled, snapshot, (size_t)ex->n + 1);
+	ex->uploaded = true;
+	ex->done++;
+}
+
+/* Runs the enabled kernel nodes in capture order, now or in stream order (deferred). */
 CUresult toggle_sim_graph_launch(CUgraphExec exec, CUstream stream)
 {
 	struct sim_exec *ex = sim_exec_of(exec);
@@ -627,16 +1034,25 @@ CUresult toggle_sim_graph_launch(CUgraphExec exec, CUstream stream)
 			      sim_exec_stream_check(ex, stream));
 	if (r != CUDA_SUCCESS)
 		return r;
-	ex->launches++;
-	for (unsigned i = 0; i < ex->n; i++) {
-		const struct sim_node *nd = ex->nodes->v[i];
-		if (ex->enabled[i] && nd->type == CU_GRAPH_NODE_TYPE_KERNEL)
-			nd->fn(nd->arg);
+	struct sim_work *w = sim_work_new(SIM_W_GRAPH);
+	if (w != NULL && (w->data = malloc((size_t)ex->n + 1)) == NULL) {
+		free(w);
+		w = NULL;
 	}
+	if (w == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memcpy(w->data, ex->enabled, (size_t)ex->n + 1);
+	w->exec = ex;
+	w->seq = ex->enqueued++;
+	sim_submit(sim_stream_of(stream), w);
 	return CUDA_SUCCESS;
 }
 
-/* Nothing to copy on the host; the mark is there for device mode to check later. */
+/*
+ * In stream order, after the exec's earlier launches: the host's node states
+ * reach the device-updatable nodes, and device-side calls succeed from the
+ * next launch on.
+ */
 CUresult toggle_sim_graph_upload(CUgraphExec exec, CUstream stream)
 {
 	struct sim_exec *ex = sim_exec_of(exec);
@@ -647,7 +1063,432 @@ CUresult toggle_sim_graph_upload(CUgraphExec exec, CUstream stream)
 			      sim_exec_stream_check(ex, stream));
 	if (r != CUDA_SUCCESS)
 		return r;
-	ex->uploaded = true;
+	struct sim_work *w = sim_work_new(SIM_W_UPLOAD);
+	if (w != NULL && (w->data = malloc((size_t)ex->n + 1)) == NULL) {
+		free(w);
+		w = NULL;
+	}
+	if (w == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memcpy(w->data, ex->enabled, (size_t)ex->n + 1);
+	w->exec = ex;
+	w->seq = ex->enqueued++;
+	sim_submit(sim_stream_of(stream), w);
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_graph_node_get_dependent_nodes(CUgraphNode node, CUgraphNode *deps,
+						   CUgraphEdgeData *edges, size_t *n)
+{
+	const struct sim_node *nd = sim_node_of(node);
+
+	if (nd == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (n == NULL || (edges != NULL && deps == NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t have = nd->index + 1 < nd->set->n ? 1 : 0;
+	if (deps == NULL) {
+		*n = have;
+		return CUDA_SUCCESS;
+	}
+	for (size_t i = 0; i < *n; i++) {
+		deps[i] = i < have ? (CUgraphNode)nd->set->v[nd->index + 1] : NULL;
+		if (edges != NULL)
+			memset(&edges[i], 0, sizeof(edges[i]));
+	}
+	if (*n > have)
+		*n = have;
+	return CUDA_SUCCESS;
+}
+
+/* ---- device memory ------------------------------------------------------------------------ */
+
+CUresult toggle_sim_mem_alloc(struct toggle_sim *sim, CUdeviceptr *out, size_t bytes)
+{
+	if (sim == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sim_gate(sim, TOGGLE_SIM_OP_MEM_ALLOC,
+			      out == NULL || bytes == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_alloc *al = calloc(1, sizeof(*al));
+	if (al == NULL || (al->data = calloc(1, bytes)) == NULL) {
+		free(al);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	al->bytes = bytes;
+	al->next = sim->allocs;
+	sim->allocs = al;
+	sim->mem_in_use += bytes;
+	*out = (CUdeviceptr)(uintptr_t)al->data;
+	return CUDA_SUCCESS;
+}
+
+/* Queued work may still write it: like the driver's free, let it finish first. */
+CUresult toggle_sim_mem_free(struct toggle_sim *sim, CUdeviceptr p)
+{
+	if (sim == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (struct sim_alloc **pp = &sim->allocs; *pp != NULL; pp = &(*pp)->next) {
+		struct sim_alloc *al = *pp;
+		if ((CUdeviceptr)(uintptr_t)al->data != p)
+			continue;
+		sim_run(sim, NULL);
+		*pp = al->next;
+		sim->mem_in_use -= al->bytes;
+		free(al->data);
+		free(al);
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+size_t toggle_sim_mem_in_use(const struct toggle_sim *sim)
+{
+	return sim != NULL ? sim->mem_in_use : 0;
+}
+
+/* The host address of [p, p + bytes) if it lies inside one allocation, else NULL. */
+static unsigned char *sim_mem_at(const struct toggle_sim *sim, CUdeviceptr p, size_t bytes)
+{
+	for (const struct sim_alloc *al = sim->allocs; al != NULL; al = al->next) {
+		CUdeviceptr base = (CUdeviceptr)(uintptr_t)al->data;
+		if (p >= base && p - base <= al->bytes && bytes <= al->bytes - (p - base))
+			return al->data + (p - base);
+	}
+	return NULL;
+}
+
+CUresult toggle_sim_memcpy_htod_async(CUdeviceptr dst, const void *src, size_t bytes,
+				      CUstream stream)
+{
+	struct sim_stream *st = sim_stream_of(stream);
+
+	if (st == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	unsigned char *to = sim_mem_at(st->obj.hdr.sim, dst, bytes);
+	CUresult check = to == NULL || (src == NULL && bytes) ? CUDA_ERROR_INVALID_VALUE
+			 : st->capture != NULL ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+					       : CUDA_SUCCESS;
+	CUresult r = sim_gate(st->obj.hdr.sim, TOGGLE_SIM_OP_MEMCPY_HTOD, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_work *w = sim_work_new(SIM_W_COPY);
+	if (w != NULL && (w->data = malloc(bytes + 1)) == NULL) {
+		free(w);
+		w = NULL;
+	}
+	if (w == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (bytes)
+		memcpy(w->data, src, bytes);
+	w->dst = to;
+	w->bytes = bytes;
+	sim_submit(st, w);
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_memcpy_dtoh(struct toggle_sim *sim, void *dst, CUdeviceptr src, size_t bytes)
+{
+	if (sim == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	const unsigned char *from = sim_mem_at(sim, src, bytes);
+	if (from == NULL || (dst == NULL && bytes))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (bytes)
+		memcpy(dst, from, bytes);
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_stream_batch_mem_op(CUstream stream, unsigned count,
+					CUstreamBatchMemOpParams *ops, unsigned flags)
+{
+	struct sim_stream *st = sim_stream_of(stream);
+
+	if (st == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct toggle_sim *sim = st->obj.hdr.sim;
+	CUresult check = CUDA_SUCCESS;
+	if (ops == NULL || count == 0 || count > 255 || flags != 0)
+		check = CUDA_ERROR_INVALID_VALUE;
+	else if (st->capture != NULL)
+		check = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	for (unsigned i = 0; check == CUDA_SUCCESS && i < count; i++) {
+		if (ops[i].operation != CU_STREAM_MEM_OP_WRITE_VALUE_64)
+			check = CUDA_ERROR_NOT_SUPPORTED;
+		else if (ops[i].writeValue.flags != 0 || ops[i].writeValue.address % 8 != 0 ||
+			 sim_mem_at(sim, ops[i].writeValue.address, 8) == NULL)
+			check = CUDA_ERROR_INVALID_VALUE;
+	}
+	CUresult r = sim_gate(sim, TOGGLE_SIM_OP_BATCH_MEM_OP, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	/* All or nothing: every piece of work is made before any is submitted. */
+	struct sim_work *w[255];
+	for (unsigned i = 0; i < count; i++) {
+		if ((w[i] = sim_work_new(SIM_W_WRITE64)) == NULL) {
+			while (i-- > 0)
+				sim_work_free(w[i]);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		w[i]->dst = sim_mem_at(sim, ops[i].writeValue.address, 8);
+		w[i]->value = ops[i].writeValue.value64;
+	}
+	for (unsigned i = 0; i < count; i++)
+		sim_submit(st, w[i]);
+	return CUDA_SUCCESS;
+}
+
+/* ---- modules and launches with parameters ------------------------------------------------- */
+
+static void sim_module_free(struct sim_module *m)
+{
+	for (unsigned i = 0; i < m->image->n_functions; i++)
+		m->functions[i].hdr.magic = 0;
+	sim_obj_kill(&m->obj);
+	free(m->functions);
+	free(m);
+}
+
+CUresult toggle_sim_module_load(struct toggle_sim *sim, CUmodule *out, const void *image)
+{
+	const struct toggle_sim_image *img = image;
+
+	if (sim == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult check = CUDA_SUCCESS;
+	if (out == NULL || img == NULL)
+		check = CUDA_ERROR_INVALID_VALUE;
+	else if (img->magic != TOGGLE_SIM_IMAGE_MAGIC || (img->n_functions && !img->functions))
+		check = CUDA_ERROR_INVALID_IMAGE;
+	for (unsigned i = 0; check == CUDA_SUCCESS && i < img->n_functions; i++)
+		if (img->functions[i].fn == NULL ||
+		    img->functions[i].n_params > TOGGLE_SIM_MAX_PARAMS)
+			check = CUDA_ERROR_INVALID_IMAGE;
+	CUresult r = sim_gate(sim, TOGGLE_SIM_OP_MODULE_LOAD, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_module *m = calloc(1, sizeof(*m));
+	if (m == NULL || (m->functions = calloc(img->n_functions + 1, sizeof(*m->functions))) == NULL) {
+		free(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	m->image = img;
+	for (unsigned i = 0; i < img->n_functions; i++) {
+		m->functions[i].hdr = (struct sim_hdr){SIM_MAGIC, SIM_FUNCTION, sim};
+		m->functions[i].module = m;
+		m->functions[i].f = &img->functions[i];
+	}
+	sim_obj_add(sim, &sim->modules, &m->obj, SIM_MODULE);
+	*out = (CUmodule)m;
+	return CUDA_SUCCESS;
+}
+
+/* Captured nodes keep their function's description: the image outlives them (it is static). */
+CUresult toggle_sim_module_unload(CUmodule module)
+{
+	struct sim_module *m = sim_module_of(module);
+
+	if (m == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	sim_module_free(m);
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_module_get_function(CUfunction *out, CUmodule module, const char *name)
+{
+	struct sim_module *m = sim_module_of(module);
+
+	if (m == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (out == NULL || name == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < m->image->n_functions; i++) {
+		if (m->image->functions[i].name && strcmp(m->image->functions[i].name, name) == 0) {
+			*out = (CUfunction)&m->functions[i];
+			return CUDA_SUCCESS;
+		}
+	}
+	return CUDA_ERROR_NOT_FOUND;
+}
+
+/* The launch's parameters, copied into one block (param_size bytes each). */
+static unsigned char *sim_params_copy(const struct toggle_sim_function *f, void **params)
+{
+	size_t total = 0;
+	for (unsigned i = 0; i < f->n_params; i++)
+		total += f->param_size[i];
+	unsigned char *p = malloc(total + 1);
+	if (p == NULL)
+		return NULL;
+	size_t off = 0;
+	for (unsigned i = 0; i < f->n_params; i++) {
+		memcpy(p + off, params[i], f->param_size[i]);
+		off += f->param_size[i];
+	}
+	return p;
+}
+
+/* The device-updatable attribute of a launch: -1 bad, 0 absent or 0, 1 set (*which: its index). */
+static int sim_launch_devupd(const CUlaunchConfig *cfg, unsigned *which)
+{
+	int devupd = 0;
+
+	if (cfg->numAttrs && cfg->attrs == NULL)
+		return -1;
+	for (unsigned i = 0; i < cfg->numAttrs; i++) {
+		if (cfg->attrs[i].id != CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE)
+			continue;
+		int v = cfg->attrs[i].value.deviceUpdatableKernelNode.deviceUpdatable;
+		if (v != 0 && v != 1)
+			return -1;
+		devupd = v;
+		*which = i;
+	}
+	return devupd;
+}
+
+CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn, void **params,
+				     void **extra)
+{
+	struct sim_function *f = sim_function_of(fn);
+
+	if (config == NULL || f == NULL)
+		return config == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+	struct sim_stream *st = sim_stream_of(config->hStream);
+	if (st == NULL || st->obj.hdr.sim != f->hdr.sim)
+		return CUDA_ERROR_INVALID_HANDLE;
+	unsigned which = 0;
+	int devupd = sim_launch_devupd(config, &which);
+	CUresult check = CUDA_SUCCESS;
+	if (extra != NULL || (f->f->n_params && params == NULL) || devupd < 0 ||
+	    !config->gridDimX || !config->gridDimY || !config->gridDimZ || !config->blockDimX ||
+	    !config->blockDimY || !config->blockDimZ)
+		check = CUDA_ERROR_INVALID_VALUE;
+	else if (devupd == 1 && st->capture == NULL)
+		check = CUDA_ERROR_NOT_SUPPORTED; /* as the driver answers (H200, CUDA 13.0) */
+	CUresult r = sim_gate(st->obj.hdr.sim, TOGGLE_SIM_OP_LAUNCH_KERNEL_EX, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	unsigned char *copy = sim_params_copy(f->f, params);
+	if (copy == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (st->capture != NULL) {
+		struct sim_node *nd = sim_capture_add(st, CU_GRAPH_NODE_TYPE_KERNEL, NULL, NULL);
+		if (nd == NULL) {
+			free(copy);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		nd->func = f->f;
+		nd->params = copy;
+		if (devupd == 1) {
+			nd->devupd = true;
+			nd->devhdr.magic = SIM_MAGIC;
+			st->capture->devupd = true;
+			config->attrs[which].value.deviceUpdatableKernelNode.devNode =
+				(CUgraphDeviceNode)&nd->devhdr;
+		}
+		return CUDA_SUCCESS;
+	}
+	struct sim_work *w = sim_work_new(SIM_W_KERNEL_EX);
+	if (w == NULL) {
+		free(copy);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	w->func = f->f;
+	w->data = copy;
+	sim_submit(st, w);
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_device_node_set_enabled(CUgraphDeviceNode node, unsigned enable)
+{
+	struct sim_node *nd = sim_devnode_of(node);
+
+	if (nd == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct toggle_sim *sim = nd->hdr.sim;
+	const struct sim_exec *ex = sim->running;
+	CUresult check = CUDA_SUCCESS;
+	if (ex == NULL || ex->nodes != nd->set || nd->index >= ex->n || !nd->devupd)
+		check = CUDA_ERROR_INVALID_VALUE;
+	else if (!ex->dev_ok)
+		check = CUDA_ERROR_INVALID_VALUE; /* first launch without an upload */
+	CUresult r = sim_gate(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	sim->running->dev_enabled[nd->index] = enable != 0;
+	return CUDA_SUCCESS;
+}
+
+/* ---- events ------------------------------------------------------------------------------- */
+
+CUresult toggle_sim_event_create(struct toggle_sim *sim, CUevent *out)
+{
+	if (sim == NULL || out == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct sim_event *ev = calloc(1, sizeof(*ev));
+	if (ev == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	sim_obj_add(sim, &sim->events, &ev->obj, SIM_EVENT);
+	*out = (CUevent)ev;
+	return CUDA_SUCCESS;
+}
+
+/* Waits already queued on it still see it reached: run them first. */
+CUresult toggle_sim_event_destroy(CUevent event)
+{
+	struct sim_event *ev = sim_event_of(event);
+
+	if (ev == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	sim_run(ev->obj.hdr.sim, NULL);
+	sim_obj_kill(&ev->obj);
+	free(ev);
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_event_record(CUevent event, CUstream stream)
+{
+	struct sim_event *ev = sim_event_of(event);
+	struct sim_stream *st = sim_stream_of(stream);
+
+	if (ev == NULL || st == NULL || ev->obj.hdr.sim != st->obj.hdr.sim)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = sim_gate(st->obj.hdr.sim, TOGGLE_SIM_OP_EVENT_RECORD,
+			      st->capture != NULL ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+						  : CUDA_SUCCESS);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_work *w = sim_work_new(SIM_W_RECORD);
+	if (w == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	w->event = ev;
+	w->seq = ++ev->recorded;
+	sim_submit(st, w);
+	return CUDA_SUCCESS;
+}
+
+/* Waits for the event's latest record at the time of the call (none: nothing to wait for). */
+CUresult toggle_sim_stream_wait_event(CUstream stream, CUevent event, unsigned flags)
+{
+	struct sim_event *ev = sim_event_of(event);
+	struct sim_stream *st = sim_stream_of(stream);
+
+	if (ev == NULL || st == NULL || ev->obj.hdr.sim != st->obj.hdr.sim)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult check = flags != 0 ? CUDA_ERROR_INVALID_VALUE
+			 : st->capture != NULL ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+					       : CUDA_SUCCESS;
+	CUresult r = sim_gate(st->obj.hdr.sim, TOGGLE_SIM_OP_STREAM_WAIT_EVENT, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_work *w = sim_work_new(SIM_W_WAIT);
+	if (w == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	w->event = ev;
+	w->seq = ev->recorded;
+	sim_submit(st, w);
 	return CUDA_SUCCESS;
 }
 
@@ -665,6 +1506,8 @@ static const struct {
 	{ CUDA_ERROR_INVALID_HANDLE, "invalid resource handle" },
 	{ CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state" },
 	{ CUDA_ERROR_NOT_SUPPORTED, "operation not supported" },
+	{ CUDA_ERROR_NOT_FOUND, "named symbol not found" },
+	{ CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid" },
 	{ CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure" },
 	{ CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
 	  "operation not permitted when stream is capturing" },
@@ -718,8 +1561,9 @@ void toggle_sim_reset_counters(struct toggle_sim *sim)
 
 /* ---- the driver table --------------------------------------------------------------------- */
 
-void tg_cu_load_sim(struct tg_cu *cu)
+void tg_cu_load_sim(struct tg_cu *cu, struct toggle_sim *sim)
 {
+	memset(cu, 0, sizeof(*cu));
 	cu->stream_get_capture_info = toggle_sim_stream_get_capture_info;
 	cu->graph_node_get_type = toggle_sim_graph_node_get_type;
 	cu->graph_node_set_enabled = toggle_sim_graph_node_set_enabled;
@@ -727,6 +1571,18 @@ void tg_cu_load_sim(struct tg_cu *cu)
 	cu->graph_launch = toggle_sim_graph_launch;
 	cu->graph_upload = toggle_sim_graph_upload;
 	cu->get_error_string = toggle_sim_get_error_string;
-	cu->driver_version = 13000;
+	cu->launch_kernel_ex = toggle_sim_launch_kernel_ex;
+	cu->stream_batch_mem_op = toggle_sim_stream_batch_mem_op;
+	cu->memcpy_htod_async = toggle_sim_memcpy_htod_async;
+	cu->stream_synchronize = toggle_sim_stream_synchronize;
+	cu->event_record = toggle_sim_event_record;
+	cu->stream_wait_event = toggle_sim_stream_wait_event;
+	cu->graph_instantiate = toggle_sim_graph_instantiate_with_flags;
+	cu->graph_node_get_dependent_nodes = toggle_sim_graph_node_get_dependent_nodes;
+	cu->module_get_function = toggle_sim_module_get_function;
+	/* The handle-less ones are reached through tg_cu_*, which pass cu->sim. */
+	cu->planner_image = tg_planner_sim_image();
+	cu->driver_version = toggle_sim_driver_version(sim);
 	cu->dl = NULL;
+	cu->sim = sim;
 }

@@ -1,0 +1,30 @@
+# libtoggle.mk - device mode's planner kernel (libtoggle/src/planner.cu),
+# embedded in the library when nvcc exists.  Included by the top-level
+# Makefile; uses its B, NVCC and ALL_CFLAGS.
+#
+# libtoggle itself is plain C built by $(CC) and needs no nvcc: with nvcc,
+# planner.cu becomes a fatbin (sm_90 SASS + compute_90 PTX, which the driver
+# JIT-compiles for newer parts), scripts/embed.sh turns it into a header of
+# bytes, and planner_image.o is compiled with -DTG_HAVE_PLANNER_FATBIN.
+# Without nvcc (or with TOGGLE_NO_PLANNER=1; then `make clean` first)
+# planner_image.o holds no planner and device mode reports TOGGLE_ENOTSUP
+# (strict) or runs lazy.  The CPU tests use the simulator's planner either way.
+
+PLANNER_NVCC    := $(if $(filter 1,$(TOGGLE_NO_PLANNER)),,$(shell command -v '$(NVCC)' 2>/dev/null))
+PLANNER_GEN     := $(B)/gen
+PLANNER_FATBIN  := $(PLANNER_GEN)/tg_planner.fatbin
+PLANNER_H       := $(PLANNER_GEN)/tg_planner_fatbin.h
+PLANNER_GENCODE ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+PLANNER_OBJS    := $(B)/libtoggle/src/planner_image.o $(B)/san/libtoggle/src/planner_image.o
+
+ifneq ($(PLANNER_NVCC),)
+$(PLANNER_OBJS): $(PLANNER_H)
+$(PLANNER_OBJS): ALL_CFLAGS += -DTG_HAVE_PLANNER_FATBIN -I$(PLANNER_GEN)
+
+$(PLANNER_FATBIN): libtoggle/src/planner.cu libtoggle/src/planner.h
+	@mkdir -p $(dir $@)
+	'$(PLANNER_NVCC)' --fatbin -O3 $(PLANNER_GENCODE) -Ilibtoggle/src -o $@ $<
+
+$(PLANNER_H): $(PLANNER_FATBIN) scripts/embed.sh
+	scripts/embed.sh $< $@ tg_planner_fatbin_bytes
+endif

@@ -1,0 +1,68 @@
+/*
+ * planner.h - device mode's planner: the layout of its per-graph descriptor
+ * in device memory and the per-node step, shared by the CUDA kernel
+ * (planner.cu), its CPU model for the simulator (planner_sim.c) and the host
+ * side that fills the descriptor (device.c).  Plain C that nvcc also
+ * compiles; the includer defines TG_PLAN_QUAL (function qualifiers) and
+ * TG_PLAN_SET_ENABLED(node, on) (the device-side set-enabled call, 0 on
+ * success) before including it for tg_plan_node().
+ *
+ * One descriptor per graph, at a fixed device address that the planner node
+ * was captured with (with a tag naming that capture).  The host writes it
+ * whole once, at the graph's first bind in device mode, before any launch of
+ * the exec; after that the host writes only the mask words and the epoch,
+ * and only in stream order (stream memory operations on the launch stream
+ * before cuGraphLaunch), so each launch's planner reads what the host
+ * enqueued for it.  Everything else in it is the planner's own.
+ */
+#ifndef TG_PLANNER_H
+#define TG_PLANNER_H
+
+#include <stdint.h>
+
+#define TG_PLAN_THREADS 256 /* one block */
+
+enum { TG_PLAN_OFF = 0, TG_PLAN_ON = 1, TG_PLAN_UNKNOWN = 2 };
+
+struct tg_plan_desc {
+	/* Host, at the first bind. */
+	uint64_t tag;   /* the planner acts only when this equals its own tag */
+	uint64_t nodes; /* device address: uint64_t[n], the CUgraphDeviceNode of node i */
+	uint64_t mask;  /* device address: uint64_t[words], bit i = node i enabled */
+	uint64_t state; /* device address: uint8_t[n], TG_PLAN_* as the planner left node i */
+	uint32_t n;
+	uint32_t words;
+	/* Host, in stream order: != seen_epoch makes every node's state unknown. */
+	uint64_t epoch;
+	/* The planner's own. */
+	uint64_t seen_epoch;
+	uint64_t runs;     /* launches whose planner acted */
+	uint64_t calls;    /* device-side set-enabled calls */
+	uint64_t failures; /* of which failed (that node's state becomes unknown) */
+	uint64_t reserved[6];
+};
+
+#define TG_PLAN_DESC_SIZE 128
+
+#ifdef TG_PLAN_QUAL
+/*
+ * Bring node i to its mask bit if the planner's record says it differs (or
+ * force).  0: nothing called, 1: called and done, 2: called and failed.
+ */
+TG_PLAN_QUAL unsigned tg_plan_node(const uint64_t *mask, uint8_t *state, const uint64_t *nodes,
+				   uint32_t i, int force)
+{
+	unsigned on = (unsigned)(mask[i / 64] >> (i % 64)) & 1u;
+
+	if (!force && state[i] == on)
+		return 0;
+	if (TG_PLAN_SET_ENABLED(nodes[i], on) == 0) {
+		state[i] = (uint8_t)on;
+		return 1;
+	}
+	state[i] = TG_PLAN_UNKNOWN;
+	return 2;
+}
+#endif
+
+#endif /* TG_PLANNER_H */
