@@ -15,3 +15,8 @@ bench:
 	@scripts/deps.sh bench
 	@$(MAKE) --no-print-directory $(B)/bench/bench_host $(B)/bench/bench_daemon $(B)/toggled
 	@B=$(B) bench/run.sh
+
+# GPU figures (issue #5): libc, pthreads and CUDA only; skips cleanly without a GPU.
+.PHONY: gpu-bench
+gpu-bench:
+	@scripts/gpu-bench.sh
