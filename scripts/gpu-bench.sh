@@ -4,7 +4,7 @@
 # changing the producer set by six methods).  Figures only: nothing is
 # asserted about speed; the program checks only which producers ran.
 # Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check), like
-# scripts/gpu-check.sh, whose build it repeats into its own directory.
+# scripts/gpu-check.sh, whose build (scripts/gpu-lib.sh) it shares, in its own directory.
 # Skips cleanly (exit 0) when nvcc is missing; the program itself skips when
 # there is no CUDA device.  With $OUT set, the full results go to
 # $OUT/gpu_bench.csv (medians, min, max) and $OUT/gpu_bench_raw.csv (every
@@ -42,42 +42,9 @@ fi
 echo "gpu-bench: nvcc: $("$NVCC" --version | grep -i 'release' | tail -n 1)"
 echo "gpu-bench: cc: $("$CC" --version | head -n 1)"
 
-# ---- device mode's planner, embedded as libtoggle/libtoggle.mk does ------------
-# planner.cu -> fatbin -> a header of bytes; planner_image.c then carries it
-# (-DTG_HAVE_PLANNER_FATBIN).  Without planner.cu: no device mode to measure.
-mkdir -p "$B/obj" "$B/gen"
-rm -f "$B"/obj/*.o "$B"/gen/*
-planner_flags=""
-if [ -e libtoggle/src/planner.cu ]; then
-	"$NVCC" --fatbin -O3 \
-		-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-		-Ilibtoggle/src -o "$B/gen/tg_planner.fatbin" libtoggle/src/planner.cu ||
-		fail "build: $NVCC could not build libtoggle/src/planner.cu"
-	scripts/embed.sh "$B/gen/tg_planner.fatbin" "$B/gen/tg_planner_fatbin.h" \
-		tg_planner_fatbin_bytes || fail "build: scripts/embed.sh failed"
-	planner_flags="-DTG_HAVE_PLANNER_FATBIN -I$B/gen"
-	echo "gpu-bench: device mode's planner embedded"
-fi
-
-# ---- libtoggle: objects and a static archive (as scripts/gpu-check.sh) --------
-objs=""
-found=0
-for src in libtoggle/src/*.c; do
-	[ -e "$src" ] || break
-	found=1
-	obj="$B/obj/$(basename "$src" .c).o"
-	extra=""
-	[ "$(basename "$src")" = planner_image.c ] && extra=$planner_flags
-	# shellcheck disable=SC2086 # $extra is a list of flags without spaces
-	"$CC" -std=c17 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror $extra \
-		-Ilibtoggle/include -Iproto -isystem "$CUDA_HOME/include" -c "$src" -o "$obj" ||
-		fail "build: $CC could not compile $src"
-	objs="$objs $obj"
-done
-[ "$found" -eq 1 ] || fail "build: no libtoggle sources in libtoggle/src"
-rm -f "$B/libtoggle.a"
-# shellcheck disable=SC2086 # $objs is a list of paths without spaces
-ar rcs "$B/libtoggle.a" $objs || fail "build: ar could not make $B/libtoggle.a"
+TAG=gpu-bench
+. scripts/gpu-lib.sh
+gpu_build_libtoggle
 
 # ---- the benchmark -------------------------------------------------------------
 "$NVCC" -O2 -std=c++17 \

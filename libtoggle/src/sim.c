@@ -1023,18 +1023,21 @@ static void sim_graph_upload_run(struct sim_exec *ex, const unsigned char *snaps
 	ex->done++;
 }
 
-/* Runs the enabled kernel nodes in capture order, now or in stream order (deferred). */
-CUresult toggle_sim_graph_launch(CUgraphExec exec, CUstream stream)
+/*
+ * Launch and upload both queue, in stream order, a snapshot of the exec's
+ * host-side enable states taken now (a later host change does not reach it).
+ */
+static CUresult sim_enqueue_exec(CUgraphExec exec, CUstream stream, enum toggle_sim_op op,
+				 enum sim_work_kind kind)
 {
 	struct sim_exec *ex = sim_exec_of(exec);
 
 	if (ex == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult r = sim_gate(ex->obj.hdr.sim, TOGGLE_SIM_OP_GRAPH_LAUNCH,
-			      sim_exec_stream_check(ex, stream));
+	CUresult r = sim_gate(ex->obj.hdr.sim, op, sim_exec_stream_check(ex, stream));
 	if (r != CUDA_SUCCESS)
 		return r;
-	struct sim_work *w = sim_work_new(SIM_W_GRAPH);
+	struct sim_work *w = sim_work_new(kind);
 	if (w != NULL && (w->data = malloc((size_t)ex->n + 1)) == NULL) {
 		free(w);
 		w = NULL;
@@ -1048,6 +1051,12 @@ CUresult toggle_sim_graph_launch(CUgraphExec exec, CUstream stream)
 	return CUDA_SUCCESS;
 }
 
+/* Runs the enabled kernel nodes in capture order, now or in stream order (deferred). */
+CUresult toggle_sim_graph_launch(CUgraphExec exec, CUstream stream)
+{
+	return sim_enqueue_exec(exec, stream, TOGGLE_SIM_OP_GRAPH_LAUNCH, SIM_W_GRAPH);
+}
+
 /*
  * In stream order, after the exec's earlier launches: the host's node states
  * reach the device-updatable nodes, and device-side calls succeed from the
@@ -1055,26 +1064,7 @@ CUresult toggle_sim_graph_launch(CUgraphExec exec, CUstream stream)
  */
 CUresult toggle_sim_graph_upload(CUgraphExec exec, CUstream stream)
 {
-	struct sim_exec *ex = sim_exec_of(exec);
-
-	if (ex == NULL)
-		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult r = sim_gate(ex->obj.hdr.sim, TOGGLE_SIM_OP_GRAPH_UPLOAD,
-			      sim_exec_stream_check(ex, stream));
-	if (r != CUDA_SUCCESS)
-		return r;
-	struct sim_work *w = sim_work_new(SIM_W_UPLOAD);
-	if (w != NULL && (w->data = malloc((size_t)ex->n + 1)) == NULL) {
-		free(w);
-		w = NULL;
-	}
-	if (w == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	memcpy(w->data, ex->enabled, (size_t)ex->n + 1);
-	w->exec = ex;
-	w->seq = ex->enqueued++;
-	sim_submit(sim_stream_of(stream), w);
-	return CUDA_SUCCESS;
+	return sim_enqueue_exec(exec, stream, TOGGLE_SIM_OP_GRAPH_UPLOAD, SIM_W_UPLOAD);
 }
 
 CUresult toggle_sim_graph_node_get_dependent_nodes(CUgraphNode node, CUgraphNode *deps,
