@@ -289,6 +289,60 @@ START_TEST(test_only_changed_nodes_set)
 }
 END_TEST
 
+
+/* Several nodes per hook: a change of k hooks sets exactly their 2k nodes,
+ * through the hook index, and a failure half way is retried in full. */
+START_TEST(test_changes_reach_every_node_of_a_hook)
+{
+	struct fx f;
+	fx_open(&f, TOGGLE_MODE_LAZY);
+	ck_assert_int_eq(toggle_capture_begin(f.agent), 0);
+	ck_assert_int_eq(toggle_sim_stream_begin_capture(f.stream), CUDA_SUCCESS);
+	for (int copy = 0; copy < 2; copy++) /* two passes: each hook gets two nodes */
+		for (uint16_t t = 0; t < NT; t++)
+			for (uint16_t l = 0; l < NL; l++) {
+				struct producer *p = &f.prod[copy][t * NL + l];
+				*p = (struct producer){.fx = &f, .hook = {t, l}};
+				ck_assert_int_eq(toggle_sim_launch_kernel(f.stream, producer_fn, p), 0);
+				ck_assert_int_eq(toggle_record_producer(f.agent, f.stream, p->hook), 0);
+			}
+	ck_assert_int_eq(toggle_sim_stream_end_capture(f.stream, &f.graph[0]), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_capture_end(f.agent), 0);
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&f.exec[0], f.graph[0]), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_graph_bind(f.agent, f.graph[0], f.exec[0]), 0);
+	struct toggle_set s = spec("none"), ran;
+	ck_assert_int_eq(toggle_step_begin(f.agent, 0, NULL), 0);
+	ck_assert_int_eq(fx_launch(&f, 0, &ran), 0); /* first sync: every node */
+	static const char *const steps[] = {"mlp_out:7", "mlp_out:7,resid_post:0", "attn_out:3-4",
+					    "none", "*:5", "resid_post:0"};
+	for (int i = 0; i < 6; i++) {
+		struct toggle_set next = spec(steps[i]);
+		struct toggle_set gone = s, came = next; /* the hooks that change */
+		toggle_set_subtract(&gone, &next);
+		toggle_set_subtract(&came, &s);
+		size_t k = toggle_set_count(&gone) + toggle_set_count(&came);
+		ck_assert_int_eq(toggle_set_enabled(f.agent, &next), 0);
+		ck_assert_int_eq(toggle_step_begin(f.agent, i + 1, NULL), 0);
+		uint64_t c = set_calls(&f);
+		if (i == 3) {
+			/* The second call of this change fails: the launch is refused;
+			 * the retry sets the failed node and the rest, 2k + 1 in all. */
+			toggle_sim_fail(f.sim, TOGGLE_SIM_OP_NODE_SET_ENABLED, 1, 1,
+					CUDA_ERROR_INVALID_VALUE);
+			ck_assert_int_eq(fx_launch(&f, 0, &ran), TOGGLE_ECUDA);
+			ck_assert_int_eq(fx_launch(&f, 0, &ran), 0);
+			ck_assert_uint_eq(set_calls(&f) - c, 2 * k + 1);
+		} else {
+			ck_assert_int_eq(fx_launch(&f, 0, &ran), 0);
+			ck_assert_uint_eq(set_calls(&f) - c, 2 * k);
+		}
+		assert_set_eq(&ran, &next);
+		s = next;
+	}
+	fx_close(&f);
+}
+END_TEST
+
 /* 6. A plan for a step that has begun is rejected whole. */
 START_TEST(test_late_plan_rejected)
 {
@@ -715,6 +769,7 @@ static Suite *agent_suite(void)
 	tcase_add_loop_test(tc, test_rebind_resets_and_syncs, 0, 6);
 	tcase_add_loop_test(tc, test_launch_other_exec_rebinds, 0, 6);
 	tcase_add_loop_test(tc, test_only_changed_nodes_set, 0, 2);
+	tcase_add_test(tc, test_changes_reach_every_node_of_a_hook);
 	tcase_add_test(tc, test_late_plan_rejected);
 	tcase_add_test(tc, test_standing_change_waits_for_step);
 	tcase_add_test(tc, test_agents_share_nothing);

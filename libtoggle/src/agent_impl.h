@@ -41,6 +41,10 @@ struct tg_graph {
 	struct tg_node *nodes;
 	uint8_t *state;           /* enum tg_node_state per node, for exec */
 	uint32_t n_nodes, cap_nodes;
+	uint32_t *by_hook;        /* node indices ordered by hook; NULL until a sync needs it */
+	uint32_t wlo, whi;        /* bitmap words holding covered hooks (with by_hook) */
+	struct toggle_set synced; /* the set every node of exec holds, if synced_valid */
+	bool synced_valid;        /* false: some node state unknown, sync them all */
 	struct toggle_set covered;
 	uint32_t hooks_covered;
 	CUgraphExec exec;

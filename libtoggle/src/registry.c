@@ -23,6 +23,7 @@ static void graph_free(struct tg_graph *g)
 {
 	free(g->nodes);
 	free(g->state);
+	free(g->by_hook);
 	free(g->shadow);
 	free(g);
 }
@@ -70,6 +71,7 @@ static void graph_clear(struct toggle_agent *a, struct tg_graph *g)
 	a->launches_retired += g->replays;
 	free(g->nodes);
 	free(g->state);
+	free(g->by_hook);
 	struct tg_graph keep = *g;
 	memset(g, 0, sizeof(*g));
 	g->graph = keep.graph;
@@ -90,6 +92,7 @@ void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec)
 	g->applied_version = 0;
 	g->last_step = -1;
 	memset(g->state, TG_NODE_UNKNOWN, g->n_nodes);
+	g->synced_valid = false;
 }
 
 static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook, uint64_t devnode)
@@ -112,6 +115,9 @@ static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook, u
 	}
 	g->nodes[g->n_nodes] = (struct tg_node){.node = node, .hook = hook, .devnode = devnode};
 	g->state[g->n_nodes] = TG_NODE_UNKNOWN;
+	free(g->by_hook); /* the index no longer covers every node */
+	g->by_hook = NULL;
+	g->synced_valid = false;
 	g->n_nodes++;
 	g->n_devnodes += devnode != 0;
 	if (!tg_set_has(&g->covered, hook)) {

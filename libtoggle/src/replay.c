@@ -7,7 +7,135 @@
  * are enqueued on the launch stream for the graph's planner (device mode,
  * device.c).  Any failure refuses the launch.
  */
+#include <stdlib.h>
+
 #include "agent_impl.h"
+
+/* Set node i of g's exec; on failure its state becomes unknown. */
+static int sync_node(struct toggle_agent *a, struct tg_graph *g, uint32_t i, uint8_t on)
+{
+	a->stats.node_set_calls++;
+	CUresult r = a->cu.graph_node_set_enabled(g->exec, g->nodes[i].node, on);
+	if (r != CUDA_SUCCESS) {
+		/* The driver may or may not have changed it: unknown, and the
+		 * exec does not hold any version until a sync completes. */
+		g->state[i] = TG_NODE_UNKNOWN;
+		g->applied_version = 0;
+		a->anomalies.driver_errors++;
+		uint32_t h = g->nodes[i].hook;
+		return tg_fail(a, TOGGLE_ECUDA,
+			       "graph %p exec %p: cuGraphNodeSetEnabled(hook %u:%u, %s): %s",
+			       (void *)g->graph, (void *)g->exec, h / TOGGLE_MAX_LAYERS,
+			       h % TOGGLE_MAX_LAYERS, on ? "on" : "off", tg_cu_errstr(&a->cu, r));
+	}
+	g->state[i] = on;
+	g->upload_pending |= g->nodes[i].devnode != 0;
+	return 0;
+}
+
+/* Every node whose cached state differs (after a bind: all of them). */
+static int sync_all(struct toggle_agent *a, struct tg_graph *g, const struct toggle_set *want)
+{
+	for (uint32_t i = 0; i < g->n_nodes; i++) {
+		uint8_t on = tg_set_has(want, g->nodes[i].hook) ? TG_NODE_ON : TG_NODE_OFF;
+		int rc = g->state[i] == on ? 0 : sync_node(a, g, i, on);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+	return (a > b) - (a < b);
+}
+
+/* Build g->by_hook once per capture; false when memory is short. */
+static bool sync_index(struct tg_graph *g)
+{
+	if (g->by_hook)
+		return true;
+	uint64_t *keys = malloc((size_t)g->n_nodes * sizeof(*keys));
+	uint32_t *idx = malloc((size_t)g->n_nodes * sizeof(*idx));
+	if (!keys || !idx) {
+		free(keys);
+		free(idx);
+		return false;
+	}
+	for (uint32_t i = 0; i < g->n_nodes; i++)
+		keys[i] = (uint64_t)g->nodes[i].hook << 32 | i;
+	qsort(keys, g->n_nodes, sizeof(*keys), cmp_u64);
+	for (uint32_t i = 0; i < g->n_nodes; i++)
+		idx[i] = (uint32_t)keys[i];
+	free(keys);
+	g->by_hook = idx;
+	/* The words of the hook bitmap this graph covers at all. */
+	g->wlo = TOGGLE_MAX_HOOKS / 64;
+	g->whi = 0;
+	for (uint32_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++) {
+		if (!g->covered.bits[w])
+			continue;
+		g->wlo = w < g->wlo ? w : g->wlo;
+		g->whi = w + 1;
+	}
+	return true;
+}
+
+/* The first position >= from in by_hook whose node has a hook >= hook:
+ * galloping from the cursor, since changed hooks come in increasing order. */
+static uint32_t sync_seek(const struct tg_graph *g, uint32_t from, uint32_t hook)
+{
+	uint32_t step = 1, lo = from, hi = from;
+	while (hi < g->n_nodes && g->nodes[g->by_hook[hi]].hook < hook) {
+		lo = hi + 1;
+		hi += step;
+		step *= 2;
+	}
+	if (hi > g->n_nodes)
+		hi = g->n_nodes;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (g->nodes[g->by_hook[mid]].hook < hook)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/*
+ * Only the nodes of hooks that changed since the exec last held a whole set,
+ * found through the hook-ordered index: O(words + changed * log) instead of
+ * a pass over every node.  Returns 1 when so many changed that the plain
+ * pass is cheaper (nothing done then).
+ */
+static int sync_changed(struct toggle_agent *a, struct tg_graph *g, const struct toggle_set *want)
+{
+	uint32_t changed = 0;
+	for (uint32_t w = g->wlo; w < g->whi; w++)
+		changed += (uint32_t)__builtin_popcountll((want->bits[w] ^ g->synced.bits[w]) &
+							   g->covered.bits[w]);
+	if (changed * 8u > g->hooks_covered)
+		return 1;
+	uint32_t pos = 0;
+	for (uint32_t w = g->wlo; w < g->whi; w++) {
+		uint64_t d = (want->bits[w] ^ g->synced.bits[w]) & g->covered.bits[w];
+		while (d) {
+			uint32_t hook = w * 64 + (uint32_t)__builtin_ctzll(d);
+			d &= d - 1;
+			uint8_t on = tg_set_has(want, hook) ? TG_NODE_ON : TG_NODE_OFF;
+			for (pos = sync_seek(g, pos, hook);
+			     pos < g->n_nodes && g->nodes[g->by_hook[pos]].hook == hook; pos++) {
+				uint32_t i = g->by_hook[pos];
+				int rc = g->state[i] == on ? 0 : sync_node(a, g, i, on);
+				if (rc)
+					return rc;
+			}
+		}
+	}
+	return 0;
+}
 
 int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g)
 {
@@ -21,28 +149,15 @@ int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g)
 			       "are toggled by its planner (device mode); host and device toggles "
 			       "never mix on one exec", (void *)g->graph, (void *)g->exec);
 	}
-	for (uint32_t i = 0; i < g->n_nodes; i++) {
-		uint8_t on = tg_set_has(want, g->nodes[i].hook) ? TG_NODE_ON : TG_NODE_OFF;
-		if (g->state[i] == on)
-			continue;
-		a->stats.node_set_calls++;
-		CUresult r = a->cu.graph_node_set_enabled(g->exec, g->nodes[i].node, on);
-		if (r != CUDA_SUCCESS) {
-			/* The driver may or may not have changed it: unknown, and the
-			 * exec does not hold any version until a sync completes. */
-			g->state[i] = TG_NODE_UNKNOWN;
-			g->applied_version = 0;
-			a->anomalies.driver_errors++;
-			uint32_t h = g->nodes[i].hook;
-			return tg_fail(a, TOGGLE_ECUDA,
-				       "graph %p exec %p: cuGraphNodeSetEnabled(hook %u:%u, %s): %s",
-				       (void *)g->graph, (void *)g->exec, h / TOGGLE_MAX_LAYERS,
-				       h % TOGGLE_MAX_LAYERS, on ? "on" : "off",
-				       tg_cu_errstr(&a->cu, r));
-		}
-		g->state[i] = on;
-		g->upload_pending |= g->nodes[i].devnode != 0;
+	int rc = g->synced_valid && sync_index(g) ? sync_changed(a, g, want) : 1;
+	if (rc == 1)
+		rc = sync_all(a, g, want);
+	if (rc) {
+		g->synced_valid = false;
+		return rc;
 	}
+	g->synced = *want;
+	g->synced_valid = true;
 	g->applied_version = a->version;
 	a->stats.syncs++;
 	return 0;
