@@ -86,40 +86,10 @@ static const char *const meth_keys[N_METH] = {"lazy", "recapture_instantiate",
 static const char *const type_names[1] = {"resid_post"};
 static bool g_no_device; /* --no-device: leave graphtoggle device mode out */
 
-/* ---- failure ---------------------------------------------------------------- */
+/* ---- failure: die(), CUDA_CHECK, TG_CHECK ---------------------------------- */
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void die(const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	printf("gpu-bench: FAIL (%s)\n", msg);
-	fflush(stdout);
-	exit(1);
-}
-
-#define CUDA_CHECK(call)                                                              \
-	do {                                                                          \
-		cudaError_t e_ = (call);                                              \
-		if (e_ != cudaSuccess)                                                \
-			die("%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,          \
-			    cudaGetErrorName(e_), cudaGetErrorString(e_));            \
-	} while (0)
-
-#define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
-
-#define TG_CHECK(agent, call)                                                         \
-	do {                                                                          \
-		int r_ = (call);                                                      \
-		if (r_ != TOGGLE_OK)                                                  \
-			die("%s:%d: %s returned %d (%s): %s", __FILE__, __LINE__,     \
-			    #call, r_, toggle_strerror(r_), toggle_last_error(agent)); \
-	} while (0)
+#define GPU_TAG "gpu-bench"
+#include "gpu_fail.h"
 
 static void on_alarm(int sig)
 {

@@ -92,41 +92,10 @@ struct ring_rec {
 	long long step;
 };
 
-/* ---- failure ---------------------------------------------------------------- */
+/* ---- failure: die(), CUDA_CHECK, TG_CHECK ---------------------------------- */
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void die(const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	printf("gpu-check: FAIL (%s)\n", msg);
-	fflush(stdout);
-	exit(1);
-}
-
-#define CUDA_CHECK(call)                                                              \
-	do {                                                                          \
-		cudaError_t e_ = (call);                                              \
-		if (e_ != cudaSuccess)                                                \
-			die("%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,          \
-			    cudaGetErrorName(e_), cudaGetErrorString(e_));            \
-	} while (0)
-
-/* After kernel launches: launch configuration errors surface here. */
-#define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
-
-#define TG_CHECK(agent, call)                                                         \
-	do {                                                                          \
-		int r_ = (call);                                                      \
-		if (r_ != TOGGLE_OK)                                                  \
-			die("%s:%d: %s returned %d (%s): %s", __FILE__, __LINE__,     \
-			    #call, r_, toggle_strerror(r_), toggle_last_error(agent)); \
-	} while (0)
+#define GPU_TAG "gpu-check"
+#include "gpu_fail.h"
 
 /* ---- kernels ---------------------------------------------------------------- */
 

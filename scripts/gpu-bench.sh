@@ -49,7 +49,7 @@ gpu_build_libtoggle
 # ---- the benchmark -------------------------------------------------------------
 "$NVCC" -O2 -std=c++17 \
 	-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-	-Ilibtoggle/include -Xcompiler -Wall,-Wextra,-Werror \
+	-Ilibtoggle/include -Iexamples -Xcompiler -Wall,-Wextra,-Werror \
 	-o "$B/gpu_bench" bench/gpu_bench.cu "$B/libtoggle.a" -ldl -lpthread ||
 	fail "build: $NVCC could not build bench/gpu_bench.cu"
 
