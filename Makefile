@@ -97,6 +97,7 @@ check-run: $(TEST_BIN)
 -include daemon/daemon.mk
 -include client/client.mk
 -include bench/bench.mk
+-include fuzz/fuzz.mk
 
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:
