@@ -351,6 +351,7 @@ struct agent_opts {
 	int64_t start;  /* first step */
 	bool steps;     /* false: register, capture, bind, then only sleep (never launches) */
 	int period_ms;  /* sleep between steps; 0 means 1 ms */
+	int64_t anomaly_at; /* > 0: at this step, record a producer outside any capture window */
 };
 
 static volatile sig_atomic_t child_stop;
@@ -477,8 +478,11 @@ _Noreturn static void agent_main(const struct env *e, const struct agent_opts *o
 
 	int code = AGENT_OK;
 	for (int64_t step = o->start; !child_stop && code == AGENT_OK; step++) {
+		if (o->anomaly_at > 0 && step == o->anomaly_at &&
+		    toggle_record_producer(a, stream, hooks[0][0]) != TOGGLE_ECAPTURE)
+			code = AGENT_SETUP; /* refused and counted, or the test is wrong */
 		if (o->steps)
-			code = child_step(a, lfd, step, graph, exec, stream);
+			code = code == AGENT_OK ? child_step(a, lfd, step, graph, exec, stream) : code;
 		sleep_ms(o->period_ms > 0 ? o->period_ms : 1);
 	}
 	toggle_agent_close(a);
@@ -1623,12 +1627,17 @@ START_TEST(test_watch)
 	int rc = rpc_watch(w, NULL, err);
 	ASSERT_CODE(rc, 0, err);
 
-	int a = agent_start(&e,
-			&(struct agent_opts){.name = "watched", .group = "g", .steps = true});
+	int a = agent_start(&e, &(struct agent_opts){.name = "watched", .group = "g", .steps = true,
+						     .anomaly_at = 50});
 	struct evinfo joined = event_wait(w, TOGGLE__EVENT_KIND__AGENT_JOINED, "watched", 10000);
 	struct ainfo ai = agent_wait_listed(c, &e.agents[a], 1);
 	ASSERT(joined.agent_id == ai.id, "joined agent %llu, listed %llu",
 	       (unsigned long long)joined.agent_id, (unsigned long long)ai.id);
+
+	/* The agent's anomaly (a producer recorded outside a capture window) is
+	 * reported from its status lane. */
+	struct evinfo anomaly = event_wait(w, TOGGLE__EVENT_KIND__ANOMALY, "watched", 10000);
+	ASSERT(anomaly.agent_id == ai.id, "ANOMALY for agent %llu", (unsigned long long)anomaly.agent_id);
 
 	uint64_t v = set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:*");
 	struct evinfo applied = event_wait(w, TOGGLE__EVENT_KIND__SET_APPLIED, "watched", 10000);
