@@ -119,6 +119,7 @@ int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out
 	}
 	if (rc == 0 && cfg->socket_path && cfg->socket_path[0])
 		rc = tg_control_open(a, cfg->socket_path);
+	tg_fast_update(a);
 	if (rc) {
 		/* No agent to hold the text: callers use the code (toggle_strerror). */
 		toggle_agent_close(a);
@@ -175,6 +176,7 @@ static void agent_set_current(struct toggle_agent *a, const struct toggle_set *s
 	a->current = *set;
 	a->version++;
 	a->stats.version = a->version;
+	tg_fast_update(a);
 }
 
 int toggle_set_enabled(struct toggle_agent *a, const struct toggle_set *set)
@@ -299,6 +301,7 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 	if (effective)
 		*effective = a->current;
 	a->ctl_version_step = a->ctl_version;
+	tg_fast_update(a);
 	/* Eager: apply now.  A failure leaves that exec out of date, and its
 	 * next launch retries the sync and is refused if it fails again. */
 	if (a->mode == TOGGLE_MODE_EAGER)

@@ -128,6 +128,7 @@ struct toggle_agent {
 	uint64_t ctl_version;        /* control version last read */
 	uint64_t ctl_version_step;   /* control version in effect for this step */
 	uint64_t ctl_published;      /* version_applied last published */
+	uint64_t fast_version;       /* what the replay fast path compares: tg_fast_update() */
 	uint64_t plan_consumed;      /* control plan slots consumed */
 	uint64_t plan_clears;        /* control plan clears seen */
 	uint64_t plan_rejected, plan_rejected_batch;
@@ -181,6 +182,19 @@ int tg_control_open(struct toggle_agent *a, const char *socket_path);
 void tg_control_close(struct toggle_agent *a);
 void tg_control_poll(struct toggle_agent *a);     /* read the control lane if its seq moved */
 void tg_status_publish(struct toggle_agent *a);   /* write the status lane */
+
+/*
+ * The version the replay fast path compares an exec's with: the current one,
+ * or one no exec ever holds while a launch has daemon-lane work to do (an
+ * agent that never began a step polls the lane at every launch; the first
+ * replay under a new control version is reported).  Called after anything
+ * it depends on changes: version, step, ctl_version_step, ctl_published.
+ */
+static inline void tg_fast_update(struct toggle_agent *a)
+{
+	bool lane_work = a->shm.ctl && (a->step < 0 || a->ctl_published != a->ctl_version_step);
+	a->fast_version = lane_work ? UINT64_MAX : a->version;
+}
 
 static inline bool tg_control_changed(const struct toggle_agent *a)
 {

@@ -230,6 +230,7 @@ static void launch_control_before(struct toggle_agent *a)
 	if (a->step < 0 && tg_control_changed(a)) {
 		tg_control_poll(a);
 		a->ctl_version_step = a->ctl_version;
+		tg_fast_update(a);
 	}
 }
 
@@ -238,6 +239,7 @@ static void launch_control_after(struct toggle_agent *a)
 	if (a->ctl_published != a->ctl_version_step) {
 		a->ctl_published = a->ctl_version_step;
 		tg_status_publish(a);
+		tg_fast_update(a);
 	}
 }
 
@@ -288,16 +290,15 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
 }
 
 /*
- * The hot path: a known graph whose bound exec holds the current set, in an
- * agent without a daemon lane.  Stale and unbound records hold exec NULL and
- * version 0 (versions start at 1), so the two compares are the whole guard.
- * Anything else, and any failure, goes through launch_slow().
+ * The hot path: a known graph whose bound exec holds the current set, with no
+ * daemon-lane work pending (tg_fast_update).  Stale and unbound records hold
+ * exec NULL and version 0 (versions start at 1), so the two compares are the
+ * whole guard.  Anything else, and any failure, goes through launch_slow().
  */
 int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec, CUstream stream)
 {
 	struct tg_graph *g = tg_graph_find(a, graph);
-	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->version ||
-			     a->shm.ctl != NULL, 0))
+	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->fast_version, 0))
 		return launch_slow(a, graph, exec, stream);
 	CUresult r = a->cu.graph_launch(exec, stream);
 	if (__builtin_expect(r != CUDA_SUCCESS, 0))
