@@ -98,6 +98,7 @@ check-run: $(TEST_BIN)
 -include client/client.mk
 -include bench/bench.mk
 -include fuzz/fuzz.mk
+-include tests/docs/docs.mk
 
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:
