@@ -289,6 +289,8 @@ START_TEST(test_malformed_never_applied)
 	struct toggle_shm_status *st = calloc(1, sizeof(*st));
 	status(&f, st);
 	ck_assert_uint_ge(st->anomalies[TOGGLE_SHM_AN_CONTROL_ERRORS], 3);
+	ck_assert_uint_eq(st->anomalies[TOGGLE_SHM_AN_LATE_PLANS], 0); /* malformed, not late */
+	ck_assert_uint_eq(st->plan_rejected, 1);
 	ck_assert_uint_eq(st->plan_consumed, f.ctl.plan_head);
 	free(st);
 	cfx_close(&f);

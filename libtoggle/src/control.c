@@ -55,13 +55,15 @@ static bool set_in_catalog(const struct toggle_agent *a, const uint64_t *words)
 	return toggle_catalog_check_set(&a->catalog, &s) == 0;
 }
 
-/* Reject a batch: nothing of it applies; the daemon sees it in the status lane. */
-static void plan_reject(struct toggle_agent *a, uint64_t batch, int64_t step)
+/* Reject a batch: nothing of it applies; the daemon sees it in the status
+ * lane.  Only a late batch is a late-plan anomaly (a malformed one is counted
+ * as a control error, a full plan table or no memory is neither). */
+static void plan_reject(struct toggle_agent *a, uint64_t batch, int64_t step, bool late)
 {
 	a->plan_rejected++;
 	a->plan_rejected_batch = batch;
 	a->plan_rejected_step = step;
-	a->anomalies.late_plans++;
+	a->anomalies.late_plans += late;
 }
 
 /* Apply the batch at slots [first, first+len): all of it or none. */
@@ -70,7 +72,7 @@ static void plan_take_batch(struct toggle_agent *a, uint64_t first, uint64_t len
 {
 	struct toggle_plan_entry *e = calloc(len, sizeof(*e));
 	if (!e) {
-		plan_reject(a, head->batch, head->step);
+		plan_reject(a, head->batch, head->step, false);
 		return;
 	}
 	struct toggle_shm_plan_slot slot;
@@ -89,7 +91,7 @@ static void plan_take_batch(struct toggle_agent *a, uint64_t first, uint64_t len
 	if (!ok)
 		a->control_errors++;
 	if (!ok || late >= 0 || toggle_plan_submit(a, e, len) != 0)
-		plan_reject(a, head->batch, late >= 0 ? late : head->step);
+		plan_reject(a, head->batch, late >= 0 ? late : head->step, ok && late >= 0);
 	free(e);
 }
 
