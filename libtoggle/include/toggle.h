@@ -315,6 +315,65 @@ void toggle_stats_get(const struct toggle_agent *agent, struct toggle_stats *out
 /* The set replays currently run with. */
 void toggle_current_set(const struct toggle_agent *agent, struct toggle_set *out);
 
+/* ---- producer regions, built-in copy producer --------------------------- */
+
+/*
+ * Producer regions: record every kernel node that the capture of `stream`
+ * gains between begin and end (walk from the capture's dependency frontier
+ * after, back to the frontier before, via cuStreamGetCaptureInfo and
+ * cuGraphNodeGetDependencies; streams forked and joined inside the region
+ * count), filed under hook.  One open region per stream; nested regions on
+ * one stream are refused (TOGGLE_EINVAL).  A memcpy/memset node in the
+ * region refuses the whole region (TOGGLE_ENOTKERNEL; last_error says how to
+ * make the copy a kernel, e.g. torch.mul(x, 1, out=buf) or copy_out);
+ * no kernel node at all: TOGGLE_ENOTKERNEL too.  Refused outside a capture
+ * window or on a stream that is not capturing (TOGGLE_ECAPTURE), counted
+ * as record_refused anomalies like toggle_record_producer.  On refusal
+ * nothing of the region is recorded.
+ */
+int toggle_producer_begin(struct toggle_agent *agent, CUstream stream);
+int toggle_producer_end(struct toggle_agent *agent, CUstream stream, struct toggle_hook hook,
+			size_t *n_recorded /* may be NULL */);
+/* Drop an open region of stream without recording anything. */
+void toggle_producer_abort(struct toggle_agent *agent, CUstream stream);
+
+/*
+ * Built-in producer: copy rows x row_bytes from src (pitch src_pitch) to dst
+ * (pitch dst_pitch) as ONE kernel launched through toggle_launch_producer
+ * (device-updatable in device mode), recorded under hook.  Contiguous = rows 1
+ * or pitches equal to row_bytes.  Same capture rules as toggle_launch_producer.
+ * TOGGLE_ENOTSUP when the library was built without nvcc (no kernel image).
+ */
+struct toggle_copy {
+	CUdeviceptr dst;
+	CUdeviceptr src;
+	size_t row_bytes;
+	size_t rows;
+	size_t dst_pitch;
+	size_t src_pitch;
+};
+int toggle_copy_out(struct toggle_agent *agent, CUstream stream, struct toggle_hook hook,
+		    const struct toggle_copy *copy);
+
+/* ---- bindings ------------------------------------------------------------ */
+
+/*
+ * Struct layout self-description for bindings: every public struct that a
+ * binding mirrors (toggle_config, toggle_hook, toggle_set, toggle_catalog,
+ * toggle_plan_entry, toggle_graph_status, toggle_anomalies, toggle_stats,
+ * toggle_copy, toggle_device_counters, toggle_registry_check), one entry for
+ * the struct (field NULL, size = sizeof, offset 0) and one per field.
+ */
+struct toggle_layout_entry {
+	const char *type;
+	const char *field;
+	uint32_t size;
+	uint32_t offset;
+};
+const struct toggle_layout_entry *toggle_layout(size_t *count);
+/* Library version for bindings: (TOGGLE_VERSION_MAJOR << 16) | MINOR. */
+unsigned toggle_version(void);
+
 #ifdef __cplusplus
 }
 #endif
