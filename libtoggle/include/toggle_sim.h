@@ -73,6 +73,8 @@ CUresult toggle_sim_stream_end_capture(CUstream stream, CUgraph *graph_out);
 CUresult toggle_sim_launch_kernel(CUstream stream, toggle_sim_kernel_fn fn, void *arg);
 /* A non-kernel operation (a memset node when capturing, a no-op else). */
 CUresult toggle_sim_memset(CUstream stream);
+/* Another non-kernel operation: a memcpy node when capturing, a no-op else. */
+CUresult toggle_sim_memcpy(CUstream stream);
 
 CUresult toggle_sim_graph_instantiate(CUgraphExec *exec_out, CUgraph graph);
 CUresult toggle_sim_graph_destroy(CUgraph graph);
@@ -93,9 +95,23 @@ CUresult toggle_sim_get_error_string(CUresult err, const char **str);
 /* cuGraphInstantiateWithFlags (flags must be 0). */
 CUresult toggle_sim_graph_instantiate_with_flags(CUgraphExec *exec_out, CUgraph graph,
 						 unsigned long long flags);
-/* Capture order is dependency order: a node's one dependent is the next node captured. */
+/*
+ * Dependencies, as stream capture makes them: a node depends on its stream's
+ * frontier when it was captured (the previous node on that stream, plus
+ * what event waits joined).  One stream captured alone makes a chain.
+ * Fork and join: cuEventRecord into a capturing stream takes its frontier;
+ * cuStreamWaitEvent with that event forks a stream that is not capturing
+ * into the capture, or joins the frontier into one of the same capture.
+ * End of capture on a forked stream is CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+ * on the origin with a forked stream's last node not joined back,
+ * CUDA_ERROR_STREAM_CAPTURE_UNJOINED (the capture stays open).
+ */
 CUresult toggle_sim_graph_node_get_dependent_nodes(CUgraphNode node, CUgraphNode *deps,
 						   CUgraphEdgeData *edges, size_t *n);
+CUresult toggle_sim_graph_node_get_dependencies(CUgraphNode node, CUgraphNode *deps,
+						CUgraphEdgeData *edges, size_t *n);
+/* cuGraphGetNodes: every node of the graph, in capture order. */
+CUresult toggle_sim_graph_get_nodes(CUgraph graph, CUgraphNode *nodes, size_t *n);
 
 /* ---- device mode's parts ------------------------------------------------- */
 

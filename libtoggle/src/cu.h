@@ -54,6 +54,12 @@ struct tg_cu {
 	CUresult (*graph_node_get_dependent_nodes)(CUgraphNode, CUgraphNode *, CUgraphEdgeData *,
 						   size_t *);
 	CUresult (*module_get_function)(CUfunction *, CUmodule, const char *);
+	/* Producer regions (region.c): NULL makes only regions unavailable. */
+	CUresult (*graph_node_get_dependencies)(CUgraphNode, CUgraphNode *, CUgraphEdgeData *,
+						size_t *);
+	CUresult (*graph_get_nodes)(CUgraph, CUgraphNode *, size_t *);
+	/* Loading the copy kernel while a capture may be open (copyout.c). */
+	CUresult (*thread_exchange_capture_mode)(CUstreamCaptureMode *);
 	/* Reached through the helpers below only. */
 	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
 	CUresult (*mem_free)(CUdeviceptr);
@@ -101,5 +107,9 @@ bool tg_cu_has_64bit_memops(const struct tg_cu *cu);
 const void *tg_planner_fatbin(void);
 /* The planner's image for the simulator (planner_sim.c). */
 const void *tg_planner_sim_image(void);
+/* The copy kernel's image for the driver (copyout.c): NULL when built without nvcc. */
+const void *tg_copyout_fatbin(void);
+/* The copy kernel's image for the simulator (copyout.c). */
+const void *tg_copyout_sim_image(void);
 
 #endif /* TG_CU_H */

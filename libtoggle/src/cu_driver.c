@@ -6,10 +6,11 @@
  * test everything, and the library finds the driver the process already uses.
  * Entry points are resolved with cuGetProcAddress at a fixed ABI version, so
  * cuStreamGetCaptureInfo is the CUDA 12.3 form that returns the graph and
- * the dependency a launch just added, cuGraphNodeGetDependentNodes the 12.3
- * form with edge data, cuStreamBatchMemOp the _v2 form and cuMemAlloc,
- * cuMemFree, cuMemcpy* and cuStreamDestroy / cuEventDestroy their _v2 forms:
- * each the one the CUDA 12.3+ headers' prototypes describe.
+ * the dependency a launch just added, cuGraphNodeGetDependentNodes and
+ * cuGraphNodeGetDependencies the 12.3 forms with edge data,
+ * cuStreamBatchMemOp the _v2 form and cuMemAlloc, cuMemFree, cuMemcpy* and
+ * cuStreamDestroy / cuEventDestroy their _v2 forms: each the one the CUDA
+ * 12.3+ headers' prototypes describe.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -120,6 +121,9 @@ int tg_cu_load_driver(struct tg_cu *cu, char *err, size_t errlen)
 		{"cuStreamWaitEvent", (void **)&cu->stream_wait_event},
 		{"cuGraphInstantiateWithFlags", (void **)&cu->graph_instantiate},
 		{"cuGraphNodeGetDependentNodes", (void **)&cu->graph_node_get_dependent_nodes},
+		{"cuGraphNodeGetDependencies", (void **)&cu->graph_node_get_dependencies},
+		{"cuGraphGetNodes", (void **)&cu->graph_get_nodes},
+		{"cuThreadExchangeStreamCaptureMode", (void **)&cu->thread_exchange_capture_mode},
 		{"cuModuleGetFunction", (void **)&cu->module_get_function},
 		{"cuMemAlloc", (void **)&cu->mem_alloc},
 		{"cuMemFree", (void **)&cu->mem_free},

@@ -74,6 +74,10 @@ struct sim_node {
 	const struct toggle_sim_function *func; /* kernel nodes of launch_kernel_ex */
 	unsigned char *params;                  /* their parameters, copied at capture */
 	bool devupd;
+	/* Edges: the stream's dependency frontier when it was captured, and the
+	 * nodes captured after it that depend on it. */
+	struct sim_node **deps, **outs;
+	unsigned n_deps, n_outs, cap_outs;
 };
 
 /*
@@ -125,8 +129,12 @@ struct sim_stream {
 	struct sim_obj obj;
 	struct sim_graph *capture; /* graph being captured into, or NULL */
 	uint64_t capture_id;
-	CUgraphNode dep;      /* get_capture_info's dependency array (last node) */
-	CUgraphEdgeData edge; /* its edge data: zero, a default edge */
+	bool forked;          /* joined a capture begun on another stream (event wait) */
+	/* The capture's dependency frontier for this stream: what the next node
+	 * captured into it depends on, get_capture_info's dependency array. */
+	CUgraphNode *front;
+	CUgraphEdgeData *front_edges; /* zero: default edges */
+	unsigned n_front, cap_front;
 	struct sim_work *head, *tail; /* deferred work, in stream order */
 };
 
@@ -146,6 +154,11 @@ struct sim_event {
 	struct sim_obj obj;
 	uint64_t recorded; /* records submitted */
 	uint64_t reached;  /* records run */
+	/* Recorded into a capture: that capture's id and the stream's frontier
+	 * then (a wait forks or joins the capture); cap_id 0: a plain record. */
+	uint64_t cap_id;
+	CUgraphNode *cap_front;
+	unsigned n_cap_front;
 };
 
 /* One allocation of device memory. */
@@ -331,6 +344,8 @@ static void sim_nodeset_put(struct sim_nodeset *ns)
 	/* The graph went first (sim_graph_free), so the handles are dead already. */
 	for (unsigned i = 0; i < ns->n; i++) {
 		free(ns->v[i]->params);
+		free(ns->v[i]->deps);
+		free(ns->v[i]->outs);
 		free(ns->v[i]);
 	}
 	free(ns->v);
@@ -392,8 +407,15 @@ static struct sim_graph *sim_graph_new(struct toggle_sim *sim)
 	return g;
 }
 
+static void sim_stream_leave_capture(struct sim_stream *st);
+
 static void sim_graph_free(struct sim_graph *g)
 {
+	/* Streams forked into its capture leave it with the graph. */
+	struct toggle_sim *gsim = g->obj.hdr.sim;
+	for (struct sim_obj *o = gsim->streams.next; o != &gsim->streams; o = o->next)
+		if (((struct sim_stream *)o)->capture == g)
+			sim_stream_leave_capture((struct sim_stream *)o);
 	/* Device handles stay valid while an exec holds the nodes: they name the
 	 * instantiated node, which a planner inside that exec still updates. */
 	for (unsigned i = 0; i < g->nodes->n; i++)
@@ -679,16 +701,19 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 	while (sim->graphs.next != &sim->graphs)
 		sim_graph_free((struct sim_graph *)sim->graphs.next);
 	while (sim->streams.next != &sim->streams) {
-		struct sim_obj *o = sim->streams.next;
-		sim_obj_kill(o);
-		free(o);
+		struct sim_stream *st = (struct sim_stream *)sim->streams.next;
+		sim_obj_kill(&st->obj);
+		free(st->front);
+		free(st->front_edges);
+		free(st);
 	}
 	while (sim->modules.next != &sim->modules)
 		sim_module_free((struct sim_module *)sim->modules.next);
 	while (sim->events.next != &sim->events) {
-		struct sim_obj *o = sim->events.next;
-		sim_obj_kill(o);
-		free(o);
+		struct sim_event *ev = (struct sim_event *)sim->events.next;
+		sim_obj_kill(&ev->obj);
+		free(ev->cap_front);
+		free(ev);
 	}
 	while (sim->allocs != NULL) {
 		struct sim_alloc *al = sim->allocs;
@@ -734,11 +759,98 @@ CUresult toggle_sim_stream_destroy(CUstream stream)
 	/* Like the driver, destroy returns at once and queued work still runs. */
 	sim_run(st->obj.hdr.sim, st);
 	sim_stream_drop(st);
-	if (st->capture != NULL)
+	if (st->capture != NULL && st->capture->capturing == st)
 		sim_graph_free(st->capture);
+	sim_stream_leave_capture(st); /* a forked stream only leaves */
 	sim_obj_kill(&st->obj);
+	free(st->front);
+	free(st->front_edges);
 	free(st);
 	return CUDA_SUCCESS;
+}
+
+/* ---- the capture's dependency frontier ------------------------------------------------ */
+
+static void sim_stream_leave_capture(struct sim_stream *st)
+{
+	st->capture = NULL;
+	st->capture_id = 0;
+	st->forked = false;
+	st->n_front = 0;
+}
+
+/* Room for n frontier nodes (edge data stays zero: default edges). */
+static bool sim_front_reserve(struct sim_stream *st, unsigned n)
+{
+	if (n <= st->cap_front)
+		return true;
+	unsigned cap = st->cap_front ? st->cap_front : 4;
+	while (cap < n) {
+		if (cap > UINT32_MAX / 2)
+			return false;
+		cap *= 2;
+	}
+	CUgraphNode *front = realloc(st->front, cap * sizeof(*front));
+	if (front == NULL)
+		return false;
+	st->front = front;
+	CUgraphEdgeData *edges = realloc(st->front_edges, cap * sizeof(*edges));
+	if (edges == NULL)
+		return false;
+	memset(edges, 0, cap * sizeof(*edges));
+	st->front_edges = edges;
+	st->cap_front = cap;
+	return true;
+}
+
+/* Add n nodes to the frontier, each once (a join). */
+static bool sim_front_merge(struct sim_stream *st, const CUgraphNode *nodes, unsigned n)
+{
+	if (n > UINT32_MAX - st->n_front || !sim_front_reserve(st, st->n_front + n))
+		return false;
+	for (unsigned i = 0; i < n; i++) {
+		bool have = false;
+		for (unsigned k = 0; k < st->n_front && !have; k++)
+			have = st->front[k] == nodes[i];
+		if (!have)
+			st->front[st->n_front++] = nodes[i];
+	}
+	return true;
+}
+
+/* The stream capturing capture `id` on its origin stream, or NULL once it ended. */
+static struct sim_stream *sim_capture_origin(struct toggle_sim *sim, uint64_t id)
+{
+	for (struct sim_obj *o = sim->streams.next; o != &sim->streams; o = o->next) {
+		struct sim_stream *st = (struct sim_stream *)o;
+		if (st->capture != NULL && st->capture_id == id && st->capture->capturing == st)
+			return st;
+	}
+	return NULL;
+}
+
+/*
+ * Whether every stream forked into st's capture was joined back: each node
+ * of its frontier has a dependent or is in st's frontier (the driver refuses
+ * to end a capture with unjoined work: CUDA_ERROR_STREAM_CAPTURE_UNJOINED).
+ */
+static bool sim_capture_joined(const struct sim_stream *st)
+{
+	const struct toggle_sim *sim = st->obj.hdr.sim;
+	for (const struct sim_obj *o = sim->streams.next; o != &sim->streams; o = o->next) {
+		const struct sim_stream *fk = (const struct sim_stream *)o;
+		if (fk == st || fk->capture != st->capture)
+			continue;
+		for (unsigned i = 0; i < fk->n_front; i++) {
+			const struct sim_node *nd = (const struct sim_node *)fk->front[i];
+			bool in_origin = false;
+			for (unsigned k = 0; k < st->n_front && !in_origin; k++)
+				in_origin = st->front[k] == fk->front[i];
+			if (nd->n_outs == 0 && !in_origin)
+				return false;
+		}
+	}
+	return true;
 }
 
 CUresult toggle_sim_stream_begin_capture(CUstream stream)
@@ -756,7 +868,8 @@ CUresult toggle_sim_stream_begin_capture(CUstream stream)
 	g->capturing = st;
 	st->capture = g;
 	st->capture_id = ++sim->last_capture_id;
-	st->dep = NULL;
+	st->forked = false;
+	st->n_front = 0;
 	return CUDA_SUCCESS;
 }
 
@@ -770,21 +883,61 @@ CUresult toggle_sim_stream_end_capture(CUstream stream, CUgraph *graph_out)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (st->capture == NULL)
 		return CUDA_ERROR_ILLEGAL_STATE;
-	st->capture->capturing = NULL;
-	*graph_out = (CUgraph)st->capture;
-	st->capture = NULL;
-	st->dep = NULL;
+	if (st->forked)
+		return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; /* ended on the stream that began it */
+	if (!sim_capture_joined(st))
+		return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+	struct sim_graph *g = st->capture;
+	g->capturing = NULL;
+	*graph_out = (CUgraph)g;
+	struct toggle_sim *sim = st->obj.hdr.sim;
+	for (struct sim_obj *o = sim->streams.next; o != &sim->streams; o = o->next)
+		if (((struct sim_stream *)o)->capture == g)
+			sim_stream_leave_capture((struct sim_stream *)o);
 	return CUDA_SUCCESS;
 }
 
-/* Append a node to the capture; each node depends on the one before it. */
+/*
+ * Append a node to the capture: it depends on the stream's frontier, and
+ * becomes the frontier.  One stream captured alone therefore makes a chain
+ * in capture order.
+ */
 static struct sim_node *sim_capture_add(struct sim_stream *st, CUgraphNodeType type,
 					toggle_sim_kernel_fn fn, void *arg)
 {
-	struct sim_node *nd = sim_nodeset_add(st->capture->nodes, st->obj.hdr.sim, type, fn, arg);
+	unsigned n = st->n_front;
+	struct sim_node **deps = malloc(((size_t)n + 1) * sizeof(*deps));
 
-	if (nd != NULL)
-		st->dep = (CUgraphNode)nd;
+	if (deps == NULL || !sim_front_reserve(st, 1)) {
+		free(deps);
+		return NULL;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct sim_node *d = (struct sim_node *)st->front[i];
+		deps[i] = d;
+		if (d->n_outs == d->cap_outs) {
+			unsigned cap = d->cap_outs ? 2 * d->cap_outs : 2;
+			struct sim_node **outs = cap > d->cap_outs ? realloc(d->outs, cap * sizeof(*outs))
+								   : NULL;
+			if (outs == NULL) {
+				free(deps);
+				return NULL;
+			}
+			d->outs = outs;
+			d->cap_outs = cap;
+		}
+	}
+	struct sim_node *nd = sim_nodeset_add(st->capture->nodes, st->obj.hdr.sim, type, fn, arg);
+	if (nd == NULL) {
+		free(deps);
+		return NULL;
+	}
+	nd->deps = deps;
+	nd->n_deps = n;
+	for (unsigned i = 0; i < n; i++)
+		deps[i]->outs[deps[i]->n_outs++] = nd;
+	st->front[0] = (CUgraphNode)nd;
+	st->n_front = 1;
 	return nd;
 }
 
@@ -822,10 +975,24 @@ CUresult toggle_sim_memset(CUstream stream)
 	return CUDA_SUCCESS;
 }
 
+CUresult toggle_sim_memcpy(CUstream stream)
+{
+	struct sim_stream *st = sim_stream_of(stream);
+
+	if (st == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (st->capture != NULL)
+		return sim_capture_add(st, CU_GRAPH_NODE_TYPE_MEMCPY, NULL, NULL) != NULL
+			       ? CUDA_SUCCESS
+			       : CUDA_ERROR_OUT_OF_MEMORY;
+	return CUDA_SUCCESS;
+}
+
 /*
- * The dependency set after n captured nodes is {last node}, empty right after
- * begin_capture.  Outputs are zeroed when not capturing, where the driver
- * leaves them undefined, so that a caller reading them anyway sees no graph.
+ * The dependency set is the stream's frontier: the last node captured into
+ * it, plus what event waits joined since; empty right after begin_capture.
+ * Outputs are zeroed when not capturing, where the driver leaves them
+ * undefined, so that a caller reading them anyway sees no graph.
  */
 static void sim_capture_info_fill(struct sim_stream *st, CUstreamCaptureStatus *status_out,
 				  cuuint64_t *id_out, CUgraph *graph_out,
@@ -833,7 +1000,7 @@ static void sim_capture_info_fill(struct sim_stream *st, CUstreamCaptureStatus *
 				  size_t *ndeps_out)
 {
 	bool on = st->capture != NULL;
-	size_t n = on && st->dep != NULL ? 1 : 0;
+	size_t n = on ? st->n_front : 0;
 
 	*status_out = on ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
 	if (id_out != NULL)
@@ -841,9 +1008,9 @@ static void sim_capture_info_fill(struct sim_stream *st, CUstreamCaptureStatus *
 	if (graph_out != NULL)
 		*graph_out = on ? (CUgraph)st->capture : NULL;
 	if (deps_out != NULL)
-		*deps_out = n > 0 ? &st->dep : NULL;
+		*deps_out = n > 0 ? st->front : NULL;
 	if (edge_out != NULL)
-		*edge_out = n > 0 ? &st->edge : NULL;
+		*edge_out = n > 0 ? st->front_edges : NULL;
 	if (ndeps_out != NULL)
 		*ndeps_out = n;
 }
@@ -1067,6 +1234,26 @@ CUresult toggle_sim_graph_upload(CUgraphExec exec, CUstream stream)
 	return sim_enqueue_exec(exec, stream, TOGGLE_SIM_OP_GRAPH_UPLOAD, SIM_W_UPLOAD);
 }
 
+/* The driver's query shape: count with out NULL, else fill *n (NULL past the end). */
+static CUresult sim_node_list(struct sim_node *const *v, size_t have, CUgraphNode *out,
+			      CUgraphEdgeData *edges, size_t *n)
+{
+	if (n == NULL || (edges != NULL && out == NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (out == NULL) {
+		*n = have;
+		return CUDA_SUCCESS;
+	}
+	for (size_t i = 0; i < *n; i++) {
+		out[i] = i < have ? (CUgraphNode)v[i] : NULL;
+		if (edges != NULL)
+			memset(&edges[i], 0, sizeof(edges[i]));
+	}
+	if (*n > have)
+		*n = have;
+	return CUDA_SUCCESS;
+}
+
 CUresult toggle_sim_graph_node_get_dependent_nodes(CUgraphNode node, CUgraphNode *deps,
 						   CUgraphEdgeData *edges, size_t *n)
 {
@@ -1074,21 +1261,26 @@ CUresult toggle_sim_graph_node_get_dependent_nodes(CUgraphNode node, CUgraphNode
 
 	if (nd == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
-	if (n == NULL || (edges != NULL && deps == NULL))
-		return CUDA_ERROR_INVALID_VALUE;
-	size_t have = nd->index + 1 < nd->set->n ? 1 : 0;
-	if (deps == NULL) {
-		*n = have;
-		return CUDA_SUCCESS;
-	}
-	for (size_t i = 0; i < *n; i++) {
-		deps[i] = i < have ? (CUgraphNode)nd->set->v[nd->index + 1] : NULL;
-		if (edges != NULL)
-			memset(&edges[i], 0, sizeof(edges[i]));
-	}
-	if (*n > have)
-		*n = have;
-	return CUDA_SUCCESS;
+	return sim_node_list(nd->outs, nd->n_outs, deps, edges, n);
+}
+
+CUresult toggle_sim_graph_node_get_dependencies(CUgraphNode node, CUgraphNode *deps,
+						CUgraphEdgeData *edges, size_t *n)
+{
+	const struct sim_node *nd = sim_node_of(node);
+
+	if (nd == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return sim_node_list(nd->deps, nd->n_deps, deps, edges, n);
+}
+
+CUresult toggle_sim_graph_get_nodes(CUgraph graph, CUgraphNode *nodes, size_t *n)
+{
+	const struct sim_graph *g = sim_graph_of(graph);
+
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return sim_node_list(g->nodes->v, g->nodes->n, nodes, NULL, n);
 }
 
 /* ---- device memory ------------------------------------------------------------------------ */
@@ -1434,6 +1626,7 @@ CUresult toggle_sim_event_destroy(CUevent event)
 		return CUDA_ERROR_INVALID_HANDLE;
 	sim_run(ev->obj.hdr.sim, NULL);
 	sim_obj_kill(&ev->obj);
+	free(ev->cap_front);
 	free(ev);
 	return CUDA_SUCCESS;
 }
@@ -1445,11 +1638,23 @@ CUresult toggle_sim_event_record(CUevent event, CUstream stream)
 
 	if (ev == NULL || st == NULL || ev->obj.hdr.sim != st->obj.hdr.sim)
 		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult r = sim_gate(st->obj.hdr.sim, TOGGLE_SIM_OP_EVENT_RECORD,
-			      st->capture != NULL ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
-						  : CUDA_SUCCESS);
+	CUresult r = sim_gate(st->obj.hdr.sim, TOGGLE_SIM_OP_EVENT_RECORD, CUDA_SUCCESS);
 	if (r != CUDA_SUCCESS)
 		return r;
+	if (st->capture != NULL) {
+		/* Into a capture: the event names the stream's frontier (a fork point). */
+		CUgraphNode *snap = malloc(((size_t)st->n_front + 1) * sizeof(*snap));
+		if (snap == NULL)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		if (st->n_front)
+			memcpy(snap, st->front, st->n_front * sizeof(*snap));
+		free(ev->cap_front);
+		ev->cap_front = snap;
+		ev->n_cap_front = st->n_front;
+		ev->cap_id = st->capture_id;
+		return CUDA_SUCCESS;
+	}
+	ev->cap_id = 0;
 	struct sim_work *w = sim_work_new(SIM_W_RECORD);
 	if (w == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1467,12 +1672,34 @@ CUresult toggle_sim_stream_wait_event(CUstream stream, CUevent event, unsigned f
 
 	if (ev == NULL || st == NULL || ev->obj.hdr.sim != st->obj.hdr.sim)
 		return CUDA_ERROR_INVALID_HANDLE;
+	struct sim_stream *origin = ev->cap_id ? sim_capture_origin(st->obj.hdr.sim, ev->cap_id)
+					       : NULL;
 	CUresult check = flags != 0 ? CUDA_ERROR_INVALID_VALUE
-			 : st->capture != NULL ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
-					       : CUDA_SUCCESS;
+			 : ev->cap_id && (origin == NULL ||
+					  (st->capture != NULL && st->capture_id != ev->cap_id))
+			 ? CUDA_ERROR_STREAM_CAPTURE_ISOLATION /* another or an ended capture */
+			 : !ev->cap_id && st->capture != NULL ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+							      : CUDA_SUCCESS;
 	CUresult r = sim_gate(st->obj.hdr.sim, TOGGLE_SIM_OP_STREAM_WAIT_EVENT, check);
 	if (r != CUDA_SUCCESS)
 		return r;
+	if (ev->cap_id) {
+		/* A capture event: fork st into the capture, or join the event's frontier. */
+		bool fork = st->capture == NULL;
+		unsigned keep = st->n_front;
+		if (fork)
+			st->n_front = 0;
+		if (!sim_front_merge(st, ev->cap_front, ev->n_cap_front)) {
+			st->n_front = fork ? 0 : keep;
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		if (fork) {
+			st->capture = origin->capture;
+			st->capture_id = ev->cap_id;
+			st->forked = true;
+		}
+		return CUDA_SUCCESS;
+	}
 	struct sim_work *w = sim_work_new(SIM_W_WAIT);
 	if (w == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1503,6 +1730,12 @@ static const struct {
 	  "operation not permitted when stream is capturing" },
 	{ CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
 	  "operation failed due to a previous error during capture" },
+	{ CUDA_ERROR_STREAM_CAPTURE_UNJOINED,
+	  "capture sequence contains a fork that was not joined to the primary stream" },
+	{ CUDA_ERROR_STREAM_CAPTURE_UNMATCHED,
+	  "capture was not initiated in this stream" },
+	{ CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+	  "operation would result in a merge of separate capture sequences" },
 	{ CUDA_ERROR_UNKNOWN, "unknown error" },
 };
 
@@ -1569,6 +1802,8 @@ void tg_cu_load_sim(struct tg_cu *cu, struct toggle_sim *sim)
 	cu->stream_wait_event = toggle_sim_stream_wait_event;
 	cu->graph_instantiate = toggle_sim_graph_instantiate_with_flags;
 	cu->graph_node_get_dependent_nodes = toggle_sim_graph_node_get_dependent_nodes;
+	cu->graph_node_get_dependencies = toggle_sim_graph_node_get_dependencies;
+	cu->graph_get_nodes = toggle_sim_graph_get_nodes;
 	cu->module_get_function = toggle_sim_module_get_function;
 	/* The handle-less ones are reached through tg_cu_*, which pass cu->sim. */
 	cu->planner_image = tg_planner_sim_image();
