@@ -1,6 +1,7 @@
-# libtoggle.mk - device mode's planner kernel (libtoggle/src/planner.cu),
-# embedded in the library when nvcc exists.  Included by the top-level
-# Makefile; uses its B, NVCC and ALL_CFLAGS.
+# libtoggle.mk - device mode's planner kernel (libtoggle/src/planner.cu) and
+# the copy producer's kernel (libtoggle/src/copyout.cu), embedded in the
+# library when nvcc exists.  Included by the top-level Makefile; uses its B,
+# NVCC and ALL_CFLAGS.
 #
 # libtoggle itself is plain C built by $(CC) and needs no nvcc: with nvcc,
 # planner.cu becomes a fatbin (sm_90 SASS + compute_90 PTX, which the driver
@@ -8,7 +9,9 @@
 # bytes, and planner_image.o is compiled with -DTG_HAVE_PLANNER_FATBIN.
 # Without nvcc (or with TOGGLE_NO_PLANNER=1; then `make clean` first)
 # planner_image.o holds no planner and device mode reports TOGGLE_ENOTSUP
-# (strict) or runs lazy.  The CPU tests use the simulator's planner either way.
+# (strict) or runs lazy; copyout_image.o holds no copy kernel and
+# toggle_copy_out reports TOGGLE_ENOTSUP on the cuda backend.  The CPU tests
+# use the simulator's planner and copy kernel either way.
 
 PLANNER_NVCC    := $(if $(filter 1,$(TOGGLE_NO_PLANNER)),,$(shell command -v '$(NVCC)' 2>/dev/null))
 PLANNER_GEN     := $(B)/gen
@@ -27,4 +30,20 @@ $(PLANNER_FATBIN): libtoggle/src/planner.cu libtoggle/src/planner.h
 
 $(PLANNER_H): $(PLANNER_FATBIN) scripts/embed.sh
 	scripts/embed.sh $< $@ tg_planner_fatbin_bytes
+endif
+
+COPYOUT_FATBIN  := $(PLANNER_GEN)/tg_copyout.fatbin
+COPYOUT_H       := $(PLANNER_GEN)/tg_copyout_fatbin.h
+COPYOUT_OBJS    := $(B)/libtoggle/src/copyout_image.o $(B)/san/libtoggle/src/copyout_image.o
+
+ifneq ($(PLANNER_NVCC),)
+$(COPYOUT_OBJS): $(COPYOUT_H)
+$(COPYOUT_OBJS): ALL_CFLAGS += -DTG_HAVE_COPYOUT_FATBIN -I$(PLANNER_GEN)
+
+$(COPYOUT_FATBIN): libtoggle/src/copyout.cu libtoggle/src/copyout.h
+	@mkdir -p $(dir $@)
+	'$(PLANNER_NVCC)' --fatbin -O3 $(PLANNER_GENCODE) -Ilibtoggle/src -o $@ $<
+
+$(COPYOUT_H): $(COPYOUT_FATBIN) scripts/embed.sh
+	scripts/embed.sh $< $@ tg_copyout_fatbin_bytes
 endif

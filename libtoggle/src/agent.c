@@ -134,6 +134,8 @@ void toggle_agent_close(struct toggle_agent *a)
 	if (!a)
 		return;
 	tg_control_close(a);
+	tg_region_close(a);
+	tg_copyout_close(a);
 	tg_device_close(a);
 	tg_registry_free(a);
 	free(a->plans);

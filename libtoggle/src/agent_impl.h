@@ -94,6 +94,24 @@ struct tg_device {
 	CUstreamBatchMemOpParams *ops; /* scratch: one batch */
 };
 
+#define TG_MAX_REGIONS 64 /* producer regions open at once per agent (one per stream) */
+
+/* An open producer region (region.c): where the capture of its stream stood at begin. */
+struct tg_region {
+	CUstream stream;
+	uint64_t capture_id;
+	CUgraph graph;
+	CUgraphNode *before;  /* the stream's dependency frontier at begin */
+	size_t n_before;
+	size_t graph_nodes;   /* nodes the graph had at begin */
+};
+
+/* The built-in copy producer's kernel (copyout.c), loaded at its first use. */
+struct tg_copyout {
+	CUmodule module;
+	CUfunction fn;
+};
+
 struct toggle_agent {
 	struct tg_cu cu;
 	char name[TOGGLE_MAX_NAME];
@@ -120,6 +138,9 @@ struct toggle_agent {
 	 * the replay path loads neither a pointer nor a size to probe it. */
 	struct tg_graph *map[TG_MAP_SLOTS];
 	unsigned capture_depth;
+	struct tg_region regions[TG_MAX_REGIONS];
+	unsigned n_regions;
+	struct tg_copyout copy;
 
 	/* Daemon lane (socket_path set): shared memory and the connection thread. */
 	struct toggle_shm shm;       /* shm.ctl == NULL when standalone */
@@ -207,6 +228,13 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode);
 /* The record of the graph capture `id` is building (a reused handle's is cleared). */
 struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uint64_t id);
+/* Record n kernel nodes of capture `id` under one hook: all of them or none. */
+int tg_record_nodes(struct toggle_agent *a, CUgraph graph, uint64_t id, const CUgraphNode *nodes,
+		    size_t n, struct toggle_hook hook);
+
+/* region.c, copyout.c: what toggle_agent_close releases. */
+void tg_region_close(struct toggle_agent *a);
+void tg_copyout_close(struct toggle_agent *a);
 
 /* replay.c */
 int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g);

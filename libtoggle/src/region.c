@@ -1,30 +1,389 @@
 /*
- * region.c - producer regions: every kernel node a capture gains between
- * toggle_producer_begin and toggle_producer_end is recorded under one hook.
- * Stub for now (the contract of issue #9): TOGGLE_ENOTSUP.
+ * region.c - producer regions: every kernel node that the capture of a
+ * stream gains between toggle_producer_begin and toggle_producer_end is
+ * recorded under one hook, for producers that are several kernels, or
+ * kernels launched by code that cannot call toggle_record_producer after
+ * each launch (a torch op).
+ *
+ * Begin keeps the stream's dependency frontier (cuStreamGetCaptureInfo) and
+ * the graph's node count.  End walks back from the frontier after, through
+ * cuGraphNodeGetDependencies, stopping at the frontier before: what it
+ * reaches is the region (streams forked and joined inside it included).
+ * The walk must account for exactly the nodes the graph gained: more means
+ * it escaped into older nodes (a stream forked before the region and joined
+ * inside it), fewer means work of the region is not ordered before its end
+ * (a stream forked inside and not joined, or another stream capturing into
+ * the same graph meanwhile).  Either is refused, as is any memcpy or memset
+ * node; on refusal nothing is recorded.
  */
-#include "toggle.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-int toggle_producer_begin(struct toggle_agent *agent, CUstream stream)
+#include "agent_impl.h"
+
+/* The open region of stream, or NULL. */
+static struct tg_region *region_find(struct toggle_agent *a, CUstream stream)
 {
-	(void)agent;
-	(void)stream;
-	return TOGGLE_ENOTSUP;
+	for (unsigned i = 0; i < a->n_regions; i++)
+		if (a->regions[i].stream == stream)
+			return &a->regions[i];
+	return NULL;
 }
 
-int toggle_producer_end(struct toggle_agent *agent, CUstream stream, struct toggle_hook hook,
+static void region_drop(struct toggle_agent *a, struct tg_region *r)
+{
+	free(r->before);
+	*r = a->regions[--a->n_regions];
+	memset(&a->regions[a->n_regions], 0, sizeof(a->regions[0]));
+}
+
+void tg_region_close(struct toggle_agent *a)
+{
+	while (a->n_regions)
+		region_drop(a, &a->regions[a->n_regions - 1]);
+}
+
+/* Capture status, id, graph and frontier of stream; ECUDA counted and explained. */
+static int region_capture_info(struct toggle_agent *a, CUstream stream, const char *what,
+			       CUstreamCaptureStatus *st, uint64_t *id, CUgraph *graph,
+			       const CUgraphNode **front, size_t *n_front)
+{
+	cuuint64_t cid = 0;
+	CUresult r = a->cu.stream_get_capture_info(stream, st, &cid, graph, front, NULL, n_front);
+	if (r != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		return tg_fail(a, TOGGLE_ECUDA, "%s: cuStreamGetCaptureInfo: %s", what,
+			       tg_cu_errstr(&a->cu, r));
+	}
+	*id = cid;
+	if (*st != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+		a->anomalies.record_not_capturing++;
+		return tg_fail(a, TOGGLE_ECAPTURE, "%s: stream %p is not capturing", what,
+			       (void *)stream);
+	}
+	return 0;
+}
+
+static int region_graph_nodes(struct toggle_agent *a, CUgraph graph, const char *what, size_t *n)
+{
+	CUresult r = a->cu.graph_get_nodes(graph, NULL, n);
+	if (r != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		return tg_fail(a, TOGGLE_ECUDA, "%s: cuGraphGetNodes: %s", what,
+			       tg_cu_errstr(&a->cu, r));
+	}
+	return 0;
+}
+
+int toggle_producer_begin(struct toggle_agent *a, CUstream stream)
+{
+	static const char what[] = "opening a producer region";
+
+	if (a->capture_depth == 0) {
+		a->anomalies.record_outside_window++;
+		return tg_fail(a, TOGGLE_ECAPTURE, "%s: no capture window is open", what);
+	}
+	if (!a->cu.graph_node_get_dependencies || !a->cu.graph_get_nodes)
+		return tg_fail(a, TOGGLE_ENOTSUP, "%s: the CUDA driver lacks cuGraphNodeGetDependencies "
+			       "or cuGraphGetNodes", what);
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	uint64_t id = 0;
+	CUgraph graph = NULL;
+	const CUgraphNode *front = NULL;
+	size_t n_front = 0, graph_nodes = 0;
+	int rc = region_capture_info(a, stream, what, &st, &id, &graph, &front, &n_front);
+	if (rc)
+		return rc;
+	struct tg_region *open = region_find(a, stream);
+	if (open && open->capture_id == id)
+		return tg_fail(a, TOGGLE_EINVAL, "%s: stream %p already has an open region (regions "
+			       "do not nest on one stream)", what, (void *)stream);
+	if (open) /* left open in a capture that has ended: it can never end well */
+		region_drop(a, open);
+	if (a->n_regions == TG_MAX_REGIONS)
+		return tg_fail(a, TOGGLE_ELIMIT, "%s: %d regions are open already", what,
+			       TG_MAX_REGIONS);
+	if ((rc = region_graph_nodes(a, graph, what, &graph_nodes)))
+		return rc;
+	CUgraphNode *before = malloc((n_front ? n_front : 1) * sizeof(*before));
+	if (!before)
+		return tg_fail(a, TOGGLE_ENOMEM, "%s: out of memory", what);
+	if (n_front)
+		memcpy(before, front, n_front * sizeof(*before));
+	a->regions[a->n_regions++] = (struct tg_region){
+		.stream = stream,
+		.capture_id = id,
+		.graph = graph,
+		.before = before,
+		.n_before = n_front,
+		.graph_nodes = graph_nodes,
+	};
+	return 0;
+}
+
+void toggle_producer_abort(struct toggle_agent *a, CUstream stream)
+{
+	struct tg_region *r = region_find(a, stream);
+	if (r)
+		region_drop(a, r);
+}
+
+/* ---- the walk ----------------------------------------------------------------- */
+
+struct walk {
+	CUgraphNode *seen; /* open addressing, cap a power of two */
+	size_t cap, n;
+	CUgraphNode *queue; /* nodes of the region, in the order reached */
+	size_t qn, qcap;
+	CUgraphNode *deps;
+	CUgraphEdgeData *edges;
+	size_t dcap;
+};
+
+static size_t walk_hash(CUgraphNode n)
+{
+	return (size_t)(((uint64_t)(uintptr_t)n * 0x9e3779b97f4a7c15ull) >> 20);
+}
+
+/* 1: added, 0: seen before, <0: out of memory. */
+static int walk_mark(struct walk *w, CUgraphNode n)
+{
+	if (2 * (w->n + 1) > w->cap) {
+		struct walk t = {.cap = w->cap ? 2 * w->cap : 64};
+		if (!(t.seen = calloc(t.cap, sizeof(*t.seen))))
+			return -1;
+		for (size_t i = 0; i < w->cap; i++)
+			if (w->seen[i])
+				(void)walk_mark(&t, w->seen[i]);
+		free(w->seen);
+		w->seen = t.seen;
+		w->cap = t.cap;
+	}
+	size_t i = walk_hash(n) & (w->cap - 1);
+	for (; w->seen[i]; i = (i + 1) & (w->cap - 1))
+		if (w->seen[i] == n)
+			return 0;
+	w->seen[i] = n;
+	w->n++;
+	return 1;
+}
+
+static int walk_push(struct walk *w, CUgraphNode n)
+{
+	if (w->qn == w->qcap) {
+		size_t cap = w->qcap ? 2 * w->qcap : 64;
+		CUgraphNode *q = realloc(w->queue, cap * sizeof(*q));
+		if (!q)
+			return -1;
+		w->queue = q;
+		w->qcap = cap;
+	}
+	w->queue[w->qn++] = n;
+	return 0;
+}
+
+static void walk_free(struct walk *w)
+{
+	free(w->seen);
+	free(w->queue);
+	free(w->deps);
+	free(w->edges);
+}
+
+/*
+ * Collect the nodes reachable backwards from front without passing the
+ * region's frontier before (marked seen first).  More than `limit` nodes:
+ * stops with 1 (the walk escaped the region).  0 done, <0 an error (set).
+ */
+static int walk_region(struct toggle_agent *a, struct walk *w, const struct tg_region *r,
+		       const CUgraphNode *front, size_t n_front, size_t limit, struct toggle_hook hook)
+{
+	for (size_t i = 0; i < r->n_before; i++)
+		if (walk_mark(w, r->before[i]) < 0)
+			goto nomem;
+	for (size_t i = 0; i < n_front; i++) {
+		int added = walk_mark(w, front[i]);
+		if (added < 0 || (added && walk_push(w, front[i]) < 0))
+			goto nomem;
+	}
+	for (size_t qi = 0; qi < w->qn; qi++) {
+		if (w->qn > limit)
+			return 1;
+		size_t nd = 0;
+		CUresult cr = a->cu.graph_node_get_dependencies(w->queue[qi], NULL, NULL, &nd);
+		if (cr == CUDA_SUCCESS && nd > w->dcap) {
+			free(w->deps);
+			free(w->edges);
+			w->deps = malloc(nd * sizeof(*w->deps));
+			w->edges = malloc(nd * sizeof(*w->edges));
+			w->dcap = nd;
+			if (!w->deps || !w->edges) {
+				w->dcap = 0;
+				goto nomem;
+			}
+		}
+		if (cr == CUDA_SUCCESS && nd)
+			cr = a->cu.graph_node_get_dependencies(w->queue[qi], w->deps, w->edges, &nd);
+		if (cr != CUDA_SUCCESS) {
+			a->anomalies.driver_errors++;
+			return tg_fail(a, TOGGLE_ECUDA, "closing the region of hook %u:%u: "
+				       "cuGraphNodeGetDependencies: %s", hook.type, hook.layer,
+				       tg_cu_errstr(&a->cu, cr));
+		}
+		for (size_t k = 0; k < nd; k++) {
+			int added = w->deps[k] ? walk_mark(w, w->deps[k]) : 0;
+			if (added < 0 || (added && walk_push(w, w->deps[k]) < 0))
+				goto nomem;
+		}
+	}
+	return w->qn > limit ? 1 : 0;
+nomem:
+	return tg_fail(a, TOGGLE_ENOMEM, "closing the region of hook %u:%u: out of memory",
+		       hook.type, hook.layer);
+}
+
+static const char *region_node_kind(CUgraphNodeType t)
+{
+	switch (t) {
+	case CU_GRAPH_NODE_TYPE_MEMCPY: return "memcpy";
+	case CU_GRAPH_NODE_TYPE_MEMSET: return "memset";
+	case CU_GRAPH_NODE_TYPE_HOST: return "host";
+	case CU_GRAPH_NODE_TYPE_GRAPH: return "child graph";
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return "memory allocation";
+	case CU_GRAPH_NODE_TYPE_MEM_FREE: return "memory free";
+	default: return "non-kernel";
+	}
+}
+
+/*
+ * The kernel nodes of the walk into *out (oldest first: the walk reached
+ * them newest first).  Nodes without work (empty, event record and wait)
+ * are skipped; any other node refuses the region.
+ */
+static int region_kernels(struct toggle_agent *a, const struct walk *w, struct toggle_hook hook,
+			  CUgraphNode **out, size_t *n_kernels)
+{
+	CUgraphNode *kern = malloc((w->qn ? w->qn : 1) * sizeof(*kern));
+	size_t k = 0;
+	if (!kern)
+		return tg_fail(a, TOGGLE_ENOMEM, "closing the region of hook %u:%u: out of memory",
+			       hook.type, hook.layer);
+	for (size_t i = w->qn; i-- > 0;) {
+		CUgraphNodeType t;
+		CUresult cr = a->cu.graph_node_get_type(w->queue[i], &t);
+		if (cr != CUDA_SUCCESS) {
+			free(kern);
+			a->anomalies.driver_errors++;
+			return tg_fail(a, TOGGLE_ECUDA, "closing the region of hook %u:%u: "
+				       "cuGraphNodeGetType: %s", hook.type, hook.layer,
+				       tg_cu_errstr(&a->cu, cr));
+		}
+		if (t == CU_GRAPH_NODE_TYPE_KERNEL) {
+			kern[k++] = w->queue[i];
+			continue;
+		}
+		if (t == CU_GRAPH_NODE_TYPE_EMPTY || t == CU_GRAPH_NODE_TYPE_EVENT_RECORD ||
+		    t == CU_GRAPH_NODE_TYPE_WAIT_EVENT)
+			continue;
+		free(kern);
+		a->anomalies.record_not_kernel++;
+		if (t == CU_GRAPH_NODE_TYPE_MEMCPY || t == CU_GRAPH_NODE_TYPE_MEMSET)
+			return tg_fail(a, TOGGLE_ENOTKERNEL,
+				       "the region of hook %u:%u holds a %s node, which cannot be "
+				       "toggled as a producer: make the copy a kernel (in PyTorch "
+				       "torch.mul(x, 1, out=buf) instead of buf.copy_(x); in C "
+				       "toggle_copy_out); nothing of the region is recorded",
+				       hook.type, hook.layer, region_node_kind(t));
+		return tg_fail(a, TOGGLE_ENOTKERNEL,
+			       "the region of hook %u:%u holds a %s node (type %d): only kernel "
+			       "nodes can be producers; nothing of the region is recorded",
+			       hook.type, hook.layer, region_node_kind(t), (int)t);
+	}
+	*out = kern;
+	*n_kernels = k;
+	return 0;
+}
+
+int toggle_producer_end(struct toggle_agent *a, CUstream stream, struct toggle_hook hook,
 			size_t *n_recorded)
 {
-	(void)agent;
-	(void)stream;
-	(void)hook;
 	if (n_recorded)
 		*n_recorded = 0;
-	return TOGGLE_ENOTSUP;
-}
+	struct tg_region *open = region_find(a, stream);
+	if (!open)
+		return tg_fail(a, TOGGLE_EINVAL, "closing a producer region: stream %p has none open "
+			       "(toggle_producer_begin)", (void *)stream);
+	/* The region closes here whatever happens: nothing of it stays pending. */
+	struct tg_region r = *open;
+	open->before = NULL;
+	region_drop(a, open);
 
-void toggle_producer_abort(struct toggle_agent *agent, CUstream stream)
-{
-	(void)agent;
-	(void)stream;
+	struct walk w = {0};
+	CUgraphNode *kern = NULL;
+	int rc = 0;
+	char what[64];
+	snprintf(what, sizeof(what), "closing the region of hook %u:%u", hook.type, hook.layer);
+	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers) {
+		rc = tg_fail(a, TOGGLE_ERANGE, "hook %u:%u outside the catalog (%u types, %u layers)",
+			     hook.type, hook.layer, a->catalog.n_types, a->catalog.n_layers);
+		goto out;
+	}
+	if (a->capture_depth == 0) {
+		a->anomalies.record_outside_window++;
+		rc = tg_fail(a, TOGGLE_ECAPTURE, "%s: no capture window is open", what);
+		goto out;
+	}
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	uint64_t id = 0;
+	CUgraph graph = NULL;
+	const CUgraphNode *front = NULL;
+	size_t n_front = 0, graph_nodes = 0;
+	if ((rc = region_capture_info(a, stream, what, &st, &id, &graph, &front, &n_front)))
+		goto out;
+	if (id != r.capture_id || graph != r.graph) {
+		a->anomalies.record_not_capturing++;
+		rc = tg_fail(a, TOGGLE_ECAPTURE, "%s: the capture the region began in has ended",
+			     what);
+		goto out;
+	}
+	if ((rc = region_graph_nodes(a, graph, what, &graph_nodes)))
+		goto out;
+	size_t gained = graph_nodes >= r.graph_nodes ? graph_nodes - r.graph_nodes : 0;
+	/* front stays valid until the next capture call on stream: the walk makes none. */
+	rc = walk_region(a, &w, &r, front, n_front, gained, hook);
+	if (rc < 0)
+		goto out;
+	if (rc == 1) {
+		rc = tg_fail(a, TOGGLE_EINVAL, "%s: the region reaches nodes captured before it "
+			     "(a stream forked before toggle_producer_begin was joined inside the "
+			     "region); nothing recorded", what);
+		goto out;
+	}
+	if (w.qn != gained) {
+		rc = tg_fail(a, TOGGLE_EINVAL, "%s: the capture gained %zu nodes since "
+			     "toggle_producer_begin but %zu of them are ordered before the region's "
+			     "end on stream %p: join every stream forked in the region into it "
+			     "before toggle_producer_end (or capture nothing else into this graph "
+			     "meanwhile); nothing recorded", what, gained, w.qn, (void *)stream);
+		goto out;
+	}
+	size_t n_kernels = 0;
+	if ((rc = region_kernels(a, &w, hook, &kern, &n_kernels)))
+		goto out;
+	if (n_kernels == 0) {
+		a->anomalies.record_not_kernel++;
+		rc = tg_fail(a, TOGGLE_ENOTKERNEL, "%s: the region holds no kernel node (%zu nodes)",
+			     what, gained);
+		goto out;
+	}
+	if ((rc = tg_record_nodes(a, graph, id, kern, n_kernels, hook)))
+		goto out;
+	if (n_recorded)
+		*n_recorded = n_kernels;
+out:
+	free(r.before);
+	free(kern);
+	walk_free(&w);
+	return rc;
 }

@@ -95,24 +95,35 @@ void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec)
 	g->synced_valid = false;
 }
 
+/* Room for `more` nodes after those recorded; changes no recorded state. */
+static int graph_reserve(struct tg_graph *g, size_t more)
+{
+	if (more > TOGGLE_MAX_NODES - g->n_nodes)
+		return TOGGLE_ELIMIT;
+	if (g->n_nodes + more <= g->cap_nodes)
+		return 0;
+	uint32_t cap = g->cap_nodes ? g->cap_nodes : 64;
+	while (cap < g->n_nodes + more)
+		cap *= 2;
+	if (cap > TOGGLE_MAX_NODES)
+		cap = TOGGLE_MAX_NODES;
+	struct tg_node *nodes = realloc(g->nodes, cap * sizeof(*nodes));
+	if (!nodes)
+		return TOGGLE_ENOMEM;
+	g->nodes = nodes;
+	uint8_t *state = realloc(g->state, cap);
+	if (!state)
+		return TOGGLE_ENOMEM;
+	g->state = state;
+	g->cap_nodes = cap;
+	return 0;
+}
+
 static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook, uint64_t devnode)
 {
-	if (g->n_nodes == g->cap_nodes) {
-		uint32_t cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
-		if (cap > TOGGLE_MAX_NODES)
-			cap = TOGGLE_MAX_NODES;
-		if (cap == g->n_nodes)
-			return TOGGLE_ELIMIT;
-		struct tg_node *nodes = realloc(g->nodes, cap * sizeof(*nodes));
-		if (!nodes)
-			return TOGGLE_ENOMEM;
-		g->nodes = nodes;
-		uint8_t *state = realloc(g->state, cap);
-		if (!state)
-			return TOGGLE_ENOMEM;
-		g->state = state;
-		g->cap_nodes = cap;
-	}
+	int rc = graph_reserve(g, 1);
+	if (rc)
+		return rc;
 	g->nodes[g->n_nodes] = (struct tg_node){.node = node, .hook = hook, .devnode = devnode};
 	g->state[g->n_nodes] = TG_NODE_UNKNOWN;
 	free(g->by_hook); /* the index no longer covers every node */
@@ -241,6 +252,54 @@ int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, 
 	if (rc)
 		return tg_fail(a, rc, "recording hook %u:%u into graph %p: %s", hook.type, hook.layer,
 			       (void *)graph, toggle_strerror(rc));
+	return 0;
+}
+
+static int node_cmp(const void *x, const void *y)
+{
+	uintptr_t a = (uintptr_t)*(const CUgraphNode *)x, b = (uintptr_t)*(const CUgraphNode *)y;
+	return a < b ? -1 : a > b;
+}
+
+int tg_record_nodes(struct toggle_agent *a, CUgraph graph, uint64_t id, const CUgraphNode *nodes,
+		    size_t n, struct toggle_hook hook)
+{
+	struct tg_graph *g = tg_graph_for_capture(a, graph, id);
+	if (!g)
+		return tg_fail(a, a->n_graphs >= TOGGLE_MAX_GRAPHS ? TOGGLE_ELIMIT : TOGGLE_ENOMEM,
+			       "recording hook %u:%u: cannot add graph %p (%zu graphs)", hook.type,
+			       hook.layer, (void *)graph, a->n_graphs);
+	/* Refuse before changing anything: a node recorded already, or no room. */
+	CUgraphNode *sorted = malloc((n ? n : 1) * sizeof(*sorted));
+	if (!sorted)
+		return tg_fail(a, TOGGLE_ENOMEM, "recording hook %u:%u: out of memory", hook.type,
+			       hook.layer);
+	memcpy(sorted, nodes, n * sizeof(*sorted));
+	qsort(sorted, n, sizeof(*sorted), node_cmp);
+	CUgraphNode dup = NULL;
+	for (size_t i = 0; i + 1 < n && !dup; i++)
+		if (sorted[i] == sorted[i + 1])
+			dup = sorted[i];
+	for (uint32_t i = 0; i <= g->n_nodes && !dup; i++) {
+		CUgraphNode have = i < g->n_nodes ? g->nodes[i].node : g->planner_node;
+		if (have && bsearch(&have, sorted, n, sizeof(*sorted), node_cmp))
+			dup = have;
+	}
+	free(sorted);
+	if (dup)
+		return tg_fail(a, TOGGLE_EINVAL, "hook %u:%u: node %p of graph %p is already recorded "
+			       "(as a producer or the planner)", hook.type, hook.layer, (void *)dup,
+			       (void *)graph);
+	int rc = graph_reserve(g, n);
+	if (rc)
+		return tg_fail(a, rc, "recording hook %u:%u into graph %p: %zu more nodes: %s",
+			       hook.type, hook.layer, (void *)graph, n, toggle_strerror(rc));
+	for (size_t i = 0; i < n; i++) {
+		rc = graph_add_node(g, nodes[i], tg_hook_index(hook), 0);
+		if (rc) /* cannot happen: room was reserved */
+			return tg_fail(a, rc, "recording hook %u:%u into graph %p: %s", hook.type,
+				       hook.layer, (void *)graph, toggle_strerror(rc));
+	}
 	return 0;
 }
 

@@ -1,0 +1,119 @@
+/*
+ * layout.c - toggle_layout() and toggle_version(): what a binding in another
+ * language (the Python package) checks its mirrors of the public structs
+ * and its expectation of the library against, from the compiler's own
+ * sizeof/offsetof rather than by eye.
+ */
+#include <stddef.h>
+
+#include "toggle.h"
+
+#define TG_TYPE(T) { #T, NULL, sizeof(struct T), 0 }
+#define TG_FIELD(T, f) { #T, #f, sizeof(((struct T *)0)->f), offsetof(struct T, f) }
+
+static const struct toggle_layout_entry tg_layout[] = {
+	TG_TYPE(toggle_hook),
+	TG_FIELD(toggle_hook, type),
+	TG_FIELD(toggle_hook, layer),
+
+	TG_TYPE(toggle_set),
+	TG_FIELD(toggle_set, bits),
+
+	TG_TYPE(toggle_catalog),
+	TG_FIELD(toggle_catalog, type_names),
+	TG_FIELD(toggle_catalog, n_types),
+	TG_FIELD(toggle_catalog, n_layers),
+
+	TG_TYPE(toggle_config),
+	TG_FIELD(toggle_config, name),
+	TG_FIELD(toggle_config, group),
+	TG_FIELD(toggle_config, catalog),
+	TG_FIELD(toggle_config, mode),
+	TG_FIELD(toggle_config, strict),
+	TG_FIELD(toggle_config, backend),
+	TG_FIELD(toggle_config, sim),
+	TG_FIELD(toggle_config, socket_path),
+
+	TG_TYPE(toggle_plan_entry),
+	TG_FIELD(toggle_plan_entry, step),
+	TG_FIELD(toggle_plan_entry, set),
+
+	TG_TYPE(toggle_graph_status),
+	TG_FIELD(toggle_graph_status, graph),
+	TG_FIELD(toggle_graph_status, exec),
+	TG_FIELD(toggle_graph_status, nodes),
+	TG_FIELD(toggle_graph_status, hooks_covered),
+	TG_FIELD(toggle_graph_status, applied_version),
+	TG_FIELD(toggle_graph_status, replays),
+	TG_FIELD(toggle_graph_status, last_step),
+	TG_FIELD(toggle_graph_status, bound),
+	TG_FIELD(toggle_graph_status, stale),
+	TG_FIELD(toggle_graph_status, mode),
+	TG_FIELD(toggle_graph_status, device_fallback),
+	TG_FIELD(toggle_graph_status, uploaded),
+	TG_FIELD(toggle_graph_status, note),
+
+	TG_TYPE(toggle_anomalies),
+	TG_FIELD(toggle_anomalies, record_outside_window),
+	TG_FIELD(toggle_anomalies, record_not_capturing),
+	TG_FIELD(toggle_anomalies, record_not_kernel),
+	TG_FIELD(toggle_anomalies, launch_unbound),
+	TG_FIELD(toggle_anomalies, launch_stale),
+	TG_FIELD(toggle_anomalies, driver_errors),
+	TG_FIELD(toggle_anomalies, late_plans),
+	TG_FIELD(toggle_anomalies, device_fallbacks),
+	TG_FIELD(toggle_anomalies, device_refused),
+	TG_FIELD(toggle_anomalies, host_on_device_node),
+
+	TG_TYPE(toggle_stats),
+	TG_FIELD(toggle_stats, launches),
+	TG_FIELD(toggle_stats, launches_unrelated),
+	TG_FIELD(toggle_stats, launches_refused),
+	TG_FIELD(toggle_stats, node_set_calls),
+	TG_FIELD(toggle_stats, syncs),
+	TG_FIELD(toggle_stats, rebinds),
+	TG_FIELD(toggle_stats, uploads),
+	TG_FIELD(toggle_stats, mask_writes),
+	TG_FIELD(toggle_stats, mask_words),
+	TG_FIELD(toggle_stats, stream_joins),
+	TG_FIELD(toggle_stats, version),
+	TG_FIELD(toggle_stats, step),
+
+	TG_TYPE(toggle_copy),
+	TG_FIELD(toggle_copy, dst),
+	TG_FIELD(toggle_copy, src),
+	TG_FIELD(toggle_copy, row_bytes),
+	TG_FIELD(toggle_copy, rows),
+	TG_FIELD(toggle_copy, dst_pitch),
+	TG_FIELD(toggle_copy, src_pitch),
+
+	TG_TYPE(toggle_device_counters),
+	TG_FIELD(toggle_device_counters, planner_runs),
+	TG_FIELD(toggle_device_counters, device_calls),
+	TG_FIELD(toggle_device_counters, device_failures),
+
+	TG_TYPE(toggle_registry_check),
+	TG_FIELD(toggle_registry_check, graphs),
+	TG_FIELD(toggle_registry_check, unbound),
+	TG_FIELD(toggle_registry_check, complete),
+	TG_FIELD(toggle_registry_check, uniform),
+	TG_FIELD(toggle_registry_check, hooks_uncovered),
+
+	TG_TYPE(toggle_layout_entry),
+	TG_FIELD(toggle_layout_entry, type),
+	TG_FIELD(toggle_layout_entry, field),
+	TG_FIELD(toggle_layout_entry, size),
+	TG_FIELD(toggle_layout_entry, offset),
+};
+
+const struct toggle_layout_entry *toggle_layout(size_t *count)
+{
+	if (count)
+		*count = sizeof(tg_layout) / sizeof(tg_layout[0]);
+	return tg_layout;
+}
+
+unsigned toggle_version(void)
+{
+	return ((unsigned)TOGGLE_VERSION_MAJOR << 16) | TOGGLE_VERSION_MINOR;
+}
