@@ -1,7 +1,8 @@
 # gpu-lib.sh - shared by scripts/gpu-check.sh and scripts/gpu-bench.sh (sourced).
 # Builds libtoggle for the GPU machine with libc, pthreads and CUDA only:
-# device mode's planner (planner.cu -> fatbin -> bytes in a header, as
-# libtoggle/libtoggle.mk does), every libtoggle/src/*.c, a static archive.
+# device mode's planner and the copy producer's kernel (planner.cu and
+# copyout.cu -> fatbin -> bytes in a header, as libtoggle/libtoggle.mk does),
+# every libtoggle/src/*.c, a static archive.
 # Needs: TAG (message prefix), B (build dir), CC, NVCC, CUDA_HOME; fail().
 
 gpu_describe() {
@@ -25,6 +26,12 @@ gpu_build_libtoggle() {
 		fail "build: $NVCC could not build libtoggle/src/planner.cu"
 	scripts/embed.sh "$B/gen/tg_planner.fatbin" "$B/gen/tg_planner_fatbin.h" \
 		tg_planner_fatbin_bytes || fail "build: could not embed the planner"
+	"$NVCC" --fatbin -O3 \
+		-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+		-Ilibtoggle/src -o "$B/gen/tg_copyout.fatbin" libtoggle/src/copyout.cu ||
+		fail "build: $NVCC could not build libtoggle/src/copyout.cu"
+	scripts/embed.sh "$B/gen/tg_copyout.fatbin" "$B/gen/tg_copyout_fatbin.h" \
+		tg_copyout_fatbin_bytes || fail "build: could not embed the copy kernel"
 	# -Iproto: the agent's daemon connection uses the wire constants in
 	# proto/toggle_proto.h (header only; libtoggle encodes protobuf itself).
 	objs=""
@@ -32,6 +39,7 @@ gpu_build_libtoggle() {
 		obj="$B/obj/$(basename "$src" .c).o"
 		extra=""
 		[ "$src" = libtoggle/src/planner_image.c ] && extra="-DTG_HAVE_PLANNER_FATBIN -I$B/gen"
+		[ "$src" = libtoggle/src/copyout_image.c ] && extra="-DTG_HAVE_COPYOUT_FATBIN -I$B/gen"
 		# shellcheck disable=SC2086 # $extra is empty or two flags without spaces
 		"$CC" -std=c17 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror $extra \
 			-Ilibtoggle/include -Iproto -isystem "$CUDA_HOME/include" -c "$src" -o "$obj" ||
