@@ -196,6 +196,7 @@ struct region_leg {
 	int slot_hook[MAX_SLOTS]; /* hook of each slot's kernel, -1: in no region */
 	int n_slots;
 	size_t expect_nodes;
+	double region_ms;      /* host time in toggle_producer_begin/end */
 };
 
 static void k_stamp(struct region_leg *L, cudaStream_t s, int hook)
@@ -208,11 +209,21 @@ static void k_stamp(struct region_leg *L, cudaStream_t s, int hook)
 	L->n_slots++;
 }
 
-static void region_end(struct toggle_agent *a, cudaStream_t s, int h, size_t want)
+static void region_begin(struct region_leg *L, struct toggle_agent *a)
+{
+	double t0 = now_ms();
+
+	TG_CHECK(a, toggle_producer_begin(a, (CUstream)L->s0));
+	L->region_ms += now_ms() - t0;
+}
+
+static void region_end(struct region_leg *L, struct toggle_agent *a, int h, size_t want)
 {
 	size_t n = 0;
+	double t0 = now_ms();
 
-	TG_CHECK(a, toggle_producer_end(a, (CUstream)s, hook_of(h), &n));
+	TG_CHECK(a, toggle_producer_end(a, (CUstream)L->s0, hook_of(h), &n));
+	L->region_ms += now_ms() - t0;
 	if (n != want)
 		die("region of hook %d recorded %zu kernels, not %zu", h, n, want);
 }
@@ -255,12 +266,12 @@ static cudaGraph_t region_capture(struct region_leg *L, struct toggle_agent *a)
 	CUDA_CHECK(cudaStreamBeginCapture(L->s0, cudaStreamCaptureModeGlobal));
 	k_stamp(L, L->s0, -1);
 	for (int h = 0; h < N_REG; h++) {
-		TG_CHECK(a, toggle_producer_begin(a, (CUstream)L->s0));
+		region_begin(L, a);
 		if (h % 2 == 0) { /* three kernels in a row */
 			k_stamp(L, L->s0, h);
 			k_stamp(L, L->s0, h);
 			k_stamp(L, L->s0, h);
-			region_end(a, L->s0, h, 3);
+			region_end(L, a, h, 3);
 		} else { /* torch-like: a kernel, a forked stream's kernel, the join */
 			k_stamp(L, L->s0, h);
 			CUDA_CHECK(cudaEventRecord(L->fork_ev, L->s0));
@@ -268,7 +279,7 @@ static cudaGraph_t region_capture(struct region_leg *L, struct toggle_agent *a)
 			k_stamp(L, L->s1, h);
 			CUDA_CHECK(cudaEventRecord(L->join_ev, L->s1));
 			CUDA_CHECK(cudaStreamWaitEvent(L->s0, L->join_ev, 0));
-			region_end(a, L->s0, h, 2);
+			region_end(L, a, h, 2);
 		}
 		k_stamp(L, L->s0, -1); /* a layer kernel between regions */
 		if (h == 4)
@@ -349,9 +360,11 @@ static uint64_t region_leg_run(enum toggle_mode mode, long long steps, uint64_t 
 		}
 	}
 	printf("gpu-region: region-%s: %s steps=%lld kernels=%d recorded=%zu regions=%d "
-	       "stamps=%" PRIu64 " mismatches=%" PRIu64 " host_us_per_launch=%.2f\n",
+	       "stamps=%" PRIu64 " mismatches=%" PRIu64 " host_us_per_launch=%.2f "
+	       "host_us_per_region=%.1f\n",
 	       mode_name(mode), mismatches ? "FAIL" : "PASS", steps, L.n_slots, L.expect_nodes,
-	       N_REG, stamped, mismatches, launch_ms * 1e3 / (double)steps);
+	       N_REG, stamped, mismatches, launch_ms * 1e3 / (double)steps,
+	       L.region_ms * 1e3 / N_REG);
 
 	TG_CHECK(a, toggle_graph_bind(a, (CUgraph)graph, NULL));
 	CUDA_CHECK(cudaGraphExecDestroy(exec));

@@ -341,6 +341,29 @@ START_TEST(region_fork_from_before)
 }
 END_TEST
 
+/* Two regions open at once on two streams of one capture: each sees the other's work. */
+START_TEST(region_two_streams_one_capture_refused)
+{
+	struct rfx f;
+	rfx_open(&f, TOGGLE_MODE_LAZY, false);
+	begin(&f);
+	kernel(&f, 0, 0);
+	edge(&f, 0, 1, 0);
+	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
+	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[1]), 0);
+	kernel(&f, 1, 1);
+	kernel(&f, 0, 2);
+	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[1], hk(0, 1), NULL), TOGGLE_EINVAL);
+	edge(&f, 1, 0, 1);
+	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(0, 0), NULL), 0); /* joined: k1, k2 */
+	end(&f);
+	ck_assert_uint_eq(recorded(&f), 2);
+	instantiate(&f);
+	ck_assert_uint_eq(run_with(&f, NULL, 0), B(0));
+	rfx_close(&f);
+}
+END_TEST
+
 /* memcpy and memset nodes refuse the whole region, with how to make the copy a kernel. */
 START_TEST(region_copy_nodes_refused)
 {
@@ -930,6 +953,7 @@ static Suite *region_suite(void)
 	tcase_add_loop_test(tc, region_side_stream_reused, TOGGLE_MODE_LAZY, TOGGLE_MODE_EAGER + 1);
 	tcase_add_test(tc, region_unjoined_fork_refused);
 	tcase_add_test(tc, region_fork_from_before);
+	tcase_add_test(tc, region_two_streams_one_capture_refused);
 	tcase_add_test(tc, region_copy_nodes_refused);
 	tcase_add_test(tc, region_without_kernel_refused);
 	tcase_add_test(tc, region_outside_a_capture);
