@@ -29,6 +29,8 @@ git rev-parse --verify -q HEAD >/dev/null || die "not in a git checkout"
 
 ROOT=${FRESH_DIR:-$(mktemp -d /var/tmp/tg-fresh.XXXXXX)}
 mkdir -p "$ROOT"
+# mktemp made it 0700: the root's / must let the tests' other users in.
+chmod 755 "$ROOT"
 MOUNTS=""
 cleanup() {
 	# Undo the mounts, innermost last mounted first; remove the root only
@@ -79,6 +81,7 @@ echo "debootstrap: $((t1 - t0)) s"
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 echo "deb $MIRROR bookworm main" >"$ROOT/etc/apt/sources.list"
 mnt "$ROOT/proc" -t proc proc
+mnt "$ROOT/dev/pts" -t devpts -o newinstance,ptmxmode=0666 devpts
 mnt "$ROOT/dev/shm" -t tmpfs -o mode=1777 tmpfs
 # The toolkit as CI has it: a directory at /usr/local/cuda, read-only here.
 mnt "$ROOT/usr/local/cuda" --bind "$(realpath "$CUDA_HOME")"

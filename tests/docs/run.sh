@@ -8,12 +8,8 @@ CC=${CC:-cc}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 T=$(mktemp -d /tmp/tgdocs.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-# The whole ```c block that includes toggle_sim.h and has a main(), from its
-# first line to its closing fence: nothing is added to what the page says.
-awk '/^```c$/ { on = 1; buf = ""; next }
-     on && /^```/ { if (buf ~ /#include "toggle_sim.h"/ && buf ~ /int main\(/) { printf "%s", buf; exit }
-                    on = 0; next }
-     on { buf = buf $0 "\n" }' docs/libtoggle.md >"$T/ex.c"
+# The page's block as written: nothing is added to it.
+awk -f tests/docs/example.awk docs/libtoggle.md >"$T/ex.c"
 [ -s "$T/ex.c" ] || { echo "docs: the simulator example was not found in docs/libtoggle.md"; exit 1; }
 "$CC" -std=c17 -Wall -Wextra -Werror -Ilibtoggle/include -isystem "$CUDA_HOME/include" \
 	"$T/ex.c" "$B/libtoggle.a" -ldl -lpthread -o "$T/ex" ||
