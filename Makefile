@@ -75,8 +75,16 @@ $(B)/tests/%: tests/%.c tests/testutil.h $(B)/libtoggle-san.a
 	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) $(EXTRA_CFLAGS) -Itests -Ilibtoggle/src -o $@ $< \
 	    $(EXTRA_LIBS) $(B)/libtoggle-san.a $(CHECK_LIBS) $(LIB_LIBS)
 
+# Every skipped test appends "test: reason" to $(SKIP_LOG) (tests/testutil.h,
+# tests/skip.sh); check lists them with a count at the end.
+SKIP_LOG := $(abspath $(B))/check-skipped.log
 check: deps
-	@$(MAKE) --no-print-directory check-run
+	@mkdir -p $(B) && rm -f $(SKIP_LOG)
+	@TG_SKIP_LOG=$(SKIP_LOG) $(MAKE) --no-print-directory check-run; rc=$$?; \
+	n=$$(cat $(SKIP_LOG) 2>/dev/null | wc -l); \
+	echo "== make check: $$n test(s) skipped"; \
+	[ "$$n" -eq 0 ] || sed 's/^/   SKIPPED /' $(SKIP_LOG); \
+	exit $$rc
 
 .PHONY: check-run
 check-run: $(TEST_BIN)

@@ -1849,10 +1849,8 @@ _Noreturn static void nobody_main(const struct env *e)
 
 START_TEST(test_permission_denied)
 {
-	if (geteuid() != 0) {
-		printf("test_permission_denied: skipped: needs root to become uid %d\n", NOBODY);
-		return;
-	}
+	if (geteuid() != 0)
+		TU_SKIP(TU_SKIP_ROOT, "needs root to become uid %d", NOBODY);
 	struct env e;
 	env_setup(&e);
 	ASSERT(chmod(e.dir, 0755) == 0, "chmod %s: %s", e.dir, strerror(errno));

@@ -34,6 +34,7 @@ fail() {
 	FAILS=$((FAILS + 1))
 	echo "FAIL: $*" >&2
 }
+. "$TOP/tests/skip.sh"
 
 for f in "$CTL" "$DAEMON" "$AGENT"; do
 	if [ ! -x "$f" ]; then
@@ -421,7 +422,7 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then
 	expect_rc 1 "read-only user: plan clear (json)" && expect_json_error "read-only user" EPERM
 	chmod 700 "$T"
 else
-	echo "run.sh: not root or no setpriv: the read-only user checks are skipped" >&2
+	skip "read-only user checks: need root and setpriv" root
 fi
 
 # ---- 5. plans -------------------------------------------------------------------------
