@@ -64,18 +64,37 @@ static int ctl_call(struct ctl_ctx *ctx, Toggle__Envelope *req, Toggle__Envelope
 	int rc = tgc_call(ctx->conn, req, rep, timeout_ms, err, sizeof(err));
 	if (rc == 0 && (*rep)->body_case == want)
 		return 0;
+	int exitcode = CTL_EXIT_ERROR;
 	if (rc == 0)
 		ctl_fail(ctx->out, CTL_EXIT_ERROR, TOGGLE_EPROTO,
 			 "toggled answered with message type %d where %d was expected",
 			 (int)(*rep)->body_case, (int)want);
-	else if (*rep && (*rep)->body_case == TOGGLE__ENVELOPE__BODY_ERROR)
+	else if (*rep && (*rep)->body_case == TOGGLE__ENVELOPE__BODY_ERROR &&
+		 rc == TOGGLE_ETIMEDOUT && req->body_case == TOGGLE__ENVELOPE__BODY_SET_ENABLED &&
+		 req->set_enabled->has_wait_ms) {
+		/*
+		 * The daemon answers a wait with ETIMEDOUT only after it changed,
+		 * saved and wrote the set: accepted, not a failure; the agents
+		 * named run it from their next step.
+		 */
+		char msg[CTL_ERRLEN];
+		const char *why = (*rep)->error->message && (*rep)->error->message[0]
+					  ? (*rep)->error->message : toggle_strerror(rc);
+		snprintf(msg, sizeof(msg),
+			 "set accepted and saved, but not yet applied everywhere: %s; "
+			 "it takes effect at their next step", why);
+		Toggle__Error e = *(*rep)->error;
+		e.message = msg;
+		ctl_daemon_error(ctx, rc, &e);
+		exitcode = CTL_EXIT_PENDING;
+	} else if (*rep && (*rep)->body_case == TOGGLE__ENVELOPE__BODY_ERROR)
 		ctl_daemon_error(ctx, rc, (*rep)->error);
 	else
 		ctl_fail(ctx->out, CTL_EXIT_ERROR, rc, "%s", err[0] ? err : toggle_strerror(rc));
 	if (*rep)
 		toggle__envelope__free_unpacked(*rep, NULL);
 	*rep = NULL;
-	return CTL_EXIT_ERROR;
+	return exitcode;
 }
 
 /* Connect, then call: the common case of every command. */

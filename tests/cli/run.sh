@@ -400,14 +400,22 @@ expect_rc 1 "layer out of range (json)" && expect_json_error "layer out of range
 pyjson "layer out of range names the agent" "
 assert 'layers 0-31' in d['error']['message'] and d['error']['agents'] == ['demo-engine'], d"
 
-# --wait that runs out: the agent is stopped, so it never replays
+# --wait that runs out: the agent is stopped, so it never replays.  The set
+# was accepted (exit 4, not 1) and the agent runs it once it steps again.
 kill -STOP "$APID"
 ctl enable resid_post:9 --wait=300ms
-expect_rc 1 "--wait timeout" &&
+expect_rc 4 "--wait timeout: accepted, not yet applied" &&
+	expect_in err "set accepted and saved, but not yet applied everywhere" "--wait timeout says accepted" &&
 	expect_in err "did not apply the set at a replay in time" "--wait timeout" &&
 	expect_in err "demo-engine" "--wait timeout names the agent"
+ctl --json hooks
+pyjson "--wait timeout: the daemon holds the set, the stopped agent does not run it yet" "
+t = d['agents'][0]['types'][0]
+assert t['type'] == 'resid_post' and 9 in t['enabled'] and 9 not in t['current'], t"
+ctl --json enable resid_post:10 --wait=300ms
+expect_rc 4 "--wait timeout (json)" && expect_json_error "--wait timeout (json)" ETIMEDOUT
 kill -CONT "$APID"
-ctl disable resid_post:9 --wait
+ctl disable resid_post:9-10 --wait
 expect_rc 0 "disable after the timeout"
 
 # a user who is not root, not the daemon's user, not in the operator group may read only
