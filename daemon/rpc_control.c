@@ -15,6 +15,11 @@
 #include "log.h"
 #include "rpc.h"
 
+/* One plan fits the agent's ring whole; the daemon never remembers more
+ * pending entries than the agent can hold. */
+_Static_assert(TGP_MAX_PLAN_ENTRIES == TOGGLE_SHM_PLAN_RING, "a plan is at most one ring");
+_Static_assert(TGP_MAX_PLAN_ENTRIES <= TD_MAX_PENDING_PLAN, "a plan fits the pending limit");
+
 static void reply_ack(struct td_peer *p, uint64_t id)
 {
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -204,10 +209,22 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 			return TOGGLE_ELATE;
 		}
 	}
-	if (used > TOGGLE_SHM_PLAN_RING || used + m->n_entries > TOGGLE_SHM_PLAN_RING ||
-	    a->n_plans + m->n_entries > TD_MAX_PENDING_PLAN) {
+	/* The pending entries the agents table shows (pending_plan, QUEUED). */
+	size_t pending = 0;
+	for (size_t j = 0; j < a->n_plans; j++)
+		pending += a->plans[j].step > now;
+	if (pending + m->n_entries > TD_MAX_PENDING_PLAN) {
 		snprintf(msg, sizeof(msg),
-			 "agent %s (id %llu) has %llu plan entries not yet taken; %zu more do not fit (ring of %d)",
+			 "agent %s (id %llu) has %zu pending plan entries; %zu more would pass the limit "
+			 "of %d pending entries per agent",
+			 a->name, (unsigned long long)a->id, pending, m->n_entries, TD_MAX_PENDING_PLAN);
+		td_peer_send_error(p, id, TOGGLE_EBUSY, msg, names, 1);
+		return TOGGLE_EBUSY;
+	}
+	if (used > TOGGLE_SHM_PLAN_RING || used + m->n_entries > TOGGLE_SHM_PLAN_RING) {
+		snprintf(msg, sizeof(msg),
+			 "agent %s (id %llu) has not yet taken %llu plan entries from its shared memory; "
+			 "%zu more do not fit there (%d at a time): retry after its next step",
 			 a->name, (unsigned long long)a->id, (unsigned long long)used, m->n_entries,
 			 TOGGLE_SHM_PLAN_RING);
 		td_peer_send_error(p, id, TOGGLE_EBUSY, msg, names, 1);
@@ -248,9 +265,9 @@ void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
 {
 	const Toggle__SubmitPlanRequest *m = req->submit_plan;
 	char msg[128];
-	if (m->n_entries == 0 || m->n_entries > TOGGLE_SHM_PLAN_RING) {
+	if (m->n_entries == 0 || m->n_entries > TGP_MAX_PLAN_ENTRIES) {
 		snprintf(msg, sizeof(msg), "a plan has 1 to %d entries; this one has %zu",
-			 TOGGLE_SHM_PLAN_RING, m->n_entries);
+			 TGP_MAX_PLAN_ENTRIES, m->n_entries);
 		td_peer_send_error(p, req->id, TOGGLE_ELIMIT, msg, NULL, 0);
 		return;
 	}

@@ -878,7 +878,7 @@ static Toggle__Selector sel_pid(uint32_t pid)
 /* What list_agents says about one agent. */
 struct ainfo {
 	uint64_t id, control_version, applied_version, anomalies;
-	uint32_t pid, uid, mode, n_layers, graphs;
+	uint32_t pid, uid, mode, n_layers, graphs, pending_plan;
 	int32_t driver_version;
 	int64_t step;
 	char name[64], group[64], enabled[SPEC_LEN];
@@ -900,6 +900,7 @@ static void ainfo_copy(struct ainfo *o, const Toggle__AgentInfo *m)
 	o->graphs = m->graphs;
 	o->driver_version = m->driver_version;
 	o->step = m->step;
+	o->pending_plan = m->pending_plan;
 	snprintf(o->name, sizeof(o->name), "%s", m->name);
 	snprintf(o->group, sizeof(o->group), "%s", m->group ? m->group : "");
 	snprintf(o->enabled, sizeof(o->enabled), "%s", m->enabled);
@@ -1614,6 +1615,73 @@ START_TEST(test_plans)
 }
 END_TEST
 
+/*
+ * Plan limits: one plan holds 1 to TGP_MAX_PLAN_ENTRIES (64) entries; an
+ * agent holds TOGGLE_MAX_PLAN (256) pending entries, the number the agents
+ * table shows (pending_plan); a plan past that is refused with an error
+ * that names the same number and the same limit.
+ */
+START_TEST(test_plan_limits)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "limits", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	agent_wait_listed(c, ap, 1);
+
+	int64_t steps[TGP_MAX_PLAN_ENTRIES + 1];
+	const char *specs[TGP_MAX_PLAN_ENTRIES + 1];
+	for (int i = 0; i <= TGP_MAX_PLAN_ENTRIES; i++)
+		specs[i] = "attn_out:1";
+	int64_t base = agent_info(c, ap->name).step + 1000000;
+	for (int i = 0; i <= TGP_MAX_PLAN_ENTRIES; i++)
+		steps[i] = base + i;
+	int rc = rpc_plan(c, NULL, steps, specs, TGP_MAX_PLAN_ENTRIES + 1, err);
+	ASSERT_CODE(rc, TOGGLE_ELIMIT, err);
+	ASSERT(strstr(err, "1 to 64 entries"), "per-plan limit: %s", err);
+
+	/* Fill the agent's pending plan, one full plan at a time: the agent
+	 * takes each from its shared memory at its next step. */
+	int full = TOGGLE_MAX_PLAN / TGP_MAX_PLAN_ENTRIES;
+	for (int b = 0; b < full; b++) {
+		for (int i = 0; i < TGP_MAX_PLAN_ENTRIES; i++)
+			steps[i] = base + b * TGP_MAX_PLAN_ENTRIES + i;
+		for (int tries = 0;; tries++) {
+			rc = rpc_plan(c, NULL, steps, specs, TGP_MAX_PLAN_ENTRIES, err);
+			if (rc != TOGGLE_EBUSY || !strstr(err, "not yet taken") || tries > 1000)
+				break;
+			usleep(5000);
+		}
+		ASSERT_CODE(rc, 0, err);
+	}
+	struct ainfo ai = agent_info(c, ap->name);
+	ASSERT(ai.pending_plan == TOGGLE_MAX_PLAN, "pending_plan %u", ai.pending_plan);
+
+	/* One more: refused whatever the ring holds, in the table's terms. */
+	steps[0] = base + TOGGLE_MAX_PLAN;
+	for (int tries = 0;; tries++) {
+		rc = rpc_plan(c, NULL, steps, specs, 1, err);
+		if (rc != TOGGLE_EBUSY || !strstr(err, "not yet taken") || tries > 1000)
+			break;
+		usleep(5000);
+	}
+	ASSERT_CODE(rc, TOGGLE_EBUSY, err);
+	char want[128];
+	snprintf(want, sizeof(want), "has %u pending plan entries", ai.pending_plan);
+	ASSERT(strstr(err, want), "the error does not say what the table says (%s): %s", want, err);
+	ASSERT(strstr(err, "limit of 256 pending entries per agent"), "limit not named: %s", err);
+	ASSERT(agent_info(c, ap->name).pending_plan == TOGGLE_MAX_PLAN, "a refused plan changed the count");
+
+	/* The agent itself holds all of them: none was refused on its side. */
+	ai = agent_info(c, ap->name);
+	ASSERT(ai.anomalies == 0, "agent anomalies %llu", (unsigned long long)ai.anomalies);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
 /* ======================================================================== */
 /* 8-9. Events, agent death                                                  */
 /* ======================================================================== */
@@ -2081,6 +2149,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_selectors);
 	tc = add_tcase(s, "plans");
 	tcase_add_test(tc, test_plans);
+	tcase_add_test(tc, test_plan_limits);
 	tc = add_tcase(s, "restart");
 	tcase_add_test(tc, test_daemon_restart);
 	tcase_add_test(tc, test_stale_socket);
