@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent_impl.h" /* white-box: the agent's own status lane */
 #include "frame.h"
 #include "testutil.h"
 #include "tgclient.h"
@@ -1682,6 +1683,117 @@ START_TEST(test_plan_limits)
 }
 END_TEST
 
+/*
+ * The connection state an integrator reads (toggle_conn_get) and the daemon
+ * sees in the status lane: standalone, connecting while no daemon listens,
+ * connected, reconnecting after the daemon died, connected again.
+ */
+static struct toggle_conn_info conn_wait(struct toggle_agent *ag, enum toggle_conn_state want,
+					 uint64_t min_sessions, const char *what)
+{
+	struct toggle_conn_info ci;
+	uint64_t end = now_ms() + 10000;
+	for (;;) {
+		ASSERT(toggle_conn_get(ag, &ci) == 0, "toggle_conn_get");
+		if (ci.state == want && ci.sessions >= min_sessions)
+			return ci;
+		ASSERT(now_ms() < end, "%s: state %s, sessions %llu after 10 s (last error: %s)", what,
+		       toggle_conn_state_name(ci.state), (unsigned long long)ci.sessions, ci.last_error);
+		sleep_ms(5);
+	}
+}
+
+/* What the agent published in its status lane at its last step. */
+static struct toggle_shm_conn conn_lane(struct toggle_agent *ag, int64_t step)
+{
+	ASSERT(toggle_step_begin(ag, step, NULL) == 0, "step_begin: %s", toggle_last_error(ag));
+	struct toggle_shm_status *st = calloc(1, sizeof(*st));
+	ASSERT(st, "calloc");
+	ASSERT(toggle_shm_status_read(ag->shm.st, st) == 0, "status read");
+	struct toggle_shm_conn c = st->conn;
+	free(st);
+	return c;
+}
+
+START_TEST(test_conn_state)
+{
+	struct env e;
+	env_setup(&e);
+	struct toggle_sim *sim;
+	ASSERT(toggle_sim_create(&sim) == 0, "sim");
+	struct toggle_config cfg = {.name = "conn-probe", .group = "g",
+		.catalog = {.type_names = type_names, .n_types = NT, .n_layers = NL},
+		.backend = TOGGLE_BACKEND_SIM, .sim = sim};
+	struct toggle_agent *ag;
+	struct toggle_conn_info ci;
+
+	/* No socket_path: standalone, never an error. */
+	ASSERT(toggle_agent_open(&cfg, &ag) == 0, "open standalone");
+	ASSERT(toggle_conn_get(ag, &ci) == 0, "conn_get");
+	ASSERT(ci.state == TOGGLE_CONN_STANDALONE && ci.sessions == 0 && ci.failures == 0 &&
+	       ci.last_error[0] == '\0', "standalone: %s", toggle_conn_state_name(ci.state));
+	ASSERT_STR(toggle_conn_state_name(ci.state), "standalone", "state name");
+	ASSERT(toggle_conn_get(NULL, &ci) == TOGGLE_EINVAL && toggle_conn_get(ag, NULL) == TOGGLE_EINVAL,
+	       "NULL arguments");
+	toggle_agent_close(ag);
+
+	/* No daemon listening: connecting, with the reason. */
+	daemon_stop(&e);
+	cfg.socket_path = e.sock;
+	ASSERT(toggle_agent_open(&cfg, &ag) == 0, "open: %s", "with socket");
+	uint64_t end = now_ms() + 10000;
+	do {
+		ASSERT(now_ms() < end, "no failed attempt within 10 s");
+		sleep_ms(5);
+		toggle_conn_get(ag, &ci);
+	} while (ci.failures == 0);
+	ASSERT(ci.state == TOGGLE_CONN_CONNECTING && ci.sessions == 0 && ci.agent_id == 0,
+	       "before any daemon: %s", toggle_conn_state_name(ci.state));
+	ASSERT(strstr(ci.last_error, "connecting to the daemon"), "last error: %s", ci.last_error);
+	ASSERT(ci.since_unix_ms > 0, "since");
+	struct toggle_shm_conn lane = conn_lane(ag, 0);
+	ASSERT(lane.state == TOGGLE_CONN_CONNECTING && lane.failures >= 1, "lane: state %llu failures %llu",
+	       (unsigned long long)lane.state, (unsigned long long)lane.failures);
+
+	/* The daemon comes: connected, with the id the daemon lists. */
+	daemon_start(&e);
+	ci = conn_wait(ag, TOGGLE_CONN_CONNECTED, 1, "first daemon");
+	struct tgc *c = client(&e);
+	struct ainfo ai;
+	end = now_ms() + 5000;
+	while (!agent_lookup(c, cfg.name, &ai, NULL)) {
+		ASSERT(now_ms() < end, "agent not listed");
+		sleep_ms(5);
+	}
+	ASSERT(ci.agent_id == ai.id && ci.sessions == 1, "agent_id %llu (daemon: %llu), sessions %llu",
+	       (unsigned long long)ci.agent_id, (unsigned long long)ai.id,
+	       (unsigned long long)ci.sessions);
+	lane = conn_lane(ag, 1);
+	ASSERT(lane.state == TOGGLE_CONN_CONNECTED && lane.sessions == 1, "lane: state %llu sessions %llu",
+	       (unsigned long long)lane.state, (unsigned long long)lane.sessions);
+	tgc_close(c);
+
+	/* The daemon dies: reconnecting, saying why. */
+	daemon_kill9(&e);
+	ci = conn_wait(ag, TOGGLE_CONN_RECONNECTING, 1, "after the daemon died");
+	ASSERT(ci.last_error[0] != '\0', "no last error after the daemon died");
+	lane = conn_lane(ag, 2);
+	ASSERT(lane.state == TOGGLE_CONN_RECONNECTING, "lane: state %llu", (unsigned long long)lane.state);
+
+	/* A new daemon: connected again, a second session. */
+	daemon_start(&e);
+	ci = conn_wait(ag, TOGGLE_CONN_CONNECTED, 2, "second daemon");
+	ASSERT(ci.sessions == 2, "sessions %llu", (unsigned long long)ci.sessions);
+	lane = conn_lane(ag, 3);
+	ASSERT(lane.state == TOGGLE_CONN_CONNECTED && lane.sessions == 2, "lane: state %llu sessions %llu",
+	       (unsigned long long)lane.state, (unsigned long long)lane.sessions);
+
+	toggle_agent_close(ag);
+	toggle_sim_destroy(sim);
+	env_teardown(&e);
+}
+END_TEST
+
 /* ======================================================================== */
 /* 8-9. Events, agent death                                                  */
 /* ======================================================================== */
@@ -2152,6 +2264,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_plan_limits);
 	tc = add_tcase(s, "restart");
 	tcase_add_test(tc, test_daemon_restart);
+	tcase_add_test(tc, test_conn_state);
 	tcase_add_test(tc, test_stale_socket);
 	tc = add_tcase(s, "security");
 	tcase_add_test(tc, test_permission_denied);
