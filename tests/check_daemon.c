@@ -852,6 +852,27 @@ static int rpc_plan(struct tgc *c, Toggle__Selector *sel, const int64_t *steps,
 	return rc;
 }
 
+/* A plan of relative entries: each step is the agent's current step + after[i]. */
+static int rpc_plan_after(struct tgc *c, Toggle__Selector *sel, const int64_t *after,
+			  const char *const *specs, size_t n, char *err)
+{
+	Toggle__SubmitPlanRequest m = TOGGLE__SUBMIT_PLAN_REQUEST__INIT;
+	Toggle__PlanEntry e[8], *ep[8];
+	ASSERT(n <= 8, "rpc_plan_after takes 8 entries at most");
+	for (size_t i = 0; i < n; i++) {
+		toggle__plan_entry__init(&e[i]);
+		e[i].step = -1;
+		e[i].has_after = true;
+		e[i].after = after[i];
+		e[i].spec = (char *)(uintptr_t)specs[i];
+		ep[i] = &e[i];
+	}
+	m.target = sel;
+	m.n_entries = n;
+	m.entries = ep;
+	return rpc(c, TOGGLE__ENVELOPE__BODY_SUBMIT_PLAN, &m, NULL, err);
+}
+
 static Toggle__Selector sel_group(const char *group)
 {
 	Toggle__Selector s = TOGGLE__SELECTOR__INIT;
@@ -1617,6 +1638,77 @@ START_TEST(test_plans)
 END_TEST
 
 /*
+ * Relative steps are resolved per agent, when the daemon applies the plan to
+ * it: two agents far apart in steps get the same offset from their own
+ * step, and each runs the entry at that step.
+ */
+START_TEST(test_plan_relative)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	int a0 = agent_start(&e, &(struct agent_opts){.name = "early", .group = "rel", .steps = true});
+	int a1 = agent_start(&e, &(struct agent_opts){.name = "late", .group = "rel", .steps = true,
+						     .start = 1000000});
+	struct agent_proc *p0 = &e.agents[a0], *p1 = &e.agents[a1];
+	agent_wait_listed(c, p0, 2);
+	agent_wait_listed(c, p1, 2);
+
+	static const char *const specs[2] = {"attn_out:1", "resid_post:2"};
+	static const int64_t after[2] = {200, 201};
+	int64_t before0 = agent_info(c, p0->name).step, before1 = agent_info(c, p1->name).step;
+	int rc = rpc_plan_after(c, NULL, after, specs, 2, err);
+	ASSERT_CODE(rc, 0, err);
+	int64_t after0 = agent_info(c, p0->name).step, after1 = agent_info(c, p1->name).step;
+
+	Toggle__Envelope *rep = NULL;
+	rc = rpc_show_plan(c, NULL, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->plan->n_plans == 2, "show_plan lists %zu agents", rep->plan->n_plans);
+	int64_t at[2] = {-1, -1};
+	for (size_t i = 0; i < 2; i++) {
+		const Toggle__AgentPlan *pl = rep->plan->plans[i];
+		bool first = pl->agent_id == agent_info(c, p0->name).id;
+		int64_t lo = first ? before0 : before1, hi = first ? after0 : after1;
+		ASSERT(pl->n_entries == 2, "agent %llu has %zu entries", (unsigned long long)pl->agent_id,
+		       pl->n_entries);
+		int64_t s0 = pl->entries[0]->step < pl->entries[1]->step ? pl->entries[0]->step
+									: pl->entries[1]->step;
+		ASSERT(s0 >= lo + 200 && s0 <= hi + 200,
+		       "agent %llu: +200 resolved to %lld, its step was %lld..%lld",
+		       (unsigned long long)pl->agent_id, (long long)s0, (long long)lo, (long long)hi);
+		ASSERT(pl->entries[0]->step + pl->entries[1]->step == 2 * s0 + 1, "+201 is not +200 + 1");
+		at[first ? 0 : 1] = s0;
+	}
+	toggle__envelope__free_unpacked(rep, NULL);
+	ASSERT(at[1] - at[0] > 900000, "both agents got the same step %lld", (long long)at[0]);
+
+	/* Each runs the entry at its own resolved step. */
+	struct agent_proc *ps[2] = {p0, p1};
+	for (int i = 0; i < 2; i++) {
+		struct alog l;
+		alog_wait(ps[i], at[i] + 2, 10000, &l);
+		alog_expect(&l, ps[i], at[i], canon(specs[0]).s);
+		alog_expect(&l, ps[i], at[i] + 1, canon(specs[1]).s);
+		alog_free(&l);
+	}
+
+	/* Bad relative entries are refused before anything is written. */
+	static const int64_t zero[1] = {0}, huge[1] = {TGP_MAX_PLAN_AFTER + 1};
+	rc = rpc_plan_after(c, NULL, zero, specs, 1, err);
+	ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+	rc = rpc_plan_after(c, NULL, huge, specs, 1, err);
+	ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+	static const int64_t twice[2] = {50, 50};
+	rc = rpc_plan_after(c, NULL, twice, specs, 2, err);
+	ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/*
  * Plan limits: one plan holds 1 to TGP_MAX_PLAN_ENTRIES (64) entries; an
  * agent holds TOGGLE_MAX_PLAN (256) pending entries, the number the agents
  * table shows (pending_plan); a plan past that is refused with an error
@@ -2262,6 +2354,7 @@ static Suite *daemon_suite(void)
 	tc = add_tcase(s, "plans");
 	tcase_add_test(tc, test_plans);
 	tcase_add_test(tc, test_plan_limits);
+	tcase_add_test(tc, test_plan_relative);
 	tc = add_tcase(s, "restart");
 	tcase_add_test(tc, test_daemon_restart);
 	tcase_add_test(tc, test_conn_state);
