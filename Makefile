@@ -4,7 +4,7 @@
 #   make demo       the demo (see README)
 #   make gpu-check  build and run the GPU suite (skips cleanly without a GPU)
 #   make bench      host benchmarks
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (layout: docs/libtoggle.md, Installing)
 
 CUDA_HOME ?= /usr/local/cuda
 PREFIX    ?= /usr/local
@@ -75,8 +75,16 @@ $(B)/tests/%: tests/%.c tests/testutil.h $(B)/libtoggle-san.a
 	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) $(EXTRA_CFLAGS) -Itests -Ilibtoggle/src -o $@ $< \
 	    $(EXTRA_LIBS) $(B)/libtoggle-san.a $(CHECK_LIBS) $(LIB_LIBS)
 
+# Every skipped test appends "test: reason" to $(SKIP_LOG) (tests/testutil.h,
+# tests/skip.sh); check lists them with a count at the end.
+SKIP_LOG := $(abspath $(B))/check-skipped.log
 check: deps
-	@$(MAKE) --no-print-directory check-run
+	@mkdir -p $(B) && rm -f $(SKIP_LOG)
+	@TG_SKIP_LOG=$(SKIP_LOG) $(MAKE) --no-print-directory check-run; rc=$$?; \
+	n=$$(cat $(SKIP_LOG) 2>/dev/null | wc -l); \
+	echo "== make check: $$n test(s) skipped"; \
+	[ "$$n" -eq 0 ] || sed 's/^/   SKIPPED /' $(SKIP_LOG); \
+	exit $$rc
 
 .PHONY: check-run
 check-run: $(TEST_BIN)
@@ -99,6 +107,7 @@ check-run: $(TEST_BIN)
 -include bench/bench.mk
 -include fuzz/fuzz.mk
 -include tests/docs/docs.mk
+-include tests/install/install.mk
 
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:
@@ -108,7 +117,14 @@ gpu-check:
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/graphtoggle
+DATADIR    ?= $(PREFIX)/share/graphtoggle
+PKGLIBDIR  ?= $(PREFIX)/lib/graphtoggle
 TOGGLE_VERSION := $(TOGGLE_VERSION_MAJOR).$(TOGGLE_VERSION_MINOR)
+# The man pages name docs/, proto/toggle.proto and demo_agent as they are in
+# the source tree; installed, they name where make install put them.
+MAN_SED := -e 's|docs/|$(DOCDIR)/|g' -e 's|examples/demo_agent\.c|$(DOCDIR)/examples/demo_agent.c|g' \
+           -e 's|proto/toggle\.proto|$(DATADIR)/toggle.proto|g' -e 's|^\$$ demo_agent |$$ $(PKGLIBDIR)/demo_agent |'
 
 install: deps
 	@$(MAKE) --no-print-directory all
@@ -121,7 +137,8 @@ install: deps
 	install -m 644 libtoggle/include/toggle.h libtoggle/include/toggle_error.h \
 	    libtoggle/include/toggle_hooks.h libtoggle/include/toggle_sim.h \
 	    libtoggle/include/toggle_shm.h $(DESTDIR)$(PREFIX)/include/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(TOGGLE_VERSION)|' libtoggle/libtoggle.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(TOGGLE_VERSION)|' \
+	    -e 's|@CUDA_INCLUDEDIR@|$(CUDA_HOME)/include|' libtoggle/libtoggle.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libtoggle.pc
 	install -m 755 $(B)/toggled $(DESTDIR)$(PREFIX)/bin/
 	if [ -x $(B)/togglectl ]; then install -m 755 $(B)/togglectl $(DESTDIR)$(PREFIX)/bin/; fi
@@ -132,9 +149,14 @@ install: deps
 	install -m 644 systemd/toggle.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/toggle.conf
 	[ -e $(DESTDIR)$(SYSCONFDIR)/toggle/toggled.conf ] || \
 	    install -m 644 systemd/toggled.conf $(DESTDIR)$(SYSCONFDIR)/toggle/
-	for m in man/*.1; do [ -e "$$m" ] && install -m 644 "$$m" $(DESTDIR)$(MANDIR)/man1/; done; true
-	for m in man/*.3; do [ -e "$$m" ] && install -m 644 "$$m" $(DESTDIR)$(MANDIR)/man3/; done; true
-	for m in man/*.8; do [ -e "$$m" ] && install -m 644 "$$m" $(DESTDIR)$(MANDIR)/man8/; done; true
+	for m in man/*.[138]; do \
+	  sed $(MAN_SED) "$$m" > $(DESTDIR)$(MANDIR)/man$${m##*.}/$${m##*/} || exit 1; \
+	done
+	install -d $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DATADIR) $(DESTDIR)$(PKGLIBDIR)
+	install -m 644 README.md CHANGES docs/*.md docs/*.png $(DESTDIR)$(DOCDIR)/
+	install -m 644 examples/demo_agent.c $(DESTDIR)$(DOCDIR)/examples/
+	install -m 644 proto/toggle.proto $(DESTDIR)$(DATADIR)/
+	install -m 755 $(B)/examples/demo_agent $(DESTDIR)$(PKGLIBDIR)/
 
 clean:
 	rm -rf $(B)

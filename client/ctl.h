@@ -28,6 +28,7 @@ enum ctl_exit {
 	CTL_EXIT_ERROR = 1,   /* the daemon answered an error, or the exchange failed */
 	CTL_EXIT_USAGE = 2,   /* bad command line or bad input file: nothing was sent */
 	CTL_EXIT_CONNECT = 3, /* cannot connect to toggled */
+	CTL_EXIT_PENDING = 4, /* --wait ran out: the set was accepted, not yet applied everywhere */
 };
 
 /* Command flags: what a command accepts besides its arguments. */

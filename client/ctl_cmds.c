@@ -64,18 +64,37 @@ static int ctl_call(struct ctl_ctx *ctx, Toggle__Envelope *req, Toggle__Envelope
 	int rc = tgc_call(ctx->conn, req, rep, timeout_ms, err, sizeof(err));
 	if (rc == 0 && (*rep)->body_case == want)
 		return 0;
+	int exitcode = CTL_EXIT_ERROR;
 	if (rc == 0)
 		ctl_fail(ctx->out, CTL_EXIT_ERROR, TOGGLE_EPROTO,
 			 "toggled answered with message type %d where %d was expected",
 			 (int)(*rep)->body_case, (int)want);
-	else if (*rep && (*rep)->body_case == TOGGLE__ENVELOPE__BODY_ERROR)
+	else if (*rep && (*rep)->body_case == TOGGLE__ENVELOPE__BODY_ERROR &&
+		 rc == TOGGLE_ETIMEDOUT && req->body_case == TOGGLE__ENVELOPE__BODY_SET_ENABLED &&
+		 req->set_enabled->has_wait_ms) {
+		/*
+		 * The daemon answers a wait with ETIMEDOUT only after it changed,
+		 * saved and wrote the set: accepted, not a failure; the agents
+		 * named run it from their next step.
+		 */
+		char msg[CTL_ERRLEN];
+		const char *why = (*rep)->error->message && (*rep)->error->message[0]
+					  ? (*rep)->error->message : toggle_strerror(rc);
+		snprintf(msg, sizeof(msg),
+			 "set accepted and saved, but not yet applied everywhere: %s; "
+			 "it takes effect at their next step", why);
+		Toggle__Error e = *(*rep)->error;
+		e.message = msg;
+		ctl_daemon_error(ctx, rc, &e);
+		exitcode = CTL_EXIT_PENDING;
+	} else if (*rep && (*rep)->body_case == TOGGLE__ENVELOPE__BODY_ERROR)
 		ctl_daemon_error(ctx, rc, (*rep)->error);
 	else
 		ctl_fail(ctx->out, CTL_EXIT_ERROR, rc, "%s", err[0] ? err : toggle_strerror(rc));
 	if (*rep)
 		toggle__envelope__free_unpacked(*rep, NULL);
 	*rep = NULL;
-	return CTL_EXIT_ERROR;
+	return exitcode;
 }
 
 /* Connect, then call: the common case of every command. */
@@ -327,12 +346,30 @@ static int ctl_plan_entry(const struct ctl_output *out, const char *shown, size_
 	json_t *step = json_object_get(j, "step"), *hooks = json_object_get(j, "hooks");
 	if (!step)
 		return ctl_fail(out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
-				"plan %s: entry %zu: field \"step\" is missing (an integer >= 0)", shown, i);
-	if (!json_is_integer(step))
+				"plan %s: entry %zu: field \"step\" is missing (an integer >= 0, or \"+N\")",
+				shown, i);
+	long long after = 0;
+	if (json_is_string(step)) {
+		/* "+N": N steps after each agent's current step, resolved by the daemon. */
+		const char *t = json_string_value(step);
+		char *end = NULL;
+		errno = 0;
+		if (t[0] != '+')
+			return ctl_fail(out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
+					"plan %s: entry %zu: field \"step\" must be an integer >= 0, not a "
+					"string (a relative step is \"+N\")", shown, i);
+		if (t[1] >= '0' && t[1] <= '9')
+			after = strtoll(t + 1, &end, 10);
+		if (!end || *end || errno || after < 1 || after > TGP_MAX_PLAN_AFTER ||
+		    strlen(t) != json_string_length(step))
+			return ctl_fail(out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
+					"plan %s: entry %zu: relative step \"%.32s\" must be \"+N\" with N "
+					"from 1 to %lld", shown, i, t, (long long)TGP_MAX_PLAN_AFTER);
+	} else if (!json_is_integer(step))
 		return ctl_fail(out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
 				"plan %s: entry %zu: field \"step\" must be an integer >= 0, not %s",
 				shown, i, ctl_json_kind(step));
-	if (json_integer_value(step) < 0)
+	if (!after && json_integer_value(step) < 0)
 		return ctl_fail(out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
 				"plan %s: entry %zu: field \"step\" must be an integer >= 0, not %lld",
 				shown, i, (long long)json_integer_value(step));
@@ -354,7 +391,10 @@ static int ctl_plan_entry(const struct ctl_output *out, const char *shown, size_
 				"plan %s: entry %zu: field \"hooks\" has %zu bytes; at most %d", shown, i,
 				len, TGP_MAX_SPEC);
 	toggle__plan_entry__init(e);
-	e->step = (int64_t)json_integer_value(step);
+	/* Relative: step -1, so a daemon without PlanEntry.after refuses it. */
+	e->step = after ? -1 : (int64_t)json_integer_value(step);
+	e->has_after = after != 0;
+	e->after = after;
 	e->spec = (char *)(uintptr_t)json_string_value(hooks);
 	return 0;
 }
@@ -387,11 +427,16 @@ static int ctl_plan_load(const struct ctl_output *out, const char *path, struct 
 		rc = ctl_fail(out, CTL_EXIT_ERROR, TOGGLE_ENOMEM, "out of memory");
 	for (size_t i = 0; !rc && i < pl->n; i++) {
 		rc = ctl_plan_entry(out, shown, i, json_array_get(pl->root, i), &pl->e[i]);
+		if (!rc && i > 0 && pl->e[i].has_after != pl->e[0].has_after)
+			rc = ctl_fail(out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
+				      "plan %s: entry %zu: a plan has absolute steps (N) or relative "
+				      "ones (\"+N\"), not both", shown, i);
 		for (size_t k = 0; !rc && k < i; k++)
-			if (pl->e[k].step == pl->e[i].step)
+			if (pl->e[k].step == pl->e[i].step && pl->e[k].after == pl->e[i].after)
 				rc = ctl_fail(out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
-					      "plan %s: entry %zu: step %lld is already planned by entry %zu",
-					      shown, i, (long long)pl->e[i].step, k);
+					      "plan %s: entry %zu: step %s%lld is already planned by entry %zu",
+					      shown, i, pl->e[i].has_after ? "+" : "",
+					      (long long)(pl->e[i].has_after ? pl->e[i].after : pl->e[i].step), k);
 		pl->p[i] = &pl->e[i];
 	}
 	if (rc)

@@ -408,25 +408,34 @@ static void human_set(const struct ctl_set_result *r)
 	ctl_table_print(&t);
 }
 
-static void ctl_plan_range(const Toggle__SubmitPlanRequest *m, long long *lo, long long *hi)
+/* The steps a plan names: absolute, or (togglectl never mixes them) the
+ * offsets of a relative plan, *relative then true. */
+static void ctl_plan_range(const Toggle__SubmitPlanRequest *m, long long *lo, long long *hi,
+			   bool *relative)
 {
-	*lo = *hi = m->n_entries ? (long long)m->entries[0]->step : 0;
-	for (size_t i = 1; i < m->n_entries; i++) {
-		long long s = (long long)m->entries[i]->step;
-		*lo = s < *lo ? s : *lo;
-		*hi = s > *hi ? s : *hi;
+	*relative = m->n_entries && m->entries[0]->has_after;
+	for (size_t i = 0; i < m->n_entries; i++) {
+		const Toggle__PlanEntry *e = m->entries[i];
+		long long s = (long long)(e->has_after ? e->after : e->step);
+		*lo = i == 0 || s < *lo ? s : *lo;
+		*hi = i == 0 || s > *hi ? s : *hi;
 	}
+	if (!m->n_entries)
+		*lo = *hi = 0;
 }
 
 static void human_plan_submitted(const Toggle__SubmitPlanRequest *m)
 {
 	long long lo, hi;
-	ctl_plan_range(m, &lo, &hi);
+	bool rel;
+	ctl_plan_range(m, &lo, &hi, &rel);
+	const char *plus = rel ? "+" : "", *tail = rel ? " after each agent's current step" : "";
 	if (lo == hi)
-		printf("plan submitted: %zu %s, step %lld\n", m->n_entries,
-		       m->n_entries == 1 ? "entry" : "entries", lo);
+		printf("plan submitted: %zu %s, step %s%lld%s\n", m->n_entries,
+		       m->n_entries == 1 ? "entry" : "entries", plus, lo, tail);
 	else
-		printf("plan submitted: %zu entries, steps %lld-%lld\n", m->n_entries, lo, hi);
+		printf("plan submitted: %zu entries, steps %s%lld-%s%lld%s\n", m->n_entries, plus, lo,
+		       plus, hi, tail);
 }
 
 static int ctl_entry_cmp(const void *a, const void *b)
@@ -711,9 +720,10 @@ static void json_set(const struct ctl_set_result *r)
 static void json_plan_submitted(const Toggle__SubmitPlanRequest *m)
 {
 	long long lo, hi;
-	ctl_plan_range(m, &lo, &hi);
-	jemit(json_pack("{s:I, s:I, s:I}", "entries", (json_int_t)m->n_entries,
-			"first_step", (json_int_t)lo, "last_step", (json_int_t)hi),
+	bool rel;
+	ctl_plan_range(m, &lo, &hi, &rel);
+	jemit(json_pack("{s:I, s:I, s:I, s:b}", "entries", (json_int_t)m->n_entries,
+			"first_step", (json_int_t)lo, "last_step", (json_int_t)hi, "relative", (int)rel),
 	      false);
 }
 

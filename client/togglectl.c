@@ -3,7 +3,7 @@
  * command table, and parsing argv into an action (command, arguments,
  * target, output mode).  The command runs in ctl_cmds.c and prints through
  * ctl_output.c.  Exit codes: 0 ok, 1 error from the daemon, 2 usage,
- * 3 cannot connect (docs/cli.md).
+ * 3 cannot connect, 4 --wait ran out after the set was accepted (docs/cli.md).
  */
 #include <getopt.h>
 #include <stdarg.h>
@@ -90,7 +90,8 @@ static void ctl_usage(FILE *f)
 		"          (TYPE: a hook type or *; LAYERS: * | N | N-M);\n"
 		"          several SPEC arguments are joined with \",\"\n"
 		"TIMEOUT:  500ms, 2s, 1m (a bare number is seconds; at most 10m)\n"
-		"exit:     0 ok, 1 error from the daemon, 2 usage, 3 cannot connect\n");
+		"exit:     0 ok, 1 error from the daemon, 2 usage, 3 cannot connect,\n"
+		"          4 accepted but --wait ran out (applies from the agents' next step)\n");
 }
 
 /* A usage error: what was wrong, the right form, exit code 2. */

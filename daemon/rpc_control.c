@@ -15,6 +15,11 @@
 #include "log.h"
 #include "rpc.h"
 
+/* One plan fits the agent's ring whole; the daemon never remembers more
+ * pending entries than the agent can hold. */
+_Static_assert(TGP_MAX_PLAN_ENTRIES == TOGGLE_SHM_PLAN_RING, "a plan is at most one ring");
+_Static_assert(TGP_MAX_PLAN_ENTRIES <= TD_MAX_PENDING_PLAN, "a plan fits the pending limit");
+
 static void reply_ack(struct td_peer *p, uint64_t id)
 {
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -182,9 +187,13 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 	free(v);
 }
 
-/* Everything that must hold for one agent before a plan is written. */
+/*
+ * Everything that must hold for one agent before a plan is written.  Steps
+ * are resolved here, for this agent: a relative entry (after) is the
+ * agent's current step now plus after.
+ */
 static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
-		      const Toggle__SubmitPlanRequest *m, struct toggle_set *sets)
+		      const Toggle__SubmitPlanRequest *m, struct toggle_set *sets, int64_t *steps)
 {
 	char msg[256];
 	td_agent_refresh(a);
@@ -192,22 +201,52 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 	uint64_t used = a->ctl.plan_head - a->st->plan_consumed;
 	const char *names[1] = {a->name};
 	for (size_t k = 0; k < m->n_entries; k++) {
+		const Toggle__PlanEntry *en = m->entries[k];
+		/* now comes from the agent's memory: bound it before adding. */
+		if (en->has_after && (now < -1 || now > INT64_MAX - en->after)) {
+			snprintf(msg, sizeof(msg), "agent %s (id %llu) reports step %lld: +%lld is out of range",
+				 a->name, (unsigned long long)a->id, (long long)now, (long long)en->after);
+			td_peer_send_error(p, id, TOGGLE_EINVAL, msg, names, 1);
+			return TOGGLE_EINVAL;
+		}
+		steps[k] = en->has_after ? now + en->after : en->step;
+		for (size_t j = 0; j < k; j++) {
+			if (steps[j] != steps[k])
+				continue;
+			snprintf(msg, sizeof(msg), "plan entries %zu and %zu are both step %lld for agent %s (id %llu)",
+				 j, k, (long long)steps[k], a->name, (unsigned long long)a->id);
+			td_peer_send_error(p, id, TOGGLE_EINVAL, msg, names, 1);
+			return TOGGLE_EINVAL;
+		}
+	}
+	for (size_t k = 0; k < m->n_entries; k++) {
 		int rc = parse_for(p, id, a, m->entries[k]->spec, &sets[k]);
 		if (rc)
 			return rc;
-		if (m->entries[k]->step <= now) {
+		if (steps[k] <= now) {
 			snprintf(msg, sizeof(msg),
 				 "plan rejected: agent %s (id %llu) has already begun step %lld (entry for step %lld)",
-				 a->name, (unsigned long long)a->id, (long long)now,
-				 (long long)m->entries[k]->step);
+				 a->name, (unsigned long long)a->id, (long long)now, (long long)steps[k]);
 			td_peer_send_error(p, id, TOGGLE_ELATE, msg, names, 1);
 			return TOGGLE_ELATE;
 		}
 	}
-	if (used > TOGGLE_SHM_PLAN_RING || used + m->n_entries > TOGGLE_SHM_PLAN_RING ||
-	    a->n_plans + m->n_entries > TD_MAX_PENDING_PLAN) {
+	/* The pending entries the agents table shows (pending_plan, QUEUED). */
+	size_t pending = 0;
+	for (size_t j = 0; j < a->n_plans; j++)
+		pending += a->plans[j].step > now;
+	if (pending + m->n_entries > TD_MAX_PENDING_PLAN) {
 		snprintf(msg, sizeof(msg),
-			 "agent %s (id %llu) has %llu plan entries not yet taken; %zu more do not fit (ring of %d)",
+			 "agent %s (id %llu) has %zu pending plan entries; %zu more would pass the limit "
+			 "of %d pending entries per agent",
+			 a->name, (unsigned long long)a->id, pending, m->n_entries, TD_MAX_PENDING_PLAN);
+		td_peer_send_error(p, id, TOGGLE_EBUSY, msg, names, 1);
+		return TOGGLE_EBUSY;
+	}
+	if (used > TOGGLE_SHM_PLAN_RING || used + m->n_entries > TOGGLE_SHM_PLAN_RING) {
+		snprintf(msg, sizeof(msg),
+			 "agent %s (id %llu) has not yet taken %llu plan entries from its shared memory; "
+			 "%zu more do not fit there (%d at a time): retry after its next step",
 			 a->name, (unsigned long long)a->id, (unsigned long long)used, m->n_entries,
 			 TOGGLE_SHM_PLAN_RING);
 		td_peer_send_error(p, id, TOGGLE_EBUSY, msg, names, 1);
@@ -228,13 +267,13 @@ static void plan_prune(struct td_agent *a)
 }
 
 static void plan_write(struct td_agent *a, const Toggle__SubmitPlanRequest *m,
-		       const struct toggle_set *sets)
+		       const struct toggle_set *sets, const int64_t *steps)
 {
 	uint64_t batch = ++a->next_batch;
 	plan_prune(a);
 	for (size_t k = 0; k < m->n_entries; k++) {
 		struct toggle_shm_plan_slot slot = {.batch = batch, .batch_len = m->n_entries,
-						    .batch_index = k, .step = m->entries[k]->step};
+						    .batch_index = k, .step = steps[k]};
 		memcpy(slot.set, sets[k].bits, sizeof(slot.set));
 		toggle_shm_plan_slot_write(a->shm.ctl, a->ctl.plan_head + k, &slot);
 		a->plans[a->n_plans++] = (struct td_plan_entry){.step = slot.step, .set = sets[k]};
@@ -248,19 +287,34 @@ void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
 {
 	const Toggle__SubmitPlanRequest *m = req->submit_plan;
 	char msg[128];
-	if (m->n_entries == 0 || m->n_entries > TOGGLE_SHM_PLAN_RING) {
+	if (m->n_entries == 0 || m->n_entries > TGP_MAX_PLAN_ENTRIES) {
 		snprintf(msg, sizeof(msg), "a plan has 1 to %d entries; this one has %zu",
-			 TOGGLE_SHM_PLAN_RING, m->n_entries);
+			 TGP_MAX_PLAN_ENTRIES, m->n_entries);
 		td_peer_send_error(p, req->id, TOGGLE_ELIMIT, msg, NULL, 0);
 		return;
 	}
 	for (size_t k = 0; k < m->n_entries; k++) {
+		const Toggle__PlanEntry *en = m->entries[k];
 		bool dup = false;
 		for (size_t j = 0; j < k; j++)
-			dup |= m->entries[j]->step == m->entries[k]->step;
-		if (m->entries[k]->step < 0 || dup) {
+			dup |= m->entries[j]->has_after == en->has_after &&
+				(en->has_after ? m->entries[j]->after == en->after
+					       : m->entries[j]->step == en->step);
+		if (en->has_after && (en->step != -1 || en->after < 1 || en->after > TGP_MAX_PLAN_AFTER ||
+				      dup)) {
+			if (dup || en->step != -1)
+				snprintf(msg, sizeof(msg), "plan entry %zu: relative step +%lld %s", k,
+					 (long long)en->after, dup ? "is named twice" : "needs step -1");
+			else
+				snprintf(msg, sizeof(msg),
+					 "plan entry %zu: relative step +%lld is out of range (+1 to +%lld)", k,
+					 (long long)en->after, (long long)TGP_MAX_PLAN_AFTER);
+			td_peer_send_error(p, req->id, TOGGLE_EINVAL, msg, NULL, 0);
+			return;
+		}
+		if (!en->has_after && (en->step < 0 || dup)) {
 			snprintf(msg, sizeof(msg), "plan entry %zu: step %lld is %s", k,
-				 (long long)m->entries[k]->step, dup ? "named twice" : "negative");
+				 (long long)en->step, dup ? "named twice" : "negative");
 			td_peer_send_error(p, req->id, TOGGLE_EINVAL, msg, NULL, 0);
 			return;
 		}
@@ -270,19 +324,22 @@ void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
 	if (rpc_targets(p, req, m->target, &v, &n))
 		return;
 	struct toggle_set *sets = calloc(n * m->n_entries, sizeof(*sets));
+	int64_t *steps = calloc(n * m->n_entries, sizeof(*steps));
 	size_t i = 0;
-	if (!sets)
+	if (!sets || !steps)
 		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
 	else
 		for (i = 0; i < n; i++)
-			if (plan_check(p, req->id, v[i], m, &sets[i * m->n_entries]))
+			if (plan_check(p, req->id, v[i], m, &sets[i * m->n_entries],
+				       &steps[i * m->n_entries]))
 				break;
-	if (sets && i == n) {
+	if (sets && steps && i == n) {
 		for (i = 0; i < n; i++)
-			plan_write(v[i], m, &sets[i * m->n_entries]);
+			plan_write(v[i], m, &sets[i * m->n_entries], &steps[i * m->n_entries]);
 		reply_ack(p, req->id);
 	}
 	free(sets);
+	free(steps);
 	free(v);
 }
 

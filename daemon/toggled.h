@@ -26,7 +26,8 @@
 #define TD_MAX_PEERS        1024
 #define TD_POLL_IDLE_MS     10          /* status-lane polling for events */
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
-#define TD_MAX_PENDING_PLAN 256         /* remembered plan entries per agent name */
+/* Pending plan entries (steps not begun) per agent: the agent's own limit. */
+#define TD_MAX_PENDING_PLAN TOGGLE_MAX_PLAN
 
 struct td_config {
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];

@@ -5,7 +5,7 @@
  * string table, carried as Error.code).
  *
  * Protocol versions:
- *   1 - first version (see toggle.proto).
+ *   1 - first version (see toggle.proto); PlanEntry.after added since.
  */
 #ifndef TOGGLE_PROTO_H
 #define TOGGLE_PROTO_H
@@ -17,6 +17,7 @@
 #define TGP_MAX_FRAME        (1u << 20)   /* envelope bytes; larger is refused */
 #define TGP_MAX_SPEC         8192         /* bytes of one hook spec */
 #define TGP_MAX_PLAN_ENTRIES 64           /* entries of one SubmitPlan: the agent's plan ring */
+#define TGP_MAX_PLAN_AFTER   (1ll << 40)  /* largest relative step (PlanEntry.after) */
 #define TGP_MAX_WAIT_MS      600000u      /* longest SetEnabled wait */
 #define TGP_MAX_NAME         64           /* agent, group, hook type names (NUL included) */
 

@@ -63,11 +63,10 @@ agent_says
 ctl enable 'attn_out:*' --wait
 agent_says
 
-say "a per-step plan: two future steps get their own sets"
-step=$(current_step)
+say "a per-step plan: two future steps get their own sets (+N: N steps from the agent's current one)"
 cat >"$D/plan.json" <<PLAN
-[{"step": $((step + 25)), "hooks": "mlp_out:31"},
- {"step": $((step + 26)), "hooks": "all"}]
+[{"step": "+25", "hooks": "mlp_out:31"},
+ {"step": "+26", "hooks": "all"}]
 PLAN
 cat "$D/plan.json"
 ctl plan submit "$D/plan.json"

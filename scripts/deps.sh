@@ -1,10 +1,15 @@
 #!/bin/sh
 # deps.sh - install the Debian packages the build needs, when they are missing.
-# Called by the make targets that need them, so a fresh machine needs no manual step.
-# Usage: scripts/deps.sh [build|bench]   (build: the libraries and Check; bench: + gnuplot)
+# Called by the make targets that need them; on a fresh machine, where even
+# make is missing, run it once by hand first (the README says so).
+# Usage: scripts/deps.sh [build|bench]   (build: the toolchain, the libraries
+# and Check; bench: + valgrind and gnuplot)
 set -eu
 
-pkgs="libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev check pkg-config python3"
+# The toolchain: make, a C compiler with libc headers, and g++, which nvcc
+# calls as its host compiler (without it: "cannot execute 'cc1plus'").
+pkgs="make gcc g++ libc6-dev pkg-config"
+pkgs="$pkgs libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev check python3"
 case "${1:-build}" in
 build) ;;
 bench) pkgs="$pkgs valgrind gnuplot-nox" ;;

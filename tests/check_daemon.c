@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent_impl.h" /* white-box: the agent's own status lane */
 #include "frame.h"
 #include "testutil.h"
 #include "tgclient.h"
@@ -851,6 +852,27 @@ static int rpc_plan(struct tgc *c, Toggle__Selector *sel, const int64_t *steps,
 	return rc;
 }
 
+/* A plan of relative entries: each step is the agent's current step + after[i]. */
+static int rpc_plan_after(struct tgc *c, Toggle__Selector *sel, const int64_t *after,
+			  const char *const *specs, size_t n, char *err)
+{
+	Toggle__SubmitPlanRequest m = TOGGLE__SUBMIT_PLAN_REQUEST__INIT;
+	Toggle__PlanEntry e[8], *ep[8];
+	ASSERT(n <= 8, "rpc_plan_after takes 8 entries at most");
+	for (size_t i = 0; i < n; i++) {
+		toggle__plan_entry__init(&e[i]);
+		e[i].step = -1;
+		e[i].has_after = true;
+		e[i].after = after[i];
+		e[i].spec = (char *)(uintptr_t)specs[i];
+		ep[i] = &e[i];
+	}
+	m.target = sel;
+	m.n_entries = n;
+	m.entries = ep;
+	return rpc(c, TOGGLE__ENVELOPE__BODY_SUBMIT_PLAN, &m, NULL, err);
+}
+
 static Toggle__Selector sel_group(const char *group)
 {
 	Toggle__Selector s = TOGGLE__SELECTOR__INIT;
@@ -878,7 +900,7 @@ static Toggle__Selector sel_pid(uint32_t pid)
 /* What list_agents says about one agent. */
 struct ainfo {
 	uint64_t id, control_version, applied_version, anomalies;
-	uint32_t pid, uid, mode, n_layers, graphs;
+	uint32_t pid, uid, mode, n_layers, graphs, pending_plan;
 	int32_t driver_version;
 	int64_t step;
 	char name[64], group[64], enabled[SPEC_LEN];
@@ -900,6 +922,7 @@ static void ainfo_copy(struct ainfo *o, const Toggle__AgentInfo *m)
 	o->graphs = m->graphs;
 	o->driver_version = m->driver_version;
 	o->step = m->step;
+	o->pending_plan = m->pending_plan;
 	snprintf(o->name, sizeof(o->name), "%s", m->name);
 	snprintf(o->group, sizeof(o->group), "%s", m->group ? m->group : "");
 	snprintf(o->enabled, sizeof(o->enabled), "%s", m->enabled);
@@ -1614,6 +1637,255 @@ START_TEST(test_plans)
 }
 END_TEST
 
+/*
+ * Relative steps are resolved per agent, when the daemon applies the plan to
+ * it: two agents far apart in steps get the same offset from their own
+ * step, and each runs the entry at that step.
+ */
+START_TEST(test_plan_relative)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	int a0 = agent_start(&e, &(struct agent_opts){.name = "early", .group = "rel", .steps = true});
+	int a1 = agent_start(&e, &(struct agent_opts){.name = "late", .group = "rel", .steps = true,
+						     .start = 1000000});
+	struct agent_proc *p0 = &e.agents[a0], *p1 = &e.agents[a1];
+	agent_wait_listed(c, p0, 2);
+	agent_wait_listed(c, p1, 2);
+
+	static const char *const specs[2] = {"attn_out:1", "resid_post:2"};
+	static const int64_t after[2] = {200, 201};
+	int64_t before0 = agent_info(c, p0->name).step, before1 = agent_info(c, p1->name).step;
+	int rc = rpc_plan_after(c, NULL, after, specs, 2, err);
+	ASSERT_CODE(rc, 0, err);
+	int64_t after0 = agent_info(c, p0->name).step, after1 = agent_info(c, p1->name).step;
+
+	Toggle__Envelope *rep = NULL;
+	rc = rpc_show_plan(c, NULL, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->plan->n_plans == 2, "show_plan lists %zu agents", rep->plan->n_plans);
+	int64_t at[2] = {-1, -1};
+	for (size_t i = 0; i < 2; i++) {
+		const Toggle__AgentPlan *pl = rep->plan->plans[i];
+		bool first = pl->agent_id == agent_info(c, p0->name).id;
+		int64_t lo = first ? before0 : before1, hi = first ? after0 : after1;
+		ASSERT(pl->n_entries == 2, "agent %llu has %zu entries", (unsigned long long)pl->agent_id,
+		       pl->n_entries);
+		int64_t s0 = pl->entries[0]->step < pl->entries[1]->step ? pl->entries[0]->step
+									: pl->entries[1]->step;
+		ASSERT(s0 >= lo + 200 && s0 <= hi + 200,
+		       "agent %llu: +200 resolved to %lld, its step was %lld..%lld",
+		       (unsigned long long)pl->agent_id, (long long)s0, (long long)lo, (long long)hi);
+		ASSERT(pl->entries[0]->step + pl->entries[1]->step == 2 * s0 + 1, "+201 is not +200 + 1");
+		at[first ? 0 : 1] = s0;
+	}
+	toggle__envelope__free_unpacked(rep, NULL);
+	ASSERT(at[1] - at[0] > 900000, "both agents got the same step %lld", (long long)at[0]);
+
+	/* Each runs the entry at its own resolved step. */
+	struct agent_proc *ps[2] = {p0, p1};
+	for (int i = 0; i < 2; i++) {
+		struct alog l;
+		alog_wait(ps[i], at[i] + 2, 10000, &l);
+		alog_expect(&l, ps[i], at[i], canon(specs[0]).s);
+		alog_expect(&l, ps[i], at[i] + 1, canon(specs[1]).s);
+		alog_free(&l);
+	}
+
+	/* Bad relative entries are refused before anything is written. */
+	static const int64_t zero[1] = {0}, huge[1] = {TGP_MAX_PLAN_AFTER + 1};
+	rc = rpc_plan_after(c, NULL, zero, specs, 1, err);
+	ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+	rc = rpc_plan_after(c, NULL, huge, specs, 1, err);
+	ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+	static const int64_t twice[2] = {50, 50};
+	rc = rpc_plan_after(c, NULL, twice, specs, 2, err);
+	ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/*
+ * Plan limits: one plan holds 1 to TGP_MAX_PLAN_ENTRIES (64) entries; an
+ * agent holds TOGGLE_MAX_PLAN (256) pending entries, the number the agents
+ * table shows (pending_plan); a plan past that is refused with an error
+ * that names the same number and the same limit.
+ */
+START_TEST(test_plan_limits)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "limits", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	agent_wait_listed(c, ap, 1);
+
+	int64_t steps[TGP_MAX_PLAN_ENTRIES + 1];
+	const char *specs[TGP_MAX_PLAN_ENTRIES + 1];
+	for (int i = 0; i <= TGP_MAX_PLAN_ENTRIES; i++)
+		specs[i] = "attn_out:1";
+	int64_t base = agent_info(c, ap->name).step + 1000000;
+	for (int i = 0; i <= TGP_MAX_PLAN_ENTRIES; i++)
+		steps[i] = base + i;
+	int rc = rpc_plan(c, NULL, steps, specs, TGP_MAX_PLAN_ENTRIES + 1, err);
+	ASSERT_CODE(rc, TOGGLE_ELIMIT, err);
+	ASSERT(strstr(err, "1 to 64 entries"), "per-plan limit: %s", err);
+
+	/* Fill the agent's pending plan, one full plan at a time: the agent
+	 * takes each from its shared memory at its next step. */
+	int full = TOGGLE_MAX_PLAN / TGP_MAX_PLAN_ENTRIES;
+	for (int b = 0; b < full; b++) {
+		for (int i = 0; i < TGP_MAX_PLAN_ENTRIES; i++)
+			steps[i] = base + b * TGP_MAX_PLAN_ENTRIES + i;
+		for (int tries = 0;; tries++) {
+			rc = rpc_plan(c, NULL, steps, specs, TGP_MAX_PLAN_ENTRIES, err);
+			if (rc != TOGGLE_EBUSY || !strstr(err, "not yet taken") || tries > 1000)
+				break;
+			usleep(5000);
+		}
+		ASSERT_CODE(rc, 0, err);
+	}
+	struct ainfo ai = agent_info(c, ap->name);
+	ASSERT(ai.pending_plan == TOGGLE_MAX_PLAN, "pending_plan %u", ai.pending_plan);
+
+	/* One more: refused whatever the ring holds, in the table's terms. */
+	steps[0] = base + TOGGLE_MAX_PLAN;
+	for (int tries = 0;; tries++) {
+		rc = rpc_plan(c, NULL, steps, specs, 1, err);
+		if (rc != TOGGLE_EBUSY || !strstr(err, "not yet taken") || tries > 1000)
+			break;
+		usleep(5000);
+	}
+	ASSERT_CODE(rc, TOGGLE_EBUSY, err);
+	char want[128];
+	snprintf(want, sizeof(want), "has %u pending plan entries", ai.pending_plan);
+	ASSERT(strstr(err, want), "the error does not say what the table says (%s): %s", want, err);
+	ASSERT(strstr(err, "limit of 256 pending entries per agent"), "limit not named: %s", err);
+	ASSERT(agent_info(c, ap->name).pending_plan == TOGGLE_MAX_PLAN, "a refused plan changed the count");
+
+	/* The agent itself holds all of them: none was refused on its side. */
+	ai = agent_info(c, ap->name);
+	ASSERT(ai.anomalies == 0, "agent anomalies %llu", (unsigned long long)ai.anomalies);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/*
+ * The connection state an integrator reads (toggle_conn_get) and the daemon
+ * sees in the status lane: standalone, connecting while no daemon listens,
+ * connected, reconnecting after the daemon died, connected again.
+ */
+static struct toggle_conn_info conn_wait(struct toggle_agent *ag, enum toggle_conn_state want,
+					 uint64_t min_sessions, const char *what)
+{
+	struct toggle_conn_info ci;
+	uint64_t end = now_ms() + 10000;
+	for (;;) {
+		ASSERT(toggle_conn_get(ag, &ci) == 0, "toggle_conn_get");
+		if (ci.state == want && ci.sessions >= min_sessions)
+			return ci;
+		ASSERT(now_ms() < end, "%s: state %s, sessions %llu after 10 s (last error: %s)", what,
+		       toggle_conn_state_name(ci.state), (unsigned long long)ci.sessions, ci.last_error);
+		sleep_ms(5);
+	}
+}
+
+/* What the agent published in its status lane at its last step. */
+static struct toggle_shm_conn conn_lane(struct toggle_agent *ag, int64_t step)
+{
+	ASSERT(toggle_step_begin(ag, step, NULL) == 0, "step_begin: %s", toggle_last_error(ag));
+	struct toggle_shm_status *st = calloc(1, sizeof(*st));
+	ASSERT(st, "calloc");
+	ASSERT(toggle_shm_status_read(ag->shm.st, st) == 0, "status read");
+	struct toggle_shm_conn c = st->conn;
+	free(st);
+	return c;
+}
+
+START_TEST(test_conn_state)
+{
+	struct env e;
+	env_setup(&e);
+	struct toggle_sim *sim;
+	ASSERT(toggle_sim_create(&sim) == 0, "sim");
+	struct toggle_config cfg = {.name = "conn-probe", .group = "g",
+		.catalog = {.type_names = type_names, .n_types = NT, .n_layers = NL},
+		.backend = TOGGLE_BACKEND_SIM, .sim = sim};
+	struct toggle_agent *ag;
+	struct toggle_conn_info ci;
+
+	/* No socket_path: standalone, never an error. */
+	ASSERT(toggle_agent_open(&cfg, &ag) == 0, "open standalone");
+	ASSERT(toggle_conn_get(ag, &ci) == 0, "conn_get");
+	ASSERT(ci.state == TOGGLE_CONN_STANDALONE && ci.sessions == 0 && ci.failures == 0 &&
+	       ci.last_error[0] == '\0', "standalone: %s", toggle_conn_state_name(ci.state));
+	ASSERT_STR(toggle_conn_state_name(ci.state), "standalone", "state name");
+	ASSERT(toggle_conn_get(NULL, &ci) == TOGGLE_EINVAL && toggle_conn_get(ag, NULL) == TOGGLE_EINVAL,
+	       "NULL arguments");
+	toggle_agent_close(ag);
+
+	/* No daemon listening: connecting, with the reason. */
+	daemon_stop(&e);
+	cfg.socket_path = e.sock;
+	ASSERT(toggle_agent_open(&cfg, &ag) == 0, "open: %s", "with socket");
+	uint64_t end = now_ms() + 10000;
+	do {
+		ASSERT(now_ms() < end, "no failed attempt within 10 s");
+		sleep_ms(5);
+		toggle_conn_get(ag, &ci);
+	} while (ci.failures == 0);
+	ASSERT(ci.state == TOGGLE_CONN_CONNECTING && ci.sessions == 0 && ci.agent_id == 0,
+	       "before any daemon: %s", toggle_conn_state_name(ci.state));
+	ASSERT(strstr(ci.last_error, "connecting to the daemon"), "last error: %s", ci.last_error);
+	ASSERT(ci.since_unix_ms > 0, "since");
+	struct toggle_shm_conn lane = conn_lane(ag, 0);
+	ASSERT(lane.state == TOGGLE_CONN_CONNECTING && lane.failures >= 1, "lane: state %llu failures %llu",
+	       (unsigned long long)lane.state, (unsigned long long)lane.failures);
+
+	/* The daemon comes: connected, with the id the daemon lists. */
+	daemon_start(&e);
+	ci = conn_wait(ag, TOGGLE_CONN_CONNECTED, 1, "first daemon");
+	struct tgc *c = client(&e);
+	struct ainfo ai;
+	end = now_ms() + 5000;
+	while (!agent_lookup(c, cfg.name, &ai, NULL)) {
+		ASSERT(now_ms() < end, "agent not listed");
+		sleep_ms(5);
+	}
+	ASSERT(ci.agent_id == ai.id && ci.sessions == 1, "agent_id %llu (daemon: %llu), sessions %llu",
+	       (unsigned long long)ci.agent_id, (unsigned long long)ai.id,
+	       (unsigned long long)ci.sessions);
+	lane = conn_lane(ag, 1);
+	ASSERT(lane.state == TOGGLE_CONN_CONNECTED && lane.sessions == 1, "lane: state %llu sessions %llu",
+	       (unsigned long long)lane.state, (unsigned long long)lane.sessions);
+	tgc_close(c);
+
+	/* The daemon dies: reconnecting, saying why. */
+	daemon_kill9(&e);
+	ci = conn_wait(ag, TOGGLE_CONN_RECONNECTING, 1, "after the daemon died");
+	ASSERT(ci.last_error[0] != '\0', "no last error after the daemon died");
+	lane = conn_lane(ag, 2);
+	ASSERT(lane.state == TOGGLE_CONN_RECONNECTING, "lane: state %llu", (unsigned long long)lane.state);
+
+	/* A new daemon: connected again, a second session. */
+	daemon_start(&e);
+	ci = conn_wait(ag, TOGGLE_CONN_CONNECTED, 2, "second daemon");
+	ASSERT(ci.sessions == 2, "sessions %llu", (unsigned long long)ci.sessions);
+	lane = conn_lane(ag, 3);
+	ASSERT(lane.state == TOGGLE_CONN_CONNECTED && lane.sessions == 2, "lane: state %llu sessions %llu",
+	       (unsigned long long)lane.state, (unsigned long long)lane.sessions);
+
+	toggle_agent_close(ag);
+	toggle_sim_destroy(sim);
+	env_teardown(&e);
+}
+END_TEST
+
 /* ======================================================================== */
 /* 8-9. Events, agent death                                                  */
 /* ======================================================================== */
@@ -1849,10 +2121,8 @@ _Noreturn static void nobody_main(const struct env *e)
 
 START_TEST(test_permission_denied)
 {
-	if (geteuid() != 0) {
-		printf("test_permission_denied: skipped: needs root to become uid %d\n", NOBODY);
-		return;
-	}
+	if (geteuid() != 0)
+		TU_SKIP(TU_SKIP_ROOT, "needs root to become uid %d", NOBODY);
 	struct env e;
 	env_setup(&e);
 	ASSERT(chmod(e.dir, 0755) == 0, "chmod %s: %s", e.dir, strerror(errno));
@@ -2083,8 +2353,11 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_selectors);
 	tc = add_tcase(s, "plans");
 	tcase_add_test(tc, test_plans);
+	tcase_add_test(tc, test_plan_limits);
+	tcase_add_test(tc, test_plan_relative);
 	tc = add_tcase(s, "restart");
 	tcase_add_test(tc, test_daemon_restart);
+	tcase_add_test(tc, test_conn_state);
 	tcase_add_test(tc, test_stale_socket);
 	tc = add_tcase(s, "security");
 	tcase_add_test(tc, test_permission_denied);

@@ -78,6 +78,33 @@ const char *toggle_last_error(const struct toggle_agent *agent);
  * toggle_last_error() then says why.
  */
 enum toggle_mode toggle_agent_mode(const struct toggle_agent *agent);
+
+/*
+ * The agent's connection to toggled, as its connection thread last saw it.
+ * Reading it takes a lock the replay path never takes; call it from a
+ * health check, not per launch.  Whatever the state, the agent keeps running
+ * with the last state the daemon wrote (docs/libtoggle.md, With the daemon).
+ */
+enum toggle_conn_state {
+	TOGGLE_CONN_STANDALONE = 0,   /* opened without socket_path: no daemon */
+	TOGGLE_CONN_CONNECTING = 1,   /* never registered yet; retrying with backoff */
+	TOGGLE_CONN_CONNECTED = 2,    /* registered with toggled */
+	TOGGLE_CONN_RECONNECTING = 3, /* was registered, the connection ended; retrying */
+};
+
+struct toggle_conn_info {
+	enum toggle_conn_state state;
+	uint64_t agent_id;     /* the daemon's id at the last registration; 0 before one */
+	uint64_t sessions;     /* registrations so far (> 1: it reconnected) */
+	uint64_t failures;     /* failed connection or registration attempts so far */
+	int64_t since_unix_ms; /* when state last changed (CLOCK_REALTIME); 0 if standalone */
+	char last_error[256];  /* why the connection last failed or ended, "" if it never did */
+};
+
+/* Fill *out; TOGGLE_EINVAL for NULL arguments. */
+int toggle_conn_get(const struct toggle_agent *agent, struct toggle_conn_info *out);
+/* "standalone", "connecting", "connected", "reconnecting" ("?" for others). */
+const char *toggle_conn_state_name(enum toggle_conn_state state);
 const struct toggle_catalog *toggle_agent_catalog(const struct toggle_agent *agent);
 
 /* ---- capture and registry ---------------------------------------------- */

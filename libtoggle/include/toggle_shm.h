@@ -97,6 +97,18 @@ enum toggle_shm_anomaly {
 	TOGGLE_SHM_AN_COUNT = 8
 };
 
+/*
+ * The agent's connection to the daemon (toggle_conn_get()), published with
+ * the rest of the status: the last 32 bytes of what layout 1 first left
+ * reserved (zero from agents that predate it).  Documented in docs/shm.md.
+ */
+struct toggle_shm_conn {
+	uint64_t state;         /* enum toggle_conn_state: 1 connecting, 2 connected, 3 reconnecting */
+	uint64_t sessions;      /* registrations so far: > 1 after a reconnect */
+	uint64_t failures;      /* failed connection or registration attempts so far */
+	uint64_t since_unix_ms; /* when state last changed */
+};
+
 /* Status lane: the agent is the only writer. */
 struct toggle_shm_status {
 	uint64_t seq;                /* seqlock over the fields below */
@@ -112,7 +124,8 @@ struct toggle_shm_status {
 	uint64_t n_graphs;           /* records filled, <= max_graphs */
 	uint64_t total_graphs;       /* graphs the agent has (may exceed n_graphs) */
 	uint64_t current[TOGGLE_SHM_SET_WORDS];
-	uint8_t reserved[256];
+	uint8_t reserved[256 - sizeof(struct toggle_shm_conn)];
+	struct toggle_shm_conn conn; /* under the seqlock like the fields above */
 	struct toggle_shm_graph graphs[TOGGLE_SHM_MAX_GRAPHS];
 };
 

@@ -4,7 +4,9 @@
  * The thread blocks every signal (the application's handlers stay the
  * application's), uses MSG_NOSIGNAL, and wakes for shutdown through a pipe.
  * State shared with the application thread sits behind a mutex that only
- * status queries take: never the replay path.
+ * status queries take: never the replay path.  The status lane's copy of
+ * it (state and counters, no text) is mirrored in atomic words, so that
+ * publishing the status never waits for this thread.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,18 +41,52 @@ struct tg_conn {
 	struct pbw_register reg;
 
 	pthread_mutex_t lock; /* guards st */
-	struct tg_conn_state st;
+	struct toggle_conn_info st;
+	struct toggle_shm_conn lane; /* mirror of st's numbers, atomic words */
 	uint64_t next_id;
 };
 
-/* Record a failed attempt as "what: detail" (detail may be NULL). */
-static void conn_set_error(struct tg_conn *c, const char *what, const char *detail)
+static int64_t conn_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Under c->lock: mirror st into the lane words. */
+static void conn_mirror(struct tg_conn *c)
+{
+	__atomic_store_n(&c->lane.state, (uint64_t)c->st.state, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->lane.sessions, c->st.sessions, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->lane.failures, c->st.failures, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->lane.since_unix_ms, (uint64_t)c->st.since_unix_ms, __ATOMIC_RELAXED);
+}
+
+/* Under c->lock: move to state s (the time only when it changes). */
+static void conn_enter(struct tg_conn *c, enum toggle_conn_state s)
+{
+	if (c->st.state != s) {
+		c->st.state = s;
+		c->st.since_unix_ms = conn_now_ms();
+	}
+	conn_mirror(c);
+}
+
+/* Record why the connection failed or ended as "what: detail" (detail may
+ * be NULL); a failed attempt also counts in failures. */
+static void conn_note(struct tg_conn *c, bool failed, const char *what, const char *detail)
 {
 	pthread_mutex_lock(&c->lock);
 	snprintf(c->st.last_error, sizeof(c->st.last_error), "%.40s%s%.200s", what, detail ? ": " : "",
 		 detail ? detail : "");
-	c->st.failures++;
+	c->st.failures += failed;
+	conn_mirror(c);
 	pthread_mutex_unlock(&c->lock);
+}
+
+static void conn_set_error(struct tg_conn *c, const char *what, const char *detail)
+{
+	conn_note(c, true, what, detail);
 }
 
 /* Sleep ms, or return 1 at once if asked to stop. */
@@ -190,10 +226,9 @@ static int conn_register(struct tg_conn *c, int fd)
 	    conn_reply_ok(c, &rep, PBW_ENV_REGISTER_REPLY))
 		return -1;
 	pthread_mutex_lock(&c->lock);
-	c->st.connected = 1;
 	c->st.agent_id = rep.agent_id;
 	c->st.sessions++;
-	c->st.last_error[0] = '\0';
+	conn_enter(c, TOGGLE_CONN_CONNECTED);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -229,12 +264,13 @@ static void *conn_main(void *arg)
 		} else if (conn_register(c, fd) == 0) {
 			backoff = CONN_BACKOFF_MIN_MS;
 			int stop = conn_session(c, fd);
-			pthread_mutex_lock(&c->lock);
-			c->st.connected = 0;
-			pthread_mutex_unlock(&c->lock);
 			close(fd);
 			if (stop)
 				return NULL;
+			conn_note(c, false, "the daemon closed the connection", NULL);
+			pthread_mutex_lock(&c->lock);
+			conn_enter(c, TOGGLE_CONN_RECONNECTING);
+			pthread_mutex_unlock(&c->lock);
 			continue;
 		}
 		if (fd >= 0)
@@ -278,6 +314,9 @@ int tg_conn_start(const char *path, int shm_fd, const struct pbw_register *reg,
 	}
 	snprintf(c->path, sizeof(c->path), "%s", path);
 	c->shm_fd = shm_fd;
+	c->st.state = TOGGLE_CONN_CONNECTING;
+	c->st.since_unix_ms = conn_now_ms();
+	conn_mirror(c);
 	if (pipe2(c->wake, O_CLOEXEC) != 0) {
 		snprintf(err, errlen, "pipe: %s", strerror(errno));
 		free(c);
@@ -313,9 +352,17 @@ void tg_conn_stop(struct tg_conn *c)
 	free(c);
 }
 
-void tg_conn_state(struct tg_conn *c, struct tg_conn_state *out)
+void tg_conn_info(struct tg_conn *c, struct toggle_conn_info *out)
 {
 	pthread_mutex_lock(&c->lock);
 	*out = c->st;
 	pthread_mutex_unlock(&c->lock);
+}
+
+void tg_conn_lane(const struct tg_conn *c, struct toggle_shm_conn *out)
+{
+	out->state = __atomic_load_n(&c->lane.state, __ATOMIC_RELAXED);
+	out->sessions = __atomic_load_n(&c->lane.sessions, __ATOMIC_RELAXED);
+	out->failures = __atomic_load_n(&c->lane.failures, __ATOMIC_RELAXED);
+	out->since_unix_ms = __atomic_load_n(&c->lane.since_unix_ms, __ATOMIC_RELAXED);
 }

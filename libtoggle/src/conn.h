@@ -13,6 +13,8 @@
 #include <stdint.h>
 
 #include "pbwire.h"
+#include "toggle.h"
+#include "toggle_shm.h"
 
 struct tg_conn;
 
@@ -22,13 +24,10 @@ int tg_conn_start(const char *path, int shm_fd, const struct pbw_register *reg,
 		  struct tg_conn **out, char *err, size_t errlen);
 void tg_conn_stop(struct tg_conn *c);
 
-struct tg_conn_state {
-	int connected;
-	uint64_t agent_id;
-	uint64_t sessions;  /* successful registrations so far */
-	uint64_t failures;  /* failed attempts */
-	char last_error[256];
-};
-void tg_conn_state(struct tg_conn *c, struct tg_conn_state *out);
+/* What toggle_conn_get() reports (under the connection's lock). */
+void tg_conn_info(struct tg_conn *c, struct toggle_conn_info *out);
+/* The same without the lock, for the status lane: each word is read
+ * atomically (the thread stores them as it changes them), never blocks. */
+void tg_conn_lane(const struct tg_conn *c, struct toggle_shm_conn *out);
 
 #endif

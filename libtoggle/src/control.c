@@ -38,6 +38,30 @@ int tg_control_open(struct toggle_agent *a, const char *socket_path)
 	return tg_conn_start(socket_path, a->shm.fd, &reg, &a->conn, a->err, sizeof(a->err));
 }
 
+int toggle_conn_get(const struct toggle_agent *a, struct toggle_conn_info *out)
+{
+	if (!a || !out)
+		return TOGGLE_EINVAL;
+	if (!a->conn) {
+		memset(out, 0, sizeof(*out));
+		out->state = TOGGLE_CONN_STANDALONE;
+		return 0;
+	}
+	tg_conn_info(a->conn, out);
+	return 0;
+}
+
+const char *toggle_conn_state_name(enum toggle_conn_state state)
+{
+	switch (state) {
+	case TOGGLE_CONN_STANDALONE: return "standalone";
+	case TOGGLE_CONN_CONNECTING: return "connecting";
+	case TOGGLE_CONN_CONNECTED: return "connected";
+	case TOGGLE_CONN_RECONNECTING: return "reconnecting";
+	}
+	return "?";
+}
+
 void tg_control_close(struct toggle_agent *a)
 {
 	tg_conn_stop(a->conn);
@@ -156,6 +180,8 @@ void tg_status_publish(struct toggle_agent *a)
 	struct toggle_stats st;
 	toggle_stats_get(a, &st);
 	s->replays = st.launches;
+	if (a->conn)
+		tg_conn_lane(a->conn, &s->conn);
 	const struct toggle_anomalies *an = &a->anomalies;
 	uint64_t counters[TOGGLE_SHM_AN_COUNT] = {
 		an->record_outside_window, an->record_not_capturing, an->record_not_kernel,

@@ -212,6 +212,11 @@ _Static_assert(offsetof(struct toggle_shm_control, version) == 8, "control layou
 _Static_assert(sizeof(struct toggle_shm_control_view) == (CTL_WORDS) * 8, "control view");
 _Static_assert(sizeof(struct toggle_shm_graph) % 8 == 0, "graph record");
 _Static_assert(offsetof(struct toggle_shm_status, step) == 8, "status layout");
+/* The connection words took the end of the reserved space: nothing moved. */
+_Static_assert(offsetof(struct toggle_shm_status, graphs) ==
+	       offsetof(struct toggle_shm_status, current) + TOGGLE_SHM_SET_WORDS * 8 + 256,
+	       "status layout 1: graphs after 256 reserved bytes");
+#define CONN_WORDS (sizeof(struct toggle_shm_conn) / 8)
 
 void toggle_shm_control_write(struct toggle_shm_control *ctl, const struct toggle_shm_control_view *v)
 {
@@ -258,6 +263,7 @@ void toggle_shm_status_write(struct toggle_shm_status *st, const struct toggle_s
 	uint64_t n = src->n_graphs <= TOGGLE_SHM_MAX_GRAPHS ? src->n_graphs : TOGGLE_SHM_MAX_GRAPHS;
 	uint64_t next = seq_write_begin(&st->seq);
 	words_store((uint64_t *)&st->step, (const uint64_t *)&src->step, ST_FIXED_WORDS);
+	words_store((uint64_t *)&st->conn, (const uint64_t *)&src->conn, CONN_WORDS);
 	words_store((uint64_t *)st->graphs, (const uint64_t *)src->graphs, n * GRAPH_WORDS);
 	seq_write_end(&st->seq, next);
 }
@@ -286,6 +292,7 @@ int toggle_shm_status_read(const struct toggle_shm_status *st, struct toggle_shm
 		if (!seq_read_begin(&st->seq, &s))
 			continue;
 		words_load((uint64_t *)&out->step, (const uint64_t *)&st->step, ST_FIXED_WORDS);
+		words_load((uint64_t *)&out->conn, (const uint64_t *)&st->conn, CONN_WORDS);
 		/* n_graphs is untrusted: bound it before copying records. */
 		uint64_t n = out->n_graphs;
 		if (n > TOGGLE_SHM_MAX_GRAPHS)

@@ -34,6 +34,7 @@ fail() {
 	FAILS=$((FAILS + 1))
 	echo "FAIL: $*" >&2
 }
+. "$TOP/tests/skip.sh"
 
 for f in "$CTL" "$DAEMON" "$AGENT"; do
 	if [ ! -x "$f" ]; then
@@ -399,14 +400,22 @@ expect_rc 1 "layer out of range (json)" && expect_json_error "layer out of range
 pyjson "layer out of range names the agent" "
 assert 'layers 0-31' in d['error']['message'] and d['error']['agents'] == ['demo-engine'], d"
 
-# --wait that runs out: the agent is stopped, so it never replays
+# --wait that runs out: the agent is stopped, so it never replays.  The set
+# was accepted (exit 4, not 1) and the agent runs it once it steps again.
 kill -STOP "$APID"
 ctl enable resid_post:9 --wait=300ms
-expect_rc 1 "--wait timeout" &&
+expect_rc 4 "--wait timeout: accepted, not yet applied" &&
+	expect_in err "set accepted and saved, but not yet applied everywhere" "--wait timeout says accepted" &&
 	expect_in err "did not apply the set at a replay in time" "--wait timeout" &&
 	expect_in err "demo-engine" "--wait timeout names the agent"
+ctl --json hooks
+pyjson "--wait timeout: the daemon holds the set, the stopped agent does not run it yet" "
+t = d['agents'][0]['types'][0]
+assert t['type'] == 'resid_post' and 9 in t['enabled'] and 9 not in t['current'], t"
+ctl --json enable resid_post:10 --wait=300ms
+expect_rc 4 "--wait timeout (json)" && expect_json_error "--wait timeout (json)" ETIMEDOUT
 kill -CONT "$APID"
-ctl disable resid_post:9 --wait
+ctl disable resid_post:9-10 --wait
 expect_rc 0 "disable after the timeout"
 
 # a user who is not root, not the daemon's user, not in the operator group may read only
@@ -421,7 +430,7 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then
 	expect_rc 1 "read-only user: plan clear (json)" && expect_json_error "read-only user" EPERM
 	chmod 700 "$T"
 else
-	echo "run.sh: not root or no setpriv: the read-only user checks are skipped" >&2
+	skip "read-only user checks: need root and setpriv" root
 fi
 
 # ---- 5. plans -------------------------------------------------------------------------
@@ -449,9 +458,36 @@ expect_rc 0 "plan show after clear" && expect_in out "no plan entries pending" "
 printf '[{"step": %d, "hooks": "resid_post:1"}]' "$((S + 300000))" | "$CTL" --socket "$SOCK" --json plan submit - >"$T/out" 2>"$T/err"
 RC=$?
 expect_rc 0 "plan submit - (json)" && pyjson "plan submit (json)" "
-assert d == {'entries': 1, 'first_step': $((S + 300000)), 'last_step': $((S + 300000))}, d"
+assert d == {'entries': 1, 'first_step': $((S + 300000)), 'last_step': $((S + 300000)), 'relative': False}, d"
 ctl plan clear
 expect_rc 0 "plan clear" && expect_in out "plan cleared" "plan clear"
+
+# relative steps: "+N" is N steps after the agent's current step when the
+# daemon applies the plan to it; the agent then runs it at that step
+S0=$(agent_step)
+printf '[{"step": "+300", "hooks": "mlp_out:30"}, {"step": "+301", "hooks": "none"}]' >"$T/rel.json"
+ctl plan submit "$T/rel.json"
+S1=$(agent_step)
+expect_rc 0 "relative plan" &&
+	expect_in out "plan submitted: 2 entries, steps +300-+301 after each agent's current step" "relative plan summary"
+ctl --json plan show
+expect_rc 0 "relative plan show" && pyjson "relative plan resolved at the agent's step" "
+e = d['plans'][0]['entries']
+assert len(e) == 2 and $S0 + 300 <= e[0]['step'] <= $S1 + 300, (e, $S0, $S1)
+assert e[1]['step'] == e[0]['step'] + 1 and e[0]['hooks'] == 'mlp_out:30' and e[1]['hooks'] == 'none', e"
+R=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["plans"][0]["entries"][0]["step"])' "$T/out")
+ran_step() { [ "$(agent_step)" -gt "$1" ]; }
+if wait_for 20 "the agent reaches the resolved step $R" ran_step $((R + 1)); then
+	grep -q "^step $R gate=mlp_out:30 producers=1 ok" "$T/agent.log" ||
+		fail "relative plan: the agent did not run mlp_out:30 at step $R: $(grep "^step $R " "$T/agent.log")"
+	CHECKS=$((CHECKS + 1))
+fi
+printf '[{"step": "+100000", "hooks": "none"}]' | "$CTL" --socket "$SOCK" --json plan submit - >"$T/out" 2>"$T/err"
+RC=$?
+expect_rc 0 "relative plan (json)" && pyjson "relative plan (json)" "
+assert d == {'entries': 1, 'first_step': 100000, 'last_step': 100000, 'relative': True}, d"
+ctl plan clear
+expect_rc 0 "plan clear after the relative plan"
 
 # a late plan: step 0 began long ago
 echo '[{"step": 0, "hooks": "all"}]' >"$T/late.json"
@@ -478,6 +514,14 @@ bad_plan "hooks not a string" '[{"step": 5, "hooks": ["all"]}]' 'entry 0: field 
 bad_plan "unknown field" '[{"step": 5, "hooks": "all", "stpe": 6}]' 'entry 0: unknown field "stpe"'
 bad_plan "duplicate step" '[{"step": 5, "hooks": "all"}, {"step": 5, "hooks": "none"}]' \
 	"entry 1: step 5 is already planned by entry 0"
+bad_plan "relative +0" '[{"step": "+0", "hooks": "all"}]' 'entry 0: relative step "+0" must be "+N" with N from 1'
+bad_plan "relative not a number" '[{"step": "+5x", "hooks": "all"}]' 'relative step "+5x" must be "+N"'
+bad_plan "relative negative" '[{"step": "+-5", "hooks": "all"}]' 'relative step "+-5" must be "+N"'
+bad_plan "relative too far" '[{"step": "+99999999999999999999", "hooks": "all"}]' 'must be "+N" with N from 1 to 1099511627776'
+bad_plan "relative and absolute" '[{"step": "+5", "hooks": "all"}, {"step": 7, "hooks": "none"}]' \
+	'entry 1: a plan has absolute steps (N) or relative ones ("+N"), not both'
+bad_plan "relative duplicate" '[{"step": "+5", "hooks": "all"}, {"step": "+5", "hooks": "none"}]' \
+	"entry 1: step +5 is already planned by entry 0"
 python3 -c "
 import json; print(json.dumps([{'step': 10**9 + i, 'hooks': 'none'} for i in range(65)]))" >"$T/big.json"
 ctl plan submit "$T/big.json"
