@@ -1003,6 +1003,216 @@ START_TEST(mask_write_failure_refuses)
 }
 END_TEST
 
+/* ---- record reuse and tainted launches (issue 18) ----------------------------------- */
+
+/*
+ * A new capture reuses the record of a destroyed graph whose exec still has
+ * launches (and their mask writes) queued: the bind of the new capture must
+ * not write the record's descriptor and arrays under them.  Every launch of
+ * the old exec and of the new one runs the set of its step.
+ */
+START_TEST(record_reuse_waits_for_old_exec)
+{
+	uint64_t seed = 0x18a + (uint64_t)_i;
+	struct dfx *f = dfx_open(TOGGLE_MODE_DEVICE, true);
+	toggle_sim_set_graph_reuse(f->sim, true);
+	dfx_capture(f, 0, H_DEVICE);
+	ck_assert_int_eq(toggle_graph_instantiate(f->agent, f->graph[0], &f->exec[0]), 0);
+	toggle_sim_set_deferred(f->sim, true, seed);
+	uint64_t rng = seed;
+	uint32_t cur = 0;
+	int64_t step = 0;
+	for (; step < 8; step++) {
+		cur = (uint32_t)rng_next(&rng) & ((1u << NH) - 1);
+		struct toggle_set s = set_of(cur);
+		ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
+		ck_assert_int_eq(toggle_step_begin(f->agent, step, NULL), 0);
+		ck_assert_int_eq(dfx_launch(f, 0, (int)(rng_next(&rng) % NS)), 0);
+	}
+	/* The application drops the graph (its exec lives on, launches queued) and
+	 * captures another one; the driver hands out the same handle. */
+	ck_assert_int_eq(toggle_sim_graph_destroy(f->graph[0]), CUDA_SUCCESS);
+	dfx_capture(f, 1, H_DEVICE);
+	ck_assert_ptr_eq(f->graph[1], f->graph[0]);
+	ck_assert_int_eq(toggle_graph_instantiate(f->agent, f->graph[1], &f->exec[1]), 0);
+	ck_assert_uint_eq(stats(f).reuse_fences, 1);
+	for (; step < 16; step++) {
+		cur = (uint32_t)rng_next(&rng) & ((1u << NH) - 1);
+		struct toggle_set s = set_of(cur);
+		ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
+		ck_assert_int_eq(toggle_step_begin(f->agent, step, NULL), 0);
+		ck_assert_int_eq(dfx_launch(f, 1, (int)(rng_next(&rng) % NS)), 0);
+	}
+	ck_assert_uint_eq(dfx_check(f), 16);
+	ck_assert_uint_eq(dcount(f, 1).device_failures, 0);
+	dfx_close(f);
+}
+END_TEST
+
+/* The hooks of sets A and B below, in the order the planner calls their nodes. */
+#define TAINT_A 0x0000ffu /* resid_post:0-7 */
+#define TAINT_B 0x00ff00u /* attn_out:0-7 */
+/* Calls of the launch that goes from A to B: h0, h8, h1, h9, h2, ...; the
+ * 4th and 5th fail, so h9 stays off and h2 stays on in that launch. */
+#define TAINT_RAN (TAINT_B ^ (1u << 9) ^ (1u << 2))
+
+/* Steps 0 (A) and 1 (B, two device calls fail), everything run; then step 2 begins. */
+static void taint_setup(struct dfx *f)
+{
+	dfx_capture(f, 0, H_DEVICE);
+	ck_assert_int_eq(toggle_graph_instantiate(f->agent, f->graph[0], &f->exec[0]), 0);
+	toggle_sim_set_deferred(f->sim, true, 7); /* the host runs ahead of the device */
+	struct toggle_set s = set_of(TAINT_A);
+	ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 0, NULL), 0);
+	ck_assert_int_eq(dfx_launch(f, 0, 0), 0);
+	/* Counted when the planners run: skip step 0's NH calls and 3 of step 1's. */
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, NH + 3, 2, CUDA_ERROR_INVALID_VALUE);
+	s = set_of(TAINT_B);
+	ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 1, NULL), 0);
+	ck_assert_int_eq(dfx_launch(f, 0, 1), 0);
+	/* Nothing ran yet: nothing to report. */
+	struct toggle_taint t;
+	toggle_taint_get(f->agent, &t);
+	ck_assert_uint_eq(t.launches, 0);
+	toggle_sim_synchronize(f->sim);
+	ck_assert_uint_eq(dcount(f, 0).device_failures, 2);
+	/* That launch really ran another set than its step's (what dfx_check holds it to). */
+	f->expect[0][1] = TAINT_RAN;
+	dfx_check(f);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 2, NULL), 0); /* reads the report */
+	toggle_taint_get(f->agent, &t);
+	ck_assert_uint_eq(t.launches, 1);
+	ck_assert_uint_eq(t.lost, 0);
+	ck_assert_uint_eq(t.calls_failed, 2);
+	ck_assert_int_eq(t.last_step, 1);
+	ck_assert_ptr_eq(t.last_graph, f->graph[0]);
+	struct toggle_anomalies an;
+	toggle_anomalies_get(f->agent, &an);
+	ck_assert_uint_eq(an.device_tainted, 1);
+	struct toggle_graph_status gs = gstatus(f, 0);
+	ck_assert_uint_eq(gs.tainted_launches, 1);
+	ck_assert_int_eq(gs.tainted_step, 1);
+	ck_assert(gs.tainted);
+}
+
+/* Strict: the tainted exec is refused until it is bound again; then all is clean. */
+START_TEST(tainted_launch_strict_refuses)
+{
+	struct dfx *f = dfx_open(TOGGLE_MODE_DEVICE, true);
+	taint_setup(f);
+	ck_assert(gstatus(f, 0).blocked);
+	uint64_t refused = stats(f).launches_refused;
+	ck_assert_int_eq(dfx_launch(f, 0, 0), TOGGLE_ECUDA);
+	ck_assert_msg(strstr(toggle_last_error(f->agent), "step 1"), "%s", toggle_last_error(f->agent));
+	ck_assert_int_eq(dfx_launch(f, 0, 0), TOGGLE_ECUDA);
+	ck_assert_uint_eq(stats(f).launches_refused, refused + 2);
+	toggle_sim_synchronize(f->sim);
+	ck_assert_uint_eq(f->runs[0], 2); /* nothing more ran */
+	/* A bind re-arms it: its planner sets every producer, and the launch is clean. */
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph[0], f->exec[0]), 0);
+	ck_assert(!gstatus(f, 0).blocked);
+	ck_assert_int_eq(dfx_launch(f, 0, 2), 0);
+	dfx_check(f);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 3, NULL), 0);
+	struct toggle_graph_status gs = gstatus(f, 0);
+	ck_assert(!gs.tainted && !gs.blocked);
+	ck_assert_uint_eq(gs.tainted_launches, 1);
+	ck_assert_int_eq(dfx_launch(f, 0, 0), 0);
+	dfx_check(f);
+	struct toggle_taint t;
+	toggle_taint_get(f->agent, &t);
+	ck_assert_uint_eq(t.launches, 1);
+	dfx_close(f);
+}
+END_TEST
+
+/* Not strict: reported, the next launch retries the failed nodes and is clean. */
+START_TEST(tainted_launch_reported_then_clean)
+{
+	struct dfx *f = dfx_open(TOGGLE_MODE_DEVICE, false);
+	taint_setup(f);
+	ck_assert(!gstatus(f, 0).blocked);
+	ck_assert_int_eq(dfx_launch(f, 0, 0), 0); /* step 2: set B, the two nodes called again */
+	dfx_check(f);
+	ck_assert_uint_eq(dcount(f, 0).device_failures, 2);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 3, NULL), 0);
+	struct toggle_graph_status gs = gstatus(f, 0);
+	ck_assert(!gs.tainted);
+	ck_assert_uint_eq(gs.tainted_launches, 1);
+	ck_assert_int_eq(gs.tainted_step, 1);
+	dfx_close(f);
+}
+END_TEST
+
+/* The status lane carries the taint to the daemon: agent counters and graph flags. */
+START_TEST(tainted_launch_in_status_lane)
+{
+	struct dfx *f = dfx_open(TOGGLE_MODE_DEVICE, true);
+	struct toggle_agent *a = f->agent;
+	char err[128];
+	/* White-box: the region a daemon connection would have made. */
+	ck_assert_int_eq(toggle_shm_create(&a->shm, err, sizeof(err)), 0);
+	a->status_buf = calloc(1, sizeof(*a->status_buf));
+	ck_assert_ptr_nonnull(a->status_buf);
+	taint_setup(f); /* step_begin publishes */
+	struct toggle_shm_status st;
+	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
+	ck_assert_uint_eq(st.tainted_launches, 1);
+	ck_assert_int_eq(st.tainted_step, 1);
+	ck_assert_uint_eq(st.tainted_graph, (uint64_t)(uintptr_t)f->graph[0]);
+	ck_assert_uint_eq(st.tainted_lost, 0);
+	ck_assert_uint_eq(st.n_graphs, 1);
+	ck_assert_uint_eq(st.graphs[0].flags & (TOGGLE_SHM_GRAPH_TAINTED | TOGGLE_SHM_GRAPH_BLOCKED),
+			  TOGGLE_SHM_GRAPH_TAINTED | TOGGLE_SHM_GRAPH_BLOCKED);
+	ck_assert_int_eq(toggle_graph_bind(a, f->graph[0], f->exec[0]), 0);
+	ck_assert_int_eq(dfx_launch(f, 0, 0), 0);
+	toggle_sim_synchronize(f->sim);
+	ck_assert_int_eq(toggle_step_begin(a, 3, NULL), 0);
+	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
+	ck_assert_uint_eq(st.graphs[0].flags & (TOGGLE_SHM_GRAPH_TAINTED | TOGGLE_SHM_GRAPH_BLOCKED), 0);
+	ck_assert_uint_eq(st.tainted_launches, 1);
+	dfx_close(f);
+}
+END_TEST
+
+/* More tainted launches between two looks than the report holds: counted, steps unknown. */
+START_TEST(tainted_launches_overrun_counted)
+{
+	struct dfx *f = dfx_open(TOGGLE_MODE_DEVICE, false);
+	dfx_capture(f, 0, H_DEVICE);
+	ck_assert_int_eq(toggle_graph_instantiate(f->agent, f->graph[0], &f->exec[0]), 0);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 0, NULL), 0);
+	ck_assert_int_eq(dfx_launch(f, 0, 0), 0);
+	/* Every call fails from now on: each launch calls the 12 changed nodes again and fails. */
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 1u << 30, CUDA_ERROR_INVALID_VALUE);
+	struct toggle_set s = set_of(0x0f0f0f);
+	ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 1, NULL), 0);
+	for (int k = 0; k < 11; k++)
+		ck_assert_int_eq(toggle_graph_launch(f->agent, f->graph[0], f->exec[0], f->s[0]), 0);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 2, NULL), 0);
+	struct toggle_taint t;
+	toggle_taint_get(f->agent, &t);
+	ck_assert_uint_eq(t.launches, 11);
+	ck_assert_uint_eq(t.lost, 4); /* 3 overwritten, 1 in the slot the next one takes */
+	ck_assert_uint_eq(t.calls_failed, 7 * 12); /* those with a record */
+	struct toggle_graph_status gs = gstatus(f, 0);
+	ck_assert_uint_eq(gs.tainted_launches, 11);
+	ck_assert(gs.tainted);
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 0, CUDA_SUCCESS);
+	/* Lost records are placed at the last launch made: the next clean launch clears it. */
+	ck_assert_int_eq(toggle_graph_launch(f->agent, f->graph[0], f->exec[0], f->s[0]), 0);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 3, NULL), 0);
+	ck_assert(!gstatus(f, 0).tainted);
+	ck_assert_uint_eq(dcount(f, 0).device_failures, 11 * 12);
+	ck_assert_int_eq(t.last_step, 1);
+	toggle_sim_synchronize(f->sim);
+	dfx_close(f);
+}
+END_TEST
+
 static Suite *device_suite(void)
 {
 	Suite *s = suite_create("device");
@@ -1027,6 +1237,11 @@ static Suite *device_suite(void)
 	tcase_add_test(tc, capture_planner_errors);
 	tcase_add_test(tc, device_call_failures_retried);
 	tcase_add_test(tc, mask_write_failure_refuses);
+	tcase_add_loop_test(tc, record_reuse_waits_for_old_exec, 0, 4);
+	tcase_add_test(tc, tainted_launch_strict_refuses);
+	tcase_add_test(tc, tainted_launch_reported_then_clean);
+	tcase_add_test(tc, tainted_launch_in_status_lane);
+	tcase_add_test(tc, tainted_launches_overrun_counted);
 	suite_add_tcase(s, tc);
 	return s;
 }

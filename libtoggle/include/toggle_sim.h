@@ -99,6 +99,13 @@ CUresult toggle_sim_graph_node_get_dependent_nodes(CUgraphNode node, CUgraphNode
 
 /* ---- device mode's parts ------------------------------------------------- */
 
+/*
+ * Handle reuse (off by default): the next graph made (by a capture) gets the
+ * handle of the last graph destroyed, as the driver's allocator may give it.
+ * Until then the old handle is refused like any destroyed one.
+ */
+void toggle_sim_set_graph_reuse(struct toggle_sim *sim, bool on);
+
 /* The driver version the backend reports (default 13000, i.e. 13.0). */
 void toggle_sim_set_driver_version(struct toggle_sim *sim, int version);
 int toggle_sim_driver_version(const struct toggle_sim *sim);

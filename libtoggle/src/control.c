@@ -164,6 +164,10 @@ void tg_status_publish(struct toggle_agent *a)
 	};
 	memcpy(s->anomalies, counters, sizeof(counters));
 	memcpy(s->current, a->current.bits, sizeof(s->current));
+	s->tainted_launches = a->taint.launches;
+	s->tainted_step = a->taint.last_step;
+	s->tainted_graph = (uint64_t)(uintptr_t)a->taint.last_graph;
+	s->tainted_lost = a->taint.lost;
 	s->total_graphs = a->n_graphs;
 	s->n_graphs = a->n_graphs < TOGGLE_SHM_MAX_GRAPHS ? a->n_graphs : TOGGLE_SHM_MAX_GRAPHS;
 	for (uint64_t i = 0; i < s->n_graphs; i++) {
@@ -179,7 +183,9 @@ void tg_status_publish(struct toggle_agent *a)
 			.flags = (g->bound ? TOGGLE_SHM_GRAPH_BOUND : 0) |
 				 (g->stale ? TOGGLE_SHM_GRAPH_STALE : 0) |
 				 (g->dev == TG_DEV_ACTIVE ? TOGGLE_SHM_GRAPH_DEVICE : 0) |
-				 (g->dev == TG_DEV_FALLBACK ? TOGGLE_SHM_GRAPH_FALLBACK : 0),
+				 (g->dev == TG_DEV_FALLBACK ? TOGGLE_SHM_GRAPH_FALLBACK : 0) |
+				 (g->unclean ? TOGGLE_SHM_GRAPH_TAINTED : 0) |
+				 (g->blocked ? TOGGLE_SHM_GRAPH_BLOCKED : 0),
 		};
 	}
 	toggle_shm_status_write(a->shm.st, s);

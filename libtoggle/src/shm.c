@@ -212,6 +212,9 @@ _Static_assert(offsetof(struct toggle_shm_control, version) == 8, "control layou
 _Static_assert(sizeof(struct toggle_shm_control_view) == (CTL_WORDS) * 8, "control view");
 _Static_assert(sizeof(struct toggle_shm_graph) % 8 == 0, "graph record");
 _Static_assert(offsetof(struct toggle_shm_status, step) == 8, "status layout");
+/* Layout 1 as first published: fields added since come out of reserved space. */
+_Static_assert(offsetof(struct toggle_shm_status, graphs) == 1432, "status layout 1");
+_Static_assert(sizeof(struct toggle_shm_status) == 1432 + 64 * 64, "status layout 1");
 
 void toggle_shm_control_write(struct toggle_shm_control *ctl, const struct toggle_shm_control_view *v)
 {

@@ -198,6 +198,8 @@ struct toggle_sim {
 	size_t mem_in_use;
 	bool deferred;
 	uint64_t rng;             /* deferred mode's order */
+	bool reuse_graphs;        /* toggle_sim_set_graph_reuse */
+	struct sim_graph *spare_graph; /* the last destroyed graph, for the next one */
 	struct sim_exec *running; /* exec whose launch is running, for device-side calls */
 };
 
@@ -379,8 +381,14 @@ static struct sim_node *sim_nodeset_add(struct sim_nodeset *ns, struct toggle_si
 
 static struct sim_graph *sim_graph_new(struct toggle_sim *sim)
 {
-	struct sim_graph *g = calloc(1, sizeof(*g));
+	struct sim_graph *g = sim->spare_graph;
 
+	if (g != NULL) {
+		sim->spare_graph = NULL; /* the handle of the last destroyed graph, again */
+		memset(g, 0, sizeof(*g));
+	} else {
+		g = calloc(1, sizeof(*g));
+	}
 	if (g == NULL)
 		return NULL;
 	g->nodes = sim_nodeset_new();
@@ -400,7 +408,11 @@ static void sim_graph_free(struct sim_graph *g)
 		g->nodes->v[i]->hdr.magic = 0;
 	sim_obj_kill(&g->obj);
 	sim_nodeset_put(g->nodes);
-	free(g);
+	struct toggle_sim *sim = g->obj.hdr.sim;
+	if (sim->reuse_graphs && sim->spare_graph == NULL)
+		sim->spare_graph = g; /* dead (magic 0) until handed out again */
+	else
+		free(g);
 }
 
 static struct sim_exec *sim_exec_new(struct sim_graph *g)
@@ -690,6 +702,7 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 		sim_obj_kill(o);
 		free(o);
 	}
+	free(sim->spare_graph);
 	while (sim->allocs != NULL) {
 		struct sim_alloc *al = sim->allocs;
 		sim->allocs = al->next;
@@ -697,6 +710,12 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 		free(al);
 	}
 	free(sim);
+}
+
+void toggle_sim_set_graph_reuse(struct toggle_sim *sim, bool on)
+{
+	if (sim != NULL)
+		sim->reuse_graphs = on;
 }
 
 void toggle_sim_set_driver_version(struct toggle_sim *sim, int version)
