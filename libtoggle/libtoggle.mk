@@ -28,3 +28,15 @@ $(PLANNER_FATBIN): libtoggle/src/planner.cu libtoggle/src/planner.h
 $(PLANNER_H): $(PLANNER_FATBIN) scripts/embed.sh
 	scripts/embed.sh $< $@ tg_planner_fatbin_bytes
 endif
+
+# Headers older than CUDA 12.4 must still build the library and its simulator
+# (device mode then reports TOGGLE_ENOTSUP).  make check compiles every
+# libtoggle source against tests/oldcuda/cuda.h, which lowers CUDA_VERSION to
+# 12.3 and poisons the 12.4 names: an unguarded use is a build error.
+OLDCUDA_OBJS := $(LIB_SRC:libtoggle/src/%.c=$(B)/oldcuda/%.o)
+
+$(B)/oldcuda/%.o: libtoggle/src/%.c tests/oldcuda/cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) -Itests/oldcuda $(INC) $(CFLAGS) -c $< -o $@
+
+check-run: $(OLDCUDA_OBJS)

@@ -163,7 +163,9 @@ CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn
  * persists into later ones.  Fails during the first launch of an exec that
  * was not uploaded before it.
  */
+#if CUDA_VERSION >= 12040 /* the headers name CUgraphDeviceNode from 12.4 on */
 CUresult toggle_sim_device_node_set_enabled(CUgraphDeviceNode node, unsigned enable);
+#endif
 
 /* Events: record and wait in stream order (cuEventRecord, cuStreamWaitEvent). */
 CUresult toggle_sim_event_create(struct toggle_sim *sim, CUevent *out);

@@ -10,8 +10,12 @@
 #include "toggle_sim.h"
 
 #define TG_PLAN_QUAL static inline
+#if CUDA_VERSION >= 12040
 #define TG_PLAN_SET_ENABLED(node, on) \
 	((int)toggle_sim_device_node_set_enabled((CUgraphDeviceNode)(uintptr_t)(node), (on)))
+#else /* no device-updatable nodes before 12.4: device mode never starts, this never runs */
+#define TG_PLAN_SET_ENABLED(node, on) ((void)(node), (void)(on), (int)CUDA_ERROR_NOT_SUPPORTED)
+#endif
 #define TG_PLAN_FENCE_SYSTEM() __atomic_thread_fence(__ATOMIC_RELEASE)
 #include "planner.h"
 

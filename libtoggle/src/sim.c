@@ -36,6 +36,9 @@
 #include "toggle_sim.h"
 
 #define SIM_MAGIC 0x6d697374u /* "tsim" */
+/* Device-updatable kernel nodes need the CUDA 12.4 headers; older ones build a
+ * simulator without them (libtoggle's device mode is unavailable there too). */
+#define TG_SIM_DEVUPD (CUDA_VERSION >= 12040)
 
 enum sim_kind {
 	SIM_STREAM = 1,
@@ -261,6 +264,7 @@ static struct sim_node *sim_node_of(CUgraphNode h)
 	return sim_handle(h, SIM_NODE);
 }
 
+#if TG_SIM_DEVUPD
 static struct sim_node *sim_devnode_of(CUgraphDeviceNode h)
 {
 	struct sim_hdr *hdr = sim_handle(h, SIM_DEVNODE);
@@ -268,6 +272,7 @@ static struct sim_node *sim_devnode_of(CUgraphDeviceNode h)
 	return hdr != NULL ? (struct sim_node *)((char *)hdr - offsetof(struct sim_node, devhdr))
 			   : NULL;
 }
+#endif
 
 static struct sim_module *sim_module_of(CUmodule h)
 {
@@ -1345,6 +1350,9 @@ static int sim_launch_devupd(const CUlaunchConfig *cfg, unsigned *which)
 
 	if (cfg->numAttrs && cfg->attrs == NULL)
 		return -1;
+#if !TG_SIM_DEVUPD
+	(void)which; /* headers older than 12.4 have no such attribute */
+#else
 	for (unsigned i = 0; i < cfg->numAttrs; i++) {
 		if (cfg->attrs[i].id != CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE)
 			continue;
@@ -1354,6 +1362,7 @@ static int sim_launch_devupd(const CUlaunchConfig *cfg, unsigned *which)
 		devupd = v;
 		*which = i;
 	}
+#endif
 	return devupd;
 }
 
@@ -1390,6 +1399,7 @@ CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn
 		}
 		nd->func = f->f;
 		nd->params = copy;
+#if TG_SIM_DEVUPD
 		if (devupd == 1) {
 			nd->devupd = true;
 			nd->devhdr.magic = SIM_MAGIC;
@@ -1397,6 +1407,7 @@ CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn
 			config->attrs[which].value.deviceUpdatableKernelNode.devNode =
 				(CUgraphDeviceNode)&nd->devhdr;
 		}
+#endif
 		return CUDA_SUCCESS;
 	}
 	struct sim_work *w = sim_work_new(SIM_W_KERNEL_EX);
@@ -1410,6 +1421,7 @@ CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn
 	return CUDA_SUCCESS;
 }
 
+#if TG_SIM_DEVUPD
 CUresult toggle_sim_device_node_set_enabled(CUgraphDeviceNode node, unsigned enable)
 {
 	struct sim_node *nd = sim_devnode_of(node);
@@ -1429,6 +1441,7 @@ CUresult toggle_sim_device_node_set_enabled(CUgraphDeviceNode node, unsigned ena
 	sim->running->dev_enabled[nd->index] = enable != 0;
 	return CUDA_SUCCESS;
 }
+#endif
 
 /* ---- events ------------------------------------------------------------------------------- */
 
