@@ -40,3 +40,10 @@ $(B)/oldcuda/%.o: libtoggle/src/%.c tests/oldcuda/cuda.h
 	$(CC) $(CSTD) $(WARN) -Itests/oldcuda $(INC) $(CFLAGS) -c $< -o $@
 
 check-run: $(OLDCUDA_OBJS)
+
+# check_device also runs the real daemon (ASan build) and togglectl: device
+# mode's tainted launches as toggled and an operator see them.
+$(B)/tests/check_device: EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\" \
+	-DTOGGLECTL_BIN=\"$(B)/togglectl\"
+$(B)/tests/check_device: EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
+$(B)/tests/check_device: $(B)/toggled-san $(B)/togglectl $(B)/libtgproto-san.a

@@ -5,15 +5,34 @@
  * run the set the gate reported with no host cuGraphNodeSetEnabled call,
  * rebind rules, the single-instantiation limit, strict refusal and lazy
  * fallback, a missing planner, the guard against mixing host and device
- * toggles, and the simulator's model of it all.
+ * toggles, and the simulator's model of it all.  Issue 18: a new capture
+ * reusing a destroyed graph's record, and tainted launches (a device-side
+ * call failed) reported through the API, the status lane, the real daemon
+ * (TOGGLED_BIN) and togglectl (TOGGLECTL_BIN).
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "agent_impl.h" /* white-box: the mixing guard */
 #include "testutil.h"
+#include "tgclient.h"
 #include "toggle.h"
 #include "toggle_sim.h"
+
+#ifndef TOGGLED_BIN
+#error "TOGGLED_BIN must name the daemon binary (libtoggle/libtoggle.mk passes it)"
+#endif
+#ifndef TOGGLECTL_BIN
+#error "TOGGLECTL_BIN must name togglectl (libtoggle/libtoggle.mk passes it)"
+#endif
 
 #define NT 3
 #define NL 8
@@ -1177,6 +1196,116 @@ START_TEST(tainted_launch_in_status_lane)
 }
 END_TEST
 
+/* The real daemon and togglectl show it: agents and graphs. */
+static void dd_sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+static Toggle__Envelope *dd_call(struct tgc *c, Toggle__Envelope__BodyCase body, void *msg)
+{
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT, *rep = NULL;
+	char err[256];
+	env.body_case = body;
+	env.hello = msg; /* every body member is a pointer in one union */
+	int rc = tgc_call(c, &env, &rep, 5000, err, sizeof(err));
+	ck_assert_msg(rc == 0, "rpc %d: %d %s", (int)body, rc, err);
+	return rep;
+}
+
+START_TEST(tainted_launch_shown_by_daemon)
+{
+	char dir[] = "/tmp/tg-devtaint-XXXXXX", sock[64], state[64], logp[64], cmd[256], out[4096];
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/s", dir);
+	snprintf(state, sizeof(state), "%s/state", dir);
+	snprintf(logp, sizeof(logp), "%s/toggled.log", dir);
+	ck_assert_int_eq(mkdir(state, 0700), 0);
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t daemon = fork();
+	ck_assert_int_ge(daemon, 0);
+	if (daemon == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(99);
+		int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+			_exit(126);
+		execl(TOGGLED_BIN, "toggled", "--socket", sock, "--state-dir", state, (char *)NULL);
+		_exit(127);
+	}
+	struct tgc *c = NULL;
+	char err[256];
+	for (int i = 0; tgc_connect(sock, 1000, &c, err, sizeof(err)) != 0; i++) {
+		ck_assert_msg(i < 1000, "toggled does not answer on %s: %s", sock, err);
+		dd_sleep_ms(10);
+	}
+
+	struct dfx *f = dfx_new();
+	struct toggle_config cfg = dfx_config(f, TOGGLE_MODE_DEVICE, true);
+	cfg.socket_path = sock;
+	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
+	Toggle__ListAgentsRequest la = TOGGLE__LIST_AGENTS_REQUEST__INIT;
+	Toggle__Envelope *rep = NULL;
+	for (int i = 0;; i++) {
+		rep = dd_call(c, TOGGLE__ENVELOPE__BODY_LIST_AGENTS, &la);
+		if (rep->agents && rep->agents->n_agents == 1)
+			break;
+		toggle__envelope__free_unpacked(rep, NULL);
+		ck_assert_msg(i < 1000, "the agent did not register");
+		dd_sleep_ms(10);
+	}
+	/* Clean so far: nothing tainted on the wire. */
+	ck_assert(!rep->agents->agents[0]->has_tainted_launches);
+	toggle__envelope__free_unpacked(rep, NULL);
+
+	taint_setup(f); /* step 2 began: the status lane holds the taint */
+	rep = dd_call(c, TOGGLE__ENVELOPE__BODY_LIST_AGENTS, &la);
+	ck_assert_uint_eq(rep->agents->n_agents, 1);
+	const Toggle__AgentInfo *ai = rep->agents->agents[0];
+	ck_assert(ai->has_tainted_launches && ai->has_tainted_step);
+	ck_assert_uint_eq(ai->tainted_launches, 1);
+	ck_assert_int_eq(ai->tainted_step, 1);
+	toggle__envelope__free_unpacked(rep, NULL);
+	Toggle__ListGraphsRequest lg = TOGGLE__LIST_GRAPHS_REQUEST__INIT;
+	rep = dd_call(c, TOGGLE__ENVELOPE__BODY_LIST_GRAPHS, &lg);
+	ck_assert_uint_eq(rep->graphs->n_graphs, 1);
+	ck_assert(rep->graphs->graphs[0]->tainted && rep->graphs->graphs[0]->blocked);
+	toggle__envelope__free_unpacked(rep, NULL);
+
+	/* togglectl, as an operator sees it. */
+	snprintf(cmd, sizeof(cmd), "%s -s %s graphs; %s -s %s agents", TOGGLECTL_BIN, sock,
+		 TOGGLECTL_BIN, sock);
+	FILE *p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	size_t n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	ck_assert_int_eq(pclose(p), 0);
+	ck_assert_msg(strstr(out, "bound,tainted,blocked"), "%s", out);
+	ck_assert_msg(strstr(out, "(tainted 1, last step 1)"), "%s", out);
+
+	/* Clean again after a bind and a clean launch. */
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph[0], f->exec[0]), 0);
+	ck_assert_int_eq(dfx_launch(f, 0, 0), 0);
+	toggle_sim_synchronize(f->sim);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 3, NULL), 0);
+	rep = dd_call(c, TOGGLE__ENVELOPE__BODY_LIST_GRAPHS, &lg);
+	ck_assert(!rep->graphs->graphs[0]->tainted && !rep->graphs->graphs[0]->blocked);
+	toggle__envelope__free_unpacked(rep, NULL);
+
+	tgc_close(c);
+	dfx_close(f);
+	int st = 0;
+	kill(daemon, SIGTERM);
+	ck_assert_int_eq(waitpid(daemon, &st, 0), daemon);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "toggled ended with status %d", st);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* More tainted launches between two looks than the report holds: counted, steps unknown. */
 START_TEST(tainted_launches_overrun_counted)
 {
@@ -1242,6 +1371,7 @@ static Suite *device_suite(void)
 	tcase_add_test(tc, tainted_launch_reported_then_clean);
 	tcase_add_test(tc, tainted_launch_in_status_lane);
 	tcase_add_test(tc, tainted_launches_overrun_counted);
+	tcase_add_test(tc, tainted_launch_shown_by_daemon);
 	suite_add_tcase(s, tc);
 	return s;
 }
