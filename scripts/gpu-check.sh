@@ -55,9 +55,14 @@ run_leg() {
 	leg=$1
 	shift
 	echo "gpu-check: running $B/$leg $*"
-	rc=0
-	"$B/$leg" "$@" >"$B/$leg.log" 2>&1 || rc=$?
-	cat "$B/$leg.log"
+	# Output shown as it comes (and kept for the verdict); the status via a file.
+	rm -f "$B/$leg.rc"
+	{
+		rc=0
+		"$B/$leg" "$@" 2>&1 || rc=$?
+		echo "$rc" >"$B/$leg.rc"
+	} | tee "$B/$leg.log"
+	rc=$(cat "$B/$leg.rc" 2>/dev/null || echo 1)
 	if [ "$rc" -ne 0 ]; then
 		echo "gpu-check: leg $leg: FAIL (exit $rc)"
 		status=1
