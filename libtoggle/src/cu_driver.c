@@ -277,6 +277,19 @@ CUresult tg_cu_mem_host_alloc(const struct tg_cu *cu, void **host, CUdeviceptr *
 		return r;
 	r = cu->mem_host_get_device_pointer(dev, p, 0);
 	if (r != CUDA_SUCCESS) {
+		/* A context made without CU_CTX_MAP_HOST: under unified addressing the
+		 * host pointer is the device's too (the driver's Unified Addressing docs). */
+		CUdevice d;
+		int uva = 0;
+		if (cu->ctx_get_device && cu->device_get_attribute &&
+		    cu->ctx_get_device(&d) == CUDA_SUCCESS &&
+		    cu->device_get_attribute(&uva, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, d) ==
+			    CUDA_SUCCESS && uva) {
+			*dev = (CUdeviceptr)(uintptr_t)p;
+			r = CUDA_SUCCESS;
+		}
+	}
+	if (r != CUDA_SUCCESS) {
 		(void)cu->mem_free_host(p);
 		*dev = 0;
 		return r;
