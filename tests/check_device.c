@@ -1196,6 +1196,72 @@ START_TEST(tainted_launch_in_status_lane)
 }
 END_TEST
 
+/*
+ * Random failures over many steps (not strict): every launch in which a
+ * device call failed is reported, at the next step, with its step; every
+ * launch that did not run its set is among them; the others ran exactly.
+ */
+START_TEST(tainted_launches_random)
+{
+	static uint32_t seen[MAX_LAUNCHES];
+	static bool failed[MAX_LAUNCHES];
+	uint64_t rng = 0x7a1 + (uint64_t)_i;
+	struct dfx *f = dfx_open(TOGGLE_MODE_DEVICE, false);
+	dfx_capture(f, 0, H_DEVICE);
+	ck_assert_int_eq(toggle_graph_instantiate(f->agent, f->graph[0], &f->exec[0]), 0);
+	toggle_sim_set_deferred(f->sim, true, rng);
+	uint32_t cur = 0;
+	uint64_t fails_before = 0, reported = 0, n_failed = 0;
+	memset(failed, 0, sizeof(failed));
+	for (int64_t step = 0; step < 300; step++) {
+		cur = pick(&rng, cur);
+		struct toggle_set s = set_of(cur);
+		ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
+		ck_assert_int_eq(toggle_step_begin(f->agent, step, NULL), 0);
+		/* What the last step's launch did is known now (it ran before this begin). */
+		struct toggle_taint t;
+		toggle_taint_get(f->agent, &t);
+		if (step > 0) {
+			bool was = failed[step - 1];
+			ck_assert_uint_eq(t.launches, reported + was);
+			if (was)
+				ck_assert_int_eq(t.last_step, step - 1);
+			reported = t.launches;
+		}
+		if (rng_next(&rng) % 4 == 0)
+			toggle_sim_fail(f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, rng_next(&rng) % 6,
+					1 + rng_next(&rng) % 3, CUDA_ERROR_INVALID_VALUE);
+		ck_assert_int_eq(dfx_launch(f, 0, (int)(rng_next(&rng) % NS)), 0);
+		toggle_sim_synchronize(f->sim);
+		uint64_t fails = dcount(f, 0).device_failures;
+		failed[step] = fails > fails_before;
+		n_failed += failed[step];
+		fails_before = fails;
+	}
+	ck_assert_int_eq(toggle_step_begin(f->agent, 300, NULL), 0);
+	struct toggle_taint t;
+	toggle_taint_get(f->agent, &t);
+	ck_assert_uint_eq(t.launches, n_failed);
+	ck_assert_uint_eq(t.lost, 0);
+	ck_assert_uint_gt(n_failed, 10);
+	/* What ran: a launch that ran another set than its step's was reported. */
+	memset(seen, 0, sizeof(seen));
+	for (size_t i = 0; i < f->nlog; i++)
+		seen[f->log[i].launch] |= 1u << f->log[i].hook;
+	uint64_t wrong = 0;
+	for (uint64_t k = 0; k < f->launched[0]; k++) {
+		if (seen[k] == f->expect[0][k])
+			continue;
+		wrong++;
+		ck_assert_msg(failed[k], "launch %llu ran 0x%06x for 0x%06x and was not reported",
+			      (unsigned long long)k, seen[k], f->expect[0][k]);
+	}
+	ck_assert_uint_gt(wrong, 0);
+	ck_assert_uint_eq(f->runs[0], 300);
+	dfx_close(f);
+}
+END_TEST
+
 /* The real daemon and togglectl show it: agents and graphs. */
 static void dd_sleep_ms(int ms)
 {
@@ -1371,6 +1437,7 @@ static Suite *device_suite(void)
 	tcase_add_test(tc, tainted_launch_reported_then_clean);
 	tcase_add_test(tc, tainted_launch_in_status_lane);
 	tcase_add_test(tc, tainted_launches_overrun_counted);
+	tcase_add_loop_test(tc, tainted_launches_random, 0, 3);
 	tcase_add_test(tc, tainted_launch_shown_by_daemon);
 	suite_add_tcase(s, tc);
 	return s;
