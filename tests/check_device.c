@@ -1182,6 +1182,10 @@ START_TEST(tainted_launch_in_status_lane)
 	ck_assert_int_eq(st.tainted_step, 1);
 	ck_assert_uint_eq(st.tainted_graph, (uint64_t)(uintptr_t)f->graph[0]);
 	ck_assert_uint_eq(st.tainted_lost, 0);
+	/* Counted among the driver errors too: the daemon's anomaly events tell watchers. */
+	struct toggle_anomalies an;
+	toggle_anomalies_get(a, &an);
+	ck_assert_uint_eq(st.anomalies[TOGGLE_SHM_AN_DRIVER_ERRORS], an.driver_errors + 1);
 	ck_assert_uint_eq(st.n_graphs, 1);
 	ck_assert_uint_eq(st.graphs[0].flags & (TOGGLE_SHM_GRAPH_TAINTED | TOGGLE_SHM_GRAPH_BLOCKED),
 			  TOGGLE_SHM_GRAPH_TAINTED | TOGGLE_SHM_GRAPH_BLOCKED);
@@ -1334,6 +1338,7 @@ START_TEST(tainted_launch_shown_by_daemon)
 	ck_assert(ai->has_tainted_launches && ai->has_tainted_step);
 	ck_assert_uint_eq(ai->tainted_launches, 1);
 	ck_assert_int_eq(ai->tainted_step, 1);
+	ck_assert_uint_ge(ai->anomalies, 1); /* what watchers' anomaly events count */
 	toggle__envelope__free_unpacked(rep, NULL);
 	Toggle__ListGraphsRequest lg = TOGGLE__LIST_GRAPHS_REQUEST__INIT;
 	rep = dd_call(c, TOGGLE__ENVELOPE__BODY_LIST_GRAPHS, &lg);

@@ -93,7 +93,7 @@ enum toggle_shm_anomaly {
 	TOGGLE_SHM_AN_RECORD_NOT_KERNEL,
 	TOGGLE_SHM_AN_LAUNCH_UNBOUND,
 	TOGGLE_SHM_AN_LAUNCH_STALE,
-	TOGGLE_SHM_AN_DRIVER_ERRORS,
+	TOGGLE_SHM_AN_DRIVER_ERRORS,  /* failed driver calls, and tainted launches (device mode) */
 	TOGGLE_SHM_AN_LATE_PLANS,
 	TOGGLE_SHM_AN_CONTROL_ERRORS, /* malformed control-lane content ignored */
 	TOGGLE_SHM_AN_COUNT = 8

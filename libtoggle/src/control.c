@@ -159,7 +159,10 @@ void tg_status_publish(struct toggle_agent *a)
 	const struct toggle_anomalies *an = &a->anomalies;
 	uint64_t counters[TOGGLE_SHM_AN_COUNT] = {
 		an->record_outside_window, an->record_not_capturing, an->record_not_kernel,
-		an->launch_unbound, an->launch_stale, an->driver_errors, an->late_plans,
+		an->launch_unbound, an->launch_stale,
+		/* A tainted launch is a failed driver call too (on the device): counted
+		 * here so that the daemon's anomaly events tell watchers. */
+		an->driver_errors + an->device_tainted, an->late_plans,
 		a->control_errors,
 	};
 	memcpy(s->anomalies, counters, sizeof(counters));
