@@ -303,7 +303,12 @@ static void human_agents(const Toggle__ListAgentsReply *r)
 		ctl_table_add(&t, "%llu", (unsigned long long)a->control_version);
 		ctl_table_add(&t, "%llu", (unsigned long long)a->applied_version);
 		ctl_table_add(&t, "%u", a->graphs);
-		ctl_table_add(&t, "%llu", (unsigned long long)a->anomalies);
+		if (a->has_tainted_launches && a->tainted_launches)
+			ctl_table_add(&t, "%llu (tainted %llu, last step %lld)",
+				      (unsigned long long)a->anomalies,
+				      (unsigned long long)a->tainted_launches, (long long)a->tainted_step);
+		else
+			ctl_table_add(&t, "%llu", (unsigned long long)a->anomalies);
 		ctl_table_add(&t, "%u", a->pending_plan);
 		ctl_table_add(&t, "%s", a->enabled);
 		ctl_table_add(&t, "%s", ago);
@@ -313,7 +318,12 @@ static void human_agents(const Toggle__ListAgentsReply *r)
 
 static const char *ctl_graph_state(const Toggle__GraphInfo *g)
 {
-	return g->stale ? "stale" : g->bound ? "bound" : "unbound";
+	if (g->stale)
+		return "stale";
+	if (!g->bound)
+		return "unbound";
+	/* Device mode: a launch ran another set than its step's. */
+	return g->blocked ? "bound,tainted,blocked" : g->tainted ? "bound,tainted" : "bound";
 }
 
 static void human_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgentsReply *a)
@@ -594,7 +604,7 @@ static void jemit(json_t *root, bool stream)
 static json_t *json_of_agent(const Toggle__AgentInfo *a)
 {
 	return json_pack("{s:o, s:o, s:o, s:I, s:I, s:s, s:i, s:o, s:o, s:o, s:o, s:I, s:o, s:o, "
-			 "s:o, s:I, s:I}",
+			 "s:o, s:I, s:I, s:o, s:o}",
 			 "agent_id", ju64(a->agent_id),
 			 "name", jstr(a->name),
 			 "group", jstr_or_null(a->group),
@@ -611,7 +621,9 @@ static json_t *json_of_agent(const Toggle__AgentInfo *a)
 			 "enabled", jstr(a->enabled),
 			 "hook_types", jstrings(a->hook_types, a->n_hook_types),
 			 "n_layers", (json_int_t)a->n_layers,
-			 "pending_plan", (json_int_t)a->pending_plan);
+			 "pending_plan", (json_int_t)a->pending_plan,
+			 "tainted_launches", ju64(a->has_tainted_launches ? a->tainted_launches : 0),
+			 "tainted_step", ji64(a->has_tainted_step ? a->tainted_step : -1));
 }
 
 static void json_status(const Toggle__StatusReply *r, bool may_write)
@@ -647,7 +659,7 @@ static void json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgen
 		const Toggle__GraphInfo *r = g->graphs[i];
 		const Toggle__AgentInfo *ag = ctl_find_agent(a, r->agent_id);
 		json_array_append_new(arr, json_pack(
-			"{s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:b, s:b}",
+			"{s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:b}",
 			"agent_id", ju64(r->agent_id),
 			"agent_name", ag ? jstr(ag->name) : json_null(),
 			"graph", jhandle(r->graph),
@@ -659,7 +671,9 @@ static void json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgen
 			"last_step", ji64(r->last_step),
 			"mode", ag ? json_string(ctl_mode_name(ag->mode)) : json_null(),
 			"bound", (int)r->bound,
-			"stale", (int)r->stale));
+			"stale", (int)r->stale,
+			"tainted", (int)(r->has_tainted && r->tainted),
+			"blocked", (int)(r->has_blocked && r->blocked)));
 	}
 	for (size_t i = 0; i < g->n_truncated_agents; i++)
 		json_array_append_new(trunc, ju64(g->truncated_agents[i]));

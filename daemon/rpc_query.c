@@ -83,6 +83,11 @@ static void fill_agent(Toggle__AgentInfo *m, struct td_agent *a)
 	for (size_t i = 0; i < a->n_plans; i++)
 		pending += a->plans[i].step > m->step;
 	m->pending_plan = pending;
+	if (a->st->tainted_launches) {
+		m->has_tainted_launches = m->has_tainted_step = true;
+		m->tainted_launches = a->st->tainted_launches;
+		m->tainted_step = a->st->tainted_step;
+	}
 }
 
 void rpc_list_agents(struct td_peer *p, const Toggle__Envelope *req)
@@ -172,6 +177,9 @@ void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req)
 				g[k].last_step = r->last_step;
 				g[k].bound = (r->flags & TOGGLE_SHM_GRAPH_BOUND) != 0;
 				g[k].stale = (r->flags & TOGGLE_SHM_GRAPH_STALE) != 0;
+				g[k].has_tainted = g[k].has_blocked = true;
+				g[k].tainted = (r->flags & TOGGLE_SHM_GRAPH_TAINTED) != 0;
+				g[k].blocked = (r->flags & TOGGLE_SHM_GRAPH_BLOCKED) != 0;
 				gp[k] = &g[k];
 			}
 		}

@@ -47,3 +47,22 @@ $(COPYOUT_FATBIN): libtoggle/src/copyout.cu libtoggle/src/copyout.h
 $(COPYOUT_H): $(COPYOUT_FATBIN) scripts/embed.sh
 	scripts/embed.sh $< $@ tg_copyout_fatbin_bytes
 endif
+
+# Headers older than CUDA 12.4 must still build the library and its simulator
+# (device mode then reports TOGGLE_ENOTSUP).  make check compiles every
+# libtoggle source against tests/oldcuda/cuda.h, which lowers CUDA_VERSION to
+# 12.3 and poisons the 12.4 names: an unguarded use is a build error.
+OLDCUDA_OBJS := $(LIB_SRC:libtoggle/src/%.c=$(B)/oldcuda/%.o)
+
+$(B)/oldcuda/%.o: libtoggle/src/%.c tests/oldcuda/cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) -Itests/oldcuda $(INC) $(CFLAGS) -c $< -o $@
+
+check-run: $(OLDCUDA_OBJS)
+
+# check_device also runs the real daemon (ASan build) and togglectl: device
+# mode's tainted launches as toggled and an operator see them.
+$(B)/tests/check_device: EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\" \
+	-DTOGGLECTL_BIN=\"$(B)/togglectl\"
+$(B)/tests/check_device: EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
+$(B)/tests/check_device: $(B)/toggled-san $(B)/togglectl $(B)/libtgproto-san.a

@@ -3,6 +3,8 @@
 # producer's kernel) and the GPU programs, then run every leg on the GPU:
 #   gpu_check   lazy, eager and device phases, then timing figures
 #   gpu_region  producer regions and toggle_copy_out (lazy, eager, device)
+#   gpu_devtaint device mode's injected device-side failure: tainted launch
+#               reported, 0 mismatches otherwise
 # Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check).
 # Skips cleanly (exit 0) when nvcc is missing; each program skips when there
 # is no CUDA device.  Every leg runs even when an earlier one failed; one
@@ -41,7 +43,7 @@ gpu_build_libtoggle
 build_leg() {
 	"$NVCC" -O2 -std=c++17 \
 		-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-		-Ilibtoggle/include -Iexamples -Xcompiler -Wall,-Wextra,-Werror \
+		-Ilibtoggle/include -Ilibtoggle/src -Iexamples -Xcompiler -Wall,-Wextra,-Werror \
 		-o "$B/$1" "examples/$1.cu" "$B/libtoggle.a" -ldl -lpthread && return 0
 	echo "gpu-check: FAIL (build: $NVCC could not build examples/$1.cu)"
 	return 1
@@ -72,6 +74,7 @@ gpu-check: leg $name: $verdict"
 run_leg gpu_check "$@"
 # shellcheck disable=SC2086 # GPU_REGION_ARGS is a list of words
 run_leg gpu_region ${GPU_REGION_ARGS:-}
+run_leg gpu_devtaint
 
 printf '%s\n' "$results" | sed '/^$/d'
 if [ "$status" -eq 0 ]; then

@@ -235,6 +235,32 @@ struct toggle_device_counters {
 int toggle_graph_device_counters(const struct toggle_agent *agent, CUgraph graph,
 				 struct toggle_device_counters *out);
 
+/*
+ * Tainted launches.  A launch cannot be cancelled from the device: when a
+ * planner's device-side set-enabled call fails, that launch runs with the
+ * producer in its old state, i.e. not with the set of its step.  The planner
+ * reports every such launch (and the first clean launch after it) in host
+ * memory mapped for the device; libtoggle reads the reports without waiting
+ * for the GPU at every toggle_step_begin() and at every launch of the graph
+ * that writes its mask, maps each tainted launch to the step it was made in,
+ * and reports it here, in toggle_graph_status() (tainted, tainted_step), in
+ * the anomalies (device_tainted) and in the status lane the daemon reads.
+ * The planner calls the failed nodes again at the next launch, so a launch
+ * without failure holds exactly its set again.  A strict agent refuses every
+ * further launch of a tainted exec (TOGGLE_ECUDA) until a clean launch was
+ * reported or the graph is bound again (toggle_graph_bind, which makes the
+ * next planner set every producer).
+ */
+struct toggle_taint {
+	uint64_t launches;     /* tainted launches reported */
+	uint64_t lost;         /* of which details were lost (more than the report holds) */
+	uint64_t calls_failed; /* device-side set-enabled calls that failed in them */
+	int64_t last_step;     /* step of the latest, -1 = none (or made before any step) */
+	CUgraph last_graph;    /* its graph, NULL = none */
+};
+
+void toggle_taint_get(const struct toggle_agent *agent, struct toggle_taint *out);
+
 /* ---- desired state ------------------------------------------------------ */
 
 struct toggle_plan_entry {
@@ -290,6 +316,11 @@ struct toggle_graph_status {
 	bool device_fallback;    /* a device-mode agent toggles it on the host: see note */
 	bool uploaded;           /* device mode: its exec was uploaded at bind */
 	char note[128];          /* why it is not in device mode, or "" */
+	/* Device mode: launches that ran another set than their step's (see toggle_taint). */
+	uint64_t tainted_launches; /* reported for this capture */
+	int64_t tainted_step;      /* step of the latest, -1 = none or unknown */
+	bool tainted;              /* the latest tainted launch was not yet followed by a clean one */
+	bool blocked;              /* strict agent: launches refused until a clean apply or a bind */
 };
 
 struct toggle_anomalies {
@@ -303,6 +334,7 @@ struct toggle_anomalies {
 	uint64_t device_fallbacks;    /* graphs a device-mode agent runs on the host */
 	uint64_t device_refused;      /* binds refused: strict, graph cannot run in device mode */
 	uint64_t host_on_device_node; /* host toggles refused: they would mix with the planner's */
+	uint64_t device_tainted;      /* launches whose planner failed a call (toggle_taint) */
 };
 
 struct toggle_stats {
@@ -316,6 +348,8 @@ struct toggle_stats {
 	uint64_t mask_writes;        /* device mode: launches preceded by mask words */
 	uint64_t mask_words;         /* device mode: 64-bit words written in stream order */
 	uint64_t stream_joins;       /* device mode: waits for another stream before a write */
+	uint64_t reuse_fences;       /* device mode: binds that waited for the earlier exec of
+				      * a record reused by a new capture */
 	uint64_t version;            /* version of the current set */
 	int64_t step;                /* current step, -1 before the first */
 };

@@ -84,6 +84,8 @@ struct toggle_shm_graph {
 #define TOGGLE_SHM_GRAPH_STALE 2u
 #define TOGGLE_SHM_GRAPH_DEVICE 4u   /* toggled by its planner (device mode) */
 #define TOGGLE_SHM_GRAPH_FALLBACK 8u /* a device-mode agent toggles it on the host */
+#define TOGGLE_SHM_GRAPH_TAINTED 16u /* its latest tainted launch not yet followed by a clean one */
+#define TOGGLE_SHM_GRAPH_BLOCKED 32u /* strict agent: its launches are refused until then */
 
 enum toggle_shm_anomaly {
 	TOGGLE_SHM_AN_RECORD_OUTSIDE_WINDOW,
@@ -91,7 +93,7 @@ enum toggle_shm_anomaly {
 	TOGGLE_SHM_AN_RECORD_NOT_KERNEL,
 	TOGGLE_SHM_AN_LAUNCH_UNBOUND,
 	TOGGLE_SHM_AN_LAUNCH_STALE,
-	TOGGLE_SHM_AN_DRIVER_ERRORS,
+	TOGGLE_SHM_AN_DRIVER_ERRORS,  /* failed driver calls, and tainted launches (device mode) */
 	TOGGLE_SHM_AN_LATE_PLANS,
 	TOGGLE_SHM_AN_CONTROL_ERRORS, /* malformed control-lane content ignored */
 	TOGGLE_SHM_AN_COUNT = 8
@@ -124,7 +126,14 @@ struct toggle_shm_status {
 	uint64_t n_graphs;           /* records filled, <= max_graphs */
 	uint64_t total_graphs;       /* graphs the agent has (may exceed n_graphs) */
 	uint64_t current[TOGGLE_SHM_SET_WORDS];
-	uint8_t reserved[256 - sizeof(struct toggle_shm_conn)];
+	/* Device mode's tainted launches (toggle_taint): taken from the reserved
+	 * space of layout 1, so offsets and size are unchanged and a region of an
+	 * older agent reads as zero here. */
+	uint64_t tainted_launches;   /* launches that ran another set than their step's */
+	int64_t tainted_step;        /* step of the latest (-1: unknown); 0 with no launch */
+	uint64_t tainted_graph;      /* its graph handle, for display */
+	uint64_t tainted_lost;       /* of the launches, those whose step is unknown */
+	uint8_t reserved[224 - sizeof(struct toggle_shm_conn)];
 	struct toggle_shm_conn conn; /* under the seqlock like the fields above */
 	struct toggle_shm_graph graphs[TOGGLE_SHM_MAX_GRAPHS];
 };

@@ -115,6 +115,13 @@ CUresult toggle_sim_graph_get_nodes(CUgraph graph, CUgraphNode *nodes, size_t *n
 
 /* ---- device mode's parts ------------------------------------------------- */
 
+/*
+ * Handle reuse (off by default): the next graph made (by a capture) gets the
+ * handle of the last graph destroyed, as the driver's allocator may give it.
+ * Until then the old handle is refused like any destroyed one.
+ */
+void toggle_sim_set_graph_reuse(struct toggle_sim *sim, bool on);
+
 /* The driver version the backend reports (default 13000, i.e. 13.0). */
 void toggle_sim_set_driver_version(struct toggle_sim *sim, int version);
 int toggle_sim_driver_version(const struct toggle_sim *sim);
@@ -172,7 +179,9 @@ CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn
  * persists into later ones.  Fails during the first launch of an exec that
  * was not uploaded before it.
  */
+#if CUDA_VERSION >= 12040 /* the headers name CUgraphDeviceNode from 12.4 on */
 CUresult toggle_sim_device_node_set_enabled(CUgraphDeviceNode node, unsigned enable);
+#endif
 
 /* Events: record and wait in stream order (cuEventRecord, cuStreamWaitEvent). */
 CUresult toggle_sim_event_create(struct toggle_sim *sim, CUevent *out);

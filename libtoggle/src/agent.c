@@ -106,6 +106,7 @@ int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out
 	if (!a)
 		return TOGGLE_ENOMEM;
 	a->step = -1;
+	a->taint.last_step = -1;
 	a->version = 1; /* the empty standing set; 0 means "no set applied" */
 	a->stats.step = -1;
 	int rc = agent_configure(a, cfg);
@@ -304,6 +305,8 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 		*effective = a->current;
 	a->ctl_version_step = a->ctl_version;
 	tg_fast_update(a);
+	if (a->dev.on)
+		tg_device_step(a); /* planners' reports; launches from here on are this step's */
 	/* Eager: apply now.  A failure leaves that exec out of date, and its
 	 * next launch retries the sync and is refused if it fails again. */
 	if (a->mode == TOGGLE_MODE_EAGER)

@@ -16,6 +16,7 @@
 struct tg_conn;
 
 #define TG_MAP_SLOTS (2 * TOGGLE_MAX_GRAPHS)
+#define TG_STEP_BOUNDS 16 /* steps a device-mode graph remembers its launches of */
 #define TG_MAP_MASK  (TG_MAP_SLOTS - 1)
 
 /* Per-node state cache of the bound exec. */
@@ -75,6 +76,23 @@ struct tg_graph {
 	CUevent join;             /* orders a write on a new stream after the last one */
 	bool upload_pending;      /* host toggled a device-updatable node (fallback): upload
 				   * before the next launch, as the driver requires */
+
+	/* Device mode's tainted launches (device.c): what the planner's report
+	 * said, read at step_begin and at a launch that writes the mask.
+	 * Launch index i = the value of replays when launch i was made. */
+	uint64_t run_base;        /* replays at the descriptor's write: run r is launch run_base + r - 1 */
+	uint64_t exec_first;      /* replays at the bind of the current exec: its first launch */
+	uint64_t rep_seen;        /* report records taken (the report's bad count) */
+	uint64_t last_bad_run;    /* latest tainted run taken */
+	uint64_t tainted;         /* tainted launches reported, this capture */
+	int64_t tainted_step;     /* step of the latest, -1 = none or unknown */
+	bool unclean;             /* a tainted launch not yet followed by a clean one */
+	bool blocked;             /* strict: launches refused until a clean apply or a bind */
+	struct {
+		uint64_t first;       /* first launch index of ... */
+		int64_t step;         /* ... this step */
+	} bounds[TG_STEP_BOUNDS];
+	uint32_t n_bounds;        /* pushed so far; the last TG_STEP_BOUNDS are kept */
 };
 
 struct tg_plan {
@@ -92,6 +110,8 @@ struct tg_device {
 	uint64_t next_tag;
 	uint64_t *want;           /* scratch: mask words of one graph */
 	CUstreamBatchMemOpParams *ops; /* scratch: one batch */
+	void *reports;            /* TOGGLE_MAX_GRAPHS planner reports, host-mapped */
+	CUdeviceptr reports_dev;  /* the same, for the planners */
 };
 
 #define TG_MAX_REGIONS 64 /* producer regions open at once per agent (one per stream) */
@@ -157,6 +177,7 @@ struct toggle_agent {
 	struct toggle_shm_status *status_buf;
 
 	struct toggle_anomalies anomalies;
+	struct toggle_taint taint;   /* device mode's tainted launches, all graphs */
 	struct toggle_stats stats;   /* launches: derived, see toggle_stats_get */
 	uint64_t launches_retired;   /* replays of records since cleared */
 	char err[512];
@@ -246,5 +267,7 @@ int tg_device_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 /* Enqueue the current set's mask for g on stream, before its launch. */
 int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream);
 void tg_device_graph_free(struct toggle_agent *a, struct tg_graph *g);
+/* At step_begin (the step already moved): read the planners' reports, note the step. */
+void tg_device_step(struct toggle_agent *a);
 
 #endif

@@ -185,11 +185,18 @@ void tg_status_publish(struct toggle_agent *a)
 	const struct toggle_anomalies *an = &a->anomalies;
 	uint64_t counters[TOGGLE_SHM_AN_COUNT] = {
 		an->record_outside_window, an->record_not_capturing, an->record_not_kernel,
-		an->launch_unbound, an->launch_stale, an->driver_errors, an->late_plans,
+		an->launch_unbound, an->launch_stale,
+		/* A tainted launch is a failed driver call too (on the device): counted
+		 * here so that the daemon's anomaly events tell watchers. */
+		an->driver_errors + an->device_tainted, an->late_plans,
 		a->control_errors,
 	};
 	memcpy(s->anomalies, counters, sizeof(counters));
 	memcpy(s->current, a->current.bits, sizeof(s->current));
+	s->tainted_launches = a->taint.launches;
+	s->tainted_step = a->taint.last_step;
+	s->tainted_graph = (uint64_t)(uintptr_t)a->taint.last_graph;
+	s->tainted_lost = a->taint.lost;
 	s->total_graphs = a->n_graphs;
 	s->n_graphs = a->n_graphs < TOGGLE_SHM_MAX_GRAPHS ? a->n_graphs : TOGGLE_SHM_MAX_GRAPHS;
 	for (uint64_t i = 0; i < s->n_graphs; i++) {
@@ -205,7 +212,9 @@ void tg_status_publish(struct toggle_agent *a)
 			.flags = (g->bound ? TOGGLE_SHM_GRAPH_BOUND : 0) |
 				 (g->stale ? TOGGLE_SHM_GRAPH_STALE : 0) |
 				 (g->dev == TG_DEV_ACTIVE ? TOGGLE_SHM_GRAPH_DEVICE : 0) |
-				 (g->dev == TG_DEV_FALLBACK ? TOGGLE_SHM_GRAPH_FALLBACK : 0),
+				 (g->dev == TG_DEV_FALLBACK ? TOGGLE_SHM_GRAPH_FALLBACK : 0) |
+				 (g->unclean ? TOGGLE_SHM_GRAPH_TAINTED : 0) |
+				 (g->blocked ? TOGGLE_SHM_GRAPH_BLOCKED : 0),
 		};
 	}
 	toggle_shm_status_write(a->shm.st, s);

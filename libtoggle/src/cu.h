@@ -72,6 +72,10 @@ struct tg_cu {
 	CUresult (*stream_destroy)(CUstream);
 	CUresult (*ctx_get_device)(CUdevice *);
 	CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
+	CUresult (*mem_host_alloc)(void **, size_t, unsigned);
+	CUresult (*mem_free_host)(void *);
+	CUresult (*mem_host_get_device_pointer)(CUdeviceptr *, void *, unsigned);
+	CUresult (*ctx_synchronize)(void);
 
 	const void *planner_image; /* fatbin (driver) or sim image; NULL: not built */
 	int driver_version;        /* e.g. 13000 */
@@ -100,6 +104,11 @@ CUresult tg_cu_event_create(const struct tg_cu *cu, CUevent *ev);
 CUresult tg_cu_event_destroy(const struct tg_cu *cu, CUevent ev);
 CUresult tg_cu_stream_create(const struct tg_cu *cu, CUstream *s);
 CUresult tg_cu_stream_destroy(const struct tg_cu *cu, CUstream s);
+/* Host memory the device writes (pinned, mapped): *host for loads, *dev for kernels. */
+CUresult tg_cu_mem_host_alloc(const struct tg_cu *cu, void **host, CUdeviceptr *dev, size_t n);
+CUresult tg_cu_mem_host_free(const struct tg_cu *cu, void *host);
+/* Wait for all work of the context (the simulator: run everything queued). */
+CUresult tg_cu_ctx_synchronize(const struct tg_cu *cu);
 /* 64-bit stream memory operations on the current device (always for the simulator). */
 bool tg_cu_has_64bit_memops(const struct tg_cu *cu);
 

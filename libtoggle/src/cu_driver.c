@@ -136,6 +136,10 @@ int tg_cu_load_driver(struct tg_cu *cu, char *err, size_t errlen)
 		{"cuStreamDestroy", (void **)&cu->stream_destroy},
 		{"cuCtxGetDevice", (void **)&cu->ctx_get_device},
 		{"cuDeviceGetAttribute", (void **)&cu->device_get_attribute},
+		{"cuMemHostAlloc", (void **)&cu->mem_host_alloc},
+		{"cuMemFreeHost", (void **)&cu->mem_free_host},
+		{"cuMemHostGetDevicePointer", (void **)&cu->mem_host_get_device_pointer},
+		{"cuCtxSynchronize", (void **)&cu->ctx_synchronize},
 	};
 	for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
 		(void)tg_resolve(&rs, opt[i].name, opt[i].slot);
@@ -186,6 +190,10 @@ bool tg_cu_device_ready(const struct tg_cu *cu, const char **missing)
 		{"cuEventDestroy", TG_FN(cu->event_destroy)},
 		{"cuStreamCreate", TG_FN(cu->stream_create)},
 		{"cuStreamDestroy", TG_FN(cu->stream_destroy)},
+		{"cuMemHostAlloc", TG_FN(cu->mem_host_alloc)},
+		{"cuMemFreeHost", TG_FN(cu->mem_free_host)},
+		{"cuMemHostGetDevicePointer", TG_FN(cu->mem_host_get_device_pointer)},
+		{"cuCtxSynchronize", TG_FN(cu->ctx_synchronize)},
 	};
 	return tg_cu_check(direct, sizeof(direct) / sizeof(direct[0]), missing) &&
 	       (cu->sim || tg_cu_check(helpers, sizeof(helpers) / sizeof(helpers[0]), missing));
@@ -254,6 +262,60 @@ CUresult tg_cu_stream_create(const struct tg_cu *cu, CUstream *s)
 CUresult tg_cu_stream_destroy(const struct tg_cu *cu, CUstream s)
 {
 	return cu->sim ? toggle_sim_stream_destroy(s) : cu->stream_destroy(s);
+}
+
+/* The simulator's device memory is host memory: the same address serves both sides. */
+CUresult tg_cu_mem_host_alloc(const struct tg_cu *cu, void **host, CUdeviceptr *dev, size_t n)
+{
+	*host = NULL;
+	*dev = 0;
+	if (cu->sim) {
+		CUresult r = toggle_sim_mem_alloc(cu->sim, dev, n);
+		if (r == CUDA_SUCCESS)
+			*host = (void *)(uintptr_t)*dev;
+		return r;
+	}
+	void *p = NULL;
+	CUresult r = cu->mem_host_alloc(&p, n, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = cu->mem_host_get_device_pointer(dev, p, 0);
+	if (r != CUDA_SUCCESS) {
+		/* A context made without CU_CTX_MAP_HOST: under unified addressing the
+		 * host pointer is the device's too (the driver's Unified Addressing docs). */
+		CUdevice d;
+		int uva = 0;
+		if (cu->ctx_get_device && cu->device_get_attribute &&
+		    cu->ctx_get_device(&d) == CUDA_SUCCESS &&
+		    cu->device_get_attribute(&uva, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, d) ==
+			    CUDA_SUCCESS && uva) {
+			*dev = (CUdeviceptr)(uintptr_t)p;
+			r = CUDA_SUCCESS;
+		}
+	}
+	if (r != CUDA_SUCCESS) {
+		(void)cu->mem_free_host(p);
+		*dev = 0;
+		return r;
+	}
+	memset(p, 0, n);
+	*host = p;
+	return CUDA_SUCCESS;
+}
+
+CUresult tg_cu_mem_host_free(const struct tg_cu *cu, void *host)
+{
+	return cu->sim ? toggle_sim_mem_free(cu->sim, (CUdeviceptr)(uintptr_t)host)
+		       : cu->mem_free_host(host);
+}
+
+CUresult tg_cu_ctx_synchronize(const struct tg_cu *cu)
+{
+	if (cu->sim) {
+		toggle_sim_synchronize(cu->sim);
+		return CUDA_SUCCESS;
+	}
+	return cu->ctx_synchronize();
 }
 
 bool tg_cu_has_64bit_memops(const struct tg_cu *cu)

@@ -29,6 +29,18 @@
  * descriptor and arrays with copies on the agent's own stream, uploads the
  * exec there (the driver requires it before the first launch of a graph
  * whose nodes are updated from the device) and waits for that stream only.
+ * A record reused by a new capture (the driver gave a destroyed graph's
+ * handle to a new one) still serves the old graph's exec, whose launches may
+ * be queued and whose mask writes target the same descriptor and arrays:
+ * before writing them for the new capture, the bind waits for all the
+ * context's work (cuCtxSynchronize), so no old launch or write can land
+ * after it.
+ *
+ * Tainted launches: each planner reports a launch in which a set-enabled call
+ * failed, and the first clean one after it, in host-mapped memory (one
+ * struct tg_plan_report per record).  The host reads it with loads at
+ * step_begin and at each launch that writes a graph's mask, and finds the
+ * step of a run from the launch indexes it noted at each step_begin.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -43,10 +55,19 @@
 #define TG_DESCS_BYTES ((size_t)TOGGLE_MAX_GRAPHS * TG_PLAN_DESC_SIZE)
 
 _Static_assert(sizeof(struct tg_plan_desc) == TG_PLAN_DESC_SIZE, "descriptor layout");
+_Static_assert(sizeof(struct tg_plan_report) == TG_PLAN_REPORT_SIZE, "report layout");
+_Static_assert((TG_PLAN_REPORT_RING & (TG_PLAN_REPORT_RING - 1)) == 0, "report ring");
+
+static void dev_note_step(struct tg_graph *g, int64_t step);
 
 static CUdeviceptr desc_addr(const struct toggle_agent *a, const struct tg_graph *g)
 {
 	return a->dev.descs + (CUdeviceptr)g->slot * TG_PLAN_DESC_SIZE;
+}
+
+static struct tg_plan_report *dev_report(const struct toggle_agent *a, const struct tg_graph *g)
+{
+	return (struct tg_plan_report *)((char *)a->dev.reports + (size_t)g->slot * TG_PLAN_REPORT_SIZE);
 }
 
 static int dev_cuda_fail(struct toggle_agent *a, CUresult r, const char *what, CUgraph graph)
@@ -98,6 +119,13 @@ int tg_device_open(struct toggle_agent *a)
 		tg_fail(a, TOGGLE_ENOTSUP, "cannot set up the planner: %s", tg_cu_errstr(&a->cu, r));
 		goto fail;
 	}
+	r = tg_cu_mem_host_alloc(&a->cu, &d->reports, &d->reports_dev,
+				 (size_t)TOGGLE_MAX_GRAPHS * TG_PLAN_REPORT_SIZE);
+	if (r != CUDA_SUCCESS) {
+		tg_fail(a, TOGGLE_ENOTSUP, "cannot allocate the planners' reports (host memory "
+			"mapped for the device): %s", tg_cu_errstr(&a->cu, r));
+		goto fail;
+	}
 	/* Descriptors start zeroed: tag 0 matches no planner, so all are idle. */
 	void *zero = calloc(1, TG_DESCS_BYTES);
 	d->want = calloc(TOGGLE_MAX_NODES / 64, sizeof(*d->want));
@@ -146,6 +174,8 @@ void tg_device_close(struct toggle_agent *a)
 		tg_device_graph_free(a, a->graphs[i]);
 	if (d->descs)
 		(void)tg_cu_mem_free(&a->cu, d->descs);
+	if (d->reports)
+		(void)tg_cu_mem_host_free(&a->cu, d->reports);
 	if (d->setup)
 		(void)tg_cu_stream_destroy(&a->cu, d->setup);
 	if (d->module)
@@ -461,6 +491,15 @@ static int dev_setup(struct toggle_agent *a, struct tg_graph *g, void **staging)
 	size_t size = (off_state + n + 7) & ~(size_t)7;
 	CUresult r;
 
+	if (g->dev_mem) {
+		/* An earlier capture of this record was set up: its exec may still have
+		 * launches and mask writes queued on this descriptor and these arrays. */
+		r = tg_cu_ctx_synchronize(&a->cu);
+		if (r != CUDA_SUCCESS)
+			return dev_cuda_fail(a, r, "waiting for the earlier exec of this record "
+					     "(cuCtxSynchronize)", g->graph);
+		a->stats.reuse_fences++;
+	}
 	if (size > g->dev_mem_size) {
 		if (g->dev_mem)
 			(void)tg_cu_mem_free(&a->cu, g->dev_mem);
@@ -494,6 +533,7 @@ static int dev_setup(struct toggle_agent *a, struct tg_graph *g, void **staging)
 		.n = n,
 		.words = words,
 		.epoch = ++g->epoch, /* seen_epoch 0: the first planner sets every node */
+		.report = a->dev.reports_dev + (CUdeviceptr)g->slot * TG_PLAN_REPORT_SIZE,
 	};
 	memcpy(buf + size, &desc, sizeof(desc));
 	r = a->cu.memcpy_htod_async(g->dev_mem, buf, size, a->dev.setup);
@@ -503,6 +543,12 @@ static int dev_setup(struct toggle_agent *a, struct tg_graph *g, void **staging)
 		return dev_cuda_fail(a, r, "writing the planner's descriptor (cuMemcpyHtoDAsync)",
 				     g->graph);
 	g->words = words;
+	/* No planner of this record runs now (first setup, or fenced above). */
+	memset(dev_report(a, g), 0, TG_PLAN_REPORT_SIZE);
+	g->run_base = g->replays;
+	g->rep_seen = 0;
+	g->last_bad_run = 0;
+	g->unclean = false;
 	memset(g->shadow, 0, words * sizeof(*g->shadow)); /* the mask words just written */
 	g->shadow_valid = true;
 	g->epoch_pending = false;
@@ -557,7 +603,137 @@ int tg_device_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 		g->epoch++;
 		g->epoch_pending = true;
 	}
+	/* A new exec (or a new start of this one): what was tainted before is history. */
+	g->exec_first = g->replays;
+	g->blocked = false;
+	dev_note_step(g, a->step);
 	return 0;
+}
+
+/* ---- tainted launches ------------------------------------------------------ */
+
+/* Launches from index g->replays on are made in step. */
+static void dev_note_step(struct tg_graph *g, int64_t step)
+{
+	if (g->n_bounds) {
+		uint32_t last = (g->n_bounds - 1) % TG_STEP_BOUNDS;
+		if (g->bounds[last].first == g->replays) {
+			g->bounds[last].step = step; /* no launch since the last note */
+			return;
+		}
+	}
+	uint32_t i = g->n_bounds % TG_STEP_BOUNDS;
+	g->bounds[i].first = g->replays;
+	g->bounds[i].step = step;
+	g->n_bounds++;
+}
+
+/* The step launch index i was made in; -1 when it is older than what is kept. */
+static int64_t dev_step_of(const struct tg_graph *g, uint64_t i)
+{
+	uint32_t kept = g->n_bounds < TG_STEP_BOUNDS ? g->n_bounds : TG_STEP_BOUNDS;
+	for (uint32_t k = 0; k < kept; k++) {
+		uint32_t at = (g->n_bounds - 1 - k) % TG_STEP_BOUNDS;
+		if (g->bounds[at].first <= i)
+			return g->bounds[at].step;
+	}
+	return -1;
+}
+
+static void dev_taint(struct toggle_agent *a, struct tg_graph *g, const struct tg_plan_report_rec *rec)
+{
+	uint64_t launch = g->run_base + rec->run - 1;
+	int64_t step = dev_step_of(g, launch);
+
+	g->tainted++;
+	g->tainted_step = step;
+	if (rec->run > g->last_bad_run)
+		g->last_bad_run = rec->run;
+	g->unclean = true;
+	a->anomalies.device_tainted++;
+	a->taint.launches++;
+	a->taint.calls_failed += rec->failures;
+	a->taint.last_step = step;
+	a->taint.last_graph = g->graph;
+	if (a->strict && launch >= g->exec_first && g->bound) {
+		g->blocked = true;
+		g->applied_version = 0; /* off the fast path: its next launch is refused */
+	}
+}
+
+/*
+ * Take what g's planner reported since the last look: plain loads of host
+ * memory, no driver call, no wait.  A record the planner may be rewriting
+ * (more than the ring behind) is counted as lost, never used.
+ */
+static void dev_poll(struct toggle_agent *a, struct tg_graph *g)
+{
+	if (g->dev != TG_DEV_ACTIVE || !g->dev_setup)
+		return;
+	const struct tg_plan_report *rep = dev_report(a, g);
+	uint64_t bad = __atomic_load_n(&rep->bad, __ATOMIC_ACQUIRE);
+	if (bad != g->rep_seen) {
+		uint64_t from = g->rep_seen;
+		if (bad < from) /* the planner only counts up: not a report of ours */
+			from = bad;
+		struct tg_plan_report_rec rec[TG_PLAN_REPORT_RING];
+		uint64_t first = bad - from > TG_PLAN_REPORT_RING ? bad - TG_PLAN_REPORT_RING : from;
+		for (uint64_t k = first; k < bad; k++) {
+			const struct tg_plan_report_rec *src = &rep->ring[k % TG_PLAN_REPORT_RING];
+			rec[k - first].run = __atomic_load_n(&src->run, __ATOMIC_RELAXED);
+			rec[k - first].failures = __atomic_load_n(&src->failures, __ATOMIC_RELAXED);
+		}
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		uint64_t now = __atomic_load_n(&rep->bad, __ATOMIC_RELAXED);
+		uint64_t lost = first - from;
+		for (uint64_t k = first; k < bad; k++)
+			if (now - k >= TG_PLAN_REPORT_RING || rec[k - first].run == 0)
+				lost++; /* its slot may be in rewrite */
+		if (lost) {
+			/* Older than the records kept: counted first, with the step unknown. */
+			g->tainted += lost;
+			g->tainted_step = -1;
+			g->unclean = true;
+			a->anomalies.device_tainted += lost;
+			a->taint.launches += lost;
+			a->taint.lost += lost;
+			a->taint.last_step = -1;
+			a->taint.last_graph = g->graph;
+			if (a->strict && g->bound) {
+				g->blocked = true;
+				g->applied_version = 0;
+			}
+			/* Their runs are unknown but not later than the last launch made:
+			 * only a clean launch after that one clears the taint. */
+			if (g->replays - g->run_base > g->last_bad_run)
+				g->last_bad_run = g->replays - g->run_base;
+		}
+		for (uint64_t k = first; k < bad; k++)
+			if (now - k < TG_PLAN_REPORT_RING && rec[k - first].run != 0)
+				dev_taint(a, g, &rec[k - first]);
+		g->rep_seen = bad;
+	}
+	if (g->unclean && __atomic_load_n(&rep->clean_run, __ATOMIC_ACQUIRE) > g->last_bad_run) {
+		/* A later launch called every failed node again and succeeded. */
+		g->unclean = false;
+		g->blocked = false;
+	}
+}
+
+void tg_device_step(struct toggle_agent *a)
+{
+	for (size_t i = 0; i < a->n_graphs; i++) {
+		struct tg_graph *g = a->graphs[i];
+		if (g->dev != TG_DEV_ACTIVE || !g->dev_setup || g->stale)
+			continue;
+		dev_poll(a, g);
+		dev_note_step(g, a->step);
+	}
+}
+
+void toggle_taint_get(const struct toggle_agent *a, struct toggle_taint *out)
+{
+	*out = a->taint;
 }
 
 /* ---- launch: the mask in stream order ------------------------------------ */
@@ -620,6 +796,15 @@ int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
 	unsigned nops = 0;
 	bool joined = false;
 	int rc = 0;
+
+	dev_poll(a, g);
+	if (g->blocked)
+		return tg_fail(a, TOGGLE_ECUDA,
+			       "launch of graph %p refused: its exec %p ran a launch of step %lld with "
+			       "another set than that step's (a device-side set-enabled call failed); "
+			       "a strict agent launches it again after a clean launch or a new bind "
+			       "(toggle_graph_bind)", (void *)g->graph, (void *)g->exec,
+			       (long long)g->tainted_step);
 
 	memset(want, 0, g->words * sizeof(*want));
 	for (uint32_t i = 0; i < n; i++)

@@ -5,7 +5,8 @@
  * disables each device-updatable producer whose state differs from the
  * planner's own record (every producer after a bind: the epoch moved), with
  * the device-side cudaGraphKernelNodeSetEnabled.  Producers run after it in
- * the same launch and see its updates (measured on an H200, CUDA 13.0).
+ * the same launch and see its updates (measured on an H200, CUDA 13.0).  A
+ * launch in which a call failed is reported to the host (planner.h).
  *
  * Built by nvcc into a fatbin (sm_90 SASS and compute_90 PTX for newer parts)
  * that the Makefile embeds as bytes (planner_image.c); libtoggle loads it
@@ -18,6 +19,7 @@
 #define TG_PLAN_QUAL static __device__ __forceinline__
 #define TG_PLAN_SET_ENABLED(node, on) \
 	((int)cudaGraphKernelNodeSetEnabled((cudaGraphDeviceNode_t)(uintptr_t)(node), (on) != 0))
+#define TG_PLAN_FENCE_SYSTEM() __threadfence_system()
 #include "planner.h"
 
 static_assert(sizeof(struct tg_plan_desc) == TG_PLAN_DESC_SIZE, "descriptor layout");
@@ -57,8 +59,6 @@ tg_planner(struct tg_plan_desc *d, unsigned long long tag)
 	if (threadIdx.x == 0) {
 		if (force)
 			d->seen_epoch = d->epoch;
-		d->runs++;
-		d->calls += calls;
-		d->failures += failures;
+		tg_plan_finish(d, calls, failures); /* counts, and the host's report */
 	}
 }

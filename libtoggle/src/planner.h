@@ -14,6 +14,16 @@
  * and only in stream order (stream memory operations on the launch stream
  * before cuGraphLaunch), so each launch's planner reads what the host
  * enqueued for it.  Everything else in it is the planner's own.
+ *
+ * The report (struct tg_plan_report) lives in host memory mapped for the
+ * device, so that the host reads what launches did with plain loads, never
+ * waiting for the GPU.  The planner numbers its launches (runs, from 1 at
+ * the descriptor's write) and writes there only when it matters: a launch in
+ * which a set-enabled call failed (that launch ran with some producer in its
+ * old state: it is "tainted") and the first launch after such a one in which
+ * every call succeeded (from then on the exec holds its mask again).  The
+ * includer defines TG_PLAN_FENCE_SYSTEM() (orders the record before the
+ * count that publishes it, for a reader on the host).
  */
 #ifndef TG_PLANNER_H
 #define TG_PLANNER_H
@@ -39,10 +49,33 @@ struct tg_plan_desc {
 	uint64_t runs;     /* launches whose planner acted */
 	uint64_t calls;    /* device-side set-enabled calls */
 	uint64_t failures; /* of which failed (that node's state becomes unknown) */
-	uint64_t reserved[6];
+	/* Host, at the first bind: device address of struct tg_plan_report. */
+	uint64_t report;
+	/* The planner's own. */
+	uint64_t bad;      /* launches with a failed call: the report's count */
+	uint64_t dirty;    /* the last launch that acted had a failed call */
+	uint64_t reserved[3];
 };
 
 #define TG_PLAN_DESC_SIZE 128
+
+/* Tainted launches the report keeps (a power of two); older ones are counted only. */
+#define TG_PLAN_REPORT_RING 8
+
+struct tg_plan_report_rec {
+	uint64_t run;      /* the launch (runs after it) */
+	uint64_t failures; /* its failed set-enabled calls */
+};
+
+/* Host-mapped; the planner is the only writer, the host reads it with plain loads. */
+struct tg_plan_report {
+	uint64_t bad;       /* tainted launches so far; record i is ring[i % RING] */
+	uint64_t clean_run; /* the last launch without failure that followed a tainted one */
+	uint64_t reserved[2];
+	struct tg_plan_report_rec ring[TG_PLAN_REPORT_RING];
+};
+
+#define TG_PLAN_REPORT_SIZE (4 * 8 + TG_PLAN_REPORT_RING * 16)
 
 #ifdef TG_PLAN_QUAL
 /*
@@ -62,6 +95,34 @@ TG_PLAN_QUAL unsigned tg_plan_node(const uint64_t *mask, uint8_t *state, const u
 	}
 	state[i] = TG_PLAN_UNKNOWN;
 	return 2;
+}
+
+/*
+ * After a launch's calls (one thread): count the run and report it to the
+ * host if it failed, or if it is the first clean one after a failure.  Every
+ * node a failed call left unknown is called again at the next launch, so a
+ * launch without failure holds exactly its mask.
+ */
+TG_PLAN_QUAL void tg_plan_finish(struct tg_plan_desc *d, uint64_t calls, uint64_t failures)
+{
+	uint64_t run = ++d->runs;
+	volatile struct tg_plan_report *rep = (volatile struct tg_plan_report *)(uintptr_t)d->report;
+
+	d->calls += calls;
+	d->failures += failures;
+	if (!rep)
+		return; /* no report to write (never so once the host set the descriptor up) */
+	if (failures) {
+		volatile struct tg_plan_report_rec *r = &rep->ring[d->bad % TG_PLAN_REPORT_RING];
+		r->run = run;
+		r->failures = failures;
+		TG_PLAN_FENCE_SYSTEM(); /* the record before the count that publishes it */
+		rep->bad = ++d->bad;
+		d->dirty = 1;
+	} else if (d->dirty) {
+		rep->clean_run = run;
+		d->dirty = 0;
+	}
 }
 #endif
 

@@ -10,8 +10,13 @@
 #include "toggle_sim.h"
 
 #define TG_PLAN_QUAL static inline
+#if CUDA_VERSION >= 12040
 #define TG_PLAN_SET_ENABLED(node, on) \
 	((int)toggle_sim_device_node_set_enabled((CUgraphDeviceNode)(uintptr_t)(node), (on)))
+#else /* no device-updatable nodes before 12.4: device mode never starts, this never runs */
+#define TG_PLAN_SET_ENABLED(node, on) ((void)(node), (void)(on), (int)CUDA_ERROR_NOT_SUPPORTED)
+#endif
+#define TG_PLAN_FENCE_SYSTEM() __atomic_thread_fence(__ATOMIC_RELEASE)
 #include "planner.h"
 
 _Static_assert(sizeof(struct tg_plan_desc) == TG_PLAN_DESC_SIZE, "descriptor layout");
@@ -30,14 +35,15 @@ static void tg_planner_sim(void **params)
 	const uint64_t *mask = (const uint64_t *)(uintptr_t)d->mask;
 	const uint64_t *nodes = (const uint64_t *)(uintptr_t)d->nodes;
 	uint8_t *state = (uint8_t *)(uintptr_t)d->state;
+	uint64_t calls = 0, failures = 0;
 	for (uint32_t i = 0; i < d->n; i++) {
 		unsigned r = tg_plan_node(mask, state, nodes, i, force);
-		d->calls += r != 0;
-		d->failures += r == 2;
+		calls += r != 0;
+		failures += r == 2;
 	}
 	if (force)
 		d->seen_epoch = d->epoch;
-	d->runs++;
+	tg_plan_finish(d, calls, failures);
 }
 
 static const struct toggle_sim_function tg_planner_functions[] = {

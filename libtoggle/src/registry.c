@@ -368,6 +368,10 @@ static void graph_status(const struct toggle_agent *a, const struct tg_graph *g,
 			: a->mode == TOGGLE_MODE_DEVICE ? TOGGLE_MODE_LAZY : a->mode,
 		.device_fallback = g->dev == TG_DEV_FALLBACK,
 		.uploaded = g->dev == TG_DEV_ACTIVE && g->bound && g->uploaded_exec == g->exec,
+		.tainted_launches = g->tainted,
+		.tainted_step = g->tainted ? g->tainted_step : -1,
+		.tainted = g->unclean,
+		.blocked = g->blocked,
 	};
 	memcpy(out->note, g->note, sizeof(out->note));
 }

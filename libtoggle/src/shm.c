@@ -217,6 +217,9 @@ _Static_assert(offsetof(struct toggle_shm_status, graphs) ==
 	       offsetof(struct toggle_shm_status, current) + TOGGLE_SHM_SET_WORDS * 8 + 256,
 	       "status layout 1: graphs after 256 reserved bytes");
 #define CONN_WORDS (sizeof(struct toggle_shm_conn) / 8)
+/* Layout 1 as first published: fields added since come out of reserved space. */
+_Static_assert(offsetof(struct toggle_shm_status, graphs) == 1432, "status layout 1");
+_Static_assert(sizeof(struct toggle_shm_status) == 1432 + 64 * 64, "status layout 1");
 
 void toggle_shm_control_write(struct toggle_shm_control *ctl, const struct toggle_shm_control_view *v)
 {

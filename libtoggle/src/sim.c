@@ -36,6 +36,9 @@
 #include "toggle_sim.h"
 
 #define SIM_MAGIC 0x6d697374u /* "tsim" */
+/* Device-updatable kernel nodes need the CUDA 12.4 headers; older ones build a
+ * simulator without them (libtoggle's device mode is unavailable there too). */
+#define TG_SIM_DEVUPD (CUDA_VERSION >= 12040)
 
 enum sim_kind {
 	SIM_STREAM = 1,
@@ -211,6 +214,8 @@ struct toggle_sim {
 	size_t mem_in_use;
 	bool deferred;
 	uint64_t rng;             /* deferred mode's order */
+	bool reuse_graphs;        /* toggle_sim_set_graph_reuse */
+	struct sim_graph *spare_graph; /* the last destroyed graph, for the next one */
 	struct sim_exec *running; /* exec whose launch is running, for device-side calls */
 };
 
@@ -272,6 +277,7 @@ static struct sim_node *sim_node_of(CUgraphNode h)
 	return sim_handle(h, SIM_NODE);
 }
 
+#if TG_SIM_DEVUPD
 static struct sim_node *sim_devnode_of(CUgraphDeviceNode h)
 {
 	struct sim_hdr *hdr = sim_handle(h, SIM_DEVNODE);
@@ -279,6 +285,7 @@ static struct sim_node *sim_devnode_of(CUgraphDeviceNode h)
 	return hdr != NULL ? (struct sim_node *)((char *)hdr - offsetof(struct sim_node, devhdr))
 			   : NULL;
 }
+#endif
 
 static struct sim_module *sim_module_of(CUmodule h)
 {
@@ -394,8 +401,14 @@ static struct sim_node *sim_nodeset_add(struct sim_nodeset *ns, struct toggle_si
 
 static struct sim_graph *sim_graph_new(struct toggle_sim *sim)
 {
-	struct sim_graph *g = calloc(1, sizeof(*g));
+	struct sim_graph *g = sim->spare_graph;
 
+	if (g != NULL) {
+		sim->spare_graph = NULL; /* the handle of the last destroyed graph, again */
+		memset(g, 0, sizeof(*g));
+	} else {
+		g = calloc(1, sizeof(*g));
+	}
 	if (g == NULL)
 		return NULL;
 	g->nodes = sim_nodeset_new();
@@ -422,7 +435,11 @@ static void sim_graph_free(struct sim_graph *g)
 		g->nodes->v[i]->hdr.magic = 0;
 	sim_obj_kill(&g->obj);
 	sim_nodeset_put(g->nodes);
-	free(g);
+	struct toggle_sim *sim = g->obj.hdr.sim;
+	if (sim->reuse_graphs && sim->spare_graph == NULL)
+		sim->spare_graph = g; /* dead (magic 0) until handed out again */
+	else
+		free(g);
 }
 
 static struct sim_exec *sim_exec_new(struct sim_graph *g)
@@ -715,6 +732,7 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 		free(ev->cap_front);
 		free(ev);
 	}
+	free(sim->spare_graph);
 	while (sim->allocs != NULL) {
 		struct sim_alloc *al = sim->allocs;
 		sim->allocs = al->next;
@@ -722,6 +740,12 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 		free(al);
 	}
 	free(sim);
+}
+
+void toggle_sim_set_graph_reuse(struct toggle_sim *sim, bool on)
+{
+	if (sim != NULL)
+		sim->reuse_graphs = on;
 }
 
 void toggle_sim_set_driver_version(struct toggle_sim *sim, int version)
@@ -1518,6 +1542,9 @@ static int sim_launch_devupd(const CUlaunchConfig *cfg, unsigned *which)
 
 	if (cfg->numAttrs && cfg->attrs == NULL)
 		return -1;
+#if !TG_SIM_DEVUPD
+	(void)which; /* headers older than 12.4 have no such attribute */
+#else
 	for (unsigned i = 0; i < cfg->numAttrs; i++) {
 		if (cfg->attrs[i].id != CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE)
 			continue;
@@ -1527,6 +1554,7 @@ static int sim_launch_devupd(const CUlaunchConfig *cfg, unsigned *which)
 		devupd = v;
 		*which = i;
 	}
+#endif
 	return devupd;
 }
 
@@ -1563,6 +1591,7 @@ CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn
 		}
 		nd->func = f->f;
 		nd->params = copy;
+#if TG_SIM_DEVUPD
 		if (devupd == 1) {
 			nd->devupd = true;
 			nd->devhdr.magic = SIM_MAGIC;
@@ -1570,6 +1599,7 @@ CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn
 			config->attrs[which].value.deviceUpdatableKernelNode.devNode =
 				(CUgraphDeviceNode)&nd->devhdr;
 		}
+#endif
 		return CUDA_SUCCESS;
 	}
 	struct sim_work *w = sim_work_new(SIM_W_KERNEL_EX);
@@ -1583,6 +1613,7 @@ CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn
 	return CUDA_SUCCESS;
 }
 
+#if TG_SIM_DEVUPD
 CUresult toggle_sim_device_node_set_enabled(CUgraphDeviceNode node, unsigned enable)
 {
 	struct sim_node *nd = sim_devnode_of(node);
@@ -1602,6 +1633,7 @@ CUresult toggle_sim_device_node_set_enabled(CUgraphDeviceNode node, unsigned ena
 	sim->running->dev_enabled[nd->index] = enable != 0;
 	return CUDA_SUCCESS;
 }
+#endif
 
 /* ---- events ------------------------------------------------------------------------------- */
 
