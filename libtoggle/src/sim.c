@@ -100,6 +100,7 @@ struct sim_graph {
 	struct sim_nodeset *nodes;
 	struct sim_stream *capturing; /* stream capturing into this graph, or NULL */
 	bool devupd;                  /* holds a device-updatable node */
+	unsigned id;                  /* cuGraphGetId: unique per simulator */
 };
 
 struct sim_exec {
@@ -117,6 +118,7 @@ struct sim_exec {
 	uint64_t done;          /* launches and uploads run */
 	bool uploaded;          /* uploaded, or launched once */
 	bool dev_ok;            /* device-side calls succeed in the launch now running */
+	unsigned id;            /* cuGraphExecGetId: unique per simulator */
 };
 
 struct sim_work;
@@ -199,6 +201,12 @@ struct toggle_sim {
 	bool deferred;
 	uint64_t rng;             /* deferred mode's order */
 	struct sim_exec *running; /* exec whose launch is running, for device-side calls */
+	/* Handle reuse (toggle_sim_set_handle_reuse): the last destroyed graph and
+	 * exec, whose memory (so whose handle) the next creation hands out again. */
+	bool reuse;
+	struct sim_graph *spare_graph;
+	struct sim_exec *spare_exec;
+	unsigned last_graph_id, last_exec_id;
 };
 
 /* ---- objects and handles --------------------------------------------------- */
@@ -379,17 +387,31 @@ static struct sim_node *sim_nodeset_add(struct sim_nodeset *ns, struct toggle_si
 
 static struct sim_graph *sim_graph_new(struct toggle_sim *sim)
 {
-	struct sim_graph *g = calloc(1, sizeof(*g));
+	struct sim_graph *g = sim->spare_graph;
 
-	if (g == NULL)
+	if (g != NULL) {
+		sim->spare_graph = NULL;
+		memset(g, 0, sizeof(*g));
+	} else if ((g = calloc(1, sizeof(*g))) == NULL) {
 		return NULL;
+	}
 	g->nodes = sim_nodeset_new();
 	if (g->nodes == NULL) {
 		free(g);
 		return NULL;
 	}
+	g->id = ++sim->last_graph_id;
 	sim_obj_add(sim, &sim->graphs, &g->obj, SIM_GRAPH);
 	return g;
+}
+
+/* Free a dead graph or exec's memory, or keep it for the next one (handle reuse). */
+static void sim_obj_release(struct toggle_sim *sim, void *obj, void **spare)
+{
+	if (sim->reuse && *spare == NULL)
+		*spare = obj;
+	else
+		free(obj);
 }
 
 static void sim_graph_free(struct sim_graph *g)
@@ -398,18 +420,23 @@ static void sim_graph_free(struct sim_graph *g)
 	 * instantiated node, which a planner inside that exec still updates. */
 	for (unsigned i = 0; i < g->nodes->n; i++)
 		g->nodes->v[i]->hdr.magic = 0;
+	struct toggle_sim *sim = g->obj.hdr.sim;
 	sim_obj_kill(&g->obj);
 	sim_nodeset_put(g->nodes);
-	free(g);
+	sim_obj_release(sim, g, (void **)&sim->spare_graph);
 }
 
 static struct sim_exec *sim_exec_new(struct sim_graph *g)
 {
 	struct toggle_sim *sim = g->obj.hdr.sim;
-	struct sim_exec *ex = calloc(1, sizeof(*ex));
+	struct sim_exec *ex = sim->spare_exec;
 
-	if (ex == NULL)
+	if (ex != NULL) {
+		sim->spare_exec = NULL;
+		memset(ex, 0, sizeof(*ex));
+	} else if ((ex = calloc(1, sizeof(*ex))) == NULL) {
 		return NULL;
+	}
 	ex->n = g->nodes->n;
 	/* One extra byte so that an empty graph is not a NULL special case. */
 	ex->enabled = malloc((size_t)ex->n + 1);
@@ -428,18 +455,20 @@ static struct sim_exec *sim_exec_new(struct sim_graph *g)
 	ex->nodes = g->nodes;
 	ex->nodes->refs++;
 	ex->nodes->execs++;
+	ex->id = ++sim->last_exec_id;
 	sim_obj_add(sim, &sim->execs, &ex->obj, SIM_EXEC);
 	return ex;
 }
 
 static void sim_exec_free(struct sim_exec *ex)
 {
+	struct toggle_sim *sim = ex->obj.hdr.sim;
 	sim_obj_kill(&ex->obj);
 	ex->nodes->execs--;
 	sim_nodeset_put(ex->nodes);
 	free(ex->enabled);
 	free(ex->dev_enabled);
-	free(ex);
+	sim_obj_release(sim, ex, (void **)&sim->spare_exec);
 }
 
 /*
@@ -674,6 +703,7 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 		sim_stream_drop((struct sim_stream *)o);
 	/* Execs and graphs first: they only drop node references.  Streams last,
 	 * so that a capturing stream's graph is freed once, from the graph list. */
+	sim->reuse = false; /* everything below is freed */
 	while (sim->execs.next != &sim->execs)
 		sim_exec_free((struct sim_exec *)sim->execs.next);
 	while (sim->graphs.next != &sim->graphs)
@@ -690,6 +720,8 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 		sim_obj_kill(o);
 		free(o);
 	}
+	free(sim->spare_graph);
+	free(sim->spare_exec);
 	while (sim->allocs != NULL) {
 		struct sim_alloc *al = sim->allocs;
 		sim->allocs = al->next;
@@ -927,6 +959,57 @@ unsigned toggle_sim_graph_node_count(CUgraph graph)
 	const struct sim_graph *g = sim_graph_of(graph);
 
 	return g != NULL ? g->nodes->n : 0;
+}
+
+void toggle_sim_set_handle_reuse(struct toggle_sim *sim, bool on)
+{
+	if (sim != NULL)
+		sim->reuse = on;
+}
+
+CUresult toggle_sim_graph_get_id(CUgraph graph, unsigned *id)
+{
+	const struct sim_graph *g = sim_graph_of(graph);
+
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (id == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*id = g->id;
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_graph_exec_get_id(CUgraphExec exec, unsigned *id)
+{
+	const struct sim_exec *ex = sim_exec_of(exec);
+
+	if (ex == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (id == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*id = ex->id;
+	return CUDA_SUCCESS;
+}
+
+/* Like the driver: nodes NULL gives the count; else up to *n nodes, the rest NULL. */
+CUresult toggle_sim_graph_get_nodes(CUgraph graph, CUgraphNode *nodes, size_t *n)
+{
+	const struct sim_graph *g = sim_graph_of(graph);
+
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (n == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t have = g->nodes->n;
+	if (nodes == NULL) {
+		*n = have;
+		return CUDA_SUCCESS;
+	}
+	for (size_t i = 0; i < *n; i++)
+		nodes[i] = i < have ? (CUgraphNode)g->nodes->v[i] : NULL;
+	if (*n > have)
+		*n = have;
+	return CUDA_SUCCESS;
 }
 
 CUresult toggle_sim_graph_node_get_type(CUgraphNode node, CUgraphNodeType *type)
@@ -1570,6 +1653,11 @@ void tg_cu_load_sim(struct tg_cu *cu, struct toggle_sim *sim)
 	cu->graph_instantiate = toggle_sim_graph_instantiate_with_flags;
 	cu->graph_node_get_dependent_nodes = toggle_sim_graph_node_get_dependent_nodes;
 	cu->module_get_function = toggle_sim_module_get_function;
+	cu->graph_get_nodes = toggle_sim_graph_get_nodes;
+	if (toggle_sim_driver_version(sim) >= 13010) { /* the ids came with CUDA 13.1 */
+		cu->graph_get_id = toggle_sim_graph_get_id;
+		cu->graph_exec_get_id = toggle_sim_graph_exec_get_id;
+	}
 	/* The handle-less ones are reached through tg_cu_*, which pass cu->sim. */
 	cu->planner_image = tg_planner_sim_image();
 	cu->driver_version = toggle_sim_driver_version(sim);
