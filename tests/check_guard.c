@@ -254,6 +254,96 @@ START_TEST(test_failed_upload_leaves_graph_out_of_date)
 }
 END_TEST
 
+/*
+ * The audit of item 1 as a property: in lazy, eager, device (planner) and
+ * device fallback mode, with launches on two streams, any one call of every
+ * driver operation on the apply and launch paths is made to fail at random
+ * points (before step_begin, so eager's apply meets it, or before a
+ * launch).  Every launch must either run exactly the step's set or be
+ * refused and run nothing, and a refusal must never leave the graph
+ * looking current: the launches after it run the step's set again.
+ */
+static const enum toggle_sim_op fail_ops[] = {
+	TOGGLE_SIM_OP_NODE_SET_ENABLED, TOGGLE_SIM_OP_GRAPH_UPLOAD, TOGGLE_SIM_OP_GRAPH_LAUNCH,
+	TOGGLE_SIM_OP_BATCH_MEM_OP,     TOGGLE_SIM_OP_EVENT_RECORD, TOGGLE_SIM_OP_STREAM_WAIT_EVENT,
+};
+#define N_FAIL_OPS (sizeof(fail_ops) / sizeof(fail_ops[0]))
+
+static uint64_t rng_next(uint64_t *x) /* splitmix64 */
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void fail_some(struct gfx *f, uint64_t *rng)
+{
+	enum toggle_sim_op op = fail_ops[rng_next(rng) % N_FAIL_OPS];
+	toggle_sim_fail(f->sim, op, rng_next(rng) % 3, 1, CUDA_ERROR_LAUNCH_FAILED);
+}
+
+static void fail_none(struct gfx *f)
+{
+	for (size_t i = 0; i < N_FAIL_OPS; i++)
+		toggle_sim_fail(f->sim, fail_ops[i], 0, 0, CUDA_SUCCESS);
+}
+
+START_TEST(test_every_failure_leaves_graph_out_of_date)
+{
+	static const enum toggle_mode modes[4] = {TOGGLE_MODE_LAZY, TOGGLE_MODE_EAGER,
+						  TOGGLE_MODE_DEVICE, TOGGLE_MODE_DEVICE};
+	struct gfx f;
+	gfx_open(&f, modes[_i], 0);
+	CUstream s2;
+	ck_assert_int_eq(toggle_sim_stream_create(f.sim, &s2), CUDA_SUCCESS);
+	CUgraph g = _i < 2 ? capture_host(&f) : capture_device(&f, _i == 2);
+	CUgraphExec e;
+	ck_assert_int_eq(toggle_graph_instantiate(f.agent, g, &e), 0);
+	struct toggle_graph_status gs;
+	ck_assert_int_eq(toggle_graph_status(f.agent, g, &gs), 0);
+	ck_assert(gs.bound);
+	ck_assert_int_eq(gs.mode == TOGGLE_MODE_DEVICE, _i == 2);
+
+	uint64_t rng = 0x6a7d + (uint64_t)_i, refused = 0, ran_ok = 0;
+	for (int64_t st = 0; st < 600; st++) {
+		uint32_t bits = (uint32_t)(rng_next(&rng) & ((1u << NH) - 1));
+		if (rng_next(&rng) % 4 == 0)
+			fail_some(&f, &rng); /* meets eager's apply at step_begin, or the launch */
+		step(&f, st, bits);
+		for (int k = 0; k < 3; k++) {
+			if (rng_next(&rng) % 4 == 0)
+				fail_some(&f, &rng);
+			CUstream s = rng_next(&rng) % 2 ? f.s : s2;
+			f.ran = 0;
+			int rc = toggle_graph_launch(f.agent, g, e, s);
+			toggle_sim_synchronize(f.sim);
+			fail_none(&f);
+			if (rc == 0) {
+				ck_assert_msg(f.ran == bits, "mode %d step %lld launch %d: ran 0x%02x, set 0x%02x",
+					      _i, (long long)st, k, f.ran, bits);
+				ran_ok++;
+			} else {
+				ck_assert_int_eq(rc, TOGGLE_ECUDA);
+				ck_assert_uint_eq(f.ran, 0);
+				refused++;
+			}
+		}
+	}
+	ck_assert_uint_gt(refused, 20); /* the failures did reach the paths */
+	ck_assert_uint_gt(ran_ok, 1200);
+	if (_i == 2) {
+		struct toggle_device_counters dc;
+		ck_assert_int_eq(toggle_graph_device_counters(f.agent, g, &dc), 0);
+		ck_assert_uint_eq(dc.device_failures, 0);
+	}
+	ck_assert_int_eq(toggle_graph_bind(f.agent, g, NULL), 0);
+	ck_assert_int_eq(toggle_sim_exec_destroy(e), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_destroy(g), CUDA_SUCCESS);
+	gfx_close(&f);
+}
+END_TEST
+
 /* ---- 2. late producers ---------------------------------------------------------------- */
 
 /*
@@ -593,6 +683,7 @@ int main(void)
 	Suite *s = suite_create("guard");
 	TCase *tc = tcase_create("guard");
 	tcase_add_loop_test(tc, test_failed_upload_leaves_graph_out_of_date, 0, 3);
+	tcase_add_loop_test(tc, test_every_failure_leaves_graph_out_of_date, 0, 4);
 	tcase_add_loop_test(tc, test_late_producer_fails_closed, 0, 8);
 	tcase_add_test(tc, test_late_device_producer_fails_closed);
 	tcase_add_loop_test(tc, test_reused_graph_handle_not_blocked, 0, 5);
