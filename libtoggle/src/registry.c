@@ -396,37 +396,47 @@ static int cmp_node(const void *x, const void *y)
 /* Graphs with more nodes than this are not listed: the record is kept (fail closed). */
 #define TG_IDENT_MAX_LIST (1u << 22)
 
+/* Whether every node kept in ident is still a node of g's graph: 1 yes, 0 no, -1 cannot tell. */
+static int graph_holds_ident(struct toggle_agent *a, const struct tg_graph *g)
+{
+	size_t n = 0;
+	if (!g->n_ident || !a->cu.graph_get_nodes ||
+	    a->cu.graph_get_nodes(g->graph, NULL, &n) != CUDA_SUCCESS || n > TG_IDENT_MAX_LIST)
+		return -1;
+	if (n == 0)
+		return 0; /* an empty graph holds none of the recorded nodes */
+	CUgraphNode *v = malloc(n * sizeof(*v));
+	if (!v)
+		return -1;
+	int holds = -1;
+	if (a->cu.graph_get_nodes(g->graph, v, &n) == CUDA_SUCCESS) {
+		qsort(v, n, sizeof(*v), cmp_node);
+		holds = 1;
+		for (uint32_t i = 0; i < g->n_ident && holds; i++)
+			holds = bsearch(&g->ident[i], v, n, sizeof(*v), cmp_node) != NULL;
+	}
+	free(v);
+	return holds;
+}
+
 /*
  * Slow paths only (a launch or bind that would be refused or rebound, a
- * sync that failed).  With cuGraphGetId (CUDA 13.1+) the id recorded at
- * capture must match.  Without it, every node kept in ident must still be a
- * node of the graph (cuGraphGetNodes: only the live handle the caller passed
- * goes to the driver, never a recorded node that may be dead).  When it
- * cannot tell, the answer is no: the record stays, and fails closed.
+ * sync that failed).  The recorded nodes (up to TG_IDENT_NODES) must still
+ * be nodes of the graph (cuGraphGetNodes: only the live handle the caller
+ * passed goes to the driver, never a recorded node that may be dead).  With
+ * cuGraphGetId (CUDA 13.1+) the id recorded at capture answers "same" at
+ * once; a different id is confirmed by the nodes before the record goes.
+ * When it cannot tell, the answer is no: the record stays, and fails closed.
  */
 bool tg_graph_replaced(struct toggle_agent *a, const struct tg_graph *g)
 {
 	if (g->has_graph_id && a->cu.graph_get_id) {
 		unsigned id = 0;
-		return a->cu.graph_get_id(g->graph, &id) == CUDA_SUCCESS && id != g->graph_id;
+		if (a->cu.graph_get_id(g->graph, &id) != CUDA_SUCCESS || id == g->graph_id)
+			return false;
+		return graph_holds_ident(a, g) != 1; /* no recorded node, or they are gone */
 	}
-	size_t n = 0;
-	if (!g->n_ident || !a->cu.graph_get_nodes ||
-	    a->cu.graph_get_nodes(g->graph, NULL, &n) != CUDA_SUCCESS || n > TG_IDENT_MAX_LIST)
-		return false;
-	if (n == 0)
-		return true; /* an empty graph holds none of the recorded nodes */
-	CUgraphNode *v = malloc(n * sizeof(*v));
-	if (!v)
-		return false;
-	bool replaced = false;
-	if (a->cu.graph_get_nodes(g->graph, v, &n) == CUDA_SUCCESS) {
-		qsort(v, n, sizeof(*v), cmp_node);
-		for (uint32_t i = 0; i < g->n_ident && !replaced; i++)
-			replaced = !bsearch(&g->ident[i], v, n, sizeof(*v), cmp_node);
-	}
-	free(v);
-	return replaced;
+	return graph_holds_ident(a, g) == 0;
 }
 
 /* Only where the driver has cuGraphExecGetId (CUDA 13.1+): else no. */
