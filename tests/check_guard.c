@@ -10,11 +10,13 @@
  *  3. a new graph or exec that gets a dead one's handle is not blocked, and
  *     does not inherit the dead one's state, with and without the CUDA 13.1
  *     id entry points;
+ *     none of which is checked on the replay of an unchanged set;
  *  4. NULL agent and NULL output pointers return TOGGLE_EINVAL.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "agent_impl.h" /* white-box: count the identity calls the agent makes */
 #include "testutil.h"
 #include "toggle.h"
 #include "toggle_sim.h"
@@ -618,6 +620,68 @@ START_TEST(test_reused_exec_handle_is_a_new_exec)
 }
 END_TEST
 
+/* Identity calls through the agent's driver table, counted (one test at a time: Check forks). */
+static unsigned long id_calls;
+
+static CUresult count_get_nodes(CUgraph g, CUgraphNode *nodes, size_t *n)
+{
+	id_calls++;
+	return toggle_sim_graph_get_nodes(g, nodes, n);
+}
+
+static CUresult count_get_id(CUgraph g, unsigned *id)
+{
+	id_calls++;
+	return toggle_sim_graph_get_id(g, id);
+}
+
+static CUresult count_exec_get_id(CUgraphExec e, unsigned *id)
+{
+	id_calls++;
+	return toggle_sim_graph_exec_get_id(e, id);
+}
+
+/*
+ * No identity call on the replay of an unchanged set, in any mode, with or
+ * without the 13.1 ids; refused launches and set changes are where they go.
+ * _i: lazy, eager, device; _i / 3: driver 13.0, 13.1.
+ */
+START_TEST(test_identity_checks_off_the_hot_path)
+{
+	static const enum toggle_mode modes[3] = {TOGGLE_MODE_LAZY, TOGGLE_MODE_EAGER,
+						  TOGGLE_MODE_DEVICE};
+	struct gfx f;
+	enum toggle_mode mode = modes[_i % 3];
+	gfx_open(&f, mode, _i / 3 ? 13010 : 13000);
+	f.agent->cu.graph_get_nodes = count_get_nodes;
+	if (_i / 3) {
+		f.agent->cu.graph_get_id = count_get_id;
+		f.agent->cu.graph_exec_get_id = count_exec_get_id;
+	}
+	CUgraph g = mode == TOGGLE_MODE_DEVICE ? capture_device(&f, true) : capture_host(&f);
+	CUgraphExec e;
+	ck_assert_int_eq(toggle_graph_instantiate(f.agent, g, &e), 0);
+	step(&f, 0, 0x5a);
+	ck_assert_int_eq(launch(&f, g, e), 0);
+	ck_assert_uint_eq(f.ran, 0x5a);
+	id_calls = 0;
+	for (int64_t st = 1; st <= 50; st++) {
+		step(&f, st, 0x5a); /* the same set: the version does not move */
+		for (int k = 0; k < 20; k++)
+			ck_assert_int_eq(toggle_graph_launch(f.agent, g, e, f.s), 0);
+	}
+	toggle_sim_synchronize(f.sim);
+	ck_assert_uint_eq(id_calls, 0);
+	/* A forgotten graph's refused launch checks it (13.0: the nodes; 13.1: the id). */
+	ck_assert_int_eq(toggle_graph_forget(f.agent, g), 0);
+	ck_assert_int_eq(launch(&f, g, e), TOGGLE_ESTALE);
+	ck_assert_uint_gt(id_calls, 0);
+	ck_assert_int_eq(toggle_sim_exec_destroy(e), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_destroy(g), CUDA_SUCCESS);
+	gfx_close(&f);
+}
+END_TEST
+
 /* ---- 4. NULL pointers ------------------------------------------------------------------ */
 
 START_TEST(test_null_agent_and_outputs)
@@ -689,6 +753,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_reused_graph_handle_not_blocked, 0, 5);
 	tcase_add_loop_test(tc, test_reused_graph_handle_bind_and_instantiate, 0, 2);
 	tcase_add_loop_test(tc, test_reused_exec_handle_is_a_new_exec, 0, 3);
+	tcase_add_loop_test(tc, test_identity_checks_off_the_hot_path, 0, 6);
 	tcase_add_test(tc, test_null_agent_and_outputs);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
