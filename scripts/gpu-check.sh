@@ -3,6 +3,7 @@
 # producer's kernel) and the GPU programs, then run every leg on the GPU:
 #   gpu_check   lazy, eager and device phases, then timing figures
 #   gpu_region  producer regions and toggle_copy_out (lazy, eager, device)
+#   gpu_guard   issue #10: a failed upload, late producers, reused handles
 #   gpu_devtaint device mode's injected device-side failure: tainted launch
 #               reported, 0 mismatches otherwise
 # Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check).
@@ -75,6 +76,7 @@ run_leg gpu_check "$@"
 # shellcheck disable=SC2086 # GPU_REGION_ARGS is a list of words
 run_leg gpu_region ${GPU_REGION_ARGS:-}
 run_leg gpu_devtaint
+run_leg gpu_guard
 
 printf '%s\n' "$results" | sed '/^$/d'
 if [ "$status" -eq 0 ]; then

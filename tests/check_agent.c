@@ -431,13 +431,16 @@ START_TEST(test_agents_share_nothing)
 	ck_assert_int_eq(toggle_sim_stream_end_capture(f.stream, &g2), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_capture_end(c), 0);
 	ck_assert_int_eq(toggle_capture_end(c), TOGGLE_EINVAL);
-	ck_assert_int_eq(toggle_graph_count(b), 0);
+	/* b refused a producer launched into g2's capture: it keeps g2 only to
+	 * fail it closed (issue #10); c's record is c's alone. */
+	ck_assert_int_eq(toggle_graph_count(b), 1);
 	ck_assert_int_eq(toggle_graph_count(c), 1);
 
 	/* A graph the agent forgot fails closed, and cannot be bound again. */
 	CUgraphExec e2;
 	ck_assert_int_eq(toggle_sim_graph_instantiate(&e2, g2), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_graph_bind(c, g2, e2), 0);
+	ck_assert_int_eq(toggle_graph_launch(b, g2, e2, f.stream), TOGGLE_ECAPTURE);
 	ck_assert_int_eq(toggle_graph_forget(c, g2), 0);
 	unsigned runs = f.compute_runs;
 	ck_assert_int_eq(toggle_graph_launch(c, g2, e2, f.stream), TOGGLE_ESTALE);

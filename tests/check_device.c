@@ -1034,7 +1034,7 @@ START_TEST(record_reuse_waits_for_old_exec)
 {
 	uint64_t seed = 0x18a + (uint64_t)_i;
 	struct dfx *f = dfx_open(TOGGLE_MODE_DEVICE, true);
-	toggle_sim_set_graph_reuse(f->sim, true);
+	toggle_sim_set_handle_reuse(f->sim, true);
 	dfx_capture(f, 0, H_DEVICE);
 	ck_assert_int_eq(toggle_graph_instantiate(f->agent, f->graph[0], &f->exec[0]), 0);
 	toggle_sim_set_deferred(f->sim, true, seed);

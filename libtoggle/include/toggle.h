@@ -118,7 +118,9 @@ int toggle_capture_end(struct toggle_agent *agent);
  * node the launch added is found with cuStreamGetCaptureInfo, checked to be a
  * kernel node and filed under hook.  Refused (and counted as an anomaly)
  * outside a capture window, on a stream that is not capturing, or when the
- * node is not a kernel node.
+ * node is not a kernel node.  A refusal on a capturing stream marks the
+ * graph being captured "late": its bind and launches are refused with
+ * TOGGLE_ECAPTURE until it is captured again.
  */
 int toggle_record_producer(struct toggle_agent *agent, CUstream stream, struct toggle_hook hook);
 
@@ -290,7 +292,8 @@ int toggle_step_begin(struct toggle_agent *agent, int64_t step, struct toggle_se
 
 /*
  * The replay.  Unrelated graphs (no producers recorded) are launched as they
- * are.  A graph with producers must be bound (a different exec rebinds it);
+ * are, also when they got the handle of a destroyed graph the agent knew.
+ * A graph with producers must be bound (a different exec rebinds it);
  * nodes whose state differs from the step's set are set, then the exec is
  * launched.  Any failure refuses the launch: nothing is launched.
  */

@@ -110,17 +110,25 @@ CUresult toggle_sim_graph_node_get_dependent_nodes(CUgraphNode node, CUgraphNode
 						   CUgraphEdgeData *edges, size_t *n);
 CUresult toggle_sim_graph_node_get_dependencies(CUgraphNode node, CUgraphNode *deps,
 						CUgraphEdgeData *edges, size_t *n);
-/* cuGraphGetNodes: every node of the graph, in capture order. */
+/* cuGraphGetNodes: nodes NULL gives the count in *n; else up to *n nodes in capture order. */
 CUresult toggle_sim_graph_get_nodes(CUgraph graph, CUgraphNode *nodes, size_t *n);
+/*
+ * cuGraphGetId / cuGraphExecGetId: ids unique per simulator, never reused.
+ * The driver has them from CUDA 13.1: libtoggle's table gets them only when
+ * the simulated driver version (toggle_sim_set_driver_version, before the
+ * agent opens) is 13010 or newer.
+ */
+CUresult toggle_sim_graph_get_id(CUgraph graph, unsigned *id);
+CUresult toggle_sim_graph_exec_get_id(CUgraphExec exec, unsigned *id);
+/*
+ * Handle reuse (off by default): the memory of the last destroyed graph and
+ * of the last destroyed exec is handed out again by the next graph (capture)
+ * and exec (instantiation), so the new object gets the old handle, as the
+ * driver's allocator may do.  Its id is new.
+ */
+void toggle_sim_set_handle_reuse(struct toggle_sim *sim, bool on);
 
 /* ---- device mode's parts ------------------------------------------------- */
-
-/*
- * Handle reuse (off by default): the next graph made (by a capture) gets the
- * handle of the last graph destroyed, as the driver's allocator may give it.
- * Until then the old handle is refused like any destroyed one.
- */
-void toggle_sim_set_graph_reuse(struct toggle_sim *sim, bool on);
 
 /* The driver version the backend reports (default 13000, i.e. 13.0). */
 void toggle_sim_set_driver_version(struct toggle_sim *sim, int version);

@@ -151,12 +151,12 @@ const char *toggle_last_error(const struct toggle_agent *a)
 
 enum toggle_mode toggle_agent_mode(const struct toggle_agent *a)
 {
-	return a->mode;
+	return a ? a->mode : TOGGLE_MODE_LAZY;
 }
 
 const struct toggle_catalog *toggle_agent_catalog(const struct toggle_agent *a)
 {
-	return &a->catalog;
+	return a ? &a->catalog : NULL;
 }
 
 /* ---- desired state ------------------------------------------------------ */
@@ -184,6 +184,8 @@ static void agent_set_current(struct toggle_agent *a, const struct toggle_set *s
 
 int toggle_set_enabled(struct toggle_agent *a, const struct toggle_set *set)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	int rc = agent_check_set(a, set);
 	if (rc)
 		return rc;
@@ -239,6 +241,8 @@ static int plan_check_entry(struct toggle_agent *a, int64_t step, const struct t
 int toggle_plan_step(struct toggle_agent *a, int64_t step, const struct toggle_set *set)
 {
 	struct toggle_plan_entry e = {.step = step};
+	if (!a)
+		return TOGGLE_EINVAL;
 	if (!set)
 		return tg_fail(a, TOGGLE_EINVAL, "set is NULL");
 	e.set = *set;
@@ -247,6 +251,8 @@ int toggle_plan_step(struct toggle_agent *a, int64_t step, const struct toggle_s
 
 int toggle_plan_submit(struct toggle_agent *a, const struct toggle_plan_entry *entries, size_t n)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	if (n && !entries)
 		return tg_fail(a, TOGGLE_EINVAL, "entries is NULL");
 	if (n > TOGGLE_MAX_PLAN)
@@ -273,11 +279,14 @@ int toggle_plan_submit(struct toggle_agent *a, const struct toggle_plan_entry *e
 
 void toggle_plan_clear(struct toggle_agent *a)
 {
-	a->n_plans = 0;
+	if (a)
+		a->n_plans = 0;
 }
 
 int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *effective)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	if (step < 0)
 		return tg_fail(a, TOGGLE_EINVAL, "step %lld is negative", (long long)step);
 	if (a->step >= 0 && step <= a->step)
@@ -316,18 +325,27 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 	return 0;
 }
 
+/* The getters below do nothing with a NULL output, and report zeros for a NULL agent. */
 void toggle_current_set(const struct toggle_agent *a, struct toggle_set *out)
 {
-	*out = a->current;
+	if (out)
+		*out = a ? a->current : (struct toggle_set){{0}};
 }
 
 void toggle_anomalies_get(const struct toggle_agent *a, struct toggle_anomalies *out)
 {
-	*out = a->anomalies;
+	if (out)
+		*out = a ? a->anomalies : (struct toggle_anomalies){0};
 }
 
 void toggle_stats_get(const struct toggle_agent *a, struct toggle_stats *out)
 {
+	if (!out)
+		return;
+	if (!a) {
+		*out = (struct toggle_stats){.step = -1};
+		return;
+	}
 	*out = a->stats;
 	out->version = a->version;
 	out->step = a->step;

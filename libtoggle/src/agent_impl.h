@@ -17,6 +17,7 @@ struct tg_conn;
 
 #define TG_MAP_SLOTS (2 * TOGGLE_MAX_GRAPHS)
 #define TG_STEP_BOUNDS 16 /* steps a device-mode graph remembers its launches of */
+#define TG_IDENT_NODES 8 /* recorded nodes kept to recognise a graph (tg_graph_replaced) */
 #define TG_MAP_MASK  (TG_MAP_SLOTS - 1)
 
 /* Per-node state cache of the bound exec. */
@@ -93,6 +94,17 @@ struct tg_graph {
 		int64_t step;         /* ... this step */
 	} bounds[TG_STEP_BOUNDS];
 	uint32_t n_bounds;        /* pushed so far; the last TG_STEP_BOUNDS are kept */
+	/* Identity behind the handles (registry.c, slow paths only): a destroyed
+	 * graph's or exec's handle may be given to a new one. */
+	unsigned graph_id;        /* cuGraphGetId at capture, if has_graph_id (CUDA 13.1+) */
+	bool has_graph_id;
+	unsigned exec_id;         /* cuGraphExecGetId of exec at bind, if has_exec_id */
+	bool has_exec_id;
+	CUgraphNode ident[TG_IDENT_NODES]; /* nodes of this capture: without ids, */
+	uint32_t n_ident;                  /* the graph must still hold them all */
+	/* A producer launched into this capture could not be recorded (note says
+	 * which and why): bind and launches are refused until it is captured again. */
+	bool late;
 };
 
 struct tg_plan {
@@ -218,6 +230,18 @@ static inline struct tg_graph *tg_graph_find(const struct toggle_agent *a, CUgra
 }
 void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec);
 
+/* A record that is not passed through as unrelated: producers, forgotten, or late. */
+static inline bool tg_graph_related(const struct tg_graph *g)
+{
+	return g->n_nodes || g->stale || g->late;
+}
+/* Whether g's handle now names another graph than the one recorded (slow paths). */
+bool tg_graph_replaced(struct toggle_agent *a, const struct tg_graph *g);
+/* Whether g's bound exec handle now names another exec than the one bound. */
+bool tg_exec_replaced(struct toggle_agent *a, const struct tg_graph *g);
+/* Forget a record whose handle names another graph: it passes as unrelated. */
+void tg_graph_drop(struct toggle_agent *a, struct tg_graph *g);
+
 /* control.c: the daemon lane, all on the application's thread. */
 int tg_control_open(struct toggle_agent *a, const char *socket_path);
 void tg_control_close(struct toggle_agent *a);
@@ -246,6 +270,8 @@ static inline bool tg_control_changed(const struct toggle_agent *a)
 int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec);
 /* Record the node a capture's last launch added, with its device handle (0: none). */
 int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode);
+/* A record refused with `why`: if stream is capturing, its graph fails closed (late). */
+void tg_record_refused(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, int why);
 /* The record of the graph capture `id` is building (a reused handle's is cleared). */
 struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uint64_t id);
 /* Record n kernel nodes of capture `id` under one hook: all of them or none. */

@@ -42,6 +42,11 @@ struct tg_cu {
 	CUresult (*graph_launch)(CUgraphExec, CUstream);
 	CUresult (*graph_upload)(CUgraphExec, CUstream);
 	CUresult (*get_error_string)(CUresult, const char **);
+	/* Graph identity, on slow paths only (registry.c, with graph_get_nodes
+	 * above): cuGraphGetId and cuGraphExecGetId (CUDA 13.1+, NULL on older
+	 * drivers: the CUDA 13.0 headers do not declare them). */
+	CUresult (*graph_get_id)(CUgraph, unsigned *);
+	CUresult (*graph_exec_get_id)(CUgraphExec, unsigned *);
 
 	/* Device mode (NULL where the driver lacks them). */
 	CUresult (*launch_kernel_ex)(const CUlaunchConfig *, CUfunction, void **, void **);

@@ -34,19 +34,27 @@ struct tg_resolver {
 	tg_gpa1_fn gpa1;
 };
 
-static int tg_resolve(const struct tg_resolver *rs, const char *name, void **out)
+/* Entry point `name` in the form of CUDA `version`. */
+static int tg_resolve_at(const struct tg_resolver *rs, const char *name, int version, void **out)
 {
 	CUresult r;
 	*out = NULL;
 	if (rs->gpa2) {
 		CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
-		r = rs->gpa2(name, out, TG_CU_ABI_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st);
+		r = rs->gpa2(name, out, version, CU_GET_PROC_ADDRESS_DEFAULT, &st);
 		if (st != CU_GET_PROC_ADDRESS_SUCCESS)
 			r = CUDA_ERROR_NOT_FOUND;
 	} else {
-		r = rs->gpa1(name, out, TG_CU_ABI_VERSION, CU_GET_PROC_ADDRESS_DEFAULT);
+		r = rs->gpa1(name, out, version, CU_GET_PROC_ADDRESS_DEFAULT);
 	}
-	return (r == CUDA_SUCCESS && *out) ? 0 : -1;
+	if (r != CUDA_SUCCESS)
+		*out = NULL;
+	return *out ? 0 : -1;
+}
+
+static int tg_resolve(const struct tg_resolver *rs, const char *name, void **out)
+{
+	return tg_resolve_at(rs, name, TG_CU_ABI_VERSION, out);
 }
 
 static int tg_load_fail(struct tg_cu *cu, char *err, size_t errlen, const char *what)
@@ -143,6 +151,12 @@ int tg_cu_load_driver(struct tg_cu *cu, char *err, size_t errlen)
 	};
 	for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
 		(void)tg_resolve(&rs, opt[i].name, opt[i].slot);
+	/* Graph identity: the ids only from CUDA 13.1 (asked for in that
+	 * version's form: an older driver has no such symbol). */
+	if (cu->driver_version >= 13010) {
+		(void)tg_resolve_at(&rs, "cuGraphGetId", 13010, (void **)&cu->graph_get_id);
+		(void)tg_resolve_at(&rs, "cuGraphExecGetId", 13010, (void **)&cu->graph_exec_get_id);
+	}
 	cu->planner_image = tg_planner_fatbin();
 	return 0;
 }

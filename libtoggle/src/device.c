@@ -209,6 +209,8 @@ static int dev_capture_info(struct toggle_agent *a, CUstream stream, const char 
 
 int toggle_capture_planner(struct toggle_agent *a, CUstream stream)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	if (a->capture_depth == 0) {
 		a->anomalies.record_outside_window++;
 		return tg_fail(a, TOGGLE_ECAPTURE, "capturing the planner: no capture window is open");
@@ -262,6 +264,8 @@ int toggle_capture_planner(struct toggle_agent *a, CUstream stream)
 int toggle_launch_producer(struct toggle_agent *a, const CUlaunchConfig *config, CUfunction fn,
 			   void **params, struct toggle_hook hook)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	if (!config || !fn)
 		return tg_fail(a, TOGGLE_EINVAL, "launching hook %u:%u: config or function is NULL",
 			       hook.type, hook.layer);
@@ -322,9 +326,14 @@ int toggle_launch_producer(struct toggle_agent *a, const CUlaunchConfig *config,
 int toggle_record_device_producer(struct toggle_agent *a, CUstream stream, struct toggle_hook hook,
 				  CUgraphDeviceNode node)
 {
-	if (!node)
-		return tg_fail(a, TOGGLE_EINVAL, "recording hook %u:%u: the device node is NULL",
-			       hook.type, hook.layer);
+	if (!a)
+		return TOGGLE_EINVAL;
+	if (!node) {
+		int rc = tg_fail(a, TOGGLE_EINVAL, "recording hook %u:%u: the device node is NULL",
+				 hook.type, hook.layer);
+		tg_record_refused(a, stream, hook, rc); /* the producer is in the capture */
+		return rc;
+	}
 	return tg_record(a, stream, hook, (uint64_t)(uintptr_t)node);
 }
 #endif
@@ -847,12 +856,16 @@ int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
 
 int toggle_graph_instantiate(struct toggle_agent *a, CUgraph graph, CUgraphExec *exec)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	if (!exec)
 		return tg_fail(a, TOGGLE_EINVAL, "instantiating graph %p: exec is NULL", (void *)graph);
 	*exec = NULL;
 	if (!a->cu.graph_instantiate)
 		return tg_fail(a, TOGGLE_ENOTSUP, "the CUDA driver lacks cuGraphInstantiateWithFlags");
 	struct tg_graph *g = tg_graph_find(a, graph);
+	if (g && tg_graph_related(g) && tg_graph_replaced(a, g))
+		tg_graph_drop(a, g); /* a new graph behind a dead one's handle */
 	bool known = g && !g->stale && g->n_nodes;
 	CUresult r = a->cu.graph_instantiate(exec, graph, 0);
 	if (r != CUDA_SUCCESS) {
@@ -877,6 +890,8 @@ int toggle_graph_instantiate(struct toggle_agent *a, CUgraph graph, CUgraphExec 
 int toggle_graph_device_counters(const struct toggle_agent *a, CUgraph graph,
 				 struct toggle_device_counters *out)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	const struct tg_graph *g = tg_graph_find(a, graph);
 	if (!g || g->stale)
 		return TOGGLE_ENOENT;

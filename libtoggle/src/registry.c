@@ -5,8 +5,14 @@
  * Graphs are found by handle through a small open-addressing map, so the
  * replay path costs one hash probe.  Records are never removed while the
  * agent lives: a forgotten graph keeps a "stale" record so that its later
- * launches fail closed instead of passing as unrelated.
+ * launches fail closed instead of passing as unrelated.  A graph into whose
+ * capture a producer was launched that could not be recorded is "late" and
+ * fails closed too.  Handles are only keys: where a launch or bind would be
+ * refused or rebound, the graph behind the handle is checked to still be
+ * the one recorded (tg_graph_replaced), so that a new graph that reuses a
+ * dead one's handle is not blocked; the stale record is then emptied.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,6 +131,8 @@ static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook, u
 	if (rc)
 		return rc;
 	g->nodes[g->n_nodes] = (struct tg_node){.node = node, .hook = hook, .devnode = devnode};
+	if (g->n_ident < TG_IDENT_NODES)
+		g->ident[g->n_ident++] = node;
 	g->state[g->n_nodes] = TG_NODE_UNKNOWN;
 	free(g->by_hook); /* the index no longer covers every node */
 	g->by_hook = NULL;
@@ -148,6 +156,8 @@ static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook, u
 
 int toggle_capture_begin(struct toggle_agent *a)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	if (a->capture_depth == UINT32_MAX)
 		return tg_fail(a, TOGGLE_ELIMIT, "capture windows nested too deep");
 	a->capture_depth++;
@@ -156,6 +166,8 @@ int toggle_capture_begin(struct toggle_agent *a)
 
 int toggle_capture_end(struct toggle_agent *a)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	if (a->capture_depth == 0)
 		return tg_fail(a, TOGGLE_EINVAL, "toggle_capture_end without toggle_capture_begin");
 	a->capture_depth--;
@@ -177,6 +189,7 @@ static int record_find_node(struct toggle_agent *a, CUstream stream, struct togg
 			       hook.type, hook.layer, tg_cu_errstr(&a->cu, r));
 	}
 	if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+		*graph = NULL; /* undefined when not capturing */
 		a->anomalies.record_not_capturing++;
 		return tg_fail(a, TOGGLE_ECAPTURE, "recording hook %u:%u: stream %p is not capturing",
 			       hook.type, hook.layer, (void *)stream);
@@ -207,6 +220,8 @@ static int record_find_node(struct toggle_agent *a, CUstream stream, struct togg
 
 int toggle_record_producer(struct toggle_agent *a, CUstream stream, struct toggle_hook hook)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	return tg_record(a, stream, hook, 0);
 }
 
@@ -220,26 +235,78 @@ struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uin
 		/* A forgotten or destroyed graph's handle reused by a new capture. */
 		graph_clear(a, g);
 		g->capture_id = id;
+		unsigned gid = 0;
+		g->has_graph_id = a->cu.graph_get_id && a->cu.graph_get_id(graph, &gid) == CUDA_SUCCESS;
+		g->graph_id = gid;
 	}
 	return g;
 }
 
+/*
+ * A record was refused on a stream that may be capturing: the producer the
+ * caller launched is in that capture's graph, unrecorded, and would run
+ * whatever the set.  Mark the graph late so that it fails closed until it
+ * is captured again.  graph NULL: ask the stream (the refusal came before).
+ * Leaves the refusal's error text alone.
+ */
+static void record_mark_late(struct toggle_agent *a, CUstream stream, CUgraph graph, uint64_t id,
+			     struct toggle_hook hook, int why)
+{
+	CUgraphNode last = NULL;
+	if (!graph) {
+		CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+		cuuint64_t cid = 0;
+		const CUgraphNode *deps = NULL;
+		size_t ndeps = 0;
+		if (a->cu.stream_get_capture_info(stream, &st, &cid, &graph, &deps, NULL, &ndeps) !=
+			    CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_ACTIVE || !graph)
+			return;
+		id = cid;
+		last = ndeps == 1 && deps ? deps[0] : NULL;
+	}
+	struct tg_graph *g = tg_graph_for_capture(a, graph, id);
+	if (!g)
+		return; /* no room for a record: the refusal and its anomaly say so */
+	if (!g->late)
+		snprintf(g->note, sizeof(g->note),
+			 "producer hook %u:%u was launched into its capture but not recorded (%s)",
+			 hook.type, hook.layer, toggle_strerror(why));
+	g->late = true;
+	if (last && g->n_ident < TG_IDENT_NODES)
+		g->ident[g->n_ident++] = last;
+}
+
+void tg_record_refused(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, int why)
+{
+	record_mark_late(a, stream, NULL, 0, hook, why);
+}
+
 int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode)
 {
-	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers)
-		return tg_fail(a, TOGGLE_ERANGE, "hook %u:%u outside the catalog (%u types, %u layers)",
-			       hook.type, hook.layer, a->catalog.n_types, a->catalog.n_layers);
+	int rc;
+	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers) {
+		rc = tg_fail(a, TOGGLE_ERANGE, "hook %u:%u outside the catalog (%u types, %u layers)",
+			     hook.type, hook.layer, a->catalog.n_types, a->catalog.n_layers);
+		record_mark_late(a, stream, NULL, 0, hook, rc);
+		return rc;
+	}
 	if (a->capture_depth == 0) {
 		a->anomalies.record_outside_window++;
-		return tg_fail(a, TOGGLE_ECAPTURE, "recording hook %u:%u: no capture window is open",
-			       hook.type, hook.layer);
+		rc = tg_fail(a, TOGGLE_ECAPTURE, "recording hook %u:%u: no capture window is open",
+			     hook.type, hook.layer);
+		record_mark_late(a, stream, NULL, 0, hook, rc);
+		return rc;
 	}
 	CUgraph graph = NULL;
 	CUgraphNode node = NULL;
 	uint64_t id = 0;
-	int rc = record_find_node(a, stream, hook, &graph, &node, &id);
-	if (rc)
+	rc = record_find_node(a, stream, hook, &graph, &node, &id);
+	if (rc) {
+		/* The capture named its graph unless the query failed or none was active. */
+		if (rc != TOGGLE_ECUDA && graph)
+			record_mark_late(a, stream, graph, id, hook, rc);
 		return rc;
+	}
 	struct tg_graph *g = tg_graph_for_capture(a, graph, id);
 	if (!g)
 		return tg_fail(a, a->n_graphs >= TOGGLE_MAX_GRAPHS ? TOGGLE_ELIMIT : TOGGLE_ENOMEM,
@@ -249,9 +316,11 @@ int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, 
 		return tg_fail(a, TOGGLE_EINVAL, "hook %u:%u: node %p of graph %p is already recorded",
 			       hook.type, hook.layer, (void *)node, (void *)graph);
 	rc = graph_add_node(g, node, tg_hook_index(hook), devnode);
-	if (rc)
+	if (rc) {
+		record_mark_late(a, stream, graph, id, hook, rc);
 		return tg_fail(a, rc, "recording hook %u:%u into graph %p: %s", hook.type, hook.layer,
 			       (void *)graph, toggle_strerror(rc));
+	}
 	return 0;
 }
 
@@ -310,6 +379,19 @@ int tg_record_nodes(struct toggle_agent *a, CUgraph graph, uint64_t id, const CU
  */
 int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 {
+	if (exec && g->late) {
+		a->anomalies.launch_unbound++;
+		return tg_fail(a, TOGGLE_ECAPTURE,
+			       "graph %p cannot be bound: %s; capture it again inside a capture window "
+			       "(toggle_capture_begin/end), recording every producer", (void *)g->graph,
+			       g->note);
+	}
+	unsigned eid = 0;
+	bool has_eid = exec && a->cu.graph_exec_get_id &&
+		       a->cu.graph_exec_get_id(exec, &eid) == CUDA_SUCCESS;
+	if (exec && exec == g->uploaded_exec && has_eid && g->has_exec_id && eid != g->exec_id)
+		g->uploaded_exec = NULL; /* a new exec behind the uploaded one's handle */
+	g->has_exec_id = false;
 	if (exec && a->dev.on) {
 		int rc = tg_device_bind(a, g, exec);
 		if (rc) {
@@ -320,33 +402,113 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 	if (!exec)
 		g->uploaded_exec = NULL;
 	tg_graph_reset_exec(g, exec); /* NULL unbinds: launches fail closed until a bind */
+	g->has_exec_id = has_eid;
+	g->exec_id = eid;
 	a->stats.rebinds += exec != NULL;
 	return 0;
 }
 
 int toggle_graph_bind(struct toggle_agent *a, CUgraph graph, CUgraphExec exec)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	struct tg_graph *g = tg_graph_find(a, graph);
-	if (!g || (g->n_nodes == 0 && !g->stale))
+	if (g && tg_graph_related(g) && tg_graph_replaced(a, g))
+		tg_graph_drop(a, g); /* a new graph behind a dead one's handle */
+	if (!g || !tg_graph_related(g))
 		return tg_fail(a, TOGGLE_ENOENT,
 			       "graph %p has no recorded producers (unrelated graphs need no bind)",
 			       (void *)graph);
 	if (g->stale)
 		return tg_fail(a, TOGGLE_ESTALE, "graph %p was forgotten; capture it again",
 			       (void *)graph);
-	return tg_graph_bind_exec(a, g, exec);
+	return tg_graph_bind_exec(a, g, exec); /* refuses a late graph */
 }
 
 int toggle_graph_forget(struct toggle_agent *a, CUgraph graph)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (!g || g->stale)
 		return tg_fail(a, TOGGLE_ENOENT, "graph %p is not known to this agent", (void *)graph);
-	uint64_t id = g->capture_id;
+	/* The identity stays, so that a new graph behind this handle is recognised. */
+	struct tg_graph keep = *g;
 	graph_clear(a, g);
-	g->capture_id = id;
+	g->capture_id = keep.capture_id;
+	g->graph_id = keep.graph_id;
+	g->has_graph_id = keep.has_graph_id;
+	memcpy(g->ident, keep.ident, sizeof(g->ident));
+	g->n_ident = keep.n_ident;
 	g->stale = true;
 	return 0;
+}
+
+/* ---- identity --------------------------------------------------------------- */
+
+static int cmp_node(const void *x, const void *y)
+{
+	uintptr_t a = (uintptr_t)*(const CUgraphNode *)x, b = (uintptr_t)*(const CUgraphNode *)y;
+	return (a > b) - (a < b);
+}
+
+/* Graphs with more nodes than this are not listed: the record is kept (fail closed). */
+#define TG_IDENT_MAX_LIST (1u << 22)
+
+/* Whether every node kept in ident is still a node of g's graph: 1 yes, 0 no, -1 cannot tell. */
+static int graph_holds_ident(struct toggle_agent *a, const struct tg_graph *g)
+{
+	size_t n = 0;
+	if (!g->n_ident || !a->cu.graph_get_nodes ||
+	    a->cu.graph_get_nodes(g->graph, NULL, &n) != CUDA_SUCCESS || n > TG_IDENT_MAX_LIST)
+		return -1;
+	if (n == 0)
+		return 0; /* an empty graph holds none of the recorded nodes */
+	CUgraphNode *v = malloc(n * sizeof(*v));
+	if (!v)
+		return -1;
+	int holds = -1;
+	if (a->cu.graph_get_nodes(g->graph, v, &n) == CUDA_SUCCESS) {
+		qsort(v, n, sizeof(*v), cmp_node);
+		holds = 1;
+		for (uint32_t i = 0; i < g->n_ident && holds; i++)
+			holds = bsearch(&g->ident[i], v, n, sizeof(*v), cmp_node) != NULL;
+	}
+	free(v);
+	return holds;
+}
+
+/*
+ * Slow paths only (a launch or bind that would be refused or rebound, a
+ * sync that failed).  The recorded nodes (up to TG_IDENT_NODES) must still
+ * be nodes of the graph (cuGraphGetNodes: only the live handle the caller
+ * passed goes to the driver, never a recorded node that may be dead).  With
+ * cuGraphGetId (CUDA 13.1+) the id recorded at capture answers "same" at
+ * once; a different id is confirmed by the nodes before the record goes.
+ * When it cannot tell, the answer is no: the record stays, and fails closed.
+ */
+bool tg_graph_replaced(struct toggle_agent *a, const struct tg_graph *g)
+{
+	if (g->has_graph_id && a->cu.graph_get_id) {
+		unsigned id = 0;
+		if (a->cu.graph_get_id(g->graph, &id) != CUDA_SUCCESS || id == g->graph_id)
+			return false;
+		return graph_holds_ident(a, g) != 1; /* no recorded node, or they are gone */
+	}
+	return graph_holds_ident(a, g) == 0;
+}
+
+/* Only where the driver has cuGraphExecGetId (CUDA 13.1+): else no. */
+bool tg_exec_replaced(struct toggle_agent *a, const struct tg_graph *g)
+{
+	unsigned id = 0;
+	return g->has_exec_id && g->exec && a->cu.graph_exec_get_id &&
+	       a->cu.graph_exec_get_id(g->exec, &id) == CUDA_SUCCESS && id != g->exec_id;
+}
+
+void tg_graph_drop(struct toggle_agent *a, struct tg_graph *g)
+{
+	graph_clear(a, g); /* no nodes, not stale, not late: passes as unrelated */
 }
 
 /* ---- status ------------------------------------------------------------- */
@@ -378,18 +540,22 @@ static void graph_status(const struct toggle_agent *a, const struct tg_graph *g,
 
 size_t toggle_graph_count(const struct toggle_agent *a)
 {
-	return a->n_graphs;
+	return a ? a->n_graphs : 0;
 }
 
 size_t toggle_graph_list(const struct toggle_agent *a, struct toggle_graph_status *out, size_t cap)
 {
-	for (size_t i = 0; i < a->n_graphs && i < cap; i++)
+	if (!a)
+		return 0;
+	for (size_t i = 0; out && i < a->n_graphs && i < cap; i++)
 		graph_status(a, a->graphs[i], &out[i]);
 	return a->n_graphs;
 }
 
 int toggle_graph_status(const struct toggle_agent *a, CUgraph graph, struct toggle_graph_status *out)
 {
+	if (!a || !out)
+		return TOGGLE_EINVAL;
 	const struct tg_graph *g = tg_graph_find(a, graph);
 	if (!g)
 		return TOGGLE_ENOENT;
@@ -399,6 +565,8 @@ int toggle_graph_status(const struct toggle_agent *a, CUgraph graph, struct togg
 
 int toggle_graph_hooks(const struct toggle_agent *a, CUgraph graph, struct toggle_set *out)
 {
+	if (!a || !out)
+		return TOGGLE_EINVAL;
 	const struct tg_graph *g = tg_graph_find(a, graph);
 	if (!g)
 		return TOGGLE_ENOENT;
@@ -408,6 +576,11 @@ int toggle_graph_hooks(const struct toggle_agent *a, CUgraph graph, struct toggl
 
 void toggle_registry_check(const struct toggle_agent *a, struct toggle_registry_check *out)
 {
+	if (!a || !out) {
+		if (out)
+			*out = (struct toggle_registry_check){0};
+		return;
+	}
 	struct toggle_set all, common, first;
 	toggle_set_fill(&all, &a->catalog);
 	common = all;

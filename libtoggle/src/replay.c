@@ -5,7 +5,9 @@
  * version compare before cuGraphLaunch.  When the set changed, only nodes
  * whose cached state differs are set (host modes), or the changed mask words
  * are enqueued on the launch stream for the graph's planner (device mode,
- * device.c).  Any failure refuses the launch.
+ * device.c).  Any failure refuses the launch, and any failure after the exec
+ * was brought to the set but before it was launched leaves the graph marked
+ * out of date (applied_version 0), so the next launch redoes the work.
  */
 #include <stdlib.h>
 
@@ -172,6 +174,8 @@ static int launch_upload(struct toggle_agent *a, struct tg_graph *g, CUstream st
 {
 	CUresult r = a->cu.graph_upload(g->exec, stream);
 	if (r != CUDA_SUCCESS) {
+		/* The nodes hold the set but the launch would not see it: not current. */
+		g->applied_version = 0;
 		a->anomalies.driver_errors++;
 		return tg_fail(a, TOGGLE_ECUDA, "graph %p exec %p: cuGraphUpload after host toggles: %s",
 			       (void *)g->graph, (void *)g->exec, tg_cu_errstr(&a->cu, r));
@@ -187,14 +191,34 @@ static int launch_refuse(struct toggle_agent *a, int code)
 	return code;
 }
 
-/* The slow path: a known graph that is stale, unbound, rebound or out of date. */
+/* launch_prepare's answer for a record whose handle now names another graph. */
+#define TG_LAUNCH_UNRELATED 1
+
+/*
+ * The slow path: a known graph that is stale, late, unbound, rebound or out
+ * of date.  0: launch it; TG_LAUNCH_UNRELATED: the handle names a new graph
+ * (the record was dropped), launch it untouched; < 0: refuse.
+ */
 static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec,
 			  CUstream stream)
 {
+	/* About to refuse or rebind: is it still the graph recorded under this handle? */
+	bool refuse = g->stale || g->late || g->dev == TG_DEV_REFUSED || !g->bound;
+	bool rebind = !refuse && (exec != g->exec || tg_exec_replaced(a, g));
+	if ((refuse || rebind) && tg_graph_replaced(a, g)) {
+		tg_graph_drop(a, g);
+		return TG_LAUNCH_UNRELATED;
+	}
 	if (g->stale) {
 		a->anomalies.launch_stale++;
 		return tg_fail(a, TOGGLE_ESTALE, "launch of graph %p refused: it was forgotten",
 			       (void *)g->graph);
+	}
+	if (g->late) {
+		a->anomalies.launch_unbound++;
+		return tg_fail(a, TOGGLE_ECAPTURE,
+			       "launch of graph %p refused: %s; capture it again inside a capture "
+			       "window, recording every producer", (void *)g->graph, g->note);
 	}
 	if (g->dev == TG_DEV_REFUSED) {
 		a->anomalies.launch_unbound++;
@@ -209,14 +233,19 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 	}
 	if (!exec)
 		return tg_fail(a, TOGGLE_EINVAL, "launch of graph %p with a NULL exec", (void *)g->graph);
-	if (exec != g->exec) {
-		/* Re-instantiated: the new exec's node states are unknown. */
+	if (rebind) {
+		/* Re-instantiated (maybe behind the old handle): node states unknown. */
 		int rc = tg_graph_bind_exec(a, g, exec);
 		if (rc)
 			return rc;
 	}
 	if (g->applied_version != a->version) {
 		int rc = g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream) : tg_graph_sync(a, g);
+		if (rc && tg_graph_replaced(a, g)) {
+			/* Bound graph destroyed, its handle reused: not ours any more. */
+			tg_graph_drop(a, g);
+			return TG_LAUNCH_UNRELATED;
+		}
 		if (rc)
 			return rc;
 	}
@@ -260,7 +289,15 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
 		launch_control_before(a);
 	struct tg_graph *g = tg_graph_find(a, graph);
 	CUresult r;
-	if (!g || (g->n_nodes == 0 && !g->stale)) {
+	/* Stale, late and unbound records hold exec NULL and version 0 (versions
+	 * start at 1), so these two compares are the whole fast-path guard. */
+	if (g && tg_graph_related(g) &&
+	    __builtin_expect(exec != g->exec || g->applied_version != a->version, 0)) {
+		int rc = launch_prepare(a, g, exec, stream);
+		if (rc < 0)
+			return launch_refuse(a, rc);
+	}
+	if (!g || !tg_graph_related(g)) {
 		/* Unrelated to us (or a planner without producers): launched untouched. */
 		r = a->cu.graph_launch(exec, stream);
 		if (r != CUDA_SUCCESS) {
@@ -270,13 +307,6 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
 		}
 		a->stats.launches_unrelated++;
 		return 0;
-	}
-	/* Stale and unbound records hold exec NULL and version 0 (versions start
-	 * at 1), so these two compares are the whole fast-path guard. */
-	if (__builtin_expect(exec != g->exec || g->applied_version != a->version, 0)) {
-		int rc = launch_prepare(a, g, exec, stream);
-		if (rc)
-			return launch_refuse(a, rc);
 	}
 	r = a->cu.graph_launch(exec, stream);
 	if (r != CUDA_SUCCESS)
@@ -297,6 +327,8 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
  */
 int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec, CUstream stream)
 {
+	if (__builtin_expect(!a, 0))
+		return TOGGLE_EINVAL;
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->fast_version, 0))
 		return launch_slow(a, graph, exec, stream);
@@ -311,6 +343,8 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 
 int toggle_apply_all(struct toggle_agent *a)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	int first = 0;
 	for (size_t i = 0; i < a->n_graphs; i++) {
 		struct tg_graph *g = a->graphs[i];
@@ -318,7 +352,19 @@ int toggle_apply_all(struct toggle_agent *a)
 		if (g->stale || !g->bound || g->applied_version == a->version ||
 		    g->dev == TG_DEV_ACTIVE)
 			continue;
-		int rc = tg_graph_sync(a, g);
+		/* A new exec behind the bound handle: its node states are unknown. */
+		bool rebind = tg_exec_replaced(a, g);
+		if (rebind && tg_graph_replaced(a, g)) {
+			tg_graph_drop(a, g); /* graph and exec destroyed, handles reused */
+			continue;
+		}
+		int rc = rebind ? tg_graph_bind_exec(a, g, g->exec) : 0;
+		if (rc == 0)
+			rc = tg_graph_sync(a, g);
+		if (rc && tg_graph_replaced(a, g)) {
+			tg_graph_drop(a, g); /* the handle names another graph now */
+			continue;
+		}
 		if (rc && !first)
 			first = rc;
 		if (g->upload_pending)

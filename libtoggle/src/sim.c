@@ -107,6 +107,7 @@ struct sim_graph {
 	struct sim_nodeset *nodes;
 	struct sim_stream *capturing; /* stream capturing into this graph, or NULL */
 	bool devupd;                  /* holds a device-updatable node */
+	unsigned id;                  /* cuGraphGetId: unique per simulator */
 };
 
 struct sim_exec {
@@ -124,6 +125,7 @@ struct sim_exec {
 	uint64_t done;          /* launches and uploads run */
 	bool uploaded;          /* uploaded, or launched once */
 	bool dev_ok;            /* device-side calls succeed in the launch now running */
+	unsigned id;            /* cuGraphExecGetId: unique per simulator */
 };
 
 struct sim_work;
@@ -214,9 +216,13 @@ struct toggle_sim {
 	size_t mem_in_use;
 	bool deferred;
 	uint64_t rng;             /* deferred mode's order */
-	bool reuse_graphs;        /* toggle_sim_set_graph_reuse */
-	struct sim_graph *spare_graph; /* the last destroyed graph, for the next one */
 	struct sim_exec *running; /* exec whose launch is running, for device-side calls */
+	/* Handle reuse (toggle_sim_set_handle_reuse): the last destroyed graph and
+	 * exec, whose memory (so whose handle) the next creation hands out again. */
+	bool reuse;
+	struct sim_graph *spare_graph;
+	struct sim_exec *spare_exec;
+	unsigned last_graph_id, last_exec_id;
 };
 
 /* ---- objects and handles --------------------------------------------------- */
@@ -404,23 +410,31 @@ static struct sim_graph *sim_graph_new(struct toggle_sim *sim)
 	struct sim_graph *g = sim->spare_graph;
 
 	if (g != NULL) {
-		sim->spare_graph = NULL; /* the handle of the last destroyed graph, again */
+		sim->spare_graph = NULL;
 		memset(g, 0, sizeof(*g));
-	} else {
-		g = calloc(1, sizeof(*g));
-	}
-	if (g == NULL)
+	} else if ((g = calloc(1, sizeof(*g))) == NULL) {
 		return NULL;
+	}
 	g->nodes = sim_nodeset_new();
 	if (g->nodes == NULL) {
 		free(g);
 		return NULL;
 	}
+	g->id = ++sim->last_graph_id;
 	sim_obj_add(sim, &sim->graphs, &g->obj, SIM_GRAPH);
 	return g;
 }
 
 static void sim_stream_leave_capture(struct sim_stream *st);
+
+/* Free a dead graph or exec's memory, or keep it for the next one (handle reuse). */
+static void sim_obj_release(struct toggle_sim *sim, void *obj, void **spare)
+{
+	if (sim->reuse && *spare == NULL)
+		*spare = obj;
+	else
+		free(obj);
+}
 
 static void sim_graph_free(struct sim_graph *g)
 {
@@ -433,22 +447,23 @@ static void sim_graph_free(struct sim_graph *g)
 	 * instantiated node, which a planner inside that exec still updates. */
 	for (unsigned i = 0; i < g->nodes->n; i++)
 		g->nodes->v[i]->hdr.magic = 0;
+	struct toggle_sim *sim = g->obj.hdr.sim;
 	sim_obj_kill(&g->obj);
 	sim_nodeset_put(g->nodes);
-	struct toggle_sim *sim = g->obj.hdr.sim;
-	if (sim->reuse_graphs && sim->spare_graph == NULL)
-		sim->spare_graph = g; /* dead (magic 0) until handed out again */
-	else
-		free(g);
+	sim_obj_release(sim, g, (void **)&sim->spare_graph);
 }
 
 static struct sim_exec *sim_exec_new(struct sim_graph *g)
 {
 	struct toggle_sim *sim = g->obj.hdr.sim;
-	struct sim_exec *ex = calloc(1, sizeof(*ex));
+	struct sim_exec *ex = sim->spare_exec;
 
-	if (ex == NULL)
+	if (ex != NULL) {
+		sim->spare_exec = NULL;
+		memset(ex, 0, sizeof(*ex));
+	} else if ((ex = calloc(1, sizeof(*ex))) == NULL) {
 		return NULL;
+	}
 	ex->n = g->nodes->n;
 	/* One extra byte so that an empty graph is not a NULL special case. */
 	ex->enabled = malloc((size_t)ex->n + 1);
@@ -467,18 +482,20 @@ static struct sim_exec *sim_exec_new(struct sim_graph *g)
 	ex->nodes = g->nodes;
 	ex->nodes->refs++;
 	ex->nodes->execs++;
+	ex->id = ++sim->last_exec_id;
 	sim_obj_add(sim, &sim->execs, &ex->obj, SIM_EXEC);
 	return ex;
 }
 
 static void sim_exec_free(struct sim_exec *ex)
 {
+	struct toggle_sim *sim = ex->obj.hdr.sim;
 	sim_obj_kill(&ex->obj);
 	ex->nodes->execs--;
 	sim_nodeset_put(ex->nodes);
 	free(ex->enabled);
 	free(ex->dev_enabled);
-	free(ex);
+	sim_obj_release(sim, ex, (void **)&sim->spare_exec);
 }
 
 /*
@@ -713,6 +730,7 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 		sim_stream_drop((struct sim_stream *)o);
 	/* Execs and graphs first: they only drop node references.  Streams last,
 	 * so that a capturing stream's graph is freed once, from the graph list. */
+	sim->reuse = false; /* everything below is freed */
 	while (sim->execs.next != &sim->execs)
 		sim_exec_free((struct sim_exec *)sim->execs.next);
 	while (sim->graphs.next != &sim->graphs)
@@ -733,6 +751,7 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 		free(ev);
 	}
 	free(sim->spare_graph);
+	free(sim->spare_exec);
 	while (sim->allocs != NULL) {
 		struct sim_alloc *al = sim->allocs;
 		sim->allocs = al->next;
@@ -740,12 +759,6 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 		free(al);
 	}
 	free(sim);
-}
-
-void toggle_sim_set_graph_reuse(struct toggle_sim *sim, bool on)
-{
-	if (sim != NULL)
-		sim->reuse_graphs = on;
 }
 
 void toggle_sim_set_driver_version(struct toggle_sim *sim, int version)
@@ -1119,6 +1132,37 @@ unsigned toggle_sim_graph_node_count(CUgraph graph)
 
 	return g != NULL ? g->nodes->n : 0;
 }
+
+void toggle_sim_set_handle_reuse(struct toggle_sim *sim, bool on)
+{
+	if (sim != NULL)
+		sim->reuse = on;
+}
+
+CUresult toggle_sim_graph_get_id(CUgraph graph, unsigned *id)
+{
+	const struct sim_graph *g = sim_graph_of(graph);
+
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (id == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*id = g->id;
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_graph_exec_get_id(CUgraphExec exec, unsigned *id)
+{
+	const struct sim_exec *ex = sim_exec_of(exec);
+
+	if (ex == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (id == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*id = ex->id;
+	return CUDA_SUCCESS;
+}
+
 
 CUresult toggle_sim_graph_node_get_type(CUgraphNode node, CUgraphNodeType *type)
 {
@@ -1837,6 +1881,10 @@ void tg_cu_load_sim(struct tg_cu *cu, struct toggle_sim *sim)
 	cu->graph_node_get_dependencies = toggle_sim_graph_node_get_dependencies;
 	cu->graph_get_nodes = toggle_sim_graph_get_nodes;
 	cu->module_get_function = toggle_sim_module_get_function;
+	if (toggle_sim_driver_version(sim) >= 13010) { /* the ids came with CUDA 13.1 */
+		cu->graph_get_id = toggle_sim_graph_get_id;
+		cu->graph_exec_get_id = toggle_sim_graph_exec_get_id;
+	}
 	/* The handle-less ones are reached through tg_cu_*, which pass cu->sim. */
 	cu->planner_image = tg_planner_sim_image();
 	cu->driver_version = toggle_sim_driver_version(sim);
