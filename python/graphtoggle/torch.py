@@ -121,20 +121,40 @@ def capture(agent, g, pool=None, stream=None, capture_error_mode="global"):
         st = g._graphtoggle = _GraphState(agent, None, graph, g.raw_cuda_graph_exec())
         st.device = torch.cuda.current_device()
         st.finalizer = weakref.finalize(g, _forget, weakref.ref(agent), graph)
+        _wrap_instance(g, st)
+
+
+def _wrap_instance(g, st):
+    """Rebind at every g.instantiate() and forget at g.reset(), per instance.  A handle
+    compare at replay is not enough: a new exec can get the old one's address (seen with
+    the simulator's allocator), and the agent would trust the old exec's node states."""
+    cls = type(g)
+    ref = weakref.ref(g)
+
+    def instantiate():
+        o = ref()
+        cls.instantiate(o)
+        st.exec = o.raw_cuda_graph_exec()
+        st.agent.bind(st.graph, st.exec)
+
+    def reset():
+        if st.finalizer is not None:
+            st.finalizer()
+        st.graph = st.exec = None
+        cls.reset(ref())
+
+    g.instantiate = instantiate
+    g.reset = reset
 
 
 def replay(agent, g, stream=None):
     """Guarded replay of a graph captured with agent.capture(g) (no patch needed):
     toggle_graph_launch on torch's current stream.  Unrelated graphs replay untouched."""
     st = _owner_of(g)
-    if st is None or st.agent is not agent:
+    if st is None or st.agent is not agent or st.graph is None:
         g.replay()
         return
-    exec_ = g.raw_cuda_graph_exec()
-    if exec_ != st.exec:
-        agent.bind(st.graph, exec_)
-        st.exec = exec_
-    agent.launch(st.graph, exec_, _current_stream(st.device) if stream is None else
+    agent.launch(st.graph, st.exec, _current_stream(st.device) if stream is None else
                  getattr(stream, "cuda_stream", stream))
 
 
