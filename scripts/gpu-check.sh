@@ -2,7 +2,9 @@
 # gpu-check.sh - build libtoggle (with device mode's planner) and
 # examples/gpu_check.cu, then run the proof on the GPU: lazy, eager and device
 # phases, then timing figures.  Needs only libc, pthreads and CUDA (no libuv,
-# protobuf-c or Check).
+# protobuf-c or Check).  Then the Python leg (torch_proof.py) where python3
+# has torch and a GPU: libtoggle.so from the same build, the package from
+# python/.
 # Skips cleanly (exit 0) when nvcc is missing; the program itself skips when
 # there is no CUDA device.  Otherwise exits with the program's status.
 #
@@ -40,4 +42,19 @@ gpu_build_libtoggle
 	fail "build: $NVCC could not build examples/gpu_check.cu"
 
 echo "gpu-check: running $B/gpu_check $*"
-exec "$B/gpu_check" "$@"
+status=0
+"$B/gpu_check" "$@" || status=$?
+
+# ---- the Python leg: graphtoggle from PyTorch (python/tests/gpu/torch_proof.py) ----------
+# Runs when python3 imports torch and torch sees a GPU; the script says SKIPPED otherwise.
+# Arguments: $TORCH_PROOF_ARGS (e.g. "--steps 10000 --bench").
+PYTHON=${PYTHON:-python3}
+if command -v "$PYTHON" >/dev/null 2>&1; then
+	echo "gpu-check: running python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-}"
+	# shellcheck disable=SC2086 # word splitting of the argument list is wanted
+	GRAPHTOGGLE_LIB="$PWD/$B/libtoggle.so" PYTHONUNBUFFERED=1 \
+		"$PYTHON" python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-} || status=1
+else
+	echo "gpu-check: python leg SKIPPED: no $PYTHON"
+fi
+exit $status
