@@ -202,13 +202,7 @@ class _PatchState:
 
 _state = _PatchState()
 _MISSING = object()
-_METHODS = ("capture_begin", "capture_end", "instantiate", "replay", "reset")
-
-
-def _ctor_name(cls):
-    # torch versions whose CUDAGraph takes keep_graph in a Python __new__ (2.11) get that
-    # patched; others the (inherited) __init__
-    return "__new__" if "__new__" in cls.__dict__ else "__init__"
+_METHODS = ("__init__", "capture_begin", "capture_end", "instantiate", "replay", "reset")
 
 
 class Patch:
@@ -256,7 +250,7 @@ def patch(agent):
         if agent.closed:
             raise InvalidArgumentError("patch(agent): the agent is closed")
         cls = torch.cuda.graphs.CUDAGraph
-        names = (_ctor_name(cls),) + _METHODS
+        names = _METHODS
         saved = {name: cls.__dict__.get(name, _MISSING) for name in names}
         orig = {name: getattr(cls, name) for name in names}
         for name, fn in _make_methods(orig).items():
@@ -317,27 +311,19 @@ def _make_methods(orig):
             self._keep_graph = True
 
     methods = {}
-    if "__new__" in orig:
-        o_new = orig["__new__"]
+    o_init = orig["__init__"]
 
-        def __new__(cls, keep_graph=False, *args, **kwargs):
-            s = _state.session
-            if s is None:
-                return o_new(cls, keep_graph, *args, **kwargs)
-            inst = o_new(cls, True, *args, **kwargs)
-            _adopt(inst, s, keep_graph)
-            return inst
-        methods["__new__"] = staticmethod(__new__)
-    else:
-        o_init = orig["__init__"]
-
-        def __init__(self, keep_graph=False, *args, **kwargs):
-            s = _state.session
-            if s is None:
-                return o_init(self, keep_graph, *args, **kwargs)
-            o_init(self, True, *args, **kwargs)
-            _adopt(self, s, keep_graph)
-        methods["__init__"] = __init__
+    # torch 2.11: CUDAGraph.__new__(cls, keep_graph) only passes keep_graph to pybind's
+    # __new__, which ignores it; the C++ object is built by _CUDAGraph.__init__ with the
+    # caller's arguments.  So keep_graph is forced in __init__ (measured on the H200: a
+    # patched __new__ alone left raw_cuda_graph() refusing).
+    def __init__(self, keep_graph=False, *args, **kwargs):
+        s = _state.session
+        if s is None:
+            return o_init(self, keep_graph, *args, **kwargs)
+        o_init(self, True, *args, **kwargs)
+        _adopt(self, s, keep_graph)
+    methods["__init__"] = __init__
 
     def capture_begin(self, *args, **kwargs):
         st = _owner_of(self)

@@ -69,8 +69,10 @@ def test_daemon_drives_the_agent(daemon):
     with Agent("py-engine", hooks=HOOKS, backend="sim", socket=daemon, group="decode") as a:
         eng = Engine(a)
         g, e = eng.capture()
-        agents = json.loads(ctl(daemon, "--json", "agents").stdout)["agents"]
-        assert [x["name"] for x in agents] == ["py-engine"]
+        # the agent registers in the background (libtoggle never blocks on the daemon)
+        wait_for(lambda: [x["name"] for x in json.loads(
+            ctl(daemon, "--json", "agents").stdout)["agents"]] == ["py-engine"],
+            "the agent's registration")
 
         ctl(daemon, "set", "resid_post:0-1,mlp_out:3")
         step = iter(range(10 ** 6))

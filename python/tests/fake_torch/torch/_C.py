@@ -20,14 +20,16 @@ def _cuda_getCurrentRawStream(device):  # noqa: N802  (torch's own name)
 class _CUDAGraph:
     """The C++ CUDAGraph (at::cuda::CUDAGraph) of torch 2.11, as far as it is observable."""
 
-    def __new__(cls, keep_graph=False):
-        self = object.__new__(cls)
+    # pybind11: __new__ ignores its arguments; __init__ builds the C++ object
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, keep_graph=False):
         self._keep = bool(keep_graph)
         self._graph = None
         self._exec = None
         self._stream = None
         self._capturing = False
-        return self
 
     def capture_begin(self, pool=None, capture_error_mode="global"):
         from .cuda import current_stream

@@ -1,6 +1,7 @@
 """A faithful fake of the parts of torch 2.11 that graphtoggle.torch patches and calls:
-torch.cuda.CUDAGraph (a Python class over torch._C._CUDAGraph, keep_graph taken by
-__new__), torch.cuda.graph, streams, is_current_stream_capturing, and
+torch.cuda.CUDAGraph (a Python class over torch._C._CUDAGraph whose __new__ passes
+keep_graph to a pybind11 __new__ that ignores it: the C++ object is built by
+_CUDAGraph.__init__), torch.cuda.graph, streams, is_current_stream_capturing, and
 torch._C._cuda_getCurrentRawStream.  The "device" is graphtoggle's CUDA simulator
 (torch.cuda.sim), so CI exercises the patch lifecycle without torch or a GPU: a
 kernel is sim.kernel(torch.cuda.current_stream().cuda_stream, fn).
