@@ -154,6 +154,8 @@ class Agent:
         return _lib.Hook(t, layer)
 
     def _cset_of(self, hooks):
+        if isinstance(hooks, HookSet) and hooks.catalog is self.catalog:
+            return hooks._cset()
         return self.catalog.to_c(self.catalog.bits_of(hooks))
 
     # ---- desired state -------------------------------------------------------------
@@ -200,7 +202,7 @@ class Agent:
         raw = bytes(self._cset)
         if raw != self._last_raw:
             self._last_raw = raw
-            self._last_set = HookSet(self.catalog, int.from_bytes(raw, "little"))
+            self._last_set = HookSet(self.catalog, raw=raw)
         return self._last_set
 
     @property

@@ -97,16 +97,33 @@ class HookSet:
     """An immutable set of (type name, layer) hooks.  Compares equal to another HookSet
     with the same hooks and to a Python set of (type name, layer) tuples."""
 
-    __slots__ = ("catalog", "bits", "_format")
+    __slots__ = ("catalog", "_bits", "_raw", "_c", "_format")
 
-    def __init__(self, catalog, bits):
+    def __init__(self, catalog, bits=None, raw=None):
         self.catalog = catalog
-        self.bits = bits
+        self._bits = bits
+        self._raw = raw  # the C bitmap's bytes; bits are decoded from it on first use
+        self._c = None
         self._format = None
+
+    @property
+    def bits(self):
+        if self._bits is None:
+            self._bits = int.from_bytes(self._raw, "little")
+        return self._bits
+
+    def _cset(self):
+        """The C toggle_set, made once per HookSet (set_enabled of a kept set is a copy)."""
+        if self._c is None:
+            if self._raw is not None:
+                self._c = _lib.Set.from_buffer_copy(self._raw)
+            else:
+                self._c = self.catalog.to_c(self.bits)
+        return self._c
 
     @classmethod
     def _from_c(cls, catalog, cset):
-        return cls(catalog, int.from_bytes(bytes(cset), "little"))
+        return cls(catalog, raw=bytes(cset))
 
     def __contains__(self, hook):
         try:
@@ -132,6 +149,8 @@ class HookSet:
 
     def __eq__(self, other):
         if isinstance(other, HookSet):
+            if self._raw is not None and other._raw is not None:
+                return self._raw == other._raw and self.catalog.names == other.catalog.names
             return self.bits == other.bits and self.catalog.names == other.catalog.names
         if isinstance(other, (set, frozenset)):
             try:
@@ -158,7 +177,7 @@ class HookSet:
     def spec(self):
         """The canonical spec text (toggle_set_format): "none", "all" or "type:a-b,..."."""
         if self._format is None:
-            c = self.catalog.to_c(self.bits)
+            c = self._cset()
             lib = _lib.lib()
             cat = _lib.ctypes.byref(self.catalog._c)
             n = lib.toggle_set_format(cat, _lib.ctypes.byref(c), None, 0)

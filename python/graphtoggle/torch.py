@@ -133,6 +133,7 @@ def _wrap_instance(g, st):
 
     def instantiate():
         o = ref()
+        _unbind(st)
         cls.instantiate(o)
         st.exec = o.raw_cuda_graph_exec()
         st.agent.bind(st.graph, st.exec)
@@ -290,6 +291,16 @@ def patched():
     return s.agent if s is not None else None
 
 
+def _unbind(st):
+    """Unbind before torch's instantiate destroys the bound exec (libtoggle's rule: never
+    destroy a bound exec).  It matters beyond eager mode: the new exec can get the old one's
+    handle value, and a device-mode bind skips the upload for the exec it last uploaded
+    (seen on the H200: launches of the new, never uploaded exec ran wrong producers)."""
+    if st.exec is not None:
+        st.agent.bind(st.graph, None)
+        st.exec = None
+
+
 def _forget(agent_ref, graph):
     a = agent_ref()
     if a is not None and not a.closed:
@@ -359,9 +370,12 @@ def _make_methods(orig):
             self.instantiate()  # what torch does for keep_graph=False
 
     def instantiate(self):
-        o_inst(self)
         st = _owner_of(self)
-        if st is not None and st.graph is not None and st.session is _state.session:
+        ours = st is not None and st.graph is not None and st.session is _state.session
+        if ours:
+            _unbind(st)
+        o_inst(self)
+        if ours:
             exec_ = self.raw_cuda_graph_exec()
             st.agent.bind(st.graph, exec_)
             st.exec = exec_

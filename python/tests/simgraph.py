@@ -1,5 +1,7 @@
 """Helpers for tests on the simulator: capture graphs whose producer kernels log what ran."""
 
+import math
+
 
 class Engine:
     """Graphs of n_layers "layers", each a layer kernel then producers per hook type; every
@@ -43,3 +45,32 @@ class Engine:
         del self.ran[:]
         self.agent.launch(graph, exec_, self.stream)
         return set(self.ran)
+
+
+class FakeTensor:
+    """Enough of a tensor for copy_geometry: simulator memory with a shape and strides."""
+
+    def __init__(self, sim, shape, stride=None, itemsize=4, ptr=None):
+        self.shape, self._itemsize = tuple(shape), itemsize
+        self._stride = stride or tuple(
+            int(math.prod(shape[i + 1:])) for i in range(len(shape)))
+        span = 1 + sum((n - 1) * st for n, st in zip(self.shape, self._stride))
+        self.ptr = ptr if ptr is not None else sim.alloc(span * itemsize)
+        self.device = "sim"
+
+    def element_size(self):
+        return self._itemsize
+
+    def numel(self):
+        return int(math.prod(self.shape))
+
+    def stride(self):
+        return self._stride
+
+    def is_contiguous(self):
+        exp = tuple(int(math.prod(self.shape[i + 1:]))
+                    for i in range(len(self.shape)))
+        return all(st == e for n, st, e in zip(self.shape, self._stride, exp) if n != 1)
+
+    def data_ptr(self):
+        return self.ptr

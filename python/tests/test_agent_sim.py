@@ -9,7 +9,7 @@ import pytest
 import graphtoggle
 from graphtoggle import Agent, HookSet
 
-from simgraph import Engine
+from simgraph import Engine, FakeTensor
 
 HOOKS = {"resid_post": 4, "attn_out": 4, "mlp_out": 4}
 
@@ -296,35 +296,6 @@ def test_status(agent):
 
 
 # ---- copy_out on the simulator -------------------------------------------------------------------
-
-class FakeTensor:
-    """Enough of a tensor for copy_geometry: simulator memory with a shape and strides."""
-
-    def __init__(self, sim, shape, stride=None, itemsize=4, ptr=None):
-        self.shape, self._itemsize = tuple(shape), itemsize
-        self._stride = stride or tuple(
-            int(__import__("math").prod(shape[i + 1:])) for i in range(len(shape)))
-        span = 1 + sum((n - 1) * st for n, st in zip(self.shape, self._stride))
-        self.ptr = ptr if ptr is not None else sim.alloc(span * itemsize)
-        self.device = "sim"
-
-    def element_size(self):
-        return self._itemsize
-
-    def numel(self):
-        return int(__import__("math").prod(self.shape))
-
-    def stride(self):
-        return self._stride
-
-    def is_contiguous(self):
-        exp = tuple(int(__import__("math").prod(self.shape[i + 1:]))
-                    for i in range(len(self.shape)))
-        return all(st == e for n, st, e in zip(self.shape, self._stride, exp) if n != 1)
-
-    def data_ptr(self):
-        return self.ptr
-
 
 @pytest.mark.parametrize("mode", ["lazy", "device"])
 def test_copy_out_contiguous_and_strided(mode):

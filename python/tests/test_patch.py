@@ -213,3 +213,36 @@ def test_unbound_producer_graph_fails_closed(agent):
             g.replay()
         assert m.ran == [] and m.layers == layers
 
+
+
+def test_device_mode_reinstantiate_under_the_patch():
+    """Device mode through the patch with copy_out producers: every torch re-instantiation
+    (old exec destroyed, new one made: the allocator may hand back the same handle value)
+    must be uploaded and fully set before its first launch."""
+    from simgraph import FakeTensor
+    with Agent("dev", hooks=HOOKS, backend="sim", sim=SIM, mode="device", strict=True) as a:
+        assert a.mode == "device"
+        src = [FakeTensor(SIM, (2, 4)) for _ in range(3)]
+        dst = {(t, l): FakeTensor(SIM, (2, 4)) for t in HOOKS for l in range(3)}
+        for i, s in enumerate(src):
+            SIM.write(s.ptr, bytes([i + 1]) * 32, torch.cuda.current_stream().cuda_stream)
+        with gtt.patch(a):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for l in range(3):
+                    for t in HOOKS:
+                        a.copy_out(src[l], dst[(t, l)], (t, l))
+            assert a.graph_status(g.raw_cuda_graph())["mode"] == "device"
+            specs = ["all", "none", "mlp_out:1", "resid_post:0-1", "*:2", "none", "all"]
+            for step, spec in enumerate(specs * 3):
+                if step % 2:
+                    g.instantiate()
+                for d in dst.values():
+                    SIM.write(d.ptr, bytes(32), torch.cuda.current_stream().cuda_stream)
+                eff = a.step(step)
+                g.replay()
+                ran = {h for h, d in dst.items() if SIM.read(d.ptr, 32) != bytes(32)}
+                assert ran == eff.to_set(), "step %d (%s)" % (step, spec)
+                for (t, l) in ran:
+                    assert SIM.read(dst[(t, l)].ptr, 32) == bytes([l + 1]) * 32
+        assert a.stats()["node_set_calls"] == 0
