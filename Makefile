@@ -66,6 +66,7 @@ $(B)/examples/demo_agent: $(B)/examples/demo_agent.o $(B)/examples/demo_cuda.o $
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@B=$(B) scripts/demo.sh
+	@B=$(B) scripts/demo-torch.sh
 
 # ---- tests ---------------------------------------------------------------
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
