@@ -53,7 +53,7 @@ ctl enable 'mlp_out:*' --wait
 ctl disable 'resid_post:1' --wait
 ctl set none --wait
 ctl set all --wait
-ctl --json graphs | "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); print("graphs reported:", sum(len(a.get("graphs", [])) for a in d.get("agents", [d])) if isinstance(d, dict) else d)' || true
+ctl graphs
 sleep 0.5
 kill -TERM "$ENGINE_PID"
 status=0

@@ -54,6 +54,14 @@ if command -v "$PYTHON" >/dev/null 2>&1; then
 	# shellcheck disable=SC2086 # word splitting of the argument list is wanted
 	GRAPHTOGGLE_LIB="$PWD/$B/libtoggle.so" PYTHONUNBUFFERED=1 \
 		"$PYTHON" python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-} || status=1
+	# the example engine standalone (nn.Module forward-hook producers, graphs per batch
+	# size captured by its own code under the patch), every replay checked
+	for mode in lazy device; do
+		echo "gpu-check: running examples/torch_engine.py --mode $mode"
+		GRAPHTOGGLE_LIB="$PWD/$B/libtoggle.so" PYTHONUNBUFFERED=1 \
+			"$PYTHON" examples/torch_engine.py --mode $mode --steps 3000 --check-every 1 \
+			--change-every 100 | grep -v ': step [0-9]*: hooks' || status=1
+	done
 else
 	echo "gpu-check: python leg SKIPPED: no $PYTHON"
 fi

@@ -441,8 +441,9 @@ def attach(agent, modules, buffers=None, select=None, method=None):
     modules: {hook type: [module for layer 0, 1, ...]} (the layer is the list index), e.g.
         {"resid_post": model.layers, "mlp_out": [l.mlp for l in model.layers]}.
     buffers: optional callable (hook type, layer, output tensor) -> monitor buffer, or a
-        dict {(hook type, layer): tensor}; default: a buffer per (hook, shape, dtype),
-        allocated during the capture that first sees it (torch.empty_like).
+        dict {(hook type, layer): tensor}, made outside any capture; default: a buffer per
+        (hook, shape, dtype), made by the first forward outside a capture that sees the
+        shape (torch's warm-up before capture; a capture without it is refused).
     select: output -> tensor (default: the output, or its first element for tuples).
     method: "mul" (torch.mul(x, 1, out=buf), any mode but device) or "copy_out" (libtoggle's
         built-in copy kernel, needed for device mode); default by the agent's mode.
@@ -475,18 +476,27 @@ def _forward_hook(att, torch, hook_type, layer, buffers, select, method):
     hook = (hook_type, layer)
 
     def fn(module, args, output):
-        if not torch.cuda.is_current_stream_capturing():
-            return None
         x = select(output) if select else (output[0] if isinstance(output, (tuple, list))
                                            else output)
+        key = (hook_type, layer, tuple(x.shape), x.dtype)
+        if not torch.cuda.is_current_stream_capturing():
+            # outside a capture (torch's warm-up runs): make the buffer for this shape here.
+            # A buffer made inside the capture comes from the graph's private pool and can
+            # reuse a block an earlier kernel of the same graph writes (seen on the H200:
+            # every "disabled" producer's buffer changed at each replay).
+            if buffers is None and key not in att.buffers:
+                att.buffers[key] = torch.empty_like(x, memory_format=torch.contiguous_format)
+            return None
         if buffers is None:
-            key = (hook_type, layer, tuple(x.shape), x.dtype)
             buf = att.buffers.get(key)
             if buf is None:
-                buf = att.buffers[key] = torch.empty_like(x, memory_format=torch.contiguous_format)
+                raise InvalidArgumentError(
+                    "no monitor buffer for %s:%d with shape %s: run the model once outside the "
+                    "capture with this batch size first (torch's warm-up before capture), or "
+                    "pass buffers= to attach()" % (hook_type, layer, tuple(x.shape)))
         else:
             buf = buffers(hook_type, layer, x) if callable(buffers) else buffers[hook]
-            att.buffers[(hook_type, layer, tuple(x.shape), x.dtype)] = buf
+            att.buffers[key] = buf
         if method == "copy_out":
             agent.copy_out(x, buf, hook)
         else:
