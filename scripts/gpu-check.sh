@@ -1,14 +1,21 @@
 #!/bin/sh
-# gpu-check.sh - build libtoggle (with device mode's planner) and
-# examples/gpu_check.cu, then run the proof on the GPU: lazy, eager and device
-# phases, then timing figures.  Needs only libc, pthreads and CUDA (no libuv,
-# protobuf-c or Check).  Then the Python leg (torch_proof.py) where python3
-# has torch and a GPU: libtoggle.so from the same build, the package from
-# python/.
-# Skips cleanly (exit 0) when nvcc is missing; the program itself skips when
-# there is no CUDA device.  Otherwise exits with the program's status.
+# gpu-check.sh - build libtoggle (with device mode's planner and the copy
+# producer's kernel) and the GPU programs, then run every leg on the GPU:
+#   gpu_check   lazy, eager and device phases, then timing figures
+#   gpu_region  producer regions and toggle_copy_out (lazy, eager, device)
+#   torch_proof graphtoggle from PyTorch (python/tests/gpu/torch_proof.py)
+#   torch_engine_lazy, torch_engine_device  examples/torch_engine.py standalone
+# Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check); the
+# Python legs need a python3 with torch (they print SKIPPED without torch or
+# a GPU) and use $B/libtoggle.so and the package in python/.
+# Skips cleanly (exit 0) when nvcc is missing; each program skips when there
+# is no CUDA device.  Every leg runs even when an earlier one failed; one
+# "gpu-check: leg <name>: PASS|FAIL" line per leg at the end, and the exit
+# status is 1 if any leg failed (or did not build).
 #
 # Usage: scripts/gpu-check.sh [gpu_check args, e.g. --steps N --seed N]
+# Environment: GPU_REGION_ARGS (e.g. "--steps 500") for gpu_region,
+# TORCH_PROOF_ARGS (e.g. "--steps 10000 --bench") for torch_proof, PYTHON.
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
 set -eu
 
@@ -34,35 +41,81 @@ TAG=gpu-check
 gpu_describe
 gpu_build_libtoggle
 
-# ---- the proof program --------------------------------------------------------
-"$NVCC" -O2 -std=c++17 \
-	-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-	-Ilibtoggle/include -Iexamples -Xcompiler -Wall,-Wextra,-Werror \
-	-o "$B/gpu_check" examples/gpu_check.cu "$B/libtoggle.a" -ldl -lpthread ||
-	fail "build: $NVCC could not build examples/gpu_check.cu"
+# ---- the legs ------------------------------------------------------------------
+# build_leg NAME: examples/NAME.cu -> $B/NAME; 0 or 1.
+build_leg() {
+	"$NVCC" -O2 -std=c++17 \
+		-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+		-Ilibtoggle/include -Iexamples -Xcompiler -Wall,-Wextra,-Werror \
+		-o "$B/$1" "examples/$1.cu" "$B/libtoggle.a" -ldl -lpthread && return 0
+	echo "gpu-check: FAIL (build: $NVCC could not build examples/$1.cu)"
+	return 1
+}
 
-echo "gpu-check: running $B/gpu_check $*"
 status=0
-"$B/gpu_check" "$@" || status=$?
+results=""
+# run_leg NAME ARGS...: build and run one program (output shown as it
+# comes), note PASS, SKIPPED (no device: exit 0) or FAIL.
+run_leg() {
+	name=$1
+	shift
+	verdict=FAIL
+	if build_leg "$name"; then
+		echo "gpu-check: running $B/$name $*"
+		rm -f "$B/$name.rc"
+		{ "$B/$name" "$@"; echo $? >"$B/$name.rc"; } | tee "$B/$name.log"
+		if [ "$(cat "$B/$name.rc" 2>/dev/null)" = 0 ]; then
+			verdict=PASS
+			grep -q ': SKIPPED' "$B/$name.log" && verdict=SKIPPED
+		fi
+	fi
+	[ "$verdict" = FAIL ] && status=1
+	results="$results
+gpu-check: leg $name: $verdict"
+}
 
-# ---- the Python leg: graphtoggle from PyTorch (python/tests/gpu/torch_proof.py) ----------
-# Runs when python3 imports torch and torch sees a GPU; the script says SKIPPED otherwise.
-# Arguments: $TORCH_PROOF_ARGS (e.g. "--steps 10000 --bench").
+# run_py_leg NAME SCRIPT ARGS...: a Python leg, noted like run_leg's.
 PYTHON=${PYTHON:-python3}
-if command -v "$PYTHON" >/dev/null 2>&1; then
-	echo "gpu-check: running python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-}"
-	# shellcheck disable=SC2086 # word splitting of the argument list is wanted
-	GRAPHTOGGLE_LIB="$PWD/$B/libtoggle.so" PYTHONUNBUFFERED=1 \
-		"$PYTHON" python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-} || status=1
-	# the example engine standalone (nn.Module forward-hook producers, graphs per batch
-	# size captured by its own code under the patch), every replay checked
-	for mode in lazy device; do
-		echo "gpu-check: running examples/torch_engine.py --mode $mode"
-		GRAPHTOGGLE_LIB="$PWD/$B/libtoggle.so" PYTHONUNBUFFERED=1 \
-			"$PYTHON" examples/torch_engine.py --mode $mode --steps 3000 --check-every 1 \
-			--change-every 100 || status=1
-	done
+run_py_leg() {
+	name=$1
+	shift
+	verdict=FAIL
+	if command -v "$PYTHON" >/dev/null 2>&1; then
+		echo "gpu-check: running $*"
+		rm -f "$B/$name.rc"
+		{
+			GRAPHTOGGLE_LIB="$PWD/$B/libtoggle.so" PYTHONUNBUFFERED=1 "$PYTHON" "$@"
+			echo $? >"$B/$name.rc"
+		} 2>&1 | tee "$B/$name.log"
+		if [ "$(cat "$B/$name.rc" 2>/dev/null)" = 0 ]; then
+			verdict=PASS
+			grep -q ': SKIPPED' "$B/$name.log" && verdict=SKIPPED
+		fi
+	else
+		echo "gpu-check: no $PYTHON for $name"
+		verdict=SKIPPED
+	fi
+	[ "$verdict" = FAIL ] && status=1
+	results="$results
+gpu-check: leg $name: $verdict"
+}
+
+run_leg gpu_check "$@"
+# shellcheck disable=SC2086 # GPU_REGION_ARGS is a list of words
+run_leg gpu_region ${GPU_REGION_ARGS:-}
+# shellcheck disable=SC2086 # TORCH_PROOF_ARGS is a list of words
+run_py_leg torch_proof python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-}
+# the example engine standalone (nn.Module forward-hook producers, graphs per batch size
+# captured by its own code under the patch), every replay checked
+for mode in lazy device; do
+	run_py_leg torch_engine_$mode examples/torch_engine.py --mode $mode --steps 3000 \
+		--check-every 1 --change-every 100
+done
+
+printf '%s\n' "$results" | sed '/^$/d'
+if [ "$status" -eq 0 ]; then
+	echo "gpu-check: no leg failed"
 else
-	echo "gpu-check: python leg SKIPPED: no $PYTHON"
+	echo "gpu-check: FAIL (a leg failed: see above)"
 fi
-exit $status
+exit "$status"

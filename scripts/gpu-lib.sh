@@ -1,7 +1,8 @@
 # gpu-lib.sh - shared by scripts/gpu-check.sh and scripts/gpu-bench.sh (sourced).
 # Builds libtoggle for the GPU machine with libc, pthreads and CUDA only:
-# device mode's planner (planner.cu -> fatbin -> bytes in a header, as
-# libtoggle/libtoggle.mk does), every libtoggle/src/*.c, a static archive.
+# device mode's planner and the copy producer's kernel (planner.cu and
+# copyout.cu -> fatbin -> bytes in a header, as libtoggle/libtoggle.mk does),
+# every libtoggle/src/*.c, a static archive.
 # Needs: TAG (message prefix), B (build dir), CC, NVCC, CUDA_HOME; fail().
 
 gpu_describe() {

@@ -320,16 +320,22 @@ void toggle_current_set(const struct toggle_agent *agent, struct toggle_set *out
 /*
  * Producer regions: record every kernel node that the capture of `stream`
  * gains between begin and end (walk from the capture's dependency frontier
- * after, back to the frontier before, via cuStreamGetCaptureInfo and
- * cuGraphNodeGetDependencies; streams forked and joined inside the region
- * count), filed under hook.  One open region per stream; nested regions on
- * one stream are refused (TOGGLE_EINVAL).  A memcpy/memset node in the
- * region refuses the whole region (TOGGLE_ENOTKERNEL; last_error says how to
- * make the copy a kernel, e.g. torch.mul(x, 1, out=buf) or copy_out);
- * no kernel node at all: TOGGLE_ENOTKERNEL too.  Refused outside a capture
- * window or on a stream that is not capturing (TOGGLE_ECAPTURE), counted
- * as record_refused anomalies like toggle_record_producer.  On refusal
- * nothing of the region is recorded.
+ * after, back via cuStreamGetCaptureInfo and cuGraphNodeGetDependencies,
+ * stopping at every node the graph had at begin (cuGraphGetNodes); streams
+ * forked and joined inside the region count, a side stream's link to its
+ * own older work does not), filed under hook.  One open region per stream;
+ * nested regions on one stream are refused (TOGGLE_EINVAL) and the open one
+ * stays.  A memcpy/memset node in the region refuses the whole region
+ * (TOGGLE_ENOTKERNEL; last_error says how to make the copy a kernel, e.g.
+ * torch.mul(x, 1, out=buf) or toggle_copy_out); no kernel node at all:
+ * TOGGLE_ENOTKERNEL too.  Work the capture gained that is not ordered
+ * before the region's end on `stream` (a stream forked in the region and
+ * not joined back, another stream capturing into the graph meanwhile), or a
+ * node recorded already: TOGGLE_EINVAL.  Refused outside a capture window or
+ * on a stream that is not capturing (TOGGLE_ECAPTURE), counted as anomalies
+ * like toggle_record_producer (record_outside_window, record_not_capturing,
+ * record_not_kernel).  On refusal nothing of the region is recorded.  End
+ * closes the region whether it records or refuses.
  */
 int toggle_producer_begin(struct toggle_agent *agent, CUstream stream);
 int toggle_producer_end(struct toggle_agent *agent, CUstream stream, struct toggle_hook hook,

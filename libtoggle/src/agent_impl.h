@@ -96,14 +96,13 @@ struct tg_device {
 
 #define TG_MAX_REGIONS 64 /* producer regions open at once per agent (one per stream) */
 
-/* An open producer region (region.c): where the capture of its stream stood at begin. */
+/* An open producer region (region.c): what the capture of its stream held at begin. */
 struct tg_region {
 	CUstream stream;
 	uint64_t capture_id;
 	CUgraph graph;
-	CUgraphNode *before;  /* the stream's dependency frontier at begin */
-	size_t n_before;
-	size_t graph_nodes;   /* nodes the graph had at begin */
+	CUgraphNode *old;     /* every node the graph had at begin, sorted */
+	size_t n_old;
 };
 
 /* The built-in copy producer's kernel (copyout.c), loaded at its first use. */

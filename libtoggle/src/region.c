@@ -5,16 +5,18 @@
  * kernels launched by code that cannot call toggle_record_producer after
  * each launch (a torch op).
  *
- * Begin keeps the stream's dependency frontier (cuStreamGetCaptureInfo) and
- * the graph's node count.  End walks back from the frontier after, through
- * cuGraphNodeGetDependencies, stopping at the frontier before: what it
- * reaches is the region (streams forked and joined inside it included).
- * The walk must account for exactly the nodes the graph gained: more means
- * it escaped into older nodes (a stream forked before the region and joined
- * inside it), fewer means work of the region is not ordered before its end
- * (a stream forked inside and not joined, or another stream capturing into
- * the same graph meanwhile).  Either is refused, as is any memcpy or memset
- * node; on refusal nothing is recorded.
+ * Begin keeps the graph's nodes (cuGraphGetNodes, sorted).  End walks back
+ * from the stream's dependency frontier (cuStreamGetCaptureInfo) through
+ * cuGraphNodeGetDependencies, stopping at any node the graph had at begin:
+ * what it reaches is the region, streams forked and joined inside it
+ * included.  Stopping at every old node, not only at the frontier the
+ * stream had at begin, matters: a side stream reused by every layer (as
+ * PyTorch does) still depends on its own last node, from before the region,
+ * when it is forked again.  The walk must account for every node the graph
+ * gained; fewer means work launched in the region is not ordered before its
+ * end (a stream forked inside and not joined back, or another stream
+ * capturing into the same graph meanwhile) and the region is refused, as it
+ * is for any memcpy or memset node.  On refusal nothing is recorded.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +35,7 @@ static struct tg_region *region_find(struct toggle_agent *a, CUstream stream)
 
 static void region_drop(struct toggle_agent *a, struct tg_region *r)
 {
-	free(r->before);
+	free(r->old);
 	*r = a->regions[--a->n_regions];
 	memset(&a->regions[a->n_regions], 0, sizeof(a->regions[0]));
 }
@@ -65,9 +67,31 @@ static int region_capture_info(struct toggle_agent *a, CUstream stream, const ch
 	return 0;
 }
 
-static int region_graph_nodes(struct toggle_agent *a, CUgraph graph, const char *what, size_t *n)
+static int node_cmp(const void *x, const void *y)
+{
+	uintptr_t a = (uintptr_t)*(const CUgraphNode *)x, b = (uintptr_t)*(const CUgraphNode *)y;
+	return a < b ? -1 : a > b;
+}
+
+/* How many nodes graph has, and (list != NULL) all of them, sorted. */
+static int region_graph_nodes(struct toggle_agent *a, CUgraph graph, const char *what, size_t *n,
+			      CUgraphNode **list)
 {
 	CUresult r = a->cu.graph_get_nodes(graph, NULL, n);
+	if (r == CUDA_SUCCESS && list) {
+		size_t got = *n;
+		if (!(*list = malloc((got ? got : 1) * sizeof(**list))))
+			return tg_fail(a, TOGGLE_ENOMEM, "%s: out of memory", what);
+		r = got ? a->cu.graph_get_nodes(graph, *list, &got) : CUDA_SUCCESS;
+		if (r == CUDA_SUCCESS && got != *n)
+			r = CUDA_ERROR_UNKNOWN; /* cannot change between two calls on this thread */
+		if (r != CUDA_SUCCESS) {
+			free(*list);
+			*list = NULL;
+		} else {
+			qsort(*list, *n, sizeof(**list), node_cmp);
+		}
+	}
 	if (r != CUDA_SUCCESS) {
 		a->anomalies.driver_errors++;
 		return tg_fail(a, TOGGLE_ECUDA, "%s: cuGraphGetNodes: %s", what,
@@ -91,7 +115,7 @@ int toggle_producer_begin(struct toggle_agent *a, CUstream stream)
 	uint64_t id = 0;
 	CUgraph graph = NULL;
 	const CUgraphNode *front = NULL;
-	size_t n_front = 0, graph_nodes = 0;
+	size_t n_front = 0, n_old = 0;
 	int rc = region_capture_info(a, stream, what, &st, &id, &graph, &front, &n_front);
 	if (rc)
 		return rc;
@@ -104,20 +128,15 @@ int toggle_producer_begin(struct toggle_agent *a, CUstream stream)
 	if (a->n_regions == TG_MAX_REGIONS)
 		return tg_fail(a, TOGGLE_ELIMIT, "%s: %d regions are open already", what,
 			       TG_MAX_REGIONS);
-	if ((rc = region_graph_nodes(a, graph, what, &graph_nodes)))
+	CUgraphNode *old = NULL;
+	if ((rc = region_graph_nodes(a, graph, what, &n_old, &old)))
 		return rc;
-	CUgraphNode *before = malloc((n_front ? n_front : 1) * sizeof(*before));
-	if (!before)
-		return tg_fail(a, TOGGLE_ENOMEM, "%s: out of memory", what);
-	if (n_front)
-		memcpy(before, front, n_front * sizeof(*before));
 	a->regions[a->n_regions++] = (struct tg_region){
 		.stream = stream,
 		.capture_id = id,
 		.graph = graph,
-		.before = before,
-		.n_before = n_front,
-		.graph_nodes = graph_nodes,
+		.old = old,
+		.n_old = n_old,
 	};
 	return 0;
 }
@@ -191,22 +210,33 @@ static void walk_free(struct walk *w)
 	free(w->edges);
 }
 
+static bool region_old(const struct tg_region *r, CUgraphNode n)
+{
+	return bsearch(&n, r->old, r->n_old, sizeof(*r->old), node_cmp) != NULL;
+}
+
+/* 1: n is new and was queued, 0: old or queued before, <0: out of memory. */
+static int walk_visit(struct walk *w, const struct tg_region *r, CUgraphNode n)
+{
+	if (!n || region_old(r, n))
+		return 0;
+	int added = walk_mark(w, n);
+	if (added > 0 && walk_push(w, n) < 0)
+		return -1;
+	return added;
+}
+
 /*
- * Collect the nodes reachable backwards from front without passing the
- * region's frontier before (marked seen first).  More than `limit` nodes:
- * stops with 1 (the walk escaped the region).  0 done, <0 an error (set).
+ * Collect the nodes reachable backwards from front that are not older than
+ * the region, at most `limit` (the walk stops past it: 1).  0 done, <0 an
+ * error (set).
  */
 static int walk_region(struct toggle_agent *a, struct walk *w, const struct tg_region *r,
 		       const CUgraphNode *front, size_t n_front, size_t limit, struct toggle_hook hook)
 {
-	for (size_t i = 0; i < r->n_before; i++)
-		if (walk_mark(w, r->before[i]) < 0)
+	for (size_t i = 0; i < n_front; i++)
+		if (walk_visit(w, r, front[i]) < 0)
 			goto nomem;
-	for (size_t i = 0; i < n_front; i++) {
-		int added = walk_mark(w, front[i]);
-		if (added < 0 || (added && walk_push(w, front[i]) < 0))
-			goto nomem;
-	}
 	for (size_t qi = 0; qi < w->qn; qi++) {
 		if (w->qn > limit)
 			return 1;
@@ -231,11 +261,9 @@ static int walk_region(struct toggle_agent *a, struct walk *w, const struct tg_r
 				       "cuGraphNodeGetDependencies: %s", hook.type, hook.layer,
 				       tg_cu_errstr(&a->cu, cr));
 		}
-		for (size_t k = 0; k < nd; k++) {
-			int added = w->deps[k] ? walk_mark(w, w->deps[k]) : 0;
-			if (added < 0 || (added && walk_push(w, w->deps[k]) < 0))
+		for (size_t k = 0; k < nd; k++)
+			if (walk_visit(w, r, w->deps[k]) < 0)
 				goto nomem;
-		}
 	}
 	return w->qn > limit ? 1 : 0;
 nomem:
@@ -316,7 +344,7 @@ int toggle_producer_end(struct toggle_agent *a, CUstream stream, struct toggle_h
 			       "(toggle_producer_begin)", (void *)stream);
 	/* The region closes here whatever happens: nothing of it stays pending. */
 	struct tg_region r = *open;
-	open->before = NULL;
+	open->old = NULL;
 	region_drop(a, open);
 
 	struct walk w = {0};
@@ -347,20 +375,14 @@ int toggle_producer_end(struct toggle_agent *a, CUstream stream, struct toggle_h
 			     what);
 		goto out;
 	}
-	if ((rc = region_graph_nodes(a, graph, what, &graph_nodes)))
+	if ((rc = region_graph_nodes(a, graph, what, &graph_nodes, NULL)))
 		goto out;
-	size_t gained = graph_nodes >= r.graph_nodes ? graph_nodes - r.graph_nodes : 0;
+	size_t gained = graph_nodes >= r.n_old ? graph_nodes - r.n_old : 0;
 	/* front stays valid until the next capture call on stream: the walk makes none. */
 	rc = walk_region(a, &w, &r, front, n_front, gained, hook);
 	if (rc < 0)
 		goto out;
-	if (rc == 1) {
-		rc = tg_fail(a, TOGGLE_EINVAL, "%s: the region reaches nodes captured before it "
-			     "(a stream forked before toggle_producer_begin was joined inside the "
-			     "region); nothing recorded", what);
-		goto out;
-	}
-	if (w.qn != gained) {
+	if (rc == 1 || w.qn != gained) {
 		rc = tg_fail(a, TOGGLE_EINVAL, "%s: the capture gained %zu nodes since "
 			     "toggle_producer_begin but %zu of them are ordered before the region's "
 			     "end on stream %p: join every stream forked in the region into it "
@@ -382,7 +404,7 @@ int toggle_producer_end(struct toggle_agent *a, CUstream stream, struct toggle_h
 	if (n_recorded)
 		*n_recorded = n_kernels;
 out:
-	free(r.before);
+	free(r.old);
 	free(kern);
 	walk_free(&w);
 	return rc;
