@@ -92,7 +92,11 @@ class Agent:
         self._cset = _lib.Set()
         self._last_raw = None
         self._last_set = None
+        # the per-step path: bound functions and a prebuilt reference, no lookups
         self._launch = lib.toggle_graph_launch
+        self._step_begin = lib.toggle_step_begin
+        self._set_enabled = lib.toggle_set_enabled
+        self._cset_ref = _byref(self._cset)
 
     # ---- lifecycle -------------------------------------------------------------
     def close(self):
@@ -161,8 +165,11 @@ class Agent:
     # ---- desired state -------------------------------------------------------------
     def set_enabled(self, hooks):
         """Replace the standing set (steps without a plan entry run it)."""
-        c = self._cset_of(hooks)
-        rc = self._lib.toggle_set_enabled(self._agent(), _byref(c))
+        if type(hooks) is HookSet and hooks.catalog is self.catalog:
+            c = hooks._c or hooks._cset()  # a kept set: its C bitmap, no conversion
+        else:
+            c = self._cset_of(hooks)
+        rc = self._set_enabled(self._h or self._agent(), _byref(c))
         if rc:
             self._raise(rc, "set_enabled")
 
@@ -195,7 +202,7 @@ class Agent:
         the set every replay of this step runs with (the metadata gate's set)."""
         if n is None:
             n = self._step + 1
-        rc = self._lib.toggle_step_begin(self._agent(), n, _byref(self._cset))
+        rc = self._step_begin(self._h or self._agent(), n, self._cset_ref)
         if rc:
             self._raise(rc, "step %d" % n)
         self._step = n
