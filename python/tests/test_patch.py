@@ -246,3 +246,59 @@ def test_device_mode_reinstantiate_under_the_patch():
                 for (t, l) in ran:
                     assert SIM.read(dst[(t, l)].ptr, 32) == bytes([l + 1]) * 32
         assert a.stats()["node_set_calls"] == 0
+
+
+class _Block(torch.nn.Module):
+    """y = x * (layer + 2), computed by a simulator kernel; hooks see y."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.k = layer + 2
+
+    def forward(self, x):
+        y = torch.Tensor(x.shape)
+        torch.mul(x, self.k, out=y)
+        return y
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_Block(l) for l in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_attach_forward_hooks(agent):
+    net = _Net()
+    x = torch.Tensor((2, 2), data=[1.0, 2.0, 3.0, 4.0])
+    att = agent.attach({"resid_post": net.layers})
+    net(x)  # warm-up outside the capture: makes the buffers, records nothing
+    assert agent.graphs() == [] and len(att.buffers) == 3
+    assert not any(b.made_capturing for b in att.buffers.values())
+    g = torch.cuda.CUDAGraph(keep_graph=True)
+    with agent.capture(g):
+        net(x)
+    assert agent.graph_hooks(g.raw_cuda_graph()) == agent.hookset("resid_post:*")
+    agent.set_enabled("resid_post:1")
+    agent.step(0)
+    for b in att.buffers.values():
+        b.fill_(-1.0)
+    agent.replay(g)
+    assert att.buffer("resid_post", 1).data == [6.0, 12.0, 18.0, 24.0]  # x * 2 * 3
+    assert att.buffer("resid_post", 0).data == [-1.0] * 4
+    assert att.buffer("resid_post", 2).data == [-1.0] * 4
+    # a batch shape the warm-up never saw: refused (a buffer made inside the capture would
+    # come from the graph's private pool), and the capture records nothing of it
+    g2 = torch.cuda.CUDAGraph(keep_graph=True)
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="warm-up"):
+        with agent.capture(g2):
+            net(torch.Tensor((4, 2)))
+    att.detach()
+    g3 = torch.cuda.CUDAGraph(keep_graph=True)
+    with agent.capture(g3):
+        net(x)
+    assert not agent.has_producers(g3.raw_cuda_graph())  # detached: no producer

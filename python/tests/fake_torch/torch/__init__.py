@@ -17,6 +17,8 @@ FAKE = True
 
 from . import _C  # noqa: E402
 from . import cuda  # noqa: E402
+from . import nn  # noqa: E402
+from ._tensor import Tensor, contiguous_format, empty_like, float32, mul  # noqa: E402,F401
 
 
 class _CompilerConfig:
