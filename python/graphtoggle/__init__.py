@@ -11,7 +11,7 @@ from Python.  A thin ctypes layer over libtoggle.so (see docs/python.md).
     agent.replay(g)
 """
 
-from . import _lib
+from . import _lib, errors
 from .agent import Agent
 from .errors import *  # noqa: F401,F403  (one class per TOGGLE_E* code)
 from .errors import GraphToggleError, error_for
@@ -28,3 +28,6 @@ def library_path():
 def strerror(code):
     s = _lib.lib().toggle_strerror(code)
     return s.decode() if s else ""
+
+__all__ = ["Agent", "HookSet", "GraphToggleError", "error_for", "library_path", "strerror"] + [
+    c.__name__ for c in errors.BY_CODE.values()]

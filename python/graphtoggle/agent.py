@@ -286,7 +286,7 @@ class Agent:
         h = self.hook(hook)
         s = self._stream_or_current(stream)
         region = _Region()
-        rc = self._lib.toggle_producer_begin(self._agent(), s, )
+        rc = self._lib.toggle_producer_begin(self._agent(), s)
         if rc:
             self._raise(rc, "producer %s" % (hook,),
                         "agent.producer() records inside a capture: use it within "

@@ -9,7 +9,7 @@ import threading
 import weakref
 from contextlib import contextmanager
 
-from .errors import CaptureError, GraphToggleError, InvalidArgumentError, NotSupportedError
+from .errors import GraphToggleError, InvalidArgumentError, NotSupportedError
 
 # ---- tensors --------------------------------------------------------------------
 
@@ -508,4 +508,4 @@ def _forward_hook(att, torch, hook_type, layer, buffers, select, method):
 
 
 __all__ = ["capture", "replay", "patch", "unpatch", "patched", "Patch", "attach", "Attachment",
-           "copy_geometry", "CaptureError"]
+           "copy_geometry"]

@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-import graphtoggle
 from graphtoggle import Agent
 
 from conftest import BUILD
