@@ -381,6 +381,9 @@ def _make_methods(orig):
             st.exec = exec_
 
     def replay(self):
+        # Graphs with producers launch through toggle_graph_launch, not torch's replay:
+        # torch's Philox prologue does not run, so random ops in them repeat their numbers
+        # (docs/python.md, known limitation).
         st = self.__dict__.get("_graphtoggle")
         if st is None or st.graph is None or st.session is not _state.session:
             return o_replay(self)  # unrelated, or of an ended session: torch's own
