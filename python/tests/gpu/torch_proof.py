@@ -516,6 +516,33 @@ def bench(args):
           "(min %.2f)" % (statistics.median(rec), min(rec)))
 
 
+def rng_note():
+    """Informational (docs/python.md, known limitation): does a random op in a graph with
+    producers give new numbers at each patched replay?  torch's own replay advances the
+    Philox offset; the guarded replay launches the exec itself."""
+    x = torch.ones(4, device="cuda")
+    buf = torch.empty(4, device="cuda")
+    r = torch.empty(8, device="cuda")
+    agent = Agent("rng-note", hooks={"h": 1})
+    with gtt.patch(agent):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            torch.rand(8, device="cuda", out=r)
+            with agent.producer(("h", 0)):
+                torch.mul(x, 1.0, out=buf)
+        agent.step()
+        seen = []
+        for _ in range(3):
+            g.replay()
+            torch.cuda.synchronize()
+            seen.append(r.clone())
+    fresh = not torch.equal(seen[0], seen[1]) and not torch.equal(seen[1], seen[2])
+    print("torch-proof: note: torch.rand in a graph with producers %s at each patched replay%s"
+          % ("changes" if fresh else "repeats its numbers",
+             "" if fresh else " (known limitation, docs/python.md)"))
+    agent.close()
+
+
 def _mul_producer(agent, a, buf, hook):
     with agent.producer(hook):
         torch.mul(a, 1.0, out=buf)
@@ -534,6 +561,7 @@ def main():
         graphtoggle.library_path()), flush=True)
     try:
         mism = prove(args)
+        rng_note()
         if args.bench:
             bench(args)
     except Exception:
