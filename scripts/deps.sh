@@ -9,7 +9,7 @@ set -eu
 # The toolchain: make, a C compiler with libc headers, and g++, which nvcc
 # calls as its host compiler (without it: "cannot execute 'cc1plus'").
 pkgs="make gcc g++ libc6-dev pkg-config"
-pkgs="$pkgs libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev check python3"
+pkgs="$pkgs libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev check python3 python3-pytest"
 case "${1:-build}" in
 build) ;;
 bench) pkgs="$pkgs valgrind gnuplot-nox" ;;
