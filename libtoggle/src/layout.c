@@ -52,6 +52,10 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_graph_status, device_fallback),
 	TG_FIELD(toggle_graph_status, uploaded),
 	TG_FIELD(toggle_graph_status, note),
+	TG_FIELD(toggle_graph_status, tainted_launches),
+	TG_FIELD(toggle_graph_status, tainted_step),
+	TG_FIELD(toggle_graph_status, tainted),
+	TG_FIELD(toggle_graph_status, blocked),
 
 	TG_TYPE(toggle_anomalies),
 	TG_FIELD(toggle_anomalies, record_outside_window),
@@ -64,6 +68,7 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_anomalies, device_fallbacks),
 	TG_FIELD(toggle_anomalies, device_refused),
 	TG_FIELD(toggle_anomalies, host_on_device_node),
+	TG_FIELD(toggle_anomalies, device_tainted),
 
 	TG_TYPE(toggle_stats),
 	TG_FIELD(toggle_stats, launches),
@@ -76,6 +81,7 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_stats, mask_writes),
 	TG_FIELD(toggle_stats, mask_words),
 	TG_FIELD(toggle_stats, stream_joins),
+	TG_FIELD(toggle_stats, reuse_fences),
 	TG_FIELD(toggle_stats, version),
 	TG_FIELD(toggle_stats, step),
 
@@ -98,6 +104,21 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_registry_check, complete),
 	TG_FIELD(toggle_registry_check, uniform),
 	TG_FIELD(toggle_registry_check, hooks_uncovered),
+
+	TG_TYPE(toggle_taint),
+	TG_FIELD(toggle_taint, launches),
+	TG_FIELD(toggle_taint, lost),
+	TG_FIELD(toggle_taint, calls_failed),
+	TG_FIELD(toggle_taint, last_step),
+	TG_FIELD(toggle_taint, last_graph),
+
+	TG_TYPE(toggle_conn_info),
+	TG_FIELD(toggle_conn_info, state),
+	TG_FIELD(toggle_conn_info, agent_id),
+	TG_FIELD(toggle_conn_info, sessions),
+	TG_FIELD(toggle_conn_info, failures),
+	TG_FIELD(toggle_conn_info, since_unix_ms),
+	TG_FIELD(toggle_conn_info, last_error),
 
 	TG_TYPE(toggle_layout_entry),
 	TG_FIELD(toggle_layout_entry, type),

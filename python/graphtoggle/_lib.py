@@ -74,6 +74,10 @@ class GraphStatus(Structure):
         ("device_fallback", c_bool),
         ("uploaded", c_bool),
         ("note", c_char * 128),
+        ("tainted_launches", c_uint64),
+        ("tainted_step", c_int64),
+        ("tainted", c_bool),
+        ("blocked", c_bool),
     ]
 
 
@@ -81,13 +85,13 @@ class Anomalies(Structure):
     _fields_ = [(n, c_uint64) for n in (
         "record_outside_window", "record_not_capturing", "record_not_kernel", "launch_unbound",
         "launch_stale", "driver_errors", "late_plans", "device_fallbacks", "device_refused",
-        "host_on_device_node")]
+        "host_on_device_node", "device_tainted")]
 
 
 class Stats(Structure):
     _fields_ = [(n, c_uint64) for n in (
         "launches", "launches_unrelated", "launches_refused", "node_set_calls", "syncs",
-        "rebinds", "uploads", "mask_writes", "mask_words", "stream_joins", "version")] + [
+        "rebinds", "uploads", "mask_writes", "mask_words", "stream_joins", "reuse_fences", "version")] + [
         ("step", c_int64)]
 
 
@@ -117,6 +121,17 @@ class DeviceCounters(Structure):
                 ("device_failures", c_uint64)]
 
 
+class Taint(Structure):
+    _fields_ = [("launches", c_uint64), ("lost", c_uint64), ("calls_failed", c_uint64),
+                ("last_step", c_int64), ("last_graph", c_void_p)]
+
+
+class ConnInfo(Structure):
+    _fields_ = [("state", c_int), ("agent_id", c_uint64), ("sessions", c_uint64),
+                ("failures", c_uint64), ("since_unix_ms", c_int64),
+                ("last_error", c_char * 256)]
+
+
 class LayoutEntry(Structure):
     _fields_ = [("type", c_char_p), ("field", c_char_p), ("size", c_uint32), ("offset", c_uint32)]
 
@@ -134,6 +149,8 @@ MIRRORS = {
     "toggle_copy": Copy,
     "toggle_device_counters": DeviceCounters,
     "toggle_registry_check": RegistryCheck,
+    "toggle_taint": Taint,
+    "toggle_conn_info": ConnInfo,
 }
 
 SIM_KERNEL = ctypes.CFUNCTYPE(None, c_void_p)
@@ -172,6 +189,9 @@ _PROTOS = {
     "toggle_registry_check": (None, [P, POINTER(RegistryCheck)]),
     "toggle_anomalies_get": (None, [P, POINTER(Anomalies)]),
     "toggle_stats_get": (None, [P, POINTER(Stats)]),
+    "toggle_taint_get": (None, [P, POINTER(Taint)]),
+    "toggle_conn_get": (c_int, [P, POINTER(ConnInfo)]),
+    "toggle_conn_state_name": (c_char_p, [c_int]),
     "toggle_current_set": (None, [P, POINTER(Set)]),
     "toggle_set_parse": (c_int, [POINTER(Catalog), c_char_p, POINTER(Set), c_char_p, c_size_t]),
     "toggle_set_format": (c_int, [POINTER(Catalog), POINTER(Set), c_char_p, c_size_t]),

@@ -412,6 +412,23 @@ class Agent:
         self._lib.toggle_stats_get(self._agent(), _byref(s))
         return self._dict(s)
 
+    def taint(self):
+        """Device mode's tainted launches (a device-side call failed): toggle_taint_get."""
+        t = _lib.Taint()
+        self._lib.toggle_taint_get(self._agent(), _byref(t))
+        return self._dict(t)
+
+    def connection(self):
+        """The agent's connection to toggled (toggle_conn_get): state is one of
+        'standalone', 'connecting', 'connected', 'reconnecting'."""
+        c = _lib.ConnInfo()
+        rc = self._lib.toggle_conn_get(self._agent(), _byref(c))
+        if rc:
+            self._raise(rc, "connection")
+        out = self._dict(c)
+        out["state"] = self._lib.toggle_conn_state_name(c.state).decode()
+        return out
+
     def device_counters(self, graph):
         d = _lib.DeviceCounters()
         rc = self._lib.toggle_graph_device_counters(self._agent(), graph, _byref(d))

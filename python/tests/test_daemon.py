@@ -72,6 +72,10 @@ def test_daemon_drives_the_agent(daemon):
         wait_for(lambda: [x["name"] for x in json.loads(
             ctl(daemon, "--json", "agents").stdout)["agents"]] == ["py-engine"],
             "the agent's registration")
+        conn = wait_for(lambda: (lambda c: c if c["state"] == "connected" else None)(
+            a.connection()), "the agent's connection state")
+        assert conn["agent_id"] > 0 and conn["sessions"] == 1
+        assert a.taint()["launches"] == 0
 
         ctl(daemon, "set", "resid_post:0-1,mlp_out:3")
         step = iter(range(10 ** 6))
@@ -105,3 +109,5 @@ def test_agent_runs_on_without_a_daemon(tmp_path):
     with Agent("x", hooks=HOOKS, backend="sim", socket=str(tmp_path / "none.sock")) as a:
         a.set_enabled("mlp_out:1")
         assert a.step(0) == {("mlp_out", 1)}
+        c = a.connection()
+        assert c["state"] in ("connecting", "reconnecting") and c["agent_id"] == 0
