@@ -258,6 +258,7 @@ int main(int argc, char **argv)
 	td_auth_reload(d);
 	d->loop = uv_default_loop();
 	d->start_ms = td_now_ms();
+	td_commit_init(d);
 	uv_timer_init(d->loop, &d->status_timer);
 	d->status_timer.data = d;
 	if (td_server_listen(d, activated_fd()) != 0)
@@ -275,9 +276,8 @@ int main(int argc, char **argv)
 		 d->have_operator_gid ? "" : ", not found: only root and this user may write");
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
-	/* Shutdown: answer nothing more, save, close everything. */
-	if (d->store.dirty && td_store_save(&d->store, d->cfg.state_dir) != 0)
-		log_warn("saving the desired state at shutdown");
+	/* Shutdown: finish the save in flight, save the rest, answer those writes, close. */
+	td_commit_drain(d);
 	td_server_close(d);
 	while (d->waiters) {
 		struct td_waiter *w = d->waiters;

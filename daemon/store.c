@@ -128,6 +128,11 @@ static bool ends_with(const char *s, size_t len, const char *suffix)
 
 /* ---- in-memory entries --------------------------------------------------- */
 
+static void value_free(char **standing, size_t *n, int64_t **steps, char ***specs);
+static bool value_copy(char **standing, size_t *n, int64_t **steps, char ***specs,
+		       const char *from_standing, size_t from_n, const int64_t *from_steps,
+		       char *const *from_specs);
+
 static void desired_clear_plans(struct td_desired *dd)
 {
 	for (size_t i = 0; i < dd->n_plans; i++)
@@ -153,6 +158,8 @@ void td_store_free(struct td_store *s)
 	for (size_t i = 0; i < s->n; i++) {
 		free(s->v[i].standing);
 		desired_clear_plans(&s->v[i]);
+		value_free(&s->v[i].saved_standing, &s->v[i].saved_n_plans, &s->v[i].saved_steps,
+			   &s->v[i].saved_specs);
 	}
 	free(s->v);
 	memset(s, 0, sizeof(*s));
@@ -567,8 +574,16 @@ int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
 	}
 	/* What was just read is what the files hold. */
 	for (size_t i = 0; i < tmp.n; i++) {
-		tmp.v[i].dirty = false;
-		tmp.v[i].owner = s;
+		struct td_desired *dd = &tmp.v[i];
+		dd->dirty = false;
+		dd->owner = s;
+		if (!value_copy(&dd->saved_standing, &dd->saved_n_plans, &dd->saved_steps,
+				&dd->saved_specs, dd->standing, dd->n_plans, dd->plan_steps,
+				dd->plan_specs)) {
+			td_store_free(&tmp);
+			seterr(err, errlen, "%s: out of memory while loading", adir);
+			return TOGGLE_ENOMEM;
+		}
 	}
 	tmp.dirty = false;
 	*s = tmp;
@@ -659,37 +674,6 @@ static int fsync_dir(const char *dir)
 	return rc;
 }
 
-/*
- * One entry into the directory dfd: written to <name>.json.tmp, synced and
- * renamed over <name>.json; an empty entry's file removed instead.  0 when
- * the directory changed, 1 when it did not (an empty entry without a file),
- * -1 with errno.
- */
-static int save_entry(int dfd, const struct td_desired *dd)
-{
-	char fname[STORE_FNAME_MAX], tmp[STORE_FNAME_MAX];
-	if (!name_ok(dd->name)) {
-		errno = EINVAL;
-		return -1;
-	}
-	snprintf(fname, sizeof(fname), "%s%s", dd->name, STORE_SUFFIX);
-	snprintf(tmp, sizeof(tmp), "%s%s%s", dd->name, STORE_SUFFIX, STORE_TMP_SUFFIX);
-	if (!dd->standing && dd->n_plans == 0) {
-		if (unlinkat(dfd, fname, 0) == 0)
-			return 0;
-		return errno == ENOENT ? 1 : -1;
-	}
-	char *text = dump_entry(dd);
-	bool created = false;
-	int rc = text && write_tmp(dfd, tmp, text, &created) == 0 &&
-			 renameat(dfd, tmp, dfd, fname) == 0 ? 0 : -1;
-	int e = errno;
-	if (rc != 0 && created)
-		unlinkat(dfd, tmp, 0);
-	free(text);
-	errno = e;
-	return rc;
-}
 
 /* agents/ under dir, opened; made when missing (*made: its parent must be synced too). */
 static int open_agents_dir(const char *dir, bool *made)
@@ -709,59 +693,315 @@ static int open_agents_dir(const char *dir, bool *made)
 	return fd;
 }
 
+/* ---- saving in three steps ----------------------------------------------- */
+
+struct job_entry {
+	size_t index;          /* in the store's array */
+	struct td_desired val; /* the entry as it was when the job began (name and value) */
+	bool tmp_made;         /* its <name>.json.tmp exists */
+	bool renamed;          /* its file was replaced or removed */
+};
+
+struct td_store_job {
+	char dir[PATH_MAX];
+	size_t n;
+	struct job_entry *e;
+	int rc;                /* 0 or TOGGLE_EIO */
+	int err_no;
+	char reason[PATH_MAX + 256]; /* "<what> <file>: <strerror>" */
+};
+
+static void value_free(char **standing, size_t *n, int64_t **steps, char ***specs)
+{
+	for (size_t i = 0; *specs && i < *n; i++)
+		free((*specs)[i]);
+	free(*specs);
+	free(*steps);
+	free(*standing);
+	*standing = NULL;
+	*specs = NULL;
+	*steps = NULL;
+	*n = 0;
+}
+
+/* Deep copy of a value; false on ENOMEM (nothing allocated then). */
+static bool value_copy(char **standing, size_t *n, int64_t **steps, char ***specs,
+		       const char *from_standing, size_t from_n, const int64_t *from_steps,
+		       char *const *from_specs)
+{
+	char *nst = from_standing ? strdup(from_standing) : NULL;
+	int64_t *nsteps = from_n ? malloc(from_n * sizeof(*nsteps)) : NULL;
+	char **nspecs = from_n ? calloc(from_n, sizeof(*nspecs)) : NULL;
+	bool ok = (!from_standing || nst) && (!from_n || (nsteps && nspecs));
+	for (size_t i = 0; ok && i < from_n; i++)
+		ok = (nspecs[i] = strdup(from_specs[i])) != NULL;
+	if (!ok) {
+		value_free(&nst, &from_n, &nsteps, &nspecs);
+		return false;
+	}
+	if (from_n)
+		memcpy(nsteps, from_steps, from_n * sizeof(*nsteps));
+	*standing = nst;
+	*n = from_n;
+	*steps = nsteps;
+	*specs = nspecs;
+	return true;
+}
+
+static void saved_free(struct td_desired *dd)
+{
+	value_free(&dd->saved_standing, &dd->saved_n_plans, &dd->saved_steps, &dd->saved_specs);
+}
+
+static bool saved_equal_cur(const struct td_desired *dd)
+{
+	if (!dd->standing != !dd->saved_standing ||
+	    (dd->standing && strcmp(dd->standing, dd->saved_standing) != 0))
+		return false;
+	return plans_equal(dd, dd->saved_steps, (const char *const *)dd->saved_specs,
+			   dd->saved_n_plans);
+}
+
+static void job_free(struct td_store_job *j)
+{
+	if (!j)
+		return;
+	for (size_t i = 0; i < j->n; i++) {
+		struct td_desired *v = &j->e[i].val;
+		value_free(&v->standing, &v->n_plans, &v->plan_steps, &v->plan_specs);
+	}
+	free(j->e);
+	free(j);
+}
+
+size_t td_store_job_entries(const struct td_store_job *j)
+{
+	return j ? j->n : 0;
+}
+
 /*
- * Write the dirty entries, each on its own (a failure keeps that one dirty
- * and goes on with the others), then sync the directory once for all the
- * renames.  Only then are the entries clean: a reply sent after this
- * returns 0 acknowledges durable state.
+ * Snapshot the dirty entries; they become clean (a change made while the
+ * job runs marks them dirty again, for the next job).  NULL with errno on
+ * ENOMEM, the store untouched.
  */
+struct td_store_job *td_store_job_begin(struct td_store *s, const char *dir)
+{
+	struct td_store_job *j = calloc(1, sizeof(*j));
+	size_t n = 0;
+	if (!j || !s || !dir || strlen(dir) >= sizeof(j->dir)) {
+		free(j);
+		errno = j ? EINVAL : ENOMEM;
+		return NULL;
+	}
+	memcpy(j->dir, dir, strlen(dir) + 1);
+	for (size_t i = 0; i < s->n; i++)
+		n += s->v[i].dirty;
+	if (n && !(j->e = calloc(n, sizeof(*j->e)))) {
+		free(j);
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (size_t i = 0; i < s->n && j->n < n; i++) {
+		struct td_desired *dd = &s->v[i];
+		if (!dd->dirty)
+			continue;
+		struct job_entry *e = &j->e[j->n];
+		e->index = i;
+		memcpy(e->val.name, dd->name, sizeof(e->val.name));
+		if (!value_copy(&e->val.standing, &e->val.n_plans, &e->val.plan_steps,
+				&e->val.plan_specs, dd->standing, dd->n_plans, dd->plan_steps,
+				dd->plan_specs)) {
+			job_free(j);
+			errno = ENOMEM;
+			return NULL;
+		}
+		j->n++;
+	}
+	for (size_t k = 0; k < j->n; k++)
+		s->v[j->e[k].index].dirty = false;
+	s->dirty = false;
+	return j;
+}
+
+static int job_fail(struct td_store_job *j, const char *what, const char *fname)
+{
+	int e = errno;
+	char pf[80];
+	j->rc = TOGGLE_EIO;
+	j->err_no = e;
+	snprintf(j->reason, sizeof(j->reason), "%s %s/%s/%s: %s", what, j->dir, STORE_SUBDIR,
+		 fname ? printable(fname, pf, sizeof(pf)) : "", strerror(e));
+	return -1;
+}
+
+static bool entry_empty(const struct td_desired *v)
+{
+	return !v->standing && v->n_plans == 0;
+}
+
+/*
+ * Phase 1 writes and syncs every <name>.json.tmp; a failure there removes
+ * them all and leaves every file as it was (a full disk fails here).  Phase
+ * 2 renames them into place (empty entries: their file removed) and syncs
+ * the directory once.  Runs on any thread: it touches the job only.
+ */
+void td_store_job_run(struct td_store_job *j)
+{
+	char fname[STORE_FNAME_MAX], tmp[STORE_FNAME_MAX];
+	bool made = false, changed = false;
+	if (!j || j->n == 0)
+		return;
+	int dfd = open_agents_dir(j->dir, &made);
+	if (dfd < 0) {
+		job_fail(j, "cannot open", "");
+		return;
+	}
+	size_t i;
+	for (i = 0; i < j->n; i++) {
+		struct job_entry *e = &j->e[i];
+		if (!name_ok(e->val.name)) {
+			errno = EINVAL;
+			job_fail(j, "bad name", e->val.name);
+			break;
+		}
+		if (entry_empty(&e->val))
+			continue;
+		snprintf(tmp, sizeof(tmp), "%s%s%s", e->val.name, STORE_SUFFIX, STORE_TMP_SUFFIX);
+		char *text = dump_entry(&e->val);
+		int rc = text ? write_tmp(dfd, tmp, text, &e->tmp_made) : -1;
+		free(text);
+		if (rc != 0) {
+			job_fail(j, text ? "cannot write" : "cannot encode", tmp);
+			break;
+		}
+	}
+	for (i = 0; j->rc == 0 && i < j->n; i++) {
+		struct job_entry *e = &j->e[i];
+		snprintf(fname, sizeof(fname), "%s%s", e->val.name, STORE_SUFFIX);
+		snprintf(tmp, sizeof(tmp), "%s%s%s", e->val.name, STORE_SUFFIX, STORE_TMP_SUFFIX);
+		if (entry_empty(&e->val)) {
+			if (unlinkat(dfd, fname, 0) == 0)
+				changed = e->renamed = true;
+			else if (errno != ENOENT)
+				job_fail(j, "cannot remove", fname);
+			continue;
+		}
+		if (renameat(dfd, tmp, dfd, fname) != 0) {
+			job_fail(j, "cannot rename into", fname);
+			break;
+		}
+		e->tmp_made = false;
+		changed = e->renamed = true;
+	}
+	for (i = 0; i < j->n; i++) {
+		if (!j->e[i].tmp_made)
+			continue;
+		snprintf(tmp, sizeof(tmp), "%s%s%s", j->e[i].val.name, STORE_SUFFIX, STORE_TMP_SUFFIX);
+		unlinkat(dfd, tmp, 0);
+		j->e[i].tmp_made = false;
+	}
+	/* After the renames: the new files are in place but may not survive a crash. */
+	if ((changed || made) && (fsync_dirfd(dfd) != 0 || (made && fsync_dir(j->dir) != 0)) &&
+	    j->rc == 0)
+		job_fail(j, "cannot sync", "");
+	close(dfd);
+}
+
+/*
+ * Success: each entry's file holds the job's value (`saved`).  Failure: the
+ * entries are dirty again (their value still differs from their file); one
+ * whose file was replaced before the failure is marked unsure, for a
+ * rollback to rewrite it.
+ */
+int td_store_job_end(struct td_store *s, struct td_store_job *j, char *err, size_t errlen)
+{
+	if (!s || !j) {
+		job_free(j);
+		errno = EINVAL;
+		return TOGGLE_EINVAL;
+	}
+	int rc = j->rc;
+	for (size_t i = 0; i < j->n; i++) {
+		struct job_entry *e = &j->e[i];
+		if (e->index >= s->n || strcmp(s->v[e->index].name, e->val.name) != 0)
+			continue; /* the store was reloaded meanwhile */
+		struct td_desired *dd = &s->v[e->index];
+		if (rc == 0) {
+			saved_free(dd);
+			dd->saved_standing = e->val.standing;
+			dd->saved_n_plans = e->val.n_plans;
+			dd->saved_steps = e->val.plan_steps;
+			dd->saved_specs = e->val.plan_specs;
+			e->val.standing = NULL;
+			e->val.n_plans = 0;
+			e->val.plan_steps = NULL;
+			e->val.plan_specs = NULL;
+			dd->unsure = false;
+		} else {
+			dd->unsure |= e->renamed;
+			mark_dirty(dd);
+		}
+	}
+	if (rc == 0) {
+		s->saves++;
+	} else {
+		s->save_errors++;
+		seterr(err, errlen, "%s", j->reason);
+	}
+	int e = j->err_no;
+	job_free(j);
+	errno = e;
+	return rc;
+}
+
+void td_store_job_cancel(struct td_store *s, struct td_store_job *j)
+{
+	for (size_t i = 0; s && j && i < j->n; i++)
+		if (j->e[i].index < s->n)
+			mark_dirty(&s->v[j->e[i].index]);
+	job_free(j);
+}
+
+void td_store_rollback(struct td_store *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->n; i++) {
+		struct td_desired *dd = &s->v[i];
+		if (!saved_equal_cur(dd)) {
+			char *st = NULL, **specs = NULL;
+			int64_t *steps = NULL;
+			size_t n = 0;
+			if (value_copy(&st, &n, &steps, &specs, dd->saved_standing, dd->saved_n_plans,
+				       dd->saved_steps, dd->saved_specs)) {
+				free(dd->standing);
+				desired_clear_plans(dd);
+				dd->standing = st;
+				dd->n_plans = n;
+				dd->plan_steps = steps;
+				dd->plan_specs = specs;
+			} else {
+				dd->unsure = true; /* no memory: the file is rewritten when it can be */
+			}
+		}
+		dd->dirty = dd->unsure;
+	}
+	s->dirty = false;
+	for (size_t i = 0; i < s->n; i++)
+		s->dirty |= s->v[i].dirty;
+}
+
 int td_store_save(struct td_store *s, const char *dir)
 {
 	if (!s || !dir) {
 		errno = EINVAL;
 		return TOGGLE_EINVAL;
 	}
-	unsigned char done[TD_MAX_STORED_AGENTS / 8] = { 0 };
-	int dfd = -1, first_err = 0;
-	bool made = false, changed = false;
-	for (size_t i = 0; i < s->n && i < TD_MAX_STORED_AGENTS; i++) {
-		struct td_desired *dd = &s->v[i];
-		if (!dd->dirty)
-			continue;
-		if (dfd < 0 && (dfd = open_agents_dir(dir, &made)) < 0) {
-			first_err = errno;
-			break;
-		}
-		int rc = save_entry(dfd, dd);
-		if (rc < 0) {
-			if (!first_err)
-				first_err = errno;
-			continue;
-		}
-		done[i / 8] |= (unsigned char)(1u << (i % 8));
-		changed |= rc == 0;
-	}
-	/*
-	 * A failure here comes after the renames: the new files are in place but
-	 * may not survive a crash, so report it and stay dirty to retry.
-	 */
-	if (dfd >= 0 && (changed || made) &&
-	    (fsync_dirfd(dfd) != 0 || (made && fsync_dir(dir) != 0))) {
-		if (!first_err)
-			first_err = errno;
-		memset(done, 0, sizeof(done));
-	}
-	if (dfd >= 0)
-		close(dfd);
-	for (size_t i = 0; i < s->n && i < TD_MAX_STORED_AGENTS; i++)
-		if (done[i / 8] & (1u << (i % 8)))
-			s->v[i].dirty = false;
-	if (first_err) {
+	struct td_store_job *j = td_store_job_begin(s, dir);
+	if (!j) {
 		s->save_errors++;
-		errno = first_err;
 		return TOGGLE_EIO;
 	}
-	s->saves++;
-	s->dirty = false;
-	return 0;
+	td_store_job_run(j);
+	return td_store_job_end(s, j, NULL, 0);
 }

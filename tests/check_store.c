@@ -446,12 +446,12 @@ START_TEST(test_save_cost_follows_changes)
 }
 END_TEST
 
-/* ---- store: saving fails cleanly, one entry at a time -------------------- */
+/* ---- store: a save is all or nothing, and fails cleanly ------------------ */
 
 START_TEST(test_save_failure_keeps_entry_dirty)
 {
 	struct td_store s = { 0 };
-	char p[192], err[256] = "";
+	char p[192], err[256] = "", file_tmp[192];
 	make_tmpdir();
 	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
 	fill_store(&s);
@@ -460,7 +460,13 @@ START_TEST(test_save_failure_keeps_entry_dirty)
 	struct td_desired *a = td_store_get(&s, "alpha", false), *b = td_store_get(&s, "beta", false);
 	struct td_desired *g = td_store_get(&s, GAMMA, false);
 
-	/* alpha's tmp path is a directory: alpha fails, beta and gamma are still saved. */
+	/*
+	 * alpha's tmp path is a directory: alpha fails, and so does the save of
+	 * beta and gamma (all or nothing: one save holds whole commands, which
+	 * may span agents); no file changed, no tmp file left.
+	 */
+	char *beta0 = read_entry("beta"), *gamma0 = read_entry(GAMMA);
+	ino_t b0 = entry_ino("beta"), g0 = entry_ino(GAMMA);
 	ck_assert_int_eq(mkdir(in_agents(p, sizeof(p), "alpha.json.tmp"), 0700), 0);
 	ck_assert_int_eq(td_desired_set_standing(a, "changed"), 0);
 	ck_assert_int_eq(td_desired_set_standing(b, "beta-changed"), 0);
@@ -472,17 +478,23 @@ START_TEST(test_save_failure_keeps_entry_dirty)
 	ck_assert_uint_eq(s.saves, 1);
 	ck_assert(s.dirty); /* still something to save */
 	ck_assert(a->dirty);
-	ck_assert(!b->dirty);
-	ck_assert(!g->dirty);
+	ck_assert(b->dirty);
+	ck_assert(g->dirty);
 	char *after = read_entry("alpha");
 	ck_assert_str_eq(before, after);
 	free(after);
 	after = read_entry("beta");
-	ck_assert_ptr_nonnull(strstr(after, "\"beta-changed\""));
+	ck_assert_str_eq(after, beta0);
 	free(after);
 	after = read_entry(GAMMA);
-	ck_assert_ptr_nonnull(strstr(after, "\"gamma-changed\""));
+	ck_assert_str_eq(after, gamma0);
 	free(after);
+	ck_assert_uint_eq(entry_ino("beta"), b0);
+	ck_assert_uint_eq(entry_ino(GAMMA), g0);
+	ck_assert(!exists(in_agents(file_tmp, sizeof(file_tmp), "beta.json.tmp")));
+	ck_assert(!exists(in_agents(file_tmp, sizeof(file_tmp), GAMMA ".json.tmp")));
+	free(beta0);
+	free(gamma0);
 	ino_t b1 = entry_ino("beta");
 
 	/* A link planted at the tmp path is not written through; beta is not rewritten. */
@@ -517,13 +529,20 @@ START_TEST(test_save_failure_keeps_entry_dirty)
 	ck_assert_int_eq(rmdir(file), 0);
 	ck_assert_int_eq(rename(old, file), 0);
 
-	/* Once the obstacle is gone, the next save goes through. */
+	/* Once the obstacle is gone, the next save goes through, all three entries. */
 	ck_assert_int_eq(td_store_save(&s, tdir), 0);
 	ck_assert(!a->dirty);
+	ck_assert(!b->dirty);
+	ck_assert(!g->dirty);
 	ck_assert(!s.dirty);
-	ck_assert_uint_eq(entry_ino("beta"), b1);
 	after = read_entry("alpha");
 	ck_assert_ptr_nonnull(strstr(after, "\"changed\""));
+	free(after);
+	after = read_entry("beta");
+	ck_assert_ptr_nonnull(strstr(after, "\"beta-changed\""));
+	free(after);
+	after = read_entry(GAMMA);
+	ck_assert_ptr_nonnull(strstr(after, "\"gamma-changed\""));
 	free(after);
 	free(before);
 	td_store_free(&s);
