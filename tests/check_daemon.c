@@ -22,12 +22,14 @@
 #include <ftw.h>
 #include <grp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -2058,6 +2060,155 @@ START_TEST(test_bad_input)
 END_TEST
 
 /* ======================================================================== */
+/* Durability: a full disk                                                   */
+/* ======================================================================== */
+
+/* Lines of path that contain needle. */
+static int file_count(const char *path, const char *needle)
+{
+	char *text = file_read(path);
+	int n = 0;
+	for (const char *p = text; p && (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	free(text);
+	return n;
+}
+
+/* Write zeros to path until the file system is full. */
+static void disk_fill(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ASSERT(fd >= 0, "open %s: %s", path, strerror(errno));
+	static const char zeros[4096];
+	for (;;) {
+		ssize_t w = write(fd, zeros, sizeof(zeros));
+		if (w < 0 && errno == ENOSPC)
+			break;
+		ASSERT(w > 0, "filling %s: %s", path, strerror(errno));
+	}
+	close(fd);
+}
+
+/*
+ * The state directory on a small tmpfs (a private mount namespace: it goes
+ * away with the test process), then filled: every write is refused with
+ * TOGGLE_EIO and the reason, nothing of it reaches the agent or the saved
+ * state, the failure is counted in status and logged once; once there is
+ * room again writes go through, and a kill -9 loses none of them.
+ */
+START_TEST(test_full_disk)
+{
+	if (geteuid() != 0) {
+		printf("test_full_disk: skipped: needs root for a tmpfs of its own\n");
+		return;
+	}
+	ASSERT(unshare(CLONE_NEWNS) == 0, "unshare: %s", strerror(errno));
+	ASSERT(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0, "mount private: %s",
+	       strerror(errno));
+	struct env e;
+	env_setup(&e);
+	daemon_stop(&e);
+	ASSERT(mkdir(e.state, 0700) == 0 || errno == EEXIST, "mkdir: %s", strerror(errno));
+	ASSERT(mount("tmpfs", e.state, "tmpfs", 0, "size=512k,mode=0700") == 0, "mount tmpfs: %s",
+	       strerror(errno));
+	daemon_start(&e);
+	char err[ERRLEN], filler[PATH_MAX + 16], text[1024];
+	snprintf(filler, sizeof(filler), "%s/filler", e.state);
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "engine", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	agent_wait_listed(c, ap, 1);
+	struct spec good = canon("attn_out:1-2"), later = canon("resid_post:0");
+	uint64_t v1 = set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:1-2");
+	static const char *const specs[1] = {"resid_post:3"};
+	static const int64_t far[1] = {100000};
+	int64_t base = plan_ahead(c, ap->name, far, specs, 1);
+	char want_plan[SPEC_LEN + 32];
+	snprintf(want_plan, sizeof(want_plan), "+100000=%s;", canon(specs[0]).s);
+
+	disk_fill(filler);
+	int64_t full_at = agent_last_step(ap);
+	/* Every kind of write: refused with EIO and why, several times over. */
+	for (int i = 0; i < 4; i++) {
+		Toggle__Envelope *rep = NULL;
+		int rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:0", i & 1 ? WAIT_MS : 0,
+				 &rep, err);
+		if (rep)
+			toggle__envelope__free_unpacked(rep, NULL);
+		ASSERT_CODE(rc, TOGGLE_EIO, err);
+		ASSERT(strstr(err, "No space left on device"), "EIO without the reason: %s", err);
+	}
+	int64_t steps2[1] = {base + 200000};
+	int rc = rpc_plan(c, NULL, steps2, specs, 1, err);
+	ASSERT_CODE(rc, TOGGLE_EIO, err);
+	rc = rpc_clear_plan(c, NULL, err);
+	ASSERT_CODE(rc, TOGGLE_EIO, err);
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__ADD, "resid_post:1", 0, NULL, err);
+	ASSERT_CODE(rc, TOGGLE_EIO, err);
+
+	/* Nothing of it applied: the accepted state, the lane and the agent keep the old set. */
+	struct ainfo ai = agent_info(c, ap->name);
+	ASSERT_STR(ai.enabled, good.s, "enabled after refused writes");
+	ASSERT(ai.control_version == v1, "control version %llu after refused writes, was %llu",
+	       (unsigned long long)ai.control_version, (unsigned long long)v1);
+	plan_text(c, base, text, sizeof(text));
+	ASSERT_STR(text, want_plan, "show_plan after refused writes");
+	int64_t now = agent_last_step(ap);
+	struct alog l;
+	alog_wait(ap, now + 20, 10000, &l);
+	for (int64_t st = full_at; st <= now + 20; st++)
+		alog_expect(&l, ap, st, good.s);
+	alog_free(&l);
+
+	/* Counted in status, with the reason; logged once, not once per write. */
+	Toggle__Envelope *rep = NULL;
+	rc = rpc_status(c, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->status_reply->has_save_errors && rep->status_reply->save_errors >= 1,
+	       "status counts %llu failed saves", (unsigned long long)rep->status_reply->save_errors);
+	ASSERT(rep->status_reply->save_error &&
+	       strstr(rep->status_reply->save_error, "No space left on device"),
+	       "status gives no reason: %s",
+	       rep->status_reply->save_error ? rep->status_reply->save_error : "(none)");
+	toggle__envelope__free_unpacked(rep, NULL);
+	int logged = file_count(e.dlog, "cannot save the desired state");
+	ASSERT(logged == 1, "the failure was logged %d times, expected once", logged);
+
+	/* Room again: the next write goes through and is applied. */
+	ASSERT(unlink(filler) == 0, "unlink: %s", strerror(errno));
+	uint64_t v2 = set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:0");
+	ASSERT(v2 > v1, "version %llu after %llu", (unsigned long long)v2, (unsigned long long)v1);
+	ASSERT(file_count(e.dlog, "saved under") == 1, "the recovery was not logged once");
+	rc = rpc_status(c, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(!rep->status_reply->save_error, "status still failing: %s",
+	       rep->status_reply->save_error);
+	toggle__envelope__free_unpacked(rep, NULL);
+	tgc_close(c);
+
+	/* kill -9: what was acknowledged comes back, what was refused does not. */
+	daemon_kill9(&e);
+	daemon_start(&e);
+	c = client(&e);
+	uint64_t t0 = now_ms();
+	while (!agent_lookup(c, ap->name, &ai, NULL)) {
+		agent_assert_alive(ap);
+		ASSERT(now_ms() - t0 < 5000, "agent did not reconnect within 5 s");
+		sleep_ms(10);
+	}
+	ASSERT_STR(ai.enabled, later.s, "restored standing set");
+	plan_text(c, base, text, sizeof(text));
+	ASSERT_STR(text, want_plan, "show_plan after the restart");
+	tgc_close(c);
+	for (int i = 0; i < e.n_agents; i++)
+		agent_stop(&e, i);
+	daemon_stop(&e);
+	ASSERT(umount2(e.state, MNT_DETACH) == 0, "umount: %s", strerror(errno));
+	env_teardown(&e);
+}
+END_TEST
+
+/* ======================================================================== */
 
 static TCase *add_tcase(Suite *s, const char *name)
 {
@@ -2089,6 +2240,8 @@ static Suite *daemon_suite(void)
 	tc = add_tcase(s, "security");
 	tcase_add_test(tc, test_permission_denied);
 	tcase_add_test(tc, test_bad_input);
+	tc = add_tcase(s, "durability");
+	tcase_add_test(tc, test_full_disk);
 	return s;
 }
 
