@@ -140,7 +140,9 @@ void td_agent_persist(struct td_agent *a)
 {
 	struct td_store *s = &a->d->store;
 	a->unsaved = true;
-	struct td_desired *dd = td_store_get(s, a->name, true);
+	char key[TD_MAX_KEY];
+	struct td_desired *dd = td_store_key(key, sizeof(key), a->name, a->uid) == 0
+					? td_store_get(s, key, true) : NULL;
 	if (!dd) {
 		log_warnx("agent %s: desired state not stored (store full or no memory)", a->name);
 		return;
@@ -186,7 +188,11 @@ void td_agent_persist(struct td_agent *a)
  */
 static void agent_restore(struct td_agent *a)
 {
-	struct td_desired *dd = td_store_get(&a->d->store, a->name, false);
+	/* Keyed by name and uid: another user's agent of the same name gets nothing of it. */
+	char key[TD_MAX_KEY];
+	if (td_store_key(key, sizeof(key), a->name, a->uid) != 0)
+		return;
+	struct td_desired *dd = td_store_get(&a->d->store, key, false);
 	if (!dd)
 		return;
 	char err[256];

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -28,8 +29,9 @@
 #define STORE_TMP_SUFFIX     ".tmp" /* <name>.json.tmp while it is being written */
 #define STORE_DIR_MODE       0750
 #define STORE_FILE_MODE      0600
-/* <name>.json.tmp and its NUL. */
-#define STORE_FNAME_MAX      (TGP_MAX_NAME + sizeof(STORE_SUFFIX STORE_TMP_SUFFIX))
+#define STORE_BAD_SUFFIX     ".corrupt" /* <file>.corrupt-<unix time>: set aside at load */
+/* <key>.json.tmp and its NUL. */
+#define STORE_FNAME_MAX      (TD_MAX_KEY + sizeof(STORE_SUFFIX STORE_TMP_SUFFIX))
 /*
  * The largest file a valid entry gives: the standing spec and every plan
  * spec at their bound with every byte escaped (\u00XX), plus the structure.
@@ -97,14 +99,19 @@ static bool text_ok(const char *s, size_t minlen, size_t maxlen)
 }
 
 /*
- * An agent name, which is also the stem of its file name: 1 to
- * TGP_MAX_NAME - 1 bytes of [A-Za-z0-9_.-] (what registration accepts),
- * and neither "." nor "..".
+ * A store key, which is also the stem of its file name: an agent name (1 to
+ * TGP_MAX_NAME - 1 bytes of [A-Za-z0-9_.-], what registration accepts,
+ * neither "." nor ".."), optionally followed by @uid (decimal, no leading
+ * zero, at most UINT32_MAX): one spelling per key, so two files never hold
+ * the same one.
  */
 static bool name_ok(const char *name)
 {
-	size_t n = strnlen(name, TGP_MAX_NAME);
-	if (n == 0 || n >= TGP_MAX_NAME || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+	size_t len = strnlen(name, TD_MAX_KEY);
+	const char *at = memchr(name, '@', len);
+	size_t n = at ? (size_t)(at - name) : len;
+	if (len >= TD_MAX_KEY || n == 0 || n >= TGP_MAX_NAME || (n == 1 && name[0] == '.') ||
+	    (n == 2 && name[0] == '.' && name[1] == '.'))
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		char c = name[i];
@@ -112,7 +119,25 @@ static bool name_ok(const char *name)
 		      c == '_' || c == '-' || c == '.'))
 			return false;
 	}
-	return true;
+	if (!at)
+		return true;
+	size_t digits = len - n - 1;
+	uint64_t uid = 0;
+	if (digits == 0 || digits > 10 || (at[1] == '0' && digits > 1))
+		return false;
+	for (size_t i = 1; i <= digits; i++) {
+		if (at[i] < '0' || at[i] > '9')
+			return false;
+		uid = uid * 10 + (uint64_t)(at[i] - '0');
+	}
+	return uid <= UINT32_MAX;
+}
+
+int td_store_key(char *out, size_t len, const char *name, uint32_t uid)
+{
+	int n = uid == (uint32_t)geteuid() ? snprintf(out, len, "%s", name)
+					   : snprintf(out, len, "%s@%u", name, uid);
+	return n < 0 || (size_t)n >= len || !name_ok(out) ? TOGGLE_EINVAL : 0;
 }
 
 static bool spec_ok(const char *spec)
@@ -467,6 +492,33 @@ static int load_file(int dfd, const char *adir, const char *stem, struct td_stor
 	return rc;
 }
 
+static int fsync_dirfd(int fd);
+
+/*
+ * A file that is not valid state, set aside as <file>.corrupt-<unix time>
+ * so that the daemon starts without it (logged here, once: later loads skip
+ * such names silently).  err holds why it is corrupt.  0, or TOGGLE_EIO when
+ * it cannot be renamed (then it is skipped all the same, and logged again
+ * at the next start).
+ */
+static int quarantine(int dfd, const char *adir, const char *fname, const char *err,
+		      struct td_store *out)
+{
+	char aside[STORE_FNAME_MAX + 32], pf[80];
+	snprintf(aside, sizeof(aside), "%s%s-%lld", fname, STORE_BAD_SUFFIX, (long long)time(NULL));
+	out->quarantined++;
+	if (renameat(dfd, fname, dfd, aside) != 0) {
+		log_warn("state: %s; cannot set %s/%s aside, starting without it", err, adir,
+			 printable(fname, pf, sizeof(pf)));
+		return 0;
+	}
+	if (fsync_dirfd(dfd) != 0)
+		log_warn("state: syncing %s", adir);
+	log_warnx("state: %s; set aside as %s/%s, starting without it (--strict-state: refuse "
+		  "to start instead)", err, adir, printable(aside, pf, sizeof(pf)));
+	return 0;
+}
+
 static int cmp_names(const void *a, const void *b)
 {
 	return strcmp(a, b);
@@ -480,7 +532,7 @@ static int cmp_names(const void *a, const void *b)
  */
 static int load_dir(const char *adir, struct td_store *out, char *err, size_t errlen)
 {
-	char (*stems)[TGP_MAX_NAME] = NULL, pf[80];
+	char (*stems)[TD_MAX_KEY] = NULL, pf[80];
 	size_t n = 0, ignored = 0;
 	int rc = 0;
 	int dfd = open(adir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -505,6 +557,8 @@ static int load_dir(const char *adir, struct td_store *out, char *err, size_t er
 		size_t len = strlen(fname);
 		if (strcmp(fname, ".") == 0 || strcmp(fname, "..") == 0)
 			continue;
+		if (strstr(fname, STORE_SUFFIX STORE_BAD_SUFFIX "-"))
+			continue; /* set aside by an earlier start, logged then */
 		if (ends_with(fname, len, STORE_TMP_SUFFIX)) {
 			if (unlinkat(dfd, fname, 0) != 0 && errno != ENOENT)
 				log_warn("state: cannot remove the leftover %s/%s", adir,
@@ -516,17 +570,22 @@ static int load_dir(const char *adir, struct td_store *out, char *err, size_t er
 			continue;
 		}
 		size_t stem_len = len - strlen(STORE_SUFFIX);
-		char stem[TGP_MAX_NAME];
+		char stem[TD_MAX_KEY];
 		if (stem_len < sizeof(stem)) {
 			memcpy(stem, fname, stem_len);
 			stem[stem_len] = '\0';
 		}
 		if (stem_len >= sizeof(stem) || !name_ok(stem)) {
 			seterr(err, errlen,
-			       "%s/%s: file name: must be <agent name>%s, the name 1 to %d bytes "
-			       "of [A-Za-z0-9_.-]", adir, printable(fname, pf, sizeof(pf)),
-			       STORE_SUFFIX, TGP_MAX_NAME - 1);
+			       "%s/%s: file name: must be <agent name>%s or <agent name>@<uid>%s, the "
+			       "name 1 to %d bytes of [A-Za-z0-9_.-]", adir,
+			       printable(fname, pf, sizeof(pf)), STORE_SUFFIX, STORE_SUFFIX,
+			       TGP_MAX_NAME - 1);
 			rc = TOGGLE_EINVAL;
+			if (out->quarantine && quarantine(dfd, adir, fname, err, out) == 0) {
+				rc = 0;
+				continue;
+			}
 			break;
 		}
 		if (n >= TD_MAX_STORED_AGENTS) {
@@ -543,8 +602,22 @@ static int load_dir(const char *adir, struct td_store *out, char *err, size_t er
 	}
 	if (rc == 0 && n > 1)
 		qsort(stems, n, sizeof(*stems), cmp_names);
-	for (size_t i = 0; rc == 0 && i < n; i++)
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		size_t before = out->n;
 		rc = load_file(dfd, adir, stems[i], out, err, errlen, &ignored);
+		if (rc != TOGGLE_EINVAL || !out->quarantine)
+			continue;
+		/* A corrupt file: its entry (the last one, if it got that far) is dropped. */
+		while (out->n > before) {
+			struct td_desired *dd = &out->v[--out->n];
+			free(dd->standing);
+			desired_clear_plans(dd);
+			memset(dd, 0, sizeof(*dd));
+		}
+		char fname[STORE_FNAME_MAX];
+		snprintf(fname, sizeof(fname), "%s%s", stems[i], STORE_SUFFIX);
+		rc = quarantine(dfd, adir, fname, err, out);
+	}
 	if (ignored > STORE_MAX_LOGGED)
 		log_warnx("state: %zu more entries of %s ignored", ignored - STORE_MAX_LOGGED, adir);
 	closedir(dp);
@@ -558,6 +631,7 @@ int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
 	struct td_store tmp = { 0 };
 	if (!s || !dir)
 		return TOGGLE_EINVAL;
+	tmp.quarantine = s->quarantine;
 	td_store_free(s);
 	if ((size_t)snprintf(adir, sizeof(adir), "%s/%s", dir, STORE_SUBDIR) >= sizeof(adir)) {
 		seterr(err, errlen, "state directory: path too long");

@@ -27,6 +27,8 @@
 #define TD_POLL_IDLE_MS     10          /* status-lane polling for events */
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
 #define TD_MAX_PENDING_PLAN 256         /* remembered plan entries per agent name */
+/* A store key: an agent name, or name@uid (td_store_key), and its NUL. */
+#define TD_MAX_KEY          (TGP_MAX_NAME + 12)
 
 struct td_config {
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -39,6 +41,7 @@ struct td_config {
 	/* Given on the command line: they win over the file, also after SIGHUP. */
 	char cli_group[64];
 	bool cli_verbose;
+	bool strict_state; /* a corrupt state file stops the start instead of being set aside */
 };
 
 struct td_selector {
@@ -147,12 +150,13 @@ struct td_waiter {
 struct td_store;
 
 /*
- * Desired state of one agent name, as persisted in <state_dir>/agents/<name>.json
+ * Desired state of one agent name and uid, as persisted in
+ * <state_dir>/agents/<key>.json (key: td_store_key)
  * (spec text per catalog).  The setters raise dirty (and the store's dirty)
  * when the value changes; td_store_save writes dirty entries only.
  */
 struct td_desired {
-	char name[TGP_MAX_NAME];
+	char name[TD_MAX_KEY]; /* the store key: the agent name, or name@uid */
 	char *standing; /* NULL: none set */
 	size_t n_plans;
 	int64_t *plan_steps;

@@ -354,6 +354,7 @@ struct agent_opts {
 	bool steps;     /* false: register, capture, bind, then only sleep (never launches) */
 	int period_ms;  /* sleep between steps; 0 means 1 ms */
 	int64_t anomaly_at; /* > 0: at this step, record a producer outside any capture window */
+	uid_t uid;      /* > 0: the agent runs as this uid (and gid) */
 };
 
 static volatile sig_atomic_t child_stop;
@@ -452,6 +453,9 @@ _Noreturn static void agent_main(const struct env *e, const struct agent_opts *o
 	close_range(3, ~0u, 0); /* the test's sockets must not live on in the agent */
 	int lfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	if (lfd < 0)
+		_exit(AGENT_SETUP);
+	if (o->uid > 0 && (setgroups(0, NULL) != 0 || setgid((gid_t)o->uid) != 0 ||
+			   setuid(o->uid) != 0))
 		_exit(AGENT_SETUP);
 
 	struct toggle_sim *sim = NULL;
@@ -2059,6 +2063,100 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+/*
+ * Name squatting: an agent of another uid that registers under a root
+ * agent's name gets nothing of its saved state, and what is set for it is
+ * not what the root agent gets back after a restart (state keyed by name
+ * and uid).
+ */
+START_TEST(test_name_squatting)
+{
+	if (geteuid() != 0) {
+		printf("test_name_squatting: skipped: needs root to become uid %d\n", NOBODY);
+		return;
+	}
+	struct env e;
+	env_setup(&e);
+	ASSERT(chmod(e.dir, 0755) == 0, "chmod %s: %s", e.dir, strerror(errno));
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "shared", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	struct ainfo root_ai = agent_wait_listed(c, ap, 1);
+	struct spec root_set = canon("attn_out:1-2"), other_set = canon("resid_post:0");
+	Toggle__Selector root_sel = sel_id(root_ai.id);
+	set_applied(c, &root_sel, TOGGLE__SET_OP__REPLACE, "attn_out:1-2");
+
+	/* The same name from uid nobody: registered, but nothing of root's state restored. */
+	int b = agent_start(&e, &(struct agent_opts){.name = "shared", .group = "g", .steps = true,
+						     .uid = NOBODY});
+	struct agent_proc *bp = &e.agents[b];
+	struct ainfo nb;
+	uint64_t end = now_ms() + 10000;
+	for (;;) {
+		Toggle__Envelope *rep = NULL;
+		char err[ERRLEN];
+		Toggle__Selector ps = sel_pid((uint32_t)bp->pid);
+		int rc = rpc_list_agents(c, &ps, &rep, err);
+		bool found = rc == 0 && rep->agents->n_agents == 1 && rep->agents->agents[0]->step >= 1;
+		if (found)
+			ainfo_copy(&nb, rep->agents->agents[0]);
+		if (rep)
+			toggle__envelope__free_unpacked(rep, NULL);
+		if (found)
+			break;
+		agent_assert_alive(bp);
+		ASSERT(now_ms() < end, "the nobody agent did not register within 10 s");
+		sleep_ms(10);
+	}
+	ASSERT(nb.uid == NOBODY, "uid %u", nb.uid);
+	ASSERT(nb.control_version == 0, "the squatter got control version %llu (root's saved state)",
+	       (unsigned long long)nb.control_version);
+	ASSERT(strcmp(nb.enabled, root_set.s) != 0, "the squatter runs root's set %s", nb.enabled);
+
+	/* Root sets another set on the squatter's agent; root's own saved set stays. */
+	Toggle__Selector other_sel = sel_id(nb.id);
+	set_applied(c, &other_sel, TOGGLE__SET_OP__REPLACE, "resid_post:0");
+	tgc_close(c);
+	daemon_kill9(&e);
+	daemon_start(&e);
+	c = client(&e);
+	end = now_ms() + 5000;
+	for (;;) {
+		struct ainfo r, o;
+		Toggle__Selector rs = sel_pid((uint32_t)ap->pid), os = sel_pid((uint32_t)bp->pid);
+		Toggle__Envelope *rep = NULL, *rep2 = NULL;
+		char err[ERRLEN];
+		bool both = rpc_list_agents(c, &rs, &rep, err) == 0 && rep->agents->n_agents == 1 &&
+			    rpc_list_agents(c, &os, &rep2, err) == 0 && rep2->agents->n_agents == 1;
+		if (both) {
+			ainfo_copy(&r, rep->agents->agents[0]);
+			ainfo_copy(&o, rep2->agents->agents[0]);
+		}
+		if (rep)
+			toggle__envelope__free_unpacked(rep, NULL);
+		if (rep2)
+			toggle__envelope__free_unpacked(rep2, NULL);
+		if (both) {
+			ASSERT_STR(r.enabled, root_set.s, "root's agent after the restart");
+			ASSERT_STR(o.enabled, other_set.s, "the other uid's agent after the restart");
+			break;
+		}
+		agent_assert_alive(ap);
+		agent_assert_alive(bp);
+		ASSERT(now_ms() < end, "agents did not reconnect within 5 s");
+		sleep_ms(10);
+	}
+	/* Two files: one per (name, uid). */
+	char path[PATH_MAX + 64];
+	snprintf(path, sizeof(path), "%s/agents/shared.json", e.state);
+	ASSERT(file_contains(path, root_set.s), "%s does not hold root's set", path);
+	snprintf(path, sizeof(path), "%s/agents/shared@%d.json", e.state, NOBODY);
+	ASSERT(file_contains(path, other_set.s), "%s does not hold the other uid's set", path);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
 /* ======================================================================== */
 /* Durability: a full disk                                                   */
 /* ======================================================================== */
@@ -2090,6 +2188,72 @@ static void disk_fill(const char *path)
 }
 
 /*
+ * A corrupt state file does not keep the daemon from starting: it is set
+ * aside (renamed, logged once) and the others are restored; --strict-state
+ * keeps the old refusal.
+ */
+START_TEST(test_corrupt_state_set_aside)
+{
+	struct env e;
+	env_setup(&e);
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "keeper", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	agent_wait_listed(c, ap, 1);
+	struct spec kept = canon("attn_out:3");
+	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:3");
+	tgc_close(c);
+	daemon_stop(&e);
+	char bad[PATH_MAX + 32];
+	snprintf(bad, sizeof(bad), "%s/agents/broken.json", e.state);
+	FILE *f = fopen(bad, "w");
+	ASSERT(f && fputs("{\"format\": 1, \"name\": ", f) >= 0 && fclose(f) == 0, "write %s", bad);
+
+	/* Strict: refused, as before. */
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_detach(parent);
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+			_exit(126);
+		execl(TOGGLED_BIN, "toggled", "--socket", e.sock, "--state-dir", e.state,
+		      "--strict-state", (char *)NULL);
+		_exit(127);
+	}
+	int st = 0;
+	ASSERT(wait_exit(pid, 20000, &st), "toggled --strict-state did not exit on a corrupt file");
+	ASSERT(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 127,
+	       "toggled --strict-state ended with %s", status_text(st));
+	ASSERT(access(bad, F_OK) == 0, "--strict-state moved the corrupt file");
+
+	/* Default: starts, sets the file aside, restores the rest. */
+	daemon_start(&e);
+	ASSERT(access(bad, F_OK) != 0, "the corrupt file is still in place");
+	ASSERT(file_count(e.dlog, "broken.json: ") == 1 && file_count(e.dlog, "set aside as") == 1,
+	       "the corrupt file was not logged once");
+	c = client(&e);
+	uint64_t t0 = now_ms();
+	struct ainfo ai;
+	while (!agent_lookup(c, ap->name, &ai, NULL)) {
+		agent_assert_alive(ap);
+		ASSERT(now_ms() - t0 < 5000, "agent did not reconnect within 5 s");
+		sleep_ms(10);
+	}
+	ASSERT_STR(ai.enabled, kept.s, "restored standing set");
+	tgc_close(c);
+	/* The next start does not log it again. */
+	daemon_alive(&e, "restart");
+	daemon_stop(&e);
+	daemon_start(&e);
+	ASSERT(file_count(e.dlog, "set aside as") == 1, "the set-aside file was logged again");
+	env_teardown(&e);
+}
+END_TEST
+
+/*
  * The state directory on a small tmpfs (a private mount namespace: it goes
  * away with the test process), then filled: every write is refused with
  * TOGGLE_EIO and the reason, nothing of it reaches the agent or the saved
@@ -2107,6 +2271,7 @@ START_TEST(test_full_disk)
 	       strerror(errno));
 	struct env e;
 	env_setup(&e);
+	daemon_alive(&e, "start"); /* serving: its signal handlers are in place */
 	daemon_stop(&e);
 	ASSERT(mkdir(e.state, 0700) == 0 || errno == EEXIST, "mkdir: %s", strerror(errno));
 	ASSERT(mount("tmpfs", e.state, "tmpfs", 0, "size=512k,mode=0700") == 0, "mount tmpfs: %s",
@@ -2242,6 +2407,8 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_bad_input);
 	tc = add_tcase(s, "durability");
 	tcase_add_test(tc, test_full_disk);
+	tcase_add_test(tc, test_name_squatting);
+	tcase_add_test(tc, test_corrupt_state_set_aside);
 	return s;
 }
 
