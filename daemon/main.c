@@ -258,6 +258,7 @@ int main(int argc, char **argv)
 
 	char err[512];
 	d->store.quarantine = !d->cfg.strict_state;
+	d->store.journal = true; /* one fdatasync per save, however many agents it holds */
 	if (td_store_load(&d->store, d->cfg.state_dir, err, sizeof(err)) != 0)
 		fatalx("cannot restore the desired state: %s", err);
 	td_auth_reload(d);

@@ -41,6 +41,9 @@
 	((size_t)(TD_MAX_PENDING_PLAN + 1) * (6 * (size_t)TGP_MAX_SPEC + 128) + 4096)
 #define STORE_MAX_LOGGED     16 /* ignored directory entries named in the log, per load */
 #define STORE_SYNC_CHUNK     128 /* files written, then synced together, at a time */
+#define STORE_JOURNAL        "agents.journal" /* in the state directory */
+#define STORE_JOURNAL_MAX    (4u << 20)  /* bytes before a checkpoint (default) */
+#define STORE_JOURNAL_LIMIT  (256u << 20) /* a longer journal is not read: corrupt */
 #define STORE_SYNC_THREADS   16  /* fsyncs in flight at once */
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -190,6 +193,8 @@ void td_store_free(struct td_store *s)
 			   &s->v[i].saved_specs);
 	}
 	free(s->v);
+	if (s->jopen)
+		close(s->jfd);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -628,6 +633,154 @@ static int load_dir(const char *adir, struct td_store *out, char *err, size_t er
 	return rc;
 }
 
+static bool journal_path(char *buf, size_t len, const char *dir);
+static int write_all(int fd, const char *buf, size_t len);
+
+/*
+ * One journal record into a scratch store, checked whole: every entry a
+ * valid document of a valid key, no key twice.  0 or TOGGLE_EINVAL/ENOMEM.
+ */
+static int journal_record(const struct load_ctx *lc, const char *line, size_t len,
+			  struct td_store *scratch)
+{
+	static const char *const keys[] = { "format", "entries", NULL };
+	json_error_t jerr;
+	json_t *rec = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+	int rc = 0;
+	if (!rec) {
+		seterr(lc->err, lc->errlen, "%s: column %d: %s", lc->path, jerr.column, jerr.text);
+		return TOGGLE_EINVAL;
+	}
+	if (!json_is_object(rec))
+		rc = schema_error(lc, "record", "must be an object");
+	if (!rc)
+		rc = check_keys(lc, rec, "record", keys);
+	json_t *fmt = json_object_get(rec, "format"), *arr = json_object_get(rec, "entries");
+	if (!rc && (!json_is_integer(fmt) || json_integer_value(fmt) != STORE_FORMAT))
+		rc = schema_error(lc, "format", "must be %d", STORE_FORMAT);
+	if (!rc && (!json_is_array(arr) || json_array_size(arr) > TD_MAX_STORED_AGENTS))
+		rc = schema_error(lc, "entries", "must be an array of at most %d", TD_MAX_STORED_AGENTS);
+	for (size_t i = 0; !rc && i < json_array_size(arr); i++) {
+		json_t *doc = json_array_get(arr, i), *name = json_object_get(doc, "name");
+		char pn[80];
+		if (!json_is_string(name) || !name_ok(json_string_value(name)))
+			rc = schema_error(lc, "entries", "entry %zu: \"name\" must be an agent name", i);
+		else if (td_store_get(scratch, json_string_value(name), false))
+			rc = schema_error(lc, "entries", "\"%s\" twice",
+					  printable(json_string_value(name), pn, sizeof(pn)));
+		else
+			rc = parse_entry(lc, json_string_value(name), doc, scratch);
+	}
+	json_decref(rec);
+	return rc;
+}
+
+/*
+ * Replay <dir>/agents.journal over what the files held: each record whole,
+ * in order, a later one overriding.  A last line without its newline is a
+ * record whose save never completed (and was never acknowledged): cut off.
+ * A complete line that is not a valid record is corruption: refused, or with
+ * quarantine the journal is copied aside as agents.journal.corrupt-<time>
+ * and cut there (what came before it stays).
+ */
+static int load_journal(const char *dir, struct td_store *out, char *err, size_t errlen)
+{
+	char path[PATH_MAX + 32];
+	if (!journal_path(path, sizeof(path), dir)) {
+		seterr(err, errlen, "state directory: path too long");
+		return TOGGLE_EINVAL;
+	}
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0 && errno == ENOENT)
+		return 0;
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return TOGGLE_EIO;
+	}
+	if (!S_ISREG(st.st_mode) || (uintmax_t)st.st_size > STORE_JOURNAL_LIMIT) {
+		seterr(err, errlen, "%s: not a regular file of at most %u bytes", path,
+		       STORE_JOURNAL_LIMIT);
+		close(fd);
+		return TOGGLE_EINVAL;
+	}
+	size_t size = (size_t)st.st_size, got = 0;
+	char *buf = malloc(size ? size : 1);
+	while (buf && got < size) {
+		ssize_t r = pread(fd, buf + got, size - got, (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	if (!buf || got != size) {
+		seterr(err, errlen, buf ? "cannot read %s" : "%s: out of memory while loading", path);
+		free(buf);
+		close(fd);
+		return buf ? TOGGLE_EIO : TOGGLE_ENOMEM;
+	}
+	size_t pos = 0, good = 0, lineno = 0;
+	int rc = 0;
+	bool corrupt = false;
+	while (pos < size) {
+		char *nl = memchr(buf + pos, '\n', size - pos);
+		if (!nl)
+			break; /* torn: never completed, never acknowledged */
+		char where[PATH_MAX + 64];
+		snprintf(where, sizeof(where), "%s: record %zu", path, ++lineno);
+		struct load_ctx lc = { where, err, errlen };
+		struct td_store scratch = { 0 };
+		rc = journal_record(&lc, buf + pos, (size_t)(nl - buf) - pos, &scratch);
+		for (size_t i = 0; rc == 0 && i < scratch.n; i++) {
+			struct td_desired *sd = &scratch.v[i];
+			struct td_desired *dd = td_store_get(out, sd->name, true);
+			if (!dd || td_desired_set_standing(dd, sd->standing) != 0 ||
+			    td_desired_set_plans(dd, sd->plan_steps, sd->plan_specs, sd->n_plans) != 0)
+				rc = dd ? out_of_memory(&lc) : schema_error(&lc, "entries", "more than %d names",
+									      TD_MAX_STORED_AGENTS);
+			else
+				dd->in_journal = true;
+		}
+		td_store_free(&scratch);
+		if (rc == TOGGLE_EINVAL) {
+			corrupt = true;
+			break;
+		}
+		if (rc)
+			break;
+		pos = good = (size_t)(nl - buf) + 1;
+	}
+	if (rc == 0 || (corrupt && out->quarantine)) {
+		rc = 0;
+		if (corrupt) {
+			char aside[PATH_MAX + 64], pf[PATH_MAX + 64];
+			snprintf(aside, sizeof(aside), "%s%s-%lld", path, STORE_BAD_SUFFIX,
+				 (long long)time(NULL));
+			int afd = open(aside, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+				       STORE_FILE_MODE);
+			bool kept = afd >= 0 && write_all(afd, buf, size) == 0 && fsync(afd) == 0;
+			if (afd >= 0)
+				close(afd);
+			out->quarantined++;
+			log_warnx("state: %s; %s copied to %s and cut before that record, starting with "
+				  "what came before (--strict-state: refuse to start instead)", err,
+				  path, kept ? printable(aside, pf, sizeof(pf)) : "(could not copy)");
+		}
+		if (good < size && (ftruncate(fd, (off_t)good) != 0 || fsync(fd) != 0)) {
+			seterr(err, errlen, "cannot cut %s to its last complete record: %s", path,
+			       strerror(errno));
+			rc = TOGGLE_EIO;
+		}
+		out->jsize = good;
+	}
+	free(buf);
+	close(fd);
+	return rc;
+}
+
 int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
 {
 	char adir[PATH_MAX];
@@ -635,6 +788,8 @@ int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
 	if (!s || !dir)
 		return TOGGLE_EINVAL;
 	tmp.quarantine = s->quarantine;
+	tmp.journal = s->journal;
+	tmp.journal_max = s->journal_max;
 	td_store_free(s);
 	if ((size_t)snprintf(adir, sizeof(adir), "%s/%s", dir, STORE_SUBDIR) >= sizeof(adir)) {
 		seterr(err, errlen, "state directory: path too long");
@@ -645,6 +800,8 @@ int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
 		rc = mkdir_p(adir, err, errlen);
 	if (rc == 0)
 		rc = load_dir(adir, &tmp, err, errlen);
+	if (rc == 0)
+		rc = load_journal(dir, &tmp, err, errlen);
 	if (rc) {
 		td_store_free(&tmp);
 		return rc;
@@ -669,16 +826,15 @@ int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
 
 /* ---- saving -------------------------------------------------------------- */
 
-/* One entry's document, or NULL (errno ENOMEM) on ENOMEM or text jansson refuses. */
-static char *dump_entry(const struct td_desired *dd)
+/* One entry's document as JSON, or NULL on ENOMEM or text jansson refuses. */
+static json_t *entry_json(const struct td_desired *dd)
 {
 	json_t *o = json_object(), *plans = json_array();
-	char *text = NULL;
 	if (!o || !plans || json_object_set_new(o, "format", json_integer(STORE_FORMAT)) ||
 	    json_object_set_new(o, "name", json_string(dd->name)))
-		goto out;
+		goto fail;
 	if (dd->standing && json_object_set_new(o, "enabled", json_string(dd->standing)))
-		goto out;
+		goto fail;
 	for (size_t i = 0; i < dd->n_plans; i++) {
 		/* set_new/append_new take the reference even on failure; json_pack is avoided. */
 		json_t *e = json_object();
@@ -686,13 +842,24 @@ static char *dump_entry(const struct td_desired *dd)
 		    json_object_set_new(e, "hooks", json_string(dd->plan_specs[i])) ||
 		    json_array_append_new(plans, e)) {
 			json_decref(e);
-			goto out;
+			goto fail;
 		}
 	}
-	if (!json_object_set(o, "plans", plans))
-		text = json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(2));
-out:
+	if (json_object_set_new(o, "plans", plans))
+		plans = NULL; /* taken even on failure */
+	else
+		return o;
+fail:
 	json_decref(plans);
+	json_decref(o);
+	return NULL;
+}
+
+/* One entry's file text, or NULL (errno ENOMEM). */
+static char *dump_entry(const struct td_desired *dd)
+{
+	json_t *o = entry_json(dd);
+	char *text = o ? json_dumps(o, JSON_SORT_KEYS | JSON_INDENT(2)) : NULL;
 	json_decref(o);
 	if (!text)
 		errno = ENOMEM;
@@ -827,6 +994,7 @@ static int open_agents_dir(const char *dir, bool *made)
 struct job_entry {
 	size_t index;          /* in the store's array */
 	struct td_desired val; /* the entry as it was when the job began (name and value) */
+	bool was_dirty;        /* a change to save (else: a checkpoint writes its file) */
 	bool tmp_made;         /* its <name>.json.tmp exists */
 	bool renamed;          /* its file was replaced or removed */
 };
@@ -835,6 +1003,13 @@ struct td_store_job {
 	char dir[PATH_MAX];
 	size_t n;
 	struct job_entry *e;
+	bool journal;          /* append one record to the journal */
+	bool checkpoint;       /* write the files, then empty the journal */
+	bool jopen;            /* the journal's fd, taken from the store and given back */
+	int jfd;
+	uint64_t jsize;        /* its valid length, before and after this job */
+	bool jsize_unsure;     /* a failed append may have left bytes past jsize */
+	bool jtrim;            /* cut what lies past the record this job appends */
 	int rc;                /* 0 or TOGGLE_EIO */
 	int err_no;
 	char reason[PATH_MAX + 256]; /* "<what> <file>: <strerror>" */
@@ -923,8 +1098,16 @@ struct td_store_job *td_store_job_begin(struct td_store *s, const char *dir)
 		return NULL;
 	}
 	memcpy(j->dir, dir, strlen(dir) + 1);
+	uint64_t jmax = s->journal_max ? s->journal_max : STORE_JOURNAL_MAX;
+	/* A checkpoint also writes the files of the entries whose value is only in the journal. */
+	j->checkpoint = s->jsize > 0 && (!s->journal || s->jsize >= jmax);
+	j->journal = s->journal && !j->checkpoint;
+	j->jopen = s->jopen;
+	j->jfd = s->jfd;
+	j->jsize = s->jsize;
+	j->jtrim = s->jtrim;
 	for (size_t i = 0; i < s->n; i++)
-		n += s->v[i].dirty;
+		n += s->v[i].dirty || (j->checkpoint && s->v[i].in_journal);
 	if (n && !(j->e = calloc(n, sizeof(*j->e)))) {
 		free(j);
 		errno = ENOMEM;
@@ -932,14 +1115,19 @@ struct td_store_job *td_store_job_begin(struct td_store *s, const char *dir)
 	}
 	for (size_t i = 0; i < s->n && j->n < n; i++) {
 		struct td_desired *dd = &s->v[i];
-		if (!dd->dirty)
+		if (!dd->dirty && !(j->checkpoint && dd->in_journal))
 			continue;
 		struct job_entry *e = &j->e[j->n];
 		e->index = i;
+		e->was_dirty = dd->dirty;
 		memcpy(e->val.name, dd->name, sizeof(e->val.name));
-		if (!value_copy(&e->val.standing, &e->val.n_plans, &e->val.plan_steps,
-				&e->val.plan_specs, dd->standing, dd->n_plans, dd->plan_steps,
-				dd->plan_specs)) {
+		bool ok = dd->dirty ? value_copy(&e->val.standing, &e->val.n_plans, &e->val.plan_steps,
+						 &e->val.plan_specs, dd->standing, dd->n_plans,
+						 dd->plan_steps, dd->plan_specs)
+				    : value_copy(&e->val.standing, &e->val.n_plans, &e->val.plan_steps,
+						 &e->val.plan_specs, dd->saved_standing,
+						 dd->saved_n_plans, dd->saved_steps, dd->saved_specs);
+		if (!ok) {
 			job_free(j);
 			errno = ENOMEM;
 			return NULL;
@@ -949,6 +1137,7 @@ struct td_store_job *td_store_job_begin(struct td_store *s, const char *dir)
 	for (size_t k = 0; k < j->n; k++)
 		s->v[j->e[k].index].dirty = false;
 	s->dirty = false;
+	s->jopen = false; /* the job holds the journal until it ends */
 	return j;
 }
 
@@ -974,12 +1163,111 @@ static bool entry_empty(const struct td_desired *v)
  * 2 renames them into place (empty entries: their file removed) and syncs
  * the directory once.  Runs on any thread: it touches the job only.
  */
+/* The journal's path; false when too long. */
+static bool journal_path(char *buf, size_t len, const char *dir)
+{
+	return (size_t)snprintf(buf, len, "%s/%s", dir, STORE_JOURNAL) < len;
+}
+
+/*
+ * Append one record, a line {"format":1,"entries":[<entry document>...]},
+ * at the journal's valid length, then fdatasync it: the entries are durable.
+ * A failure truncates the journal back (or says it could not).
+ */
+static void journal_append(struct td_store_job *j)
+{
+	char path[PATH_MAX + 32];
+	if (!journal_path(path, sizeof(path), j->dir)) {
+		errno = ENAMETOOLONG;
+		job_fail(j, "cannot open", STORE_JOURNAL);
+		return;
+	}
+	bool created = false;
+	if (!j->jopen) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, STORE_FILE_MODE);
+		created = fd >= 0;
+		if (fd < 0 && errno == EEXIST)
+			fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0) {
+			job_fail(j, "cannot open", STORE_JOURNAL);
+			return;
+		}
+		j->jfd = fd;
+		j->jopen = true;
+	}
+	json_t *rec = json_object(), *arr = json_array();
+	bool ok = rec && arr && !json_object_set_new(rec, "format", json_integer(STORE_FORMAT));
+	for (size_t i = 0; ok && i < j->n; i++) {
+		json_t *e = entry_json(&j->e[i].val);
+		ok = e && !json_array_append_new(arr, e);
+	}
+	if (ok)
+		ok = !json_object_set(rec, "entries", arr);
+	char *text = ok ? json_dumps(rec, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+	json_decref(arr);
+	json_decref(rec);
+	if (!text) {
+		errno = ENOMEM;
+		job_fail(j, "cannot encode a record of", STORE_JOURNAL);
+		return;
+	}
+	size_t len = strlen(text);
+	text[len++] = '\n'; /* replaces the NUL: the text is not used as a string again */
+	size_t off = 0;
+	int rc = 0;
+	while (off < len) {
+		ssize_t w = pwrite(j->jfd, text + off, len - off, (off_t)(j->jsize + off));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			rc = -1;
+			break;
+		}
+		off += (size_t)w;
+	}
+	free(text);
+	if (rc == 0 && j->jtrim && ftruncate(j->jfd, (off_t)(j->jsize + len)) != 0)
+		rc = -1;
+	/* A new journal's name must survive a crash too. */
+	if (rc == 0 && (fdatasync(j->jfd) != 0 || (created && fsync_dir(j->dir) != 0)))
+		rc = -1;
+	if (rc != 0) {
+		job_fail(j, "cannot append to", STORE_JOURNAL);
+		if (ftruncate(j->jfd, (off_t)j->jsize) != 0 || fdatasync(j->jfd) != 0)
+			j->jsize_unsure = true;
+		return;
+	}
+	j->jsize += len;
+	j->jtrim = false;
+}
+
+/* After a checkpoint's files are durable: the journal emptied (best effort). */
+static void journal_reset(struct td_store_job *j)
+{
+	char path[PATH_MAX + 32];
+	if (!j->jopen && journal_path(path, sizeof(path), j->dir)) {
+		int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd >= 0) {
+			j->jfd = fd;
+			j->jopen = true;
+		}
+	}
+	if (j->jopen && ftruncate(j->jfd, 0) == 0 && fdatasync(j->jfd) == 0)
+		j->jsize = 0;
+}
+
 void td_store_job_run(struct td_store_job *j)
 {
 	char fname[STORE_FNAME_MAX], tmp[STORE_FNAME_MAX];
 	bool made = false, changed = false;
-	if (!j || j->n == 0)
+	if (!j || (j->n == 0 && !j->checkpoint))
 		return;
+	if (j->journal) {
+		journal_append(j);
+		return;
+	}
 	int dfd = open_agents_dir(j->dir, &made);
 	if (dfd < 0) {
 		job_fail(j, "cannot open", "");
@@ -1053,6 +1341,8 @@ void td_store_job_run(struct td_store_job *j)
 	    j->rc == 0)
 		job_fail(j, "cannot sync", "");
 	close(dfd);
+	if (j->rc == 0 && j->checkpoint)
+		journal_reset(j);
 }
 
 /*
@@ -1069,11 +1359,30 @@ int td_store_job_end(struct td_store *s, struct td_store_job *j, char *err, size
 		return TOGGLE_EINVAL;
 	}
 	int rc = j->rc;
+	/* The journal back to the store (closed if the store was reloaded meanwhile). */
+	if (s->jopen && j->jopen && s->jfd != j->jfd)
+		close(j->jfd);
+	else if (j->jopen) {
+		s->jfd = j->jfd;
+		s->jopen = true;
+	}
+	bool emptied = j->checkpoint && rc == 0 && j->jsize == 0;
+	s->jsize = j->jsize;
+	s->jtrim = emptied ? false : j->jtrim || j->jsize_unsure;
+	if (emptied) {
+		s->checkpoints++;
+		for (size_t i = 0; i < s->n; i++)
+			s->v[i].in_journal = false;
+	}
 	for (size_t i = 0; i < j->n; i++) {
 		struct job_entry *e = &j->e[i];
 		if (e->index >= s->n || strcmp(s->v[e->index].name, e->val.name) != 0)
 			continue; /* the store was reloaded meanwhile */
 		struct td_desired *dd = &s->v[e->index];
+		if (rc == 0 && j->journal)
+			dd->in_journal = true;
+		if (rc == 0 && !e->was_dirty)
+			continue; /* a checkpoint's copy of its saved value */
 		if (rc == 0) {
 			saved_free(dd);
 			dd->saved_standing = e->val.standing;
@@ -1085,8 +1394,9 @@ int td_store_job_end(struct td_store *s, struct td_store_job *j, char *err, size
 			e->val.plan_steps = NULL;
 			e->val.plan_specs = NULL;
 			dd->unsure = false;
-		} else {
-			dd->unsure |= e->renamed;
+		} else if (e->was_dirty) {
+			/* A record that could not be cut off is overridden by the next one. */
+			dd->unsure |= e->renamed || j->jsize_unsure;
 			mark_dirty(dd);
 		}
 	}
@@ -1105,8 +1415,14 @@ int td_store_job_end(struct td_store *s, struct td_store_job *j, char *err, size
 void td_store_job_cancel(struct td_store *s, struct td_store_job *j)
 {
 	for (size_t i = 0; s && j && i < j->n; i++)
-		if (j->e[i].index < s->n)
+		if (j->e[i].index < s->n && j->e[i].was_dirty)
 			mark_dirty(&s->v[j->e[i].index]);
+	if (s && j && j->jopen && !s->jopen) {
+		s->jfd = j->jfd;
+		s->jopen = true;
+	} else if (j && j->jopen) {
+		close(j->jfd);
+	}
 	job_free(j);
 }
 

@@ -163,6 +163,7 @@ struct td_desired {
 	char **plan_specs;
 	bool dirty;             /* changed since its file was last written */
 	bool unsure;            /* its file may not hold `saved` (a failed save renamed it) */
+	bool in_journal;        /* `saved` is in the journal, maybe not yet in its file */
 	struct td_store *owner; /* the store it belongs to (set by td_store_get/load) */
 	/* What its file holds: the last save that succeeded, or the load. */
 	char *saved_standing;
@@ -176,7 +177,19 @@ struct td_store {
 	size_t n;
 	bool dirty;
 	bool quarantine;        /* load: set a corrupt file aside rather than fail */
-	uint64_t saves, save_errors, quarantined;
+	/*
+	 * Saves append one record to <dir>/agents.journal (one fdatasync per
+	 * save, however many entries); the files are written at a checkpoint,
+	 * when the journal passes journal_max bytes (0: the default), and the
+	 * journal emptied.  Without it each save writes the entries' files.
+	 */
+	bool journal;
+	bool jopen;             /* jfd is open */
+	int jfd;
+	uint64_t jsize;         /* the journal's valid length: where the next record goes */
+	bool jtrim;             /* bytes of a failed append may lie past jsize: cut them */
+	uint64_t journal_max;
+	uint64_t saves, save_errors, quarantined, checkpoints;
 };
 
 struct td_store_job;

@@ -696,6 +696,132 @@ START_TEST(test_save_full_disk)
 }
 END_TEST
 
+/* ---- store: the journal --------------------------------------------------- */
+
+static off_t file_size(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+static void append_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "a");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_ge(fputs(text, f), 0);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/*
+ * Saves append one record each; a new store replays them over the files; a
+ * torn last record is cut off; a corrupt one is refused, or set aside with
+ * what came before kept; past journal_max a checkpoint writes the files and
+ * empties the journal.
+ */
+START_TEST(test_journal)
+{
+	struct td_store s = { 0 }, r = { 0 };
+	char err[512] = "", jpath[128], p[192];
+	make_tmpdir();
+	in_dir(jpath, sizeof(jpath), "agents.journal");
+	s.journal = true;
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	fill_store(&s);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ck_assert(!entry_exists("alpha") && !entry_exists("beta"));
+	off_t one = file_size(jpath);
+	ck_assert_int_gt(one, 0);
+	ck_assert_uint_eq(s.jsize, (uint64_t)one);
+	struct td_desired *a = td_store_get(&s, "alpha", false);
+	ck_assert(a->in_journal);
+	ck_assert_int_eq(td_desired_set_standing(a, "alpha-2"), 0);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	off_t two = file_size(jpath);
+	ck_assert_int_gt(two, one);
+
+	/* Replayed in order: the later record wins. */
+	r.journal = true;
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_uint_eq(r.n, 3);
+	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "alpha-2");
+	ck_assert_uint_eq(td_store_get(&r, "alpha", false)->n_plans, 2);
+	ck_assert_uint_eq(td_store_get(&r, "beta", false)->plan_steps[1], 123456789012LL);
+	ck_assert_str_eq(td_store_get(&r, "beta", false)->plan_specs[1],
+			 "resid_post:* \"q\" \xc3\xa9\x01");
+	ck_assert_str_eq(td_store_get(&r, GAMMA, false)->standing, "");
+	ck_assert(td_store_get(&r, "beta", false)->in_journal);
+	ck_assert_uint_eq(r.jsize, (uint64_t)two);
+	td_store_free(&r);
+
+	/* A torn last record (no newline: its save never completed) is cut off. */
+	append_text(jpath, "{\"entries\":[{\"format\":1,\"name\":\"alpha\",\"enabled\":\"torn\"");
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "alpha-2");
+	ck_assert_int_eq(file_size(jpath), two);
+	td_store_free(&r);
+
+	/* A complete record that is not valid: refused (strict) ... */
+	append_text(jpath, "{\"format\":1,\"entries\":[{\"format\":1,\"name\":\"alpha\",\"plans\":7}]}\n"
+			   "{\"format\":1,\"entries\":[{\"format\":1,\"name\":\"alpha\",\"enabled\":\"after\"}]}\n");
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert_msg(strstr(err, "agents.journal: record 3") && strstr(err, "plans"),
+		      "unclear error: %s", err);
+	ck_assert_int_gt(file_size(jpath), two);
+	/* ... or set aside: the records before it kept, the journal cut there. */
+	r.quarantine = true;
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "alpha-2");
+	ck_assert_int_eq(file_size(jpath), two);
+	ck_assert_uint_eq(r.quarantined, 1);
+	DIR *dp = opendir(tdir);
+	ck_assert_ptr_nonnull(dp);
+	int aside = 0;
+	for (struct dirent *de; (de = readdir(dp));)
+		aside += strncmp(de->d_name, "agents.journal.corrupt-", 23) == 0;
+	closedir(dp);
+	ck_assert_int_eq(aside, 1);
+	/* Two entries with one name in one record: corrupt as well. */
+	append_text(jpath, "{\"format\":1,\"entries\":[{\"format\":1,\"name\":\"x\"},"
+			   "{\"format\":1,\"name\":\"x\",\"enabled\":\"y\"}]}\n");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert_msg(strstr(err, "\"x\" twice"), "unclear error: %s", err);
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_ptr_null(td_store_get(&r, "x", false));
+
+	/* Past journal_max: the next save is a checkpoint. */
+	ck_assert(!r.journal); /* td_store_free cleared it */
+	r.journal = true;
+	r.journal_max = 1;
+	struct td_desired *b = td_store_get(&r, "beta", false);
+	ck_assert_int_eq(td_desired_set_standing(b, "beta-2"), 0);
+	ck_assert_int_eq(td_store_save(&r, tdir), 0);
+	ck_assert_uint_eq(r.checkpoints, 1);
+	ck_assert_int_eq(file_size(jpath), 0);
+	ck_assert_uint_eq(r.jsize, 0);
+	ck_assert(!td_store_get(&r, "alpha", false)->in_journal);
+	char *text = read_entry("alpha");
+	ck_assert_ptr_nonnull(strstr(text, "\"alpha-2\""));
+	free(text);
+	text = read_entry("beta");
+	ck_assert_ptr_nonnull(strstr(text, "\"beta-2\""));
+	free(text);
+	ck_assert(entry_exists(GAMMA));
+	ck_assert(!exists(in_agents(p, sizeof(p), "alpha.json.tmp")));
+	/* And the journal goes on from empty. */
+	ck_assert_int_eq(td_desired_set_standing(b, "beta-3"), 0);
+	ck_assert_int_eq(td_store_save(&r, tdir), 0);
+	ck_assert_int_gt(file_size(jpath), 0);
+	td_store_free(&s);
+	s.journal = true;
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	ck_assert_str_eq(td_store_get(&s, "beta", false)->standing, "beta-3");
+	ck_assert_str_eq(td_store_get(&s, "alpha", false)->standing, "alpha-2");
+	td_store_free(&s);
+	td_store_free(&r);
+	remove_tmpdir();
+}
+END_TEST
+
 /* ---- store: keys of name and uid (issue 11, item 7) ----------------------- */
 
 START_TEST(test_store_keys)
@@ -1535,6 +1661,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_job_group_commit);
 	tcase_add_test(tc, test_save_full_disk);
 	tcase_add_test(tc, test_store_keys);
+	tcase_add_test(tc, test_journal);
 	tcase_add_test(tc, test_quarantine);
 	suite_add_tcase(s, tc);
 
