@@ -2254,6 +2254,85 @@ START_TEST(test_corrupt_state_set_aside)
 END_TEST
 
 /*
+ * Replies leave in request order per connection, a write's after its save:
+ * pipelined writes and reads (one spec that fails among them) on one
+ * connection while two other connections pipeline writes to the same agent;
+ * the last acknowledged set is what the agent ends up with.
+ */
+START_TEST(test_pipelined_order)
+{
+	struct env e;
+	env_setup(&e);
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "order", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	agent_wait_listed(c, ap, 1);
+	enum { N = 120, OTHERS = 2 };
+	struct raw r[1 + OTHERS];
+	for (int k = 0; k <= OTHERS; k++) {
+		raw_open(&r[k], &e);
+		raw_hello(&r[k]);
+	}
+	static const char *const specs[3] = {"attn_out:0", "resid_post:1-2", "attn_out:3"};
+	Toggle__SetEnabledRequest se = TOGGLE__SET_ENABLED_REQUEST__INIT;
+	Toggle__StatusRequest st = TOGGLE__STATUS_REQUEST__INIT;
+	Toggle__ListAgentsRequest la = TOGGLE__LIST_AGENTS_REQUEST__INIT;
+	se.op = TOGGLE__SET_OP__REPLACE;
+	for (uint64_t i = 0; i < N; i++) {
+		for (int k = 0; k <= OTHERS; k++) {
+			Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+			env.id = 1000 + i;
+			if (k == 0 && i % 3 == 1) {
+				env.body_case = i % 2 ? TOGGLE__ENVELOPE__BODY_STATUS
+						      : TOGGLE__ENVELOPE__BODY_LIST_AGENTS;
+				if (i % 2)
+					env.status = &st;
+				else
+					env.list_agents = &la;
+			} else {
+				se.spec = (char *)(uintptr_t)(k == 0 && i == 50 ? "no_such_hook:1"
+										 : specs[(i + (uint64_t)k) % 3]);
+				env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
+				env.set_enabled = &se;
+			}
+			raw_send_env(&r[k], &env, -1);
+		}
+	}
+	for (int k = 0; k <= OTHERS; k++) {
+		for (uint64_t i = 0; i < N; i++) {
+			Toggle__Envelope *rep = NULL;
+			int got = raw_recv(&r[k], &rep, RPC_TIMEOUT_MS);
+			ASSERT(got == 1, "connection %d: no reply %llu", k, (unsigned long long)i);
+			ASSERT(rep->id == 1000 + i, "connection %d: reply %llu where %llu was due", k,
+			       (unsigned long long)rep->id, (unsigned long long)(1000 + i));
+			Toggle__Envelope__BodyCase want =
+				k == 0 && i % 3 == 1 ? (i % 2 ? TOGGLE__ENVELOPE__BODY_STATUS_REPLY
+							      : TOGGLE__ENVELOPE__BODY_AGENTS)
+				: k == 0 && i == 50 ? TOGGLE__ENVELOPE__BODY_ERROR
+						    : TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY;
+			ASSERT(rep->body_case == want, "connection %d, reply %llu: body %d, expected %d", k,
+			       (unsigned long long)i, (int)rep->body_case, (int)want);
+			toggle__envelope__free_unpacked(rep, NULL);
+		}
+	}
+	/* One more acknowledged set from connection 0, after everything: it holds. */
+	char err[ERRLEN];
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	se.spec = (char *)(uintptr_t)"resid_post:3";
+	env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
+	env.set_enabled = &se;
+	int rc = raw_call(&r[0], &env, -1, TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY, err);
+	ASSERT_CODE(rc, 0, err);
+	struct ainfo ai = agent_info(c, ap->name);
+	ASSERT_STR(ai.enabled, canon("resid_post:3").s, "enabled after the pipelined writes");
+	for (int k = 0; k <= OTHERS; k++)
+		raw_close(&r[k]);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/*
  * The state directory on a small tmpfs (a private mount namespace: it goes
  * away with the test process), then filled: every write is refused with
  * TOGGLE_EIO and the reason, nothing of it reaches the agent or the saved
@@ -2434,6 +2513,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_full_disk);
 	tcase_add_test(tc, test_name_squatting);
 	tcase_add_test(tc, test_corrupt_state_set_aside);
+	tcase_add_test(tc, test_pipelined_order);
 	return s;
 }
 
