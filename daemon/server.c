@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -25,6 +26,7 @@
 #define READ_CHUNK 65536
 #define MAX_FDS_PER_MSG 4
 #define HELD_BYTES 256 /* what a held place counts against the queue bound */
+#define FLUSH_IOV  64  /* frames per sendmsg: one wake-up of a pipelining client, not 64 */
 
 static void peer_on_io(uv_poll_t *h, int status, int events);
 
@@ -196,33 +198,49 @@ void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *ms
 static int peer_flush(struct td_peer *p)
 {
 	while (p->out_head && !p->out_head->pend) {
-		struct td_out *o = p->out_head;
-		if (o->off == o->len) { /* a held place that got no reply */
+		/* Every frame ready, up to the first held place, in one sendmsg. */
+		struct iovec iov[FLUSH_IOV];
+		int n_iov = 0;
+		size_t total = 0;
+		for (struct td_out *o = p->out_head; o && !o->pend && n_iov < FLUSH_IOV; o = o->next)
+			if (o->off < o->len) {
+				iov[n_iov++] = (struct iovec){o->data + o->off, o->len - o->off};
+				total += o->len - o->off;
+			}
+		ssize_t n = 0;
+		if (n_iov) {
+			struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
+			n = sendmsg(p->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+				break;
+			if (n < 0) {
+				td_peer_drop(p, strerror(errno));
+				return -1;
+			}
+		}
+		/* Free what went (and held places that got no reply), keep the rest. */
+		size_t left = (size_t)n;
+		while (p->out_head && !p->out_head->pend) {
+			struct td_out *o = p->out_head;
+			size_t rem = o->len - o->off;
+			if (rem > left) {
+				o->off += left;
+				p->out_bytes -= left;
+				left = 0;
+				break;
+			}
+			left -= rem;
+			p->out_bytes -= rem;
 			p->out_head = o->next;
 			if (!p->out_head)
 				p->out_tail = NULL;
 			free(o->data);
 			free(o);
-			continue;
 		}
-		ssize_t n = send(p->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
-		if (n < 0) {
-			td_peer_drop(p, strerror(errno));
-			return -1;
-		}
-		o->off += (size_t)n;
-		p->out_bytes -= (size_t)n;
-		if (o->off == o->len) {
-			p->out_head = o->next;
-			if (!p->out_head)
-				p->out_tail = NULL;
-			free(o->data);
-			free(o);
-		}
+		if ((size_t)n < total)
+			break; /* the socket is full */
 	}
 	bool want = p->out_head != NULL && !p->out_head->pend;
 	if (want != p->want_write) {

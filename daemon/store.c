@@ -1141,14 +1141,16 @@ struct td_store_job *td_store_job_begin(struct td_store *s, const char *dir)
 	return j;
 }
 
+/* The reason names <dir>/<fname>, or <dir>/agents/<fname> for an entry's file. */
 static int job_fail(struct td_store_job *j, const char *what, const char *fname)
 {
 	int e = errno;
 	char pf[80];
+	bool journal = strcmp(fname, STORE_JOURNAL) == 0;
 	j->rc = TOGGLE_EIO;
 	j->err_no = e;
-	snprintf(j->reason, sizeof(j->reason), "%s %s/%s/%s: %s", what, j->dir, STORE_SUBDIR,
-		 fname ? printable(fname, pf, sizeof(pf)) : "", strerror(e));
+	snprintf(j->reason, sizeof(j->reason), "%s %s/%s%s: %s", what, j->dir,
+		 journal ? "" : STORE_SUBDIR "/", printable(fname, pf, sizeof(pf)), strerror(e));
 	return -1;
 }
 

@@ -2405,7 +2405,8 @@ START_TEST(test_full_disk)
 		if (rep)
 			toggle__envelope__free_unpacked(rep, NULL);
 		ASSERT_CODE(rc, TOGGLE_EIO, err);
-		ASSERT(strstr(err, "No space left on device"), "EIO without the reason: %s", err);
+		ASSERT(strstr(err, "No space left on device") && strstr(err, "/agents.journal"),
+		       "EIO without the reason: %s", err);
 	}
 	int64_t steps2[1] = {base + 200000};
 	rc = rpc_plan(c, NULL, steps2, specs, 1, err);
