@@ -41,20 +41,19 @@ void td_agent_state_free(struct td_agent_state *st)
 	memset(st, 0, sizeof(*st));
 }
 
+/* Without memory for the plans, the rest is copied all the same (no plans). */
 int td_agent_state_copy(struct td_agent_state *dst, const struct td_agent *a)
 {
-	struct td_plan_entry *plans = NULL;
-	if (a->n_plans && !(plans = malloc(a->n_plans * sizeof(*plans))))
-		return TOGGLE_ENOMEM;
-	if (a->n_plans)
+	struct td_plan_entry *plans = a->n_plans ? malloc(a->n_plans * sizeof(*plans)) : NULL;
+	if (plans)
 		memcpy(plans, a->plans, a->n_plans * sizeof(*plans));
 	free(dst->plans);
 	dst->ctl = a->ctl;
 	dst->has_standing = a->has_standing;
 	dst->next_batch = a->next_batch;
-	dst->n_plans = a->n_plans;
+	dst->n_plans = plans ? a->n_plans : 0;
 	dst->plans = plans;
-	return 0;
+	return a->n_plans && !plans ? TOGGLE_ENOMEM : 0;
 }
 
 /* The accepted state back to the durable one (a->plans holds TD_MAX_PENDING_PLAN). */
