@@ -268,6 +268,14 @@ static void human_status(const Toggle__StatusReply *r, bool may_write)
 	ctl_table_add(&t, "%llu", (unsigned long long)r->denied);
 	ctl_table_add(&t, "dropped peers");
 	ctl_table_add(&t, "%llu", (unsigned long long)r->dropped_peers);
+	if (r->has_save_errors) {
+		ctl_table_add(&t, "save errors");
+		if (r->save_error)
+			ctl_table_add(&t, "%llu, failing: %s", (unsigned long long)r->save_errors,
+				      r->save_error);
+		else
+			ctl_table_add(&t, "%llu", (unsigned long long)r->save_errors);
+	}
 	ctl_table_add(&t, "access");
 	ctl_table_add(&t, "%s", may_write ? "read-write" : "read-only");
 	ctl_table_print(&t);
@@ -628,7 +636,7 @@ static json_t *json_of_agent(const Toggle__AgentInfo *a)
 
 static void json_status(const Toggle__StatusReply *r, bool may_write)
 {
-	jemit(json_pack("{s:o, s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:b}",
+	jemit(json_pack("{s:o, s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o}",
 			"daemon_version", jstr(r->daemon_version),
 			"protocol_version", (json_int_t)r->protocol_version,
 			"uptime_ms", ju64(r->uptime_ms),
@@ -640,7 +648,9 @@ static void json_status(const Toggle__StatusReply *r, bool may_write)
 			"dropped_peers", ju64(r->dropped_peers),
 			"socket", jstr(r->socket),
 			"state_dir", jstr(r->state_dir),
-			"may_write", may_write),
+			"may_write", may_write,
+			"save_errors", ju64(r->save_errors),
+			"save_error", jstr_or_null(r->save_error)),
 	      false);
 }
 

@@ -135,11 +135,14 @@ static int64_t agent_step(const struct td_agent *a)
 	return a->st->step;
 }
 
-/* Copy this agent's desired state into the store (the check phase saves it). */
+/* Copy this agent's accepted state into the store (commit.c saves it, then publishes it). */
 void td_agent_persist(struct td_agent *a)
 {
 	struct td_store *s = &a->d->store;
-	struct td_desired *dd = td_store_get(s, a->name, true);
+	a->unsaved = true;
+	char key[TD_MAX_KEY];
+	struct td_desired *dd = td_store_key(key, sizeof(key), a->name, a->uid) == 0
+					? td_store_get(s, key, true) : NULL;
 	if (!dd) {
 		log_warnx("agent %s: desired state not stored (store full or no memory)", a->name);
 		return;
@@ -178,37 +181,45 @@ void td_agent_persist(struct td_agent *a)
 	free(spec);
 }
 
-/* After a daemon restart: push the saved desired state to the agent again. */
+/*
+ * After a daemon restart (or a reconnection): push the saved desired state
+ * to the agent again.  Saved means in its file: a change whose save is still
+ * in flight is not pushed from here.
+ */
 static void agent_restore(struct td_agent *a)
 {
-	struct td_desired *dd = td_store_get(&a->d->store, a->name, false);
+	/* Keyed by name and uid: another user's agent of the same name gets nothing of it. */
+	char key[TD_MAX_KEY];
+	if (td_store_key(key, sizeof(key), a->name, a->uid) != 0)
+		return;
+	struct td_desired *dd = td_store_get(&a->d->store, key, false);
 	if (!dd)
 		return;
 	char err[256];
 	struct toggle_set set;
-	if (dd->standing) {
-		if (toggle_set_parse(&a->cat, dd->standing, &set, err, sizeof(err)) == 0) {
+	if (dd->saved_standing) {
+		if (toggle_set_parse(&a->cat, dd->saved_standing, &set, err, sizeof(err)) == 0) {
 			memcpy(a->ctl.standing, set.bits, sizeof(set.bits));
 			a->ctl.version++;
 			a->has_standing = true;
 		} else {
 			log_warnx("agent %s: saved set '%s' does not fit its catalog: %s", a->name,
-				  dd->standing, err);
+				  dd->saved_standing, err);
 		}
 	}
 	int64_t now = agent_step(a);
 	uint64_t used = a->ctl.plan_head - a->st->plan_consumed;
 	uint64_t room = used > TOGGLE_SHM_PLAN_RING ? 0 : TOGGLE_SHM_PLAN_RING - used;
-	for (size_t i = 0; i < dd->n_plans && room > 0; i++) {
-		if (dd->plan_steps[i] <= now ||
-		    toggle_set_parse(&a->cat, dd->plan_specs[i], &set, err, sizeof(err)) != 0 ||
+	for (size_t i = 0; i < dd->saved_n_plans && room > 0; i++) {
+		if (dd->saved_steps[i] <= now ||
+		    toggle_set_parse(&a->cat, dd->saved_specs[i], &set, err, sizeof(err)) != 0 ||
 		    a->n_plans >= TD_MAX_PENDING_PLAN)
 			continue;
 		struct toggle_shm_plan_slot slot = {.batch = ++a->next_batch, .batch_len = 1,
-						    .step = dd->plan_steps[i]};
+						    .step = dd->saved_steps[i]};
 		memcpy(slot.set, set.bits, sizeof(slot.set));
 		toggle_shm_plan_slot_write(a->shm.ctl, a->ctl.plan_head++, &slot);
-		a->plans[a->n_plans++] = (struct td_plan_entry){.step = dd->plan_steps[i], .set = set};
+		a->plans[a->n_plans++] = (struct td_plan_entry){.step = dd->saved_steps[i], .set = set};
 		room--;
 	}
 	td_agent_write_control(a);
@@ -316,6 +327,10 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	d->n_agents++;
 	p->agent = a;
 	agent_restore(a);
+	/* What the lane shows now is durable: a failed save rolls back to it. */
+	if (td_agent_state_copy(&a->durable, a) != 0)
+		log_warnx("agent %s: no memory for its durable state copy; a failed save "
+			  "rolls it back to no plans", a->name);
 	*id = a->id;
 	log_info("agent %s (id %llu, pid %u, uid %u, group '%s') registered: %u hook types x %u layers",
 		 a->name, (unsigned long long)a->id, a->pid, a->uid, a->group, a->cat.n_types,
@@ -340,6 +355,8 @@ void td_agent_gone(struct td_agent *a)
 	if (a->peer)
 		a->peer->agent = NULL;
 	toggle_shm_unmap(&a->shm);
+	td_agent_state_free(&a->durable);
+	td_agent_state_free(&a->saving_state);
 	free(a->st);
 	free(a->st_tmp);
 	free(a->plans);

@@ -36,6 +36,8 @@ static void usage(FILE *f)
 		"                             every writer with SO_PEERCRED)\n"
 		"  -f, --foreground           stay in the foreground (toggled never forks; accepted\n"
 		"                             for compatibility)\n"
+		"      --strict-state         refuse to start on a corrupt state file (default:\n"
+		"                             set it aside as FILE.corrupt-TIME and start without it)\n"
 		"  -v, --verbose              debug logging\n"
 		"  -V, --version              print the version and exit\n"
 		"  -h, --help                 this text\n");
@@ -179,6 +181,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		{"socket-mode", required_argument, NULL, 'm'},
 		{"foreground", no_argument, NULL, 'f'},
 		{"verbose", no_argument, NULL, 'v'},
+		{"strict-state", no_argument, NULL, 'S'},
 		{"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -204,6 +207,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		}
 		case 'f': break;
 		case 'v': cfg->cli_verbose = true; break;
+		case 'S': cfg->strict_state = true; break;
 		case 'V': printf("toggled %s (protocol %d)\n", TD_VERSION, TGP_PROTOCOL_VERSION); exit(0);
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
@@ -253,11 +257,14 @@ int main(int argc, char **argv)
 	log_init("toggled", d->cfg.verbose);
 
 	char err[512];
+	d->store.quarantine = !d->cfg.strict_state;
+	d->store.journal = true; /* one fdatasync per save, however many agents it holds */
 	if (td_store_load(&d->store, d->cfg.state_dir, err, sizeof(err)) != 0)
 		fatalx("cannot restore the desired state: %s", err);
 	td_auth_reload(d);
 	d->loop = uv_default_loop();
 	d->start_ms = td_now_ms();
+	td_commit_init(d);
 	uv_timer_init(d->loop, &d->status_timer);
 	d->status_timer.data = d;
 	if (td_server_listen(d, activated_fd()) != 0)
@@ -275,9 +282,8 @@ int main(int argc, char **argv)
 		 d->have_operator_gid ? "" : ", not found: only root and this user may write");
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
-	/* Shutdown: answer nothing more, save, close everything. */
-	if (d->store.dirty && td_store_save(&d->store, d->cfg.state_dir) != 0)
-		log_warn("saving the desired state at shutdown");
+	/* Shutdown: finish the save in flight, save the rest, answer those writes, close. */
+	td_commit_drain(d);
 	td_server_close(d);
 	while (d->waiters) {
 		struct td_waiter *w = d->waiters;

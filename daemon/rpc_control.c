@@ -4,9 +4,10 @@
  *
  * Every command is checked against every target before anything is
  * written: a spec that does not parse for one agent, a step one agent has
- * already begun, or a full plan ring rejects the whole command.  Then each
- * target's control lane is written and the desired state is marked for
- * saving; the reply goes out after the save (server.c, check phase).
+ * already begun, or a full plan ring rejects the whole command.  Then the
+ * command is applied to each target's accepted state and to the store; the
+ * control lanes are written and the reply leaves once the save that holds
+ * it succeeded, or TOGGLE_EIO and nothing applied if it failed (commit.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,21 @@
 _Static_assert(TGP_MAX_PLAN_ENTRIES == TOGGLE_SHM_PLAN_RING, "a plan is at most one ring");
 _Static_assert(TGP_MAX_PLAN_ENTRIES <= TD_MAX_PENDING_PLAN, "a plan fits the pending limit");
 
+/* Hand an accepted write's reply to commit.c: it leaves once the write is durable. */
+static void reply_after_save(struct td_peer *p, uint64_t id, const Toggle__Envelope *env)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int rc = tgp_frame_encode(env, &buf, &len);
+	if (rc) {
+		log_warnx("cannot encode a reply for peer %llu: %s", (unsigned long long)p->id,
+			  toggle_strerror(rc));
+		buf = NULL;
+		len = 0;
+	}
+	td_commit_reply(p, id, buf, len, NULL);
+}
+
 static void reply_ack(struct td_peer *p, uint64_t id)
 {
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -27,7 +43,7 @@ static void reply_ack(struct td_peer *p, uint64_t id)
 	env.id = id;
 	env.body_case = TOGGLE__ENVELOPE__BODY_ACK;
 	env.ack = &ack;
-	td_peer_send(p, &env);
+	reply_after_save(p, id, &env);
 }
 
 void rpc_register_agent(struct td_peer *p, const Toggle__Envelope *req)
@@ -84,7 +100,8 @@ static void set_reply(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 	Toggle__AgentVersion *vs = calloc(n, sizeof(*vs));
 	Toggle__AgentVersion **vp = calloc(n, sizeof(*vp));
 	if (!vs || !vp) {
-		td_peer_send_error(p, id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+		td_commit_reply(p, id, NULL, 0, NULL); /* applied all the same; no reply */
+		td_peer_drop(p, "out of memory");
 	} else {
 		for (size_t i = 0; i < n; i++) {
 			toggle__agent_version__init(&vs[i]);
@@ -97,12 +114,13 @@ static void set_reply(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 		env.set_enabled_reply = &rep;
 		rep.n_versions = n;
 		rep.versions = vp;
-		td_peer_send(p, &env);
+		reply_after_save(p, id, &env);
 	}
 	free(vs);
 	free(vp);
 }
 
+/* A waiter for the versions just accepted, armed once they are saved. */
 static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_t n, uint32_t ms)
 {
 	struct td_waiter *w = calloc(1, sizeof(*w));
@@ -123,10 +141,9 @@ static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 	w->n = n;
 	w->peer = p;
 	w->request_id = id;
+	/* The deadline counts from the request: a slow save shortens the wait. */
 	w->deadline_ms = td_now_ms() + ms;
-	w->next = p->d->waiters;
-	p->d->waiters = w;
-	td_timer_update(p->d);
+	td_commit_reply(p, id, NULL, 0, w);
 	return 0;
 }
 
@@ -173,12 +190,13 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 			memcpy(a->ctl.standing, next[i].bits, sizeof(a->ctl.standing));
 			a->ctl.version++;
 			a->has_standing = true;
-			td_agent_write_control(a);
 			td_agent_persist(a);
 		}
 		if (m->has_wait_ms && m->wait_ms > 0) {
-			if (add_waiter(p, req->id, v, n, m->wait_ms))
-				td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+			if (add_waiter(p, req->id, v, n, m->wait_ms)) {
+				td_commit_reply(p, req->id, NULL, 0, NULL); /* saved all the same */
+				td_peer_drop(p, "out of memory");
+			}
 		} else {
 			set_reply(p, req->id, v, n);
 		}
@@ -278,8 +296,7 @@ static void plan_write(struct td_agent *a, const Toggle__SubmitPlanRequest *m,
 		toggle_shm_plan_slot_write(a->shm.ctl, a->ctl.plan_head + k, &slot);
 		a->plans[a->n_plans++] = (struct td_plan_entry){.step = slot.step, .set = sets[k]};
 	}
-	a->ctl.plan_head += m->n_entries; /* published by this control write */
-	td_agent_write_control(a);
+	a->ctl.plan_head += m->n_entries; /* published by the control write after the save */
 	td_agent_persist(a);
 }
 
@@ -354,7 +371,6 @@ void rpc_clear_plan(struct td_peer *p, const Toggle__Envelope *req)
 		a->ctl.plan_clear = a->ctl.plan_head;
 		a->ctl.plan_clears++;
 		a->n_plans = 0;
-		td_agent_write_control(a);
 		td_agent_persist(a);
 	}
 	reply_ack(p, req->id);

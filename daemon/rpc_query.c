@@ -209,6 +209,10 @@ void rpc_status(struct td_peer *p, const Toggle__Envelope *req)
 	rep.dropped_peers = d->stats.dropped_peers;
 	rep.socket = d->cfg.socket_path;
 	rep.state_dir = d->cfg.state_dir;
+	rep.has_save_errors = true;
+	rep.save_errors = d->commit.failures;
+	if (d->commit.failing)
+		rep.save_error = d->commit.reason;
 	reply(p, req->id, TOGGLE__ENVELOPE__BODY_STATUS_REPLY, &rep);
 }
 

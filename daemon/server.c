@@ -5,9 +5,11 @@
  * Sockets are driven with uv_poll on non-blocking fds rather than uv_pipe,
  * because agents pass a memfd with their registration frame and we want the
  * plain recvmsg semantics for it.  Replies are queued by handlers and written
- * in the loop's check phase, after the desired state was saved: a command is
- * never acknowledged before it is durable.  A peer whose queue grows over
- * its bound is dropped: a slow or stuck peer never blocks the loop.
+ * in the loop's check phase.  A reply to a write holds its place in the queue
+ * until its save is done (commit.c): a command is never acknowledged before
+ * it is durable, and a peer gets its replies in request order.  A peer whose
+ * queue grows over its bound is dropped: a slow or stuck peer never blocks
+ * the loop.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -22,6 +25,8 @@
 
 #define READ_CHUNK 65536
 #define MAX_FDS_PER_MSG 4
+#define HELD_BYTES 256 /* what a held place counts against the queue bound */
+#define FLUSH_IOV  64  /* frames per sendmsg: one wake-up of a pipelining client, not 64 */
 
 static void peer_on_io(uv_poll_t *h, int status, int events);
 
@@ -35,16 +40,15 @@ static void peer_free_cb(uv_handle_t *h)
 /*
  * Before a close: write what is queued without waiting, so that an error
  * queued just before the drop (a request before hello) reaches the peer.
+ * It stops at a reply that still waits for its save.
  */
 static void peer_out_last_words(struct td_peer *p)
 {
-	struct td_daemon *d = p->d;
-	if (!p->out_head)
-		return;
-	/* Acknowledgements never leave before the state they acknowledge is saved. */
-	if (d->store.dirty && td_store_save(&d->store, d->cfg.state_dir) != 0)
-		log_warn("saving the desired state under %s", d->cfg.state_dir);
 	for (struct td_out *o = p->out_head; o; o = o->next) {
+		if (o->pend)
+			return;
+		if (!o->data)
+			continue;
 		ssize_t n;
 		do
 			n = send(p->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -58,6 +62,8 @@ static void peer_out_free(struct td_peer *p)
 {
 	for (struct td_out *o = p->out_head, *n; o; o = n) {
 		n = o->next;
+		if (o->pend)
+			td_pending_detach(o->pend);
 		free(o->data);
 		free(o);
 	}
@@ -137,6 +143,41 @@ void td_peer_send(struct td_peer *p, const Toggle__Envelope *env)
 	p->out_bytes += len;
 }
 
+struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend)
+{
+	if (p->closing)
+		return NULL;
+	if (p->out_bytes + HELD_BYTES > p->d->cfg.max_queue) {
+		p->d->stats.dropped_peers++;
+		td_peer_drop(p, "write queue over its bound (slow or stuck peer)");
+		return NULL;
+	}
+	struct td_out *o = calloc(1, sizeof(*o));
+	if (!o) {
+		td_peer_drop(p, "out of memory");
+		return NULL;
+	}
+	o->pend = pend;
+	o->len = HELD_BYTES; /* counted until filled */
+	if (p->out_tail)
+		p->out_tail->next = o;
+	else
+		p->out_head = o;
+	p->out_tail = o;
+	p->out_bytes += HELD_BYTES;
+	return o;
+}
+
+void td_peer_fill(struct td_peer *p, struct td_out *slot, uint8_t *data, size_t len)
+{
+	p->out_bytes -= slot->len;
+	slot->pend = NULL;
+	slot->data = data;
+	slot->len = data ? len : 0;
+	slot->off = 0;
+	p->out_bytes += slot->len;
+}
+
 void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
 			const char *const *agents, size_t n_agents)
 {
@@ -156,28 +197,52 @@ void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *ms
 /* Write what can be written now; 0, or -1 if the peer was dropped. */
 static int peer_flush(struct td_peer *p)
 {
-	while (p->out_head) {
-		struct td_out *o = p->out_head;
-		ssize_t n = send(p->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
-		if (n < 0) {
-			td_peer_drop(p, strerror(errno));
-			return -1;
+	while (p->out_head && !p->out_head->pend) {
+		/* Every frame ready, up to the first held place, in one sendmsg. */
+		struct iovec iov[FLUSH_IOV];
+		int n_iov = 0;
+		size_t total = 0;
+		for (struct td_out *o = p->out_head; o && !o->pend && n_iov < FLUSH_IOV; o = o->next)
+			if (o->off < o->len) {
+				iov[n_iov++] = (struct iovec){o->data + o->off, o->len - o->off};
+				total += o->len - o->off;
+			}
+		ssize_t n = 0;
+		if (n_iov) {
+			struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
+			n = sendmsg(p->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+				break;
+			if (n < 0) {
+				td_peer_drop(p, strerror(errno));
+				return -1;
+			}
 		}
-		o->off += (size_t)n;
-		p->out_bytes -= (size_t)n;
-		if (o->off == o->len) {
+		/* Free what went (and held places that got no reply), keep the rest. */
+		size_t left = (size_t)n;
+		while (p->out_head && !p->out_head->pend) {
+			struct td_out *o = p->out_head;
+			size_t rem = o->len - o->off;
+			if (rem > left) {
+				o->off += left;
+				p->out_bytes -= left;
+				left = 0;
+				break;
+			}
+			left -= rem;
+			p->out_bytes -= rem;
 			p->out_head = o->next;
 			if (!p->out_head)
 				p->out_tail = NULL;
 			free(o->data);
 			free(o);
 		}
+		if ((size_t)n < total)
+			break; /* the socket is full */
 	}
-	bool want = p->out_head != NULL;
+	bool want = p->out_head != NULL && !p->out_head->pend;
 	if (want != p->want_write) {
 		p->want_write = want;
 		uv_poll_start(&p->poll, UV_READABLE | UV_DISCONNECT | (want ? UV_WRITABLE : 0),
@@ -186,15 +251,14 @@ static int peer_flush(struct td_peer *p)
 	return 0;
 }
 
-/* Check phase: save the desired state if it changed, then write replies. */
+/* Check phase: start a save of what was accepted (commit.c), then write replies. */
 static void on_check(uv_check_t *h)
 {
 	struct td_daemon *d = h->data;
-	if (d->store.dirty && td_store_save(&d->store, d->cfg.state_dir) != 0)
-		log_warn("saving the desired state under %s", d->cfg.state_dir);
+	td_commit_kick(d);
 	for (struct td_peer *p = d->peers, *next; p; p = next) {
 		next = p->next;
-		if (p->out_head && !p->want_write)
+		if (p->out_head && !p->out_head->pend && !p->want_write)
 			peer_flush(p);
 	}
 }

@@ -28,6 +28,8 @@
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
 /* Pending plan entries (steps not begun) per agent: the agent's own limit. */
 #define TD_MAX_PENDING_PLAN TOGGLE_MAX_PLAN
+/* A store key: an agent name, or name@uid (td_store_key), and its NUL. */
+#define TD_MAX_KEY          (TGP_MAX_NAME + 12)
 
 struct td_config {
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -40,6 +42,7 @@ struct td_config {
 	/* Given on the command line: they win over the file, also after SIGHUP. */
 	char cli_group[64];
 	bool cli_verbose;
+	bool strict_state; /* a corrupt state file stops the start instead of being set aside */
 };
 
 struct td_selector {
@@ -49,10 +52,18 @@ struct td_selector {
 	char group[TGP_MAX_NAME];
 };
 
+struct td_pending;
+
+/*
+ * One frame queued to a peer.  A reply to a write that waits for its save
+ * holds its place in the queue with pend set and data NULL: nothing behind
+ * it leaves before it, so each peer gets its replies in request order.
+ */
 struct td_out {
 	struct td_out *next;
 	size_t len, off;
 	uint8_t *data;
+	struct td_pending *pend; /* non-NULL while the reply waits for its save */
 };
 
 struct td_daemon;
@@ -83,6 +94,18 @@ struct td_plan_entry {
 	struct toggle_set set;
 };
 
+/*
+ * One version of an agent's desired state: what a save in flight holds, or
+ * what the last save that succeeded holds (durable, and published).
+ */
+struct td_agent_state {
+	struct toggle_shm_control_view ctl;
+	bool has_standing;
+	uint64_t next_batch;
+	size_t n_plans;
+	struct td_plan_entry *plans; /* n_plans entries, malloc'd */
+};
+
 struct td_agent {
 	struct td_agent *next, *prev;
 	struct td_daemon *d;
@@ -96,12 +119,19 @@ struct td_agent {
 	int32_t driver_version;
 	uint64_t connected_ms;
 	struct toggle_shm shm;
-	/* What the daemon last wrote to the control lane. */
+	/*
+	 * The accepted desired state: what writes are checked against and what
+	 * queries show.  It reaches the control lane only once saved (commit.c);
+	 * a failed save puts it back to `durable`.
+	 */
 	struct toggle_shm_control_view ctl;
 	bool has_standing;            /* the daemon has set a standing set */
 	uint64_t next_batch;
 	struct td_plan_entry *plans;  /* submitted entries, for show and persistence */
 	size_t n_plans;
+	bool unsaved;                 /* accepted changes not yet in a save */
+	bool saving;                  /* `saving` holds what the save in flight writes */
+	struct td_agent_state saving_state, durable; /* durable: also what the lane shows */
 	/* Last status read, for events and queries. */
 	struct toggle_shm_status *st, *st_tmp; /* last good snapshot, scratch */
 	bool st_valid;
@@ -121,25 +151,62 @@ struct td_waiter {
 struct td_store;
 
 /*
- * Desired state of one agent name, as persisted in <state_dir>/agents/<name>.json
+ * Desired state of one agent name and uid, as persisted in
+ * <state_dir>/agents/<key>.json (key: td_store_key)
  * (spec text per catalog).  The setters raise dirty (and the store's dirty)
  * when the value changes; td_store_save writes dirty entries only.
  */
 struct td_desired {
-	char name[TGP_MAX_NAME];
+	char name[TD_MAX_KEY]; /* the store key: the agent name, or name@uid */
 	char *standing; /* NULL: none set */
 	size_t n_plans;
 	int64_t *plan_steps;
 	char **plan_specs;
 	bool dirty;             /* changed since its file was last written */
+	bool unsure;            /* its file may not hold `saved` (a failed save renamed it) */
+	bool in_journal;        /* `saved` is in the journal, maybe not yet in its file */
 	struct td_store *owner; /* the store it belongs to (set by td_store_get/load) */
+	/* What its file holds: the last save that succeeded, or the load. */
+	char *saved_standing;
+	size_t saved_n_plans;
+	int64_t *saved_steps;
+	char **saved_specs;
 };
 
 struct td_store {
 	struct td_desired *v;
 	size_t n;
 	bool dirty;
-	uint64_t saves, save_errors;
+	bool quarantine;        /* load: set a corrupt file aside rather than fail */
+	/*
+	 * Saves append one record to <dir>/agents.journal (one fdatasync per
+	 * save, however many entries); the files are written at a checkpoint,
+	 * when the journal passes journal_max bytes (0: the default), and the
+	 * journal emptied.  Without it each save writes the entries' files.
+	 */
+	bool journal;
+	bool jopen;             /* jfd is open */
+	int jfd;
+	uint64_t jsize;         /* the journal's valid length: where the next record goes */
+	bool jtrim;             /* bytes of a failed append may lie past jsize: cut them */
+	uint64_t journal_max;
+	uint64_t saves, save_errors, quarantined, checkpoints;
+};
+
+struct td_store_job;
+
+/* Saves off the loop (commit.c): one in flight, the writes accepted meanwhile wait for the next. */
+struct td_commit {
+	uv_work_t work;
+	uv_timer_t retry;
+	struct td_store_job *job;     /* in flight, or NULL */
+	struct td_pending *inflight;  /* replies that wait for the job in flight */
+	struct td_pending *queued, **queued_tail; /* replies that wait for the next one */
+	bool failing;                 /* the last save failed */
+	bool stopping;
+	char reason[256];             /* why the last save failed */
+	uint64_t failures;            /* saves that failed (status: save_errors) */
+	uint64_t failed_writes;       /* writes answered TOGGLE_EIO */
 };
 
 struct td_stats {
@@ -162,6 +229,7 @@ struct td_daemon {
 	uint64_t next_agent_id, next_peer_id;
 	struct td_waiter *waiters;
 	struct td_store store;
+	struct td_commit commit;
 	gid_t operator_gid;
 	bool have_operator_gid;
 	uint64_t start_ms;
@@ -178,6 +246,10 @@ void td_peer_send(struct td_peer *p, const Toggle__Envelope *env);
 void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
 			const char *const *agents, size_t n_agents);
 void td_peer_drop(struct td_peer *p, const char *why);
+/* Hold a place in the peer's queue for a reply that waits (NULL: the peer was dropped). */
+struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend);
+/* Put the reply (taken; NULL: none) in its place; what is behind it may leave. */
+void td_peer_fill(struct td_peer *p, struct td_out *slot, uint8_t *data, size_t len);
 
 /* dispatch.c */
 void td_dispatch(struct td_peer *p, Toggle__Envelope *req);
@@ -204,10 +276,48 @@ void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind k
 void td_timer_update(struct td_daemon *d);
 void td_waiter_free(struct td_waiter *w);
 
+/* commit.c: saves on the thread pool, group commit, replies after durability. */
+void td_commit_init(struct td_daemon *d);
+/* Check phase: start a save when writes wait and none is in flight. */
+void td_commit_kick(struct td_daemon *d);
+/*
+ * A write was accepted (its agents' state changed, td_agent_persist done):
+ * reply (an encoded frame, taken) leaves after the save that holds it, or
+ * waiter is armed then; on a failed save the peer gets TOGGLE_EIO instead.
+ */
+void td_commit_reply(struct td_peer *p, uint64_t request_id, uint8_t *reply, size_t len,
+		     struct td_waiter *waiter);
+/* The peer of a waiting reply left (server.c, when it frees the queue). */
+void td_pending_detach(struct td_pending *pd);
+/* Shutdown: wait for the save in flight, save the rest, answer every write. */
+void td_commit_drain(struct td_daemon *d);
+/* Free a state copy's plans. */
+void td_agent_state_free(struct td_agent_state *st);
+/* Agent state: copy the accepted state into dst (plans allocated); TOGGLE_ENOMEM. */
+int td_agent_state_copy(struct td_agent_state *dst, const struct td_agent *a);
+
 /* store.c: one file per agent name under <dir>/agents/. */
 int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen);
-/* Writes the dirty entries only (an empty one's file is removed); TOGGLE_EIO with errno. */
+/*
+ * Writes the dirty entries only (an empty one's file is removed), all or
+ * nothing: every file is written and synced under a temporary name before
+ * any is renamed into place.  TOGGLE_EIO with errno.
+ */
 int td_store_save(struct td_store *s, const char *dir);
+/* The same in three steps, so that the file work can run on another thread:
+ * begin (loop: snapshot the dirty entries, they become clean), run (any
+ * thread: touches only the job), end (loop: 0 or TOGGLE_EIO with errno and
+ * the reason in err; frees the job). */
+struct td_store_job *td_store_job_begin(struct td_store *s, const char *dir);
+size_t td_store_job_entries(const struct td_store_job *j);
+void td_store_job_run(struct td_store_job *j);
+int td_store_job_end(struct td_store *s, struct td_store_job *j, char *err, size_t errlen);
+/* Drop a job that did not run: its entries are dirty again. */
+void td_store_job_cancel(struct td_store *s, struct td_store_job *j);
+/* Every entry back to what its file holds: pending changes dropped. */
+void td_store_rollback(struct td_store *s);
+/* The store key of an agent: its name for the daemon's own uid, name@uid for another. */
+int td_store_key(char *out, size_t len, const char *name, uint32_t uid);
 void td_store_free(struct td_store *s);
 struct td_desired *td_store_get(struct td_store *s, const char *name, bool create);
 int td_desired_set_standing(struct td_desired *dd, const char *spec);

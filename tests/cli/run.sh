@@ -320,7 +320,8 @@ assert d['socket'] == '$SOCK' and d['state_dir'] == '$STATE', d
 assert d['may_write'] is True and d['uptime_ms'] >= 0, d
 assert set(d) == {'daemon_version', 'protocol_version', 'uptime_ms', 'agents', 'clients',
                   'requests', 'errors', 'denied', 'dropped_peers', 'socket', 'state_dir',
-                  'may_write'}, sorted(d)
+                  'may_write', 'save_errors', 'save_error'}, sorted(d)
+assert d['save_errors'] == 0 and d['save_error'] is None, d
 "
 
 # set (replace) and wait until the agent ran it at a replay
