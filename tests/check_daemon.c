@@ -22,6 +22,7 @@
 #include <ftw.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -2058,6 +2059,73 @@ START_TEST(test_bad_input)
 END_TEST
 
 /* ======================================================================== */
+/* Issue 11: a hostile local user                                           */
+/* ======================================================================== */
+
+/* Item 1: the agent rewrites its header's lane offsets while registering. */
+struct offset_flipper {
+	volatile uint64_t *ctl_off, *st_off;
+	uint64_t good_ctl, good_st;
+	volatile int stop;
+};
+
+static void *offsets_flip(void *arg)
+{
+	struct offset_flipper *f = arg;
+	const uint64_t far = (uint64_t)1 << 40;
+	while (!__atomic_load_n(&f->stop, __ATOMIC_RELAXED)) {
+		__atomic_store_n(f->ctl_off, far, __ATOMIC_RELAXED);
+		__atomic_store_n(f->st_off, far, __ATOMIC_RELAXED);
+		for (volatile int i = 0; i < 64; i++)
+			;
+		__atomic_store_n(f->ctl_off, f->good_ctl, __ATOMIC_RELAXED);
+		__atomic_store_n(f->st_off, f->good_st, __ATOMIC_RELAXED);
+		for (volatile int i = 0; i < 64; i++)
+			;
+	}
+	return NULL;
+}
+
+START_TEST(test_shm_offsets_rewritten_while_registering)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct toggle_shm shm;
+	int rc = toggle_shm_create(&shm, err, ERRLEN);
+	ASSERT_CODE(rc, 0, err);
+	struct offset_flipper f = {.ctl_off = &shm.hdr->control_offset,
+				   .st_off = &shm.hdr->status_offset,
+				   .good_ctl = shm.hdr->control_offset,
+				   .good_st = shm.hdr->status_offset};
+	pthread_t t;
+	ASSERT(pthread_create(&t, NULL, offsets_flip, &f) == 0, "pthread_create");
+	int accepted = 0, refused = 0;
+	for (int i = 0; i < 300; i++) {
+		struct raw r;
+		raw_open(&r, &e);
+		raw_hello(&r);
+		/* Every registration is answered (accepted, or refused as ESHM): never a crash. */
+		rc = raw_register(&r, "shifty", NT, NL, shm.fd, err);
+		ASSERT(rc == 0 || rc == TOGGLE_ESHM, "registration %d: %s: %s", i, toggle_strerror(rc),
+		       err);
+		if (rc == 0)
+			accepted++;
+		else
+			refused++;
+		raw_close(&r);
+	}
+	__atomic_store_n(&f.stop, 1, __ATOMIC_RELAXED);
+	pthread_join(t, NULL);
+	daemon_alive(&e, "300 registrations of a region whose offsets kept changing");
+	ASSERT(accepted > 0 && refused > 0, "%d accepted, %d refused: the race was not exercised",
+	       accepted, refused);
+	toggle_shm_unmap(&shm);
+	env_teardown(&e);
+}
+END_TEST
+
+/* ======================================================================== */
 
 static TCase *add_tcase(Suite *s, const char *name)
 {
@@ -2089,6 +2157,8 @@ static Suite *daemon_suite(void)
 	tc = add_tcase(s, "security");
 	tcase_add_test(tc, test_permission_denied);
 	tcase_add_test(tc, test_bad_input);
+	tc = add_tcase(s, "issue11");
+	tcase_add_test(tc, test_shm_offsets_rewritten_while_registering);
 	return s;
 }
 
