@@ -10,9 +10,12 @@
 #include <signal.h>
 #include <getopt.h>
 #include <grp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -69,7 +72,86 @@ static char *trim(char *s)
 	return s;
 }
 
-/* Parse "key = value" lines; unknown keys and bad values are errors. */
+#define CONFIG_MAX_LINE  1024
+#define CONFIG_MAX_BYTES (1u << 20)
+
+/* An unsigned decimal in [lo, hi], or false. */
+static bool config_uint(const char *val, unsigned long long lo, unsigned long long hi,
+			unsigned long long *out)
+{
+	char *end;
+	if (!*val || *val == '-' || *val == '+')
+		return false;
+	errno = 0;
+	unsigned long long v = strtoull(val, &end, 10);
+	if (errno || *end || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* The numeric keys: name, bounds, where the value goes. */
+struct config_num {
+	const char *key;
+	unsigned long long lo, hi;
+	size_t off;
+	bool is_size;
+};
+
+static const struct config_num config_nums[] = {
+	{"max_queue_bytes", 65536, 1ull << 30, offsetof(struct td_config, max_queue), true},
+	{"max_peers", 1, TD_MAX_PEERS_LIMIT, offsetof(struct td_config, max_peers), false},
+	{"reserved_peers", 0, TD_MAX_PEERS_LIMIT, offsetof(struct td_config, reserved_peers), false},
+	{"max_peers_per_uid", 0, TD_MAX_PEERS_LIMIT, offsetof(struct td_config, max_peers_per_uid), false},
+	{"hello_timeout_ms", 0, 3600000, offsetof(struct td_config, hello_timeout_ms), false},
+	{"idle_timeout_ms", 0, 86400000, offsetof(struct td_config, idle_timeout_ms), false},
+};
+
+static int config_line(struct td_config *cfg, char *s, const char *path, int lineno, char *err,
+		       size_t errlen)
+{
+	char *eq = strchr(s, '=');
+	if (!eq) {
+		snprintf(err, errlen, "%s:%d: expected key = value", path, lineno);
+		return -1;
+	}
+	*eq = '\0';
+	char *key = trim(s), *val = trim(eq + 1);
+	if (strcmp(key, "operator_group") == 0 && strlen(val) < sizeof(cfg->operator_group)) {
+		snprintf(cfg->operator_group, sizeof(cfg->operator_group), "%s", val);
+		return 0;
+	}
+	if (strcmp(key, "verbose") == 0 && (!strcmp(val, "0") || !strcmp(val, "1"))) {
+		cfg->verbose = val[0] == '1';
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(config_nums) / sizeof(config_nums[0]); i++) {
+		const struct config_num *n = &config_nums[i];
+		if (strcmp(key, n->key) != 0)
+			continue;
+		unsigned long long v;
+		if (!config_uint(val, n->lo, n->hi, &v)) {
+			snprintf(err, errlen, "%s:%d: %s must be an integer in %llu..%llu", path, lineno,
+				 key, n->lo, n->hi);
+			return -1;
+		}
+		if (n->is_size)
+			*(size_t *)(void *)((char *)cfg + n->off) = (size_t)v;
+		else
+			*(unsigned *)(void *)((char *)cfg + n->off) = (unsigned)v;
+		return 0;
+	}
+	snprintf(err, errlen, "%s:%d: unknown key '%s' or bad value (keys: operator_group, verbose, "
+		 "max_queue_bytes, max_peers, reserved_peers, max_peers_per_uid, hello_timeout_ms, "
+		 "idle_timeout_ms)", path, lineno, key);
+	return -1;
+}
+
+/*
+ * Parse "key = value" lines; unknown keys and bad values are errors.  The
+ * same checks at start and on SIGHUP: a regular file, bounded lines and
+ * size, no NUL bytes (a line cut at a NUL would be read as something else).
+ */
 static int config_load(struct td_config *cfg, const char *path, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "re");
@@ -77,40 +159,46 @@ static int config_load(struct td_config *cfg, const char *path, char *err, size_
 		snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
 		return -1;
 	}
-	char line[512];
+	struct stat sb;
+	if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		snprintf(err, errlen, "%s is not a regular file", path);
+		fclose(f);
+		return -1;
+	}
+	char *line = NULL;
+	size_t cap = 0, total = 0;
+	ssize_t len;
 	int lineno = 0, rc = 0;
-	while (rc == 0 && fgets(line, sizeof(line), f)) {
+	errno = 0;
+	while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
 		lineno++;
-		char *s = trim(line);
-		if (!*s || *s == '#')
-			continue;
-		char *eq = strchr(s, '=');
-		if (!eq) {
-			snprintf(err, errlen, "%s:%d: expected key = value", path, lineno);
+		total += (size_t)len;
+		if ((size_t)len > CONFIG_MAX_LINE || total > CONFIG_MAX_BYTES) {
+			snprintf(err, errlen, "%s:%d: line or file too long (%d bytes a line, %u in all)",
+				 path, lineno, CONFIG_MAX_LINE, CONFIG_MAX_BYTES);
 			rc = -1;
 			break;
 		}
-		*eq = '\0';
-		char *key = trim(s), *val = trim(eq + 1);
-		char *end;
-		if (strcmp(key, "operator_group") == 0 && strlen(val) < sizeof(cfg->operator_group)) {
-			snprintf(cfg->operator_group, sizeof(cfg->operator_group), "%s", val);
-		} else if (strcmp(key, "verbose") == 0 && (!strcmp(val, "0") || !strcmp(val, "1"))) {
-			cfg->verbose = val[0] == '1';
-		} else if (strcmp(key, "max_queue_bytes") == 0) {
-			unsigned long long v = strtoull(val, &end, 10);
-			if (*end || v < 65536 || v > (1ull << 30)) {
-				snprintf(err, errlen, "%s:%d: max_queue_bytes must be 65536..2^30", path, lineno);
-				rc = -1;
-			} else {
-				cfg->max_queue = (size_t)v;
-			}
-		} else {
-			snprintf(err, errlen, "%s:%d: unknown key '%s' or bad value (keys: operator_group, "
-				 "verbose, max_queue_bytes)", path, lineno, key);
+		if (memchr(line, '\0', (size_t)len)) {
+			snprintf(err, errlen, "%s:%d: NUL byte in the line", path, lineno);
 			rc = -1;
+			break;
 		}
+		char *s = trim(line);
+		if (!*s || *s == '#')
+			continue;
+		rc = config_line(cfg, s, path, lineno, err, errlen);
 	}
+	if (rc == 0 && cfg->reserved_peers >= cfg->max_peers) {
+		snprintf(err, errlen, "%s: reserved_peers (%u) must be below max_peers (%u)", path,
+			 cfg->reserved_peers, cfg->max_peers);
+		rc = -1;
+	}
+	if (rc == 0 && ferror(f)) {
+		snprintf(err, errlen, "reading %s: %s", path, strerror(errno ? errno : EIO));
+		rc = -1;
+	}
+	free(line);
 	fclose(f);
 	return rc;
 }
@@ -135,6 +223,31 @@ static void config_apply_cli(struct td_config *cfg)
 		snprintf(cfg->operator_group, sizeof(cfg->operator_group), "%s", cfg->cli_group);
 	if (cfg->cli_verbose)
 		cfg->verbose = 1;
+}
+
+/*
+ * Every peer may hold up to TD_FDS_PER_PEER fds: raise the soft
+ * RLIMIT_NOFILE towards what max_peers needs (the hard limit caps it), and
+ * say so when it stays short.  accept() running out is handled anyway.
+ */
+static void fd_limit_fit(const struct td_config *cfg)
+{
+	struct rlimit rl;
+	rlim_t need = (rlim_t)cfg->max_peers * TD_FDS_PER_PEER + TD_FDS_SPARE;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+		log_warn("getrlimit(RLIMIT_NOFILE)");
+		return;
+	}
+	if (rl.rlim_cur >= need)
+		return;
+	struct rlimit want = rl;
+	want.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+	if (want.rlim_cur > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &want) == 0)
+		rl = want;
+	if (rl.rlim_cur < need)
+		log_warnx("open files limited to %llu; max_peers %u needs %llu: connections past that are "
+			  "refused (raise LimitNOFILE= or ulimit -n, or lower max_peers)",
+			  (unsigned long long)rl.rlim_cur, cfg->max_peers, (unsigned long long)need);
 }
 
 static void on_stop(uv_signal_t *h, int signum)
@@ -162,6 +275,8 @@ static void on_hup(uv_signal_t *h, int signum)
 	d->cfg = next;
 	log_set_verbose(d->cfg.verbose);
 	td_auth_reload(d);
+	fd_limit_fit(&d->cfg);
+	td_server_reconfigure(d);
 	/* Rights of connected peers follow the new configuration. */
 	for (struct td_peer *p = d->peers; p; p = p->next)
 		p->may_write = td_auth_may_write(d, p->uid, p->gid, p->pid);
@@ -247,6 +362,12 @@ int main(int argc, char **argv)
 	struct td_daemon *d = &daemon;
 	d->cfg.socket_mode = 0666;
 	d->cfg.max_queue = TD_MAX_QUEUE;
+	d->cfg.max_peers = TD_MAX_PEERS;
+	d->cfg.reserved_peers = TD_RESERVED_PEERS;
+	d->cfg.max_peers_per_uid = TD_MAX_PEERS_PER_UID;
+	d->cfg.hello_timeout_ms = TD_HELLO_TIMEOUT_MS;
+	d->cfg.idle_timeout_ms = TD_IDLE_TIMEOUT_MS;
+	d->reserve_fd = -1;
 	snprintf(d->cfg.operator_group, sizeof(d->cfg.operator_group), "toggle");
 	d->listen_fd = -1;
 	parse_args(d, argc, argv);
@@ -256,6 +377,7 @@ int main(int argc, char **argv)
 	if (td_store_load(&d->store, d->cfg.state_dir, err, sizeof(err)) != 0)
 		fatalx("cannot restore the desired state: %s", err);
 	td_auth_reload(d);
+	fd_limit_fit(&d->cfg);
 	d->loop = uv_default_loop();
 	d->start_ms = td_now_ms();
 	uv_timer_init(d->loop, &d->status_timer);

@@ -23,7 +23,15 @@
 
 #define TD_VERSION          "0.1.0"
 #define TD_MAX_QUEUE        (8u << 20)  /* bytes queued to one peer before it is dropped */
-#define TD_MAX_PEERS        1024
+#define TD_MAX_PEERS        1024        /* default max_peers */
+#define TD_MAX_PEERS_LIMIT  65536       /* max_peers accepted from the configuration */
+#define TD_RESERVED_PEERS   32          /* default reserved_peers: root and operators only */
+#define TD_MAX_PEERS_PER_UID 256        /* default max_peers_per_uid (root and us exempt) */
+#define TD_HELLO_TIMEOUT_MS 5000        /* default hello_timeout_ms */
+#define TD_IDLE_TIMEOUT_MS  300000      /* default idle_timeout_ms (not agents, not watchers) */
+#define TD_FDS_PER_PEER     3           /* socket, a passed fd in flight, an agent's memfd */
+#define TD_FDS_SPARE        64          /* state files, /proc reads, the reserve fd */
+#define TD_LOG_EVERY_MS     10000       /* repeated warnings: one line per this, with a count */
 #define TD_POLL_IDLE_MS     10          /* status-lane polling for events */
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
 #define TD_MAX_PENDING_PLAN 256         /* remembered plan entries per agent name */
@@ -36,6 +44,13 @@ struct td_config {
 	unsigned socket_mode;
 	int verbose;
 	size_t max_queue;
+	/* Connection limits (issue 11 item 3): one uid cannot lock the others out. */
+	unsigned max_peers;          /* all peers */
+	unsigned reserved_peers;     /* of those, kept for root, our uid and the operator group */
+	unsigned max_peers_per_uid;  /* per uid other than root and ours; 0: no limit */
+	unsigned hello_timeout_ms;   /* a peer must say hello within this; 0: no deadline */
+	unsigned idle_timeout_ms;    /* a client that is not an agent, not watching and not
+				      * waiting is dropped after this long silent; 0: never */
 	/* Given on the command line: they win over the file, also after SIGHUP. */
 	char cli_group[64];
 	bool cli_verbose;
@@ -68,6 +83,7 @@ struct td_peer {
 	bool closing;
 	bool want_write;
 	uint32_t pid, uid, gid;
+	uint64_t connected_ms, active_ms; /* td_now_ms() at accept and at the last frame */
 	struct tgp_reader rd;
 	int pending_fd; /* from SCM_RIGHTS, until a RegisterAgent claims it */
 	struct td_out *out_head, *out_tail;
@@ -143,6 +159,13 @@ struct td_store {
 
 struct td_stats {
 	uint64_t requests, errors, denied, dropped_peers, frames_refused;
+	uint64_t refused_peers, timed_out_peers, accept_errors;
+};
+
+/* A warning that can repeat fast (a flood): logged once per TD_LOG_EVERY_MS. */
+struct td_ratelog {
+	uint64_t next_ms;    /* log again from then */
+	uint64_t suppressed; /* occurrences since the last line */
 };
 
 struct td_daemon {
@@ -151,6 +174,11 @@ struct td_daemon {
 	int listen_fd;
 	bool socket_owned; /* we created it, so we unlink it at exit */
 	uv_poll_t listen_poll;
+	bool listen_paused;  /* out of fds with no reserve: accepting resumes on listen_timer */
+	uv_timer_t listen_timer;
+	int reserve_fd;      /* spent to accept and refuse when accept() says EMFILE */
+	uv_timer_t peer_timer; /* hello deadlines and idle timeouts */
+	struct td_ratelog log_refused, log_accept;
 	uv_check_t flush_check;
 	uv_timer_t status_timer;
 	uv_signal_t sig_term, sig_int, sig_hup;
@@ -177,6 +205,8 @@ void td_peer_send(struct td_peer *p, const Toggle__Envelope *env);
 void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
 			const char *const *agents, size_t n_agents);
 void td_peer_drop(struct td_peer *p, const char *why);
+/* Apply changed limits and timeouts (after a configuration reload). */
+void td_server_reconfigure(struct td_daemon *d);
 
 /* dispatch.c */
 void td_dispatch(struct td_peer *p, Toggle__Envelope *req);
