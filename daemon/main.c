@@ -250,6 +250,28 @@ static void fd_limit_fit(const struct td_config *cfg)
 			  (unsigned long long)rl.rlim_cur, cfg->max_peers, (unsigned long long)need);
 }
 
+/*
+ * The state directory (and its agents/) must be ours before anything in it
+ * is read: made by us now, or already owned by us or root and writable by
+ * nobody else (issue 11 item 6).
+ */
+static int state_dir_prepare(const char *dir, char *err, size_t errlen)
+{
+	char sub[PATH_MAX];
+	if (td_path_mkdirs(dir, 0750, err, errlen) != 0 ||
+	    td_path_dir_trusted(dir, false, err, errlen) != 0)
+		return -1;
+	int n = snprintf(sub, sizeof(sub), "%s/agents", dir);
+	if (n < 0 || (size_t)n >= sizeof(sub)) {
+		snprintf(err, errlen, "state directory path too long");
+		return -1;
+	}
+	struct stat sb;
+	if (lstat(sub, &sb) != 0 && errno == ENOENT)
+		return 0; /* the store makes it */
+	return td_path_dir_trusted(sub, false, err, errlen);
+}
+
 static void on_stop(uv_signal_t *h, int signum)
 {
 	struct td_daemon *d = h->data;
@@ -374,6 +396,8 @@ int main(int argc, char **argv)
 	log_init("toggled", d->cfg.verbose);
 
 	char err[512];
+	if (state_dir_prepare(d->cfg.state_dir, err, sizeof(err)) != 0)
+		fatalx("state directory: %s", err);
 	if (td_store_load(&d->store, d->cfg.state_dir, err, sizeof(err)) != 0)
 		fatalx("cannot restore the desired state: %s", err);
 	td_auth_reload(d);

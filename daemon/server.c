@@ -560,38 +560,45 @@ static int socket_is_live(const char *path)
 	return live;
 }
 
-static int mkdir_parents(const char *path)
-{
-	char tmp[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	snprintf(tmp, sizeof(tmp), "%s", path);
-	char *slash = strrchr(tmp, '/');
-	if (!slash || slash == tmp)
-		return 0;
-	*slash = '\0';
-	for (char *c = tmp + 1; *c; c++) {
-		if (*c != '/')
-			continue;
-		*c = '\0';
-		if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-			return -1;
-		*c = '/';
-	}
-	return (mkdir(tmp, 0755) != 0 && errno != EEXIST) ? -1 : 0;
-}
-
 static int listen_bind(struct td_daemon *d)
 {
 	const char *path = d->cfg.socket_path;
+	char dir[sizeof(d->cfg.socket_path)], err[512];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == dir)
+		dir[1] = '\0';
+	else
+		*slash = '\0';
+	/* Our own directory (a sticky one like /tmp too: nobody else can rename in it). */
+	if (td_path_mkdirs(dir, 0755, err, sizeof(err)) != 0 ||
+	    td_path_dir_trusted(dir, true, err, sizeof(err)) != 0) {
+		log_warnx("socket directory: %s", err);
+		return -1;
+	}
 	if (socket_is_live(path)) {
 		log_warnx("a daemon is already listening on %s; not starting", path);
 		return -1;
 	}
-	if (mkdir_parents(path) != 0) {
-		log_warn("creating the directory of %s", path);
+	/* Only a socket nobody listens on is ours to remove (issue 11 item 10). */
+	struct stat sb;
+	if (lstat(path, &sb) == 0) {
+		if (!S_ISSOCK(sb.st_mode)) {
+			log_warnx("%s exists and is not a socket; not removing it (choose another "
+				  "--socket, or remove it if it is yours)", path);
+			return -1;
+		}
+		if (unlink(path) != 0) {
+			log_warn("removing the stale socket %s", path);
+			return -1;
+		}
+		log_info("replaced a stale socket at %s", path);
+	} else if (errno != ENOENT) {
+		log_warn("%s", path);
 		return -1;
 	}
-	if (unlink(path) == 0)
-		log_info("replaced a stale socket at %s", path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		log_warn("socket");

@@ -211,6 +211,12 @@ void td_server_reconfigure(struct td_daemon *d);
 /* dispatch.c */
 void td_dispatch(struct td_peer *p, Toggle__Envelope *req);
 
+/* paths.c: directories that must be ours (owned by us or root, not writable by
+ * others; ancestors may be sticky like /tmp, the leaf only if sticky_leaf_ok). */
+int td_path_dir_trusted(const char *dir, bool sticky_leaf_ok, char *err, size_t errlen);
+/* mkdir -p: parents 0755, the last one leaf_mode; existing ones are left as they are. */
+int td_path_mkdirs(const char *dir, mode_t leaf_mode, char *err, size_t errlen);
+
 /* auth.c */
 bool td_auth_may_write(const struct td_daemon *d, uint32_t uid, uint32_t gid, uint32_t pid);
 void td_auth_reload(struct td_daemon *d);

@@ -78,7 +78,7 @@ PID=""
 
 # 3. A bad configuration file refuses the start, naming file and line.
 printf 'operator_group = ok\nbogus\n' >"$T/bad.conf"
-if "$B/toggled" --socket "$T/bad.sock" --state-dir "$T/state3" -c "$T/bad.conf" 2>"$T/bad.log"; then
+if timeout 10 "$B/toggled" --socket "$T/bad.sock" --state-dir "$T/state3" -c "$T/bad.conf" 2>"$T/bad.log"; then
 	fail "started with a bad configuration"
 else
 	grep -q "bad.conf:2" "$T/bad.log" && ok "bad configuration refused at start (file:line)" ||
@@ -193,6 +193,89 @@ fi
 n=$(grep -c "accept" "$T/fd.log" || true)
 [ "$n" -le 2 ] && ok "out of fds: $n accept warning line(s), rate-limited" || fail "out of fds: $n accept log lines"
 ctl "$T/fd.sock" && ok "serving again once fds are free" || fail "not serving after fd exhaustion"
+kill -TERM "$PID"
+wait "$PID" || fail "SIGTERM exit status $?"
+PID=""
+
+# 8. Issue 11 item 10: --socket PATH removes only a socket nobody listens on;
+#    anything else at PATH is refused with a clear error and left alone.
+#    (A daemon that wrongly starts in cases 8-10 is stopped by timeout.)
+echo "precious" >"$T/reg.sock"
+mkdir "$T/dir.sock"
+ln -s "$T/reg.sock" "$T/link.sock"
+for what in reg dir link; do
+	if timeout 10 "$B/toggled" --socket "$T/$what.sock" --state-dir "$T/state8" 2>"$T/p-$what.log"; then
+		fail "--socket on a $what: started"
+	elif grep -q "not a socket; not removing it" "$T/p-$what.log"; then
+		ok "--socket on a $what: refused, says why"
+	else
+		fail "--socket on a $what: $(cat "$T/p-$what.log")"
+	fi
+done
+[ "$(cat "$T/reg.sock" 2>/dev/null)" = precious ] && [ -d "$T/dir.sock" ] && [ -L "$T/link.sock" ] &&
+	ok "--socket: the file, directory and link are still there" || fail "--socket removed what was at PATH"
+
+# 9. Issue 11 item 6: a socket or state directory another user made, or one
+#    others may write, is refused (the /tmp fallbacks of a non-root daemon).
+mkdir -m 0777 "$T/ww"
+chmod 0777 "$T/ww"
+if timeout 10 "$B/toggled" --socket "$T/ww/s.sock" --state-dir "$T/state9" 2>"$T/ww.log"; then
+	fail "socket in a world-writable directory: started"
+else
+	grep -q "writable by others" "$T/ww.log" && ok "socket directory writable by others: refused" ||
+		fail "world-writable socket directory: $(cat "$T/ww.log")"
+fi
+if timeout 10 "$B/toggled" --socket "$T/s9.sock" --state-dir "$T/ww" 2>"$T/ww2.log"; then
+	fail "state in a world-writable directory: started"
+else
+	grep -q "writable by others" "$T/ww2.log" && ok "state directory writable by others: refused" ||
+		fail "world-writable state directory: $(cat "$T/ww2.log")"
+fi
+if [ "$(id -u)" = 0 ]; then
+	mkdir -m 0755 "$T/squat" "$T/squat-state"
+	chown 65534:65534 "$T/squat" "$T/squat-state"
+	if timeout 10 "$B/toggled" --socket "$T/squat/s.sock" --state-dir "$T/state9" 2>"$T/squat.log"; then
+		fail "socket in a directory of uid 65534: started"
+	else
+		grep -q "belongs to uid 65534" "$T/squat.log" && ok "socket directory of another uid: refused" ||
+			fail "squatted socket directory: $(cat "$T/squat.log")"
+	fi
+	if timeout 10 "$B/toggled" --socket "$T/s9.sock" --state-dir "$T/squat-state" 2>"$T/squat2.log"; then
+		fail "state in a directory of uid 65534: started"
+	else
+		grep -q "belongs to uid 65534" "$T/squat2.log" && ok "state directory of another uid: refused" ||
+			fail "squatted state directory: $(cat "$T/squat2.log")"
+	fi
+else
+	echo "skip: directories of another uid (needs root to chown to 65534)"
+fi
+
+# 10. Issue 11 item 12: a reload refuses what the first load refuses: a
+#     directory, a NUL byte in a line (the old configuration is kept).
+printf 'verbose = 0\n' >"$T/r.conf"
+"$B/toggled" --socket "$T/r.sock" --state-dir "$T/state10" -c "$T/r.conf" 2>"$T/r.log" &
+PID=$!
+wait_for "$T/r.log" "listening on" || fail "daemon for the reload test did not start"
+rm "$T/r.conf"
+mkdir "$T/r.conf"
+kill -HUP "$PID"
+wait_for "$T/r.log" "keeping the old configuration" && grep -q "not a regular file" "$T/r.log" &&
+	ok "SIGHUP: a directory is refused" || fail "SIGHUP with a directory: $(tail -n 2 "$T/r.log")"
+rmdir "$T/r.conf"
+printf '\000max_peers = 0\nverbose = 0\n' >"$T/r.conf"
+kill -HUP "$PID"
+i=0
+until [ "$(grep -c "keeping the old configuration" "$T/r.log")" -ge 2 ]; do
+	i=$((i + 1)); [ $i -lt 100 ] || break; sleep 0.05
+done
+grep -q "NUL byte" "$T/r.log" && ok "SIGHUP: a NUL-led line is refused" ||
+	fail "SIGHUP with a NUL-led line: $(tail -n 2 "$T/r.log")"
+if timeout 10 "$B/toggled" --socket "$T/r2.sock" --state-dir "$T/state10b" -c "$T/r.conf" 2>"$T/r2.log"; then
+	fail "started with a NUL-led line"
+else
+	grep -q "NUL byte" "$T/r2.log" && ok "start: a NUL-led line is refused" || fail "start with NUL: $(cat "$T/r2.log")"
+fi
+ctl "$T/r.sock" && ok "still serving after the refused reloads" || fail "not serving after refused reloads"
 kill -TERM "$PID"
 wait "$PID" || fail "SIGTERM exit status $?"
 PID=""
