@@ -30,7 +30,8 @@ static uint64_t unix_ms(void)
 static bool name_ok(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
-	if (n == 0 || n >= TGP_MAX_NAME)
+	/* "." and ".." name directories, not state files (issue 11 item 8). */
+	if (n == 0 || n >= TGP_MAX_NAME || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		char c = s[i];
@@ -219,7 +220,7 @@ static void agent_restore(struct td_agent *a)
 static int agent_check_register(const Toggle__RegisterAgent *m, char *err, size_t errlen)
 {
 	if (!name_ok(m->name)) {
-		snprintf(err, errlen, "bad agent name (expected [A-Za-z0-9_.-], 1-%d bytes)",
+		snprintf(err, errlen, "bad agent name (expected [A-Za-z0-9_.-], 1-%d bytes, not . or ..)",
 			 TGP_MAX_NAME - 1);
 		return TOGGLE_EINVAL;
 	}

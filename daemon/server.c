@@ -258,6 +258,15 @@ static ssize_t peer_recv(struct td_peer *p, uint8_t *buf, size_t len)
 	return n;
 }
 
+/* The body length of the next buffered frame (0 if its header is not there yet). */
+static uint32_t reader_frame_len(const struct tgp_reader *rd)
+{
+	if (tgp_reader_pending(rd) < TGP_FRAME_HEADER)
+		return 0;
+	const uint8_t *h = rd->buf + rd->off;
+	return (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
+}
+
 static void peer_read(struct td_peer *p)
 {
 	uint8_t buf[READ_CHUNK];
@@ -279,9 +288,19 @@ static void peer_read(struct td_peer *p)
 	int rc = tgp_reader_feed(&p->rd, buf, (size_t)n);
 	Toggle__Envelope *env;
 	int got;
-	while (!p->closing && (got = tgp_reader_next(&p->rd, &env)) == 1) {
+	uint32_t flen;
+	while (!p->closing && (flen = reader_frame_len(&p->rd), got = tgp_reader_next(&p->rd, &env)) == 1) {
 		p->active_ms = td_now_ms();
-		td_dispatch(p, env);
+		/* protobuf-c keeps a string's bytes past a NUL, but C reads it up to the
+		 * NUL: "a\0/../x" would act as "a".  Such a frame re-packs shorter. */
+		if (toggle__envelope__get_packed_size(env) != flen) {
+			p->d->stats.frames_refused++;
+			td_peer_send_error(p, env->id, TOGGLE_EINVAL,
+					   "request refused: a string holds a NUL byte, or a field is "
+					   "repeated or not canonically encoded", NULL, 0);
+		} else {
+			td_dispatch(p, env);
+		}
 		toggle__envelope__free_unpacked(env, NULL);
 		/* An fd belongs to the frame it came with (a stream read never spans
 		 * an SCM_RIGHTS boundary): one its frame did not claim is closed. */

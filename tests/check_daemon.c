@@ -2125,6 +2125,82 @@ START_TEST(test_shm_offsets_rewritten_while_registering)
 }
 END_TEST
 
+/* Item 8: a RegisterAgent whose name is patched after packing (byte at, to). */
+static int raw_register_patched(struct raw *r, const char *name, char at, char to, int pass_fd,
+				char *err)
+{
+	Toggle__RegisterAgent m = TOGGLE__REGISTER_AGENT__INIT;
+	m.name = (char *)(uintptr_t)name;
+	m.n_hook_types = NT;
+	m.hook_types = (char **)(uintptr_t)type_names;
+	m.n_layers = NL;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.id = ++r->next_id;
+	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_AGENT;
+	env.register_agent = &m;
+	uint8_t *buf;
+	size_t len;
+	ASSERT_CODE(tgp_frame_encode(&env, &buf, &len), 0, "tgp_frame_encode");
+	uint8_t *hit = memmem(buf, len, name, strlen(name));
+	ASSERT(hit, "name not found in the packed frame");
+	uint8_t *c = memchr(hit, at, strlen(name));
+	ASSERT(c, "no '%c' in the name", at);
+	*c = (uint8_t)to;
+	raw_write(r, buf, len, pass_fd);
+	free(buf);
+	Toggle__Envelope *rep = NULL;
+	int got = raw_recv(r, &rep, RPC_TIMEOUT_MS);
+	ASSERT(got == 1, "no reply to a patched RegisterAgent");
+	int rc = 0;
+	err[0] = '\0';
+	if (rep->body_case == TOGGLE__ENVELOPE__BODY_ERROR) {
+		rc = rep->error->code;
+		snprintf(err, ERRLEN, "%s", rep->error->message);
+	}
+	toggle__envelope__free_unpacked(rep, NULL);
+	return rc;
+}
+
+START_TEST(test_names_dot_and_nul_refused)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct toggle_shm shm;
+	int rc = toggle_shm_create(&shm, err, ERRLEN);
+	ASSERT_CODE(rc, 0, err);
+	struct tgc *c = client(&e);
+	static const char *const dots[] = {".", ".."};
+	for (int i = 0; i < 2; i++) {
+		struct raw r;
+		raw_open(&r, &e);
+		raw_hello(&r);
+		rc = raw_register(&r, dots[i], NT, NL, shm.fd, err);
+		ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+		raw_close(&r);
+		ASSERT(!agent_lookup(c, dots[i], NULL, NULL), "agent '%s' was registered", dots[i]);
+	}
+	/* "a\0/../../x": C would read it as "a". */
+	{
+		struct raw r;
+		raw_open(&r, &e);
+		raw_hello(&r);
+		rc = raw_register_patched(&r, "a#/../../x", '#', '\0', shm.fd, err);
+		ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+		ASSERT(strstr(err, "NUL"), "the error does not say why: %s", err);
+		ASSERT(!agent_lookup(c, "a", NULL, NULL), "'a\\0/../../x' was registered as 'a'");
+		/* The connection stays usable: the refusal was for this request only. */
+		rc = raw_register(&r, "after-nul", NT, NL, shm.fd, err);
+		ASSERT_CODE(rc, 0, err);
+		raw_close(&r);
+	}
+	tgc_close(c);
+	toggle_shm_unmap(&shm);
+	daemon_alive(&e, "names with dots and NUL bytes");
+	env_teardown(&e);
+}
+END_TEST
+
 /* ======================================================================== */
 
 static TCase *add_tcase(Suite *s, const char *name)
@@ -2159,6 +2235,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_bad_input);
 	tc = add_tcase(s, "issue11");
 	tcase_add_test(tc, test_shm_offsets_rewritten_while_registering);
+	tcase_add_test(tc, test_names_dot_and_nul_refused);
 	return s;
 }
 
