@@ -310,6 +310,8 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	a->st_anomalies = 0;
 	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
 		a->st_anomalies += a->st->anomalies[i];
+	a->ev_applied = a->st->version_applied;
+	a->ev_rejected = a->st->plan_rejected;
 	a->next = d->agents;
 	if (d->agents)
 		d->agents->prev = a;
@@ -371,19 +373,21 @@ void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind k
 	}
 }
 
-/* Compare the fresh status with the last one: applied versions, rejected
- * plans and anomalies become events. */
-static void agent_events(struct td_agent *a, uint64_t prev_applied, uint64_t prev_rejected)
+/* Compare the fresh status with what watchers were last told: applied
+ * versions, rejected plans and anomalies become events. */
+static void agent_events(struct td_agent *a)
 {
 	struct toggle_shm_status *s = a->st;
-	if (s->version_applied != prev_applied && s->version_applied)
+	if (s->version_applied != a->ev_applied && s->version_applied)
 		td_event(a->d, a, TOGGLE__EVENT_KIND__SET_APPLIED, s->version_applied, s->step, NULL);
-	if (s->plan_rejected != prev_rejected) {
+	a->ev_applied = s->version_applied;
+	if (s->plan_rejected != a->ev_rejected) {
 		char msg[128];
 		snprintf(msg, sizeof(msg), "plan batch %llu rejected: step %lld had already begun",
 			 (unsigned long long)s->plan_rejected_batch, (long long)s->plan_rejected_step);
 		td_event(a->d, a, TOGGLE__EVENT_KIND__PLAN_REJECTED, a->ctl.version,
 			 s->plan_rejected_step, msg);
+		a->ev_rejected = s->plan_rejected;
 	}
 	uint64_t sum = 0;
 	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
@@ -471,14 +475,12 @@ void td_agents_poll(struct td_daemon *d)
 {
 	for (struct td_agent *a = d->agents, *next; a; a = next) {
 		next = a->next;
-		uint64_t applied = a->st->version_applied;
-		uint64_t rejected = a->st->plan_rejected;
 		/* The counters only: the set and graph records are read by queries. */
 		if (toggle_shm_status_read_head(a->shm.st, a->st_tmp) != 0)
 			continue;
 		memcpy(&a->st->step, &a->st_tmp->step,
 		       offsetof(struct toggle_shm_status, current) - offsetof(struct toggle_shm_status, step));
-		agent_events(a, applied, rejected);
+		agent_events(a);
 	}
 	uint64_t now = td_now_ms();
 	for (struct td_waiter **w = &d->waiters; *w;) {

@@ -120,7 +120,9 @@ struct td_agent {
 	/* Last status read, for events and queries. */
 	struct toggle_shm_status *st, *st_tmp; /* last good snapshot, scratch */
 	bool st_valid;
-	uint64_t st_anomalies;
+	/* What watchers were last told, compared by the status poll only: a query
+	 * refreshing st must not hide a change from them (issue 11 item 11). */
+	uint64_t st_anomalies, ev_applied, ev_rejected;
 };
 
 struct td_waiter {

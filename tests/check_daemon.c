@@ -2201,6 +2201,48 @@ START_TEST(test_names_dot_and_nul_refused)
 }
 END_TEST
 
+/*
+ * Item 11: a client that queries the agent between the daemon's status polls
+ * must not make watchers miss SET_APPLIED.  Each round sets without waiting,
+ * queries until the agent applied it (each query reads the status lane), and
+ * then the watcher must still hear of that version.
+ */
+START_TEST(test_events_survive_queries)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *w = client(&e), *c = client(&e);
+	int rc = rpc_watch(w, NULL, err);
+	ASSERT_CODE(rc, 0, err);
+	int a = agent_start(&e, &(struct agent_opts){.name = "queried", .steps = true});
+	agent_wait_listed(c, &e.agents[a], 1);
+	for (int round = 0; round < 10; round++) {
+		Toggle__Envelope *rep = NULL;
+		rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, round % 2 ? "attn_out:*" : "resid_post:*", 0,
+			     &rep, err);
+		ASSERT_CODE(rc, 0, err);
+		ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY &&
+		       rep->set_enabled_reply->n_versions == 1, "set reply");
+		uint64_t v = rep->set_enabled_reply->versions[0]->version;
+		toggle__envelope__free_unpacked(rep, NULL);
+		uint64_t end = now_ms() + 10000;
+		while (agent_info(c, "queried").applied_version < v)
+			ASSERT(now_ms() < end, "round %d: version %llu not applied in 10 s", round,
+			       (unsigned long long)v);
+		struct evinfo ev;
+		do
+			ev = event_wait(w, TOGGLE__EVENT_KIND__SET_APPLIED, "queried", 3000);
+		while (ev.version < v);
+		ASSERT(ev.version == v, "round %d: SET_APPLIED %llu, set %llu", round,
+		       (unsigned long long)ev.version, (unsigned long long)v);
+	}
+	tgc_close(w);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
 /* ======================================================================== */
 
 static TCase *add_tcase(Suite *s, const char *name)
@@ -2236,6 +2278,7 @@ static Suite *daemon_suite(void)
 	tc = add_tcase(s, "issue11");
 	tcase_add_test(tc, test_shm_offsets_rewritten_while_registering);
 	tcase_add_test(tc, test_names_dot_and_nul_refused);
+	tcase_add_test(tc, test_events_survive_queries);
 	return s;
 }
 
