@@ -410,6 +410,9 @@ static struct td_agent *agent_by_id(struct td_daemon *d, uint64_t id)
 
 void td_waiter_free(struct td_waiter *w)
 {
+	for (size_t i = 0; i < w->n_skipped; i++)
+		free(w->skipped[i]);
+	free(w->skipped);
 	free(w->names);
 	free(w->agent_ids);
 	free(w->versions);
@@ -462,6 +465,8 @@ static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 		env.set_enabled_reply = &rep;
 		rep.n_versions = w->n;
 		rep.versions = vp;
+		rep.n_skipped = w->n_skipped;
+		rep.skipped = w->skipped;
 		td_peer_send(w->peer, &env);
 	} else {
 		td_peer_send_error(w->peer, w->request_id, TOGGLE_ENOMEM, "out of memory", NULL, 0);

@@ -133,6 +133,8 @@ struct td_waiter {
 	size_t n;
 	uint64_t *agent_ids, *versions;
 	char (*names)[TGP_MAX_NAME]; /* to name agents that left */
+	char **skipped;              /* default target: agents left out, for the reply */
+	size_t n_skipped;
 };
 
 struct td_store;

@@ -2243,6 +2243,74 @@ START_TEST(test_events_survive_queries)
 }
 END_TEST
 
+/*
+ * Item 5: an agent with a foreign catalog (here: no attn_out hooks) must not
+ * make the operator's default-target set and plan fail for everyone: it is
+ * left out and named; an explicit selector naming it still fails.
+ */
+START_TEST(test_default_target_not_poisoned)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "native", .steps = true});
+	struct ainfo native = agent_wait_listed(c, &e.agents[a], 1);
+	struct toggle_shm shm;
+	int rc = toggle_shm_create(&shm, err, ERRLEN);
+	ASSERT_CODE(rc, 0, err);
+	struct raw r;
+	raw_open(&r, &e);
+	raw_hello(&r);
+	rc = raw_register(&r, "foreign", 1, 1, shm.fd, err); /* resid_post:0 only */
+	ASSERT_CODE(rc, 0, err);
+	struct ainfo foreign = agent_info(c, "foreign");
+
+	Toggle__Envelope *rep = NULL;
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:*", WAIT_MS, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	const Toggle__SetEnabledReply *sr = rep->set_enabled_reply;
+	ASSERT(sr->n_versions == 1 && sr->versions[0]->agent_id == native.id,
+	       "set went to %zu agents (first %llu), expected only native %llu", sr->n_versions,
+	       sr->n_versions ? (unsigned long long)sr->versions[0]->agent_id : 0ull,
+	       (unsigned long long)native.id);
+	ASSERT(sr->n_skipped == 1 && strstr(sr->skipped[0], "foreign") &&
+	       strstr(sr->skipped[0], "attn_out"), "skipped: %zu '%s'", sr->n_skipped,
+	       sr->n_skipped ? sr->skipped[0] : "");
+	toggle__envelope__free_unpacked(rep, NULL);
+	ASSERT_STR(agent_info(c, "native").enabled, "attn_out:*", "native's set");
+	ASSERT(agent_info(c, "foreign").control_version == foreign.control_version,
+	       "the foreign agent's lane was written");
+
+	/* A plan to the default target: the same. */
+	int64_t step = agent_info(c, "native").step + 100000;
+	Toggle__PlanEntry pe = TOGGLE__PLAN_ENTRY__INIT, *pep = &pe;
+	pe.step = step;
+	pe.spec = (char *)(uintptr_t)"attn_out:0";
+	Toggle__SubmitPlanRequest pm = TOGGLE__SUBMIT_PLAN_REQUEST__INIT;
+	pm.n_entries = 1;
+	pm.entries = &pep;
+	rc = rpc(c, TOGGLE__ENVELOPE__BODY_SUBMIT_PLAN, &pm, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_ACK && rep->ack->n_skipped == 1 &&
+	       strstr(rep->ack->skipped[0], "foreign"), "plan: foreign not named as skipped");
+	toggle__envelope__free_unpacked(rep, NULL);
+
+	/* Named explicitly, it still refuses (all or nothing). */
+	Toggle__Selector sel = sel_id(foreign.id);
+	rc = rpc_set(c, &sel, TOGGLE__SET_OP__REPLACE, "attn_out:*", 0, NULL, err);
+	ASSERT_CODE(rc, TOGGLE_ESPEC, err);
+	ASSERT(strstr(err, "foreign"), "the error does not name the agent: %s", err);
+	/* A spec nobody accepts fails naming an agent, as before. */
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "no_such_hook:*", 0, NULL, err);
+	ASSERT_CODE(rc, TOGGLE_ESPEC, err);
+	raw_close(&r);
+	toggle_shm_unmap(&shm);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
 /* ======================================================================== */
 
 static TCase *add_tcase(Suite *s, const char *name)
@@ -2279,6 +2347,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_shm_offsets_rewritten_while_registering);
 	tcase_add_test(tc, test_names_dot_and_nul_refused);
 	tcase_add_test(tc, test_events_survive_queries);
+	tcase_add_test(tc, test_default_target_not_poisoned);
 	return s;
 }
 
