@@ -260,6 +260,9 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	int rc = agent_check_register(m, err, errlen);
 	if (rc)
 		return rc;
+	if (m->group && m->group[0] &&
+	    td_auth_group_denied(d, m->group, p->uid, p->gid, p->pid, err, errlen))
+		return TOGGLE_EPERM;
 	struct td_agent *a = calloc(1, sizeof(*a));
 	if (a) {
 		a->st = calloc(1, sizeof(*a->st));

@@ -107,6 +107,67 @@ static const struct config_num config_nums[] = {
 	{"idle_timeout_ms", 0, 86400000, offsetof(struct td_config, idle_timeout_ms), false},
 };
 
+static bool config_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n >= TGP_MAX_NAME || !strcmp(s, ".") || !strcmp(s, ".."))
+		return false;
+	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == n;
+}
+
+/* agent_group = NAME: UID|@UNIXGROUP[, ...] */
+static int config_group_rule(struct td_config *cfg, char *val, char *why, size_t len)
+{
+	char *colon = strchr(val, ':');
+	if (!colon) {
+		snprintf(why, len, "agent_group: expected NAME: UID|@GROUP, ...");
+		return -1;
+	}
+	*colon = '\0';
+	char *name = trim(val);
+	if (!config_name_ok(name)) {
+		snprintf(why, len, "agent_group: bad group name '%s'", name);
+		return -1;
+	}
+	for (size_t i = 0; i < cfg->n_group_rules; i++)
+		if (!strcmp(cfg->group_rules[i].name, name)) {
+			snprintf(why, len, "agent_group: group '%s' listed twice", name);
+			return -1;
+		}
+	if (cfg->n_group_rules >= TD_MAX_GROUP_RULES) {
+		snprintf(why, len, "agent_group: more than %d lines", TD_MAX_GROUP_RULES);
+		return -1;
+	}
+	struct td_group_rule *r = &cfg->group_rules[cfg->n_group_rules];
+	memset(r, 0, sizeof(*r));
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	char *save = NULL;
+	for (char *tok = strtok_r(colon + 1, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+		unsigned long long uid;
+		if (r->n >= TD_GROUP_MEMBERS) {
+			snprintf(why, len, "agent_group: more than %d members for '%s'", TD_GROUP_MEMBERS,
+				 name);
+			return -1;
+		}
+		if (tok[0] == '@' && tok[1] && strlen(tok + 1) < sizeof(r->m[0].group)) {
+			r->m[r->n].is_group = true;
+			snprintf(r->m[r->n].group, sizeof(r->m[0].group), "%s", tok + 1);
+		} else if (config_uint(tok, 0, UINT32_MAX - 1, &uid)) {
+			r->m[r->n].uid = (uint32_t)uid;
+		} else {
+			snprintf(why, len, "agent_group: '%s' is neither a uid nor @unixgroup", tok);
+			return -1;
+		}
+		r->n++;
+	}
+	if (r->n == 0) {
+		snprintf(why, len, "agent_group: '%s' lists nobody", name);
+		return -1;
+	}
+	cfg->n_group_rules++;
+	return 0;
+}
+
 static int config_line(struct td_config *cfg, char *s, const char *path, int lineno, char *err,
 		       size_t errlen)
 {
@@ -124,6 +185,13 @@ static int config_line(struct td_config *cfg, char *s, const char *path, int lin
 	if (strcmp(key, "verbose") == 0 && (!strcmp(val, "0") || !strcmp(val, "1"))) {
 		cfg->verbose = val[0] == '1';
 		return 0;
+	}
+	if (strcmp(key, "agent_group") == 0) {
+		char why[256];
+		if (config_group_rule(cfg, val, why, sizeof(why)) == 0)
+			return 0;
+		snprintf(err, errlen, "%s:%d: %s", path, lineno, why);
+		return -1;
 	}
 	for (size_t i = 0; i < sizeof(config_nums) / sizeof(config_nums[0]); i++) {
 		const struct config_num *n = &config_nums[i];
@@ -143,7 +211,7 @@ static int config_line(struct td_config *cfg, char *s, const char *path, int lin
 	}
 	snprintf(err, errlen, "%s:%d: unknown key '%s' or bad value (keys: operator_group, verbose, "
 		 "max_queue_bytes, max_peers, reserved_peers, max_peers_per_uid, hello_timeout_ms, "
-		 "idle_timeout_ms)", path, lineno, key);
+		 "idle_timeout_ms, agent_group)", path, lineno, key);
 	return -1;
 }
 
@@ -288,6 +356,7 @@ static void on_hup(uv_signal_t *h, int signum)
 		return;
 	}
 	struct td_config next = d->cfg;
+	next.n_group_rules = 0; /* the file's list replaces the old one */
 	char err[512];
 	if (config_load(&next, d->cfg.config_path, err, sizeof(err)) != 0) {
 		log_warnx("SIGHUP: keeping the old configuration: %s", err);

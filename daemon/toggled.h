@@ -31,10 +31,23 @@
 #define TD_IDLE_TIMEOUT_MS  300000      /* default idle_timeout_ms (not agents, not watchers) */
 #define TD_FDS_PER_PEER     3           /* socket, a passed fd in flight, an agent's memfd */
 #define TD_FDS_SPARE        64          /* state files, /proc reads, the reserve fd */
+#define TD_MAX_GROUP_RULES  32          /* agent_group lines in toggled.conf */
+#define TD_GROUP_MEMBERS    8           /* uids or @unix groups per agent_group line */
 #define TD_LOG_EVERY_MS     10000       /* repeated warnings: one line per this, with a count */
 #define TD_POLL_IDLE_MS     10          /* status-lane polling for events */
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
 #define TD_MAX_PENDING_PLAN 256         /* remembered plan entries per agent name */
+
+/* agent_group = NAME: UID|@UNIXGROUP, ...  Who may register agents in group NAME. */
+struct td_group_rule {
+	char name[TGP_MAX_NAME];
+	size_t n;
+	struct {
+		bool is_group;     /* @name: a unix group, resolved at registration */
+		uint32_t uid;
+		char group[64];
+	} m[TD_GROUP_MEMBERS];
+};
 
 struct td_config {
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -51,6 +64,9 @@ struct td_config {
 	unsigned hello_timeout_ms;   /* a peer must say hello within this; 0: no deadline */
 	unsigned idle_timeout_ms;    /* a client that is not an agent, not watching and not
 				      * waiting is dropped after this long silent; 0: never */
+	/* Groups tied to uids or unix groups (issue 11 item 5); others are open to all. */
+	struct td_group_rule group_rules[TD_MAX_GROUP_RULES];
+	size_t n_group_rules;
 	/* Given on the command line: they win over the file, also after SIGHUP. */
 	char cli_group[64];
 	bool cli_verbose;
@@ -224,6 +240,9 @@ int td_path_mkdirs(const char *dir, mode_t leaf_mode, char *err, size_t errlen);
 /* auth.c */
 bool td_auth_may_write(const struct td_daemon *d, uint32_t uid, uint32_t gid, uint32_t pid);
 void td_auth_reload(struct td_daemon *d);
+/* May this peer register an agent in group?  NULL if so, else why not (in why). */
+const char *td_auth_group_denied(const struct td_daemon *d, const char *group, uint32_t uid,
+				 uint32_t gid, uint32_t pid, char *why, size_t len);
 
 /* agents.c */
 int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_t *id,

@@ -2311,6 +2311,133 @@ START_TEST(test_default_target_not_poisoned)
 }
 END_TEST
 
+/* Item 5: a daemon started with a configuration file (text) in the env's directory. */
+static void env_setup_conf(struct env *e, const char *text)
+{
+	memset(e, 0, sizeof(*e));
+	snprintf(e->dir, sizeof(e->dir), "/tmp/tgd-XXXXXX");
+	ASSERT(mkdtemp(e->dir) != NULL, "mkdtemp: %s", strerror(errno));
+	snprintf(e->sock, sizeof(e->sock), "%s/s.sock", e->dir);
+	snprintf(e->state, sizeof(e->state), "%s/state", e->dir);
+	snprintf(e->dlog, sizeof(e->dlog), "%s/toggled.log", e->dir);
+	g_env = e;
+	char conf[PATH_MAX];
+	snprintf(conf, sizeof(conf), "%s/toggled.conf", e->dir);
+	FILE *f = fopen(conf, "we");
+	ASSERT(f && fputs(text, f) >= 0 && fclose(f) == 0, "writing %s", conf);
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_detach(parent);
+		int fd = open(e->dlog, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || null < 0 || dup2(null, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+			_exit(126);
+		close_range(3, ~0u, 0);
+		execl(TOGGLED_BIN, "toggled", "--socket", e->sock, "--state-dir", e->state, "-c", conf,
+		      "-v", (char *)NULL);
+		_exit(127);
+	}
+	e->daemon = pid;
+	uint64_t end = now_ms() + 10000;
+	while (!socket_accepts(e->sock)) {
+		int st;
+		if (waitpid(e->daemon, &st, WNOHANG) == e->daemon) {
+			e->daemon = 0;
+			ASSERT(0, "toggled ended during start-up with %s", status_text(st));
+		}
+		ASSERT(now_ms() < end, "toggled does not accept on %s after 10 s", e->sock);
+		sleep_ms(10);
+	}
+}
+
+static int raw_register_group(struct raw *r, const char *name, const char *group, int fd,
+			      char *err)
+{
+	Toggle__RegisterAgent m = TOGGLE__REGISTER_AGENT__INIT;
+	m.name = (char *)(uintptr_t)name;
+	m.group = (char *)(uintptr_t)group;
+	m.n_hook_types = NT;
+	m.hook_types = (char **)(uintptr_t)type_names;
+	m.n_layers = NL;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_AGENT;
+	env.register_agent = &m;
+	return raw_call(r, &env, fd, TOGGLE__ENVELOPE__BODY_REGISTER_REPLY, err);
+}
+
+/* uid 65534: refused in group prod (tied to uid 4242), admitted in lab (open). */
+_Noreturn static void group_child(const struct env *e)
+{
+	char err[ERRLEN];
+	struct toggle_shm shm;
+	if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0)
+		_exit(10);
+	if (toggle_shm_create(&shm, err, ERRLEN) != 0)
+		_exit(11);
+	struct raw r;
+	raw_open(&r, e);
+	raw_hello(&r);
+	if (raw_register_group(&r, "squatter", "prod", shm.fd, err) != TOGGLE_EPERM)
+		_exit(12);
+	if (!strstr(err, "agent_group"))
+		_exit(13);
+	if (raw_register_group(&r, "labrat", "lab", shm.fd, err) != 0)
+		_exit(14);
+	raw_close(&r);
+	_exit(0);
+}
+
+START_TEST(test_agent_group_tied_to_uid)
+{
+	if (geteuid() != 0) {
+		printf("test_agent_group_tied_to_uid: skipped: needs root to become uid %d\n", NOBODY);
+		return;
+	}
+	struct env e;
+	env_setup_conf(&e, "agent_group = prod: 4242, @no-such-group-here\n");
+	ASSERT(chmod(e.dir, 0755) == 0, "chmod %s: %s", e.dir, strerror(errno));
+	char err[ERRLEN];
+	struct toggle_shm shm;
+	int rc = toggle_shm_create(&shm, err, ERRLEN);
+	ASSERT_CODE(rc, 0, err);
+	struct raw r;
+	raw_open(&r, &e);
+	raw_hello(&r);
+	rc = raw_register_group(&r, "rooted", "prod", shm.fd, err); /* root may */
+	ASSERT_CODE(rc, 0, err);
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_detach(parent);
+		group_child(&e);
+	}
+	int st = 0;
+	bool done = wait_exit(pid, 20000, &st);
+	if (!done) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	static const char *const why[] = {
+		[10] = "cannot become nobody", [11] = "shm", [12] = "group prod was not refused with EPERM",
+		[13] = "the refusal does not name agent_group", [14] = "open group lab was refused",
+	};
+	int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	ASSERT(done && code == 0, "uid 65534 agent: %s (%s)", status_text(st),
+	       code > 0 && code < (int)(sizeof(why) / sizeof(why[0])) && why[code] ? why[code] : "?");
+	struct tgc *c = client(&e);
+	ASSERT(!agent_lookup(c, "squatter", NULL, NULL), "the squatter is registered");
+	tgc_close(c);
+	raw_close(&r);
+	toggle_shm_unmap(&shm);
+	env_teardown(&e);
+}
+END_TEST
+
 /* ======================================================================== */
 
 static TCase *add_tcase(Suite *s, const char *name)
@@ -2348,6 +2475,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_names_dot_and_nul_refused);
 	tcase_add_test(tc, test_events_survive_queries);
 	tcase_add_test(tc, test_default_target_not_poisoned);
+	tcase_add_test(tc, test_agent_group_tied_to_uid);
 	return s;
 }
 
