@@ -10,6 +10,13 @@
   peers.py closed SOCK MODE   a connection that never says hello (MODE
                               nohello) or goes quiet after it (MODE idle)
                               must be closed by the daemon within 5 s
+  peers.py flood SOCK PID N UID SECONDS CMD
+                              the figures of docs/reliability.md: as UID
+                              (root: 0) open N hello'd connections, hold
+                              them SECONDS, run CMD (an operator's command)
+                              meanwhile; print served/refused, the daemon's
+                              CPU, fds, RSS and log growth before, during,
+                              after
 """
 import os
 import socket
@@ -52,14 +59,14 @@ def connect(path):
     return s
 
 
-def hello(path):
+def hello(path, timeout=5):
     """'ok' with the socket, or ('refused', message) / ('closed', None)."""
     s = connect(path)
     try:
         s.sendall(HELLO)
     except (BrokenPipeError, ConnectionResetError):
         pass
-    r = read_frame(s, 5)
+    r = read_frame(s, timeout)
     if r is None:
         s.close()
         return "closed", None
@@ -145,6 +152,59 @@ def main():
               (counts["ok"], counts["refused"], counts["closed"], c1 - c0, t1 - t0))
         for s in held:
             s.close()
+    elif cmd == "flood":
+        path, dpid, n, uid, secs, ctl = (sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),
+                                         int(sys.argv[5]), float(sys.argv[6]), sys.argv[7])
+
+        def proc():
+            with open("/proc/%d/stat" % dpid) as st:
+                f = st.read().rsplit(")", 1)[1].split()
+            cpu = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+            fds = len(os.listdir("/proc/%d/fd" % dpid))
+            with open("/proc/%d/status" % dpid) as st:
+                rss = [l.split()[1] for l in st if l.startswith("VmRSS:")][0]
+            return cpu, fds, int(rss)
+        before = proc()
+        rd, wr = os.pipe()
+        go_rd, go_wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(rd)
+            os.close(go_wr)
+            if uid:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            held, counts = [], {"ok": 0, "refused": 0, "closed": 0}
+            for _ in range(n):
+                try:
+                    what, x = hello(path, 1)             # 1 s: no answer counts as closed
+                except OSError:
+                    what = "closed"
+                counts[what] += 1
+                if what == "ok":
+                    held.append(x)
+            os.write(wr, ("%d %d %d\n" % (counts["ok"], counts["refused"], counts["closed"])).encode())
+            os.read(go_rd, 1)
+            os._exit(0)
+        os.close(wr)
+        os.close(go_rd)
+        line = os.fdopen(rd).readline().split()
+        c0, t0 = proc()[0], time.time()
+        during = proc()
+        rc = os.system(ctl + " >/dev/null 2>&1")
+        time.sleep(secs)
+        c1, t1 = proc()[0], time.time()
+        during = proc()
+        os.write(go_wr, b"x")
+        os.waitpid(pid, 0)
+        time.sleep(1)
+        after = proc()
+        print("uid %d: %d connections: served %s, refused %s, closed without a word %s; "
+              "operator command exit %d while held; daemon CPU %.2f s in %.1f s held; "
+              "fds %d -> %d -> %d; RSS %d -> %d -> %d kB" %
+              (uid, n, line[0], line[1], line[2], os.WEXITSTATUS(rc), c1 - c0, t1 - t0,
+               before[1], during[1], after[1], before[2], during[2], after[2]))
     elif cmd == "closed":
         path, mode = sys.argv[2], sys.argv[3]
         s = connect(path)
