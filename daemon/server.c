@@ -267,6 +267,13 @@ static uint32_t reader_frame_len(const struct tgp_reader *rd)
 	return (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
 }
 
+/* tgp_reader_next, and the body length of the frame it decodes (*flen). */
+static int peer_next_frame(struct td_peer *p, Toggle__Envelope **env, uint32_t *flen)
+{
+	*flen = reader_frame_len(&p->rd);
+	return tgp_reader_next(&p->rd, env);
+}
+
 static void peer_read(struct td_peer *p)
 {
 	uint8_t buf[READ_CHUNK];
@@ -289,7 +296,7 @@ static void peer_read(struct td_peer *p)
 	Toggle__Envelope *env;
 	int got;
 	uint32_t flen;
-	while (!p->closing && (flen = reader_frame_len(&p->rd), got = tgp_reader_next(&p->rd, &env)) == 1) {
+	while (!p->closing && (got = peer_next_frame(p, &env, &flen)) == 1) {
 		p->active_ms = td_now_ms();
 		/* protobuf-c keeps a string's bytes past a NUL, but C reads it up to the
 		 * NUL: "a\0/../x" would act as "a".  Such a frame re-packs shorter. */
