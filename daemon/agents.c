@@ -30,7 +30,8 @@ static uint64_t unix_ms(void)
 static bool name_ok(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
-	if (n == 0 || n >= TGP_MAX_NAME)
+	/* "." and ".." name directories, not state files (issue 11 item 8). */
+	if (n == 0 || n >= TGP_MAX_NAME || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		char c = s[i];
@@ -230,7 +231,7 @@ static void agent_restore(struct td_agent *a)
 static int agent_check_register(const Toggle__RegisterAgent *m, char *err, size_t errlen)
 {
 	if (!name_ok(m->name)) {
-		snprintf(err, errlen, "bad agent name (expected [A-Za-z0-9_.-], 1-%d bytes)",
+		snprintf(err, errlen, "bad agent name (expected [A-Za-z0-9_.-], 1-%d bytes, not . or ..)",
 			 TGP_MAX_NAME - 1);
 		return TOGGLE_EINVAL;
 	}
@@ -270,6 +271,9 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	int rc = agent_check_register(m, err, errlen);
 	if (rc)
 		return rc;
+	if (m->group && m->group[0] &&
+	    td_auth_group_denied(d, m->group, p->uid, p->gid, p->pid, err, errlen))
+		return TOGGLE_EPERM;
 	struct td_agent *a = calloc(1, sizeof(*a));
 	if (a) {
 		a->st = calloc(1, sizeof(*a->st));
@@ -320,6 +324,8 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	a->st_anomalies = 0;
 	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
 		a->st_anomalies += a->st->anomalies[i];
+	a->ev_applied = a->st->version_applied;
+	a->ev_rejected = a->st->plan_rejected;
 	a->next = d->agents;
 	if (d->agents)
 		d->agents->prev = a;
@@ -387,19 +393,21 @@ void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind k
 	}
 }
 
-/* Compare the fresh status with the last one: applied versions, rejected
- * plans and anomalies become events. */
-static void agent_events(struct td_agent *a, uint64_t prev_applied, uint64_t prev_rejected)
+/* Compare the fresh status with what watchers were last told: applied
+ * versions, rejected plans and anomalies become events. */
+static void agent_events(struct td_agent *a)
 {
 	struct toggle_shm_status *s = a->st;
-	if (s->version_applied != prev_applied && s->version_applied)
+	if (s->version_applied != a->ev_applied && s->version_applied)
 		td_event(a->d, a, TOGGLE__EVENT_KIND__SET_APPLIED, s->version_applied, s->step, NULL);
-	if (s->plan_rejected != prev_rejected) {
+	a->ev_applied = s->version_applied;
+	if (s->plan_rejected != a->ev_rejected) {
 		char msg[128];
 		snprintf(msg, sizeof(msg), "plan batch %llu rejected: step %lld had already begun",
 			 (unsigned long long)s->plan_rejected_batch, (long long)s->plan_rejected_step);
 		td_event(a->d, a, TOGGLE__EVENT_KIND__PLAN_REJECTED, a->ctl.version,
 			 s->plan_rejected_step, msg);
+		a->ev_rejected = s->plan_rejected;
 	}
 	uint64_t sum = 0;
 	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
@@ -422,6 +430,9 @@ static struct td_agent *agent_by_id(struct td_daemon *d, uint64_t id)
 
 void td_waiter_free(struct td_waiter *w)
 {
+	for (size_t i = 0; i < w->n_skipped; i++)
+		free(w->skipped[i]);
+	free(w->skipped);
 	free(w->names);
 	free(w->agent_ids);
 	free(w->versions);
@@ -474,6 +485,8 @@ static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 		env.set_enabled_reply = &rep;
 		rep.n_versions = w->n;
 		rep.versions = vp;
+		rep.n_skipped = w->n_skipped;
+		rep.skipped = w->skipped;
 		td_peer_send(w->peer, &env);
 	} else {
 		td_peer_send_error(w->peer, w->request_id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
@@ -487,14 +500,12 @@ void td_agents_poll(struct td_daemon *d)
 {
 	for (struct td_agent *a = d->agents, *next; a; a = next) {
 		next = a->next;
-		uint64_t applied = a->st->version_applied;
-		uint64_t rejected = a->st->plan_rejected;
 		/* The counters only: the set and graph records are read by queries. */
 		if (toggle_shm_status_read_head(a->shm.st, a->st_tmp) != 0)
 			continue;
 		memcpy(&a->st->step, &a->st_tmp->step,
 		       offsetof(struct toggle_shm_status, current) - offsetof(struct toggle_shm_status, step));
-		agent_events(a, applied, rejected);
+		agent_events(a);
 	}
 	uint64_t now = td_now_ms();
 	for (struct td_waiter **w = &d->waiters; *w;) {

@@ -36,14 +36,21 @@ static void reply_after_save(struct td_peer *p, uint64_t id, const Toggle__Envel
 	td_commit_reply(p, id, buf, len, NULL);
 }
 
-static void reply_ack(struct td_peer *p, uint64_t id)
+static void reply_ack_skipped(struct td_peer *p, uint64_t id, const struct rpc_skipped *sk)
 {
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	Toggle__Ack ack = TOGGLE__ACK__INIT;
 	env.id = id;
 	env.body_case = TOGGLE__ENVELOPE__BODY_ACK;
 	env.ack = &ack;
+	ack.n_skipped = sk ? sk->n : 0;
+	ack.skipped = sk ? sk->v : NULL;
 	reply_after_save(p, id, &env);
+}
+
+static void reply_ack(struct td_peer *p, uint64_t id)
+{
+	reply_ack_skipped(p, id, NULL);
 }
 
 void rpc_register_agent(struct td_peer *p, const Toggle__Envelope *req)
@@ -93,7 +100,8 @@ static void set_apply_op(struct toggle_set *cur, const struct toggle_set *arg, T
 	}
 }
 
-static void set_reply(struct td_peer *p, uint64_t id, struct td_agent **v, size_t n)
+static void set_reply(struct td_peer *p, uint64_t id, struct td_agent **v, size_t n,
+		      const struct rpc_skipped *sk)
 {
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	Toggle__SetEnabledReply rep = TOGGLE__SET_ENABLED_REPLY__INIT;
@@ -114,6 +122,8 @@ static void set_reply(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 		env.set_enabled_reply = &rep;
 		rep.n_versions = n;
 		rep.versions = vp;
+		rep.n_skipped = sk->n;
+		rep.skipped = sk->v;
 		reply_after_save(p, id, &env);
 	}
 	free(vs);
@@ -121,7 +131,8 @@ static void set_reply(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 }
 
 /* A waiter for the versions just accepted, armed once they are saved. */
-static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_t n, uint32_t ms)
+static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_t n, uint32_t ms,
+		      struct rpc_skipped *sk)
 {
 	struct td_waiter *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -139,6 +150,10 @@ static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 		snprintf(w->names[i], sizeof(w->names[i]), "%s", v[i]->name);
 	}
 	w->n = n;
+	w->skipped = sk->v; /* the waiter's reply names them; it frees them */
+	w->n_skipped = sk->n;
+	sk->v = NULL;
+	sk->n = 0;
 	w->peer = p;
 	w->request_id = id;
 	/* The deadline counts from the request: a slow save shortens the wait. */
@@ -164,11 +179,18 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 	}
 	struct td_agent **v;
 	size_t n;
+	struct rpc_skipped sk;
 	if (rpc_targets(p, req, m->target, &v, &n))
 		return;
+	const char *specs[1] = {m->spec};
+	if (rpc_default_filter(p, req->id, m->target, v, &n, specs, 1, &sk)) {
+		free(v);
+		return;
+	}
 	struct toggle_set *next = calloc(n, sizeof(*next));
 	if (!next) {
 		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+		rpc_skipped_free(&sk);
 		free(v);
 		return;
 	}
@@ -193,14 +215,15 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 			td_agent_persist(a);
 		}
 		if (m->has_wait_ms && m->wait_ms > 0) {
-			if (add_waiter(p, req->id, v, n, m->wait_ms)) {
+			if (add_waiter(p, req->id, v, n, m->wait_ms, &sk)) {
 				td_commit_reply(p, req->id, NULL, 0, NULL); /* saved all the same */
 				td_peer_drop(p, "out of memory");
 			}
 		} else {
-			set_reply(p, req->id, v, n);
+			set_reply(p, req->id, v, n, &sk);
 		}
 	}
+	rpc_skipped_free(&sk);
 	free(next);
 	free(v);
 }
@@ -338,8 +361,16 @@ void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
 	}
 	struct td_agent **v;
 	size_t n;
+	struct rpc_skipped sk = {0};
 	if (rpc_targets(p, req, m->target, &v, &n))
 		return;
+	const char *specs[TOGGLE_SHM_PLAN_RING];
+	for (size_t k = 0; k < m->n_entries; k++)
+		specs[k] = m->entries[k]->spec;
+	if (rpc_default_filter(p, req->id, m->target, v, &n, specs, m->n_entries, &sk)) {
+		free(v);
+		return;
+	}
 	struct toggle_set *sets = calloc(n * m->n_entries, sizeof(*sets));
 	int64_t *steps = calloc(n * m->n_entries, sizeof(*steps));
 	size_t i = 0;
@@ -353,8 +384,9 @@ void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
 	if (sets && steps && i == n) {
 		for (i = 0; i < n; i++)
 			plan_write(v[i], m, &sets[i * m->n_entries], &steps[i * m->n_entries]);
-		reply_ack(p, req->id);
+		reply_ack_skipped(p, req->id, &sk);
 	}
+	rpc_skipped_free(&sk);
 	free(sets);
 	free(steps);
 	free(v);

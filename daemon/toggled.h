@@ -23,13 +23,34 @@
 
 #define TD_VERSION          "0.1.0"
 #define TD_MAX_QUEUE        (8u << 20)  /* bytes queued to one peer before it is dropped */
-#define TD_MAX_PEERS        1024
+#define TD_MAX_PEERS        1024        /* default max_peers */
+#define TD_MAX_PEERS_LIMIT  65536       /* max_peers accepted from the configuration */
+#define TD_RESERVED_PEERS   32          /* default reserved_peers: root and operators only */
+#define TD_MAX_PEERS_PER_UID 256        /* default max_peers_per_uid (root and us exempt) */
+#define TD_HELLO_TIMEOUT_MS 5000        /* default hello_timeout_ms */
+#define TD_IDLE_TIMEOUT_MS  300000      /* default idle_timeout_ms (not agents, not watchers) */
+#define TD_FDS_PER_PEER     3           /* socket, a passed fd in flight, an agent's memfd */
+#define TD_FDS_SPARE        64          /* state files, /proc reads, the reserve fd */
+#define TD_MAX_GROUP_RULES  32          /* agent_group lines in toggled.conf */
+#define TD_GROUP_MEMBERS    8           /* uids or @unix groups per agent_group line */
+#define TD_LOG_EVERY_MS     10000       /* repeated warnings: one line per this, with a count */
 #define TD_POLL_IDLE_MS     10          /* status-lane polling for events */
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
 /* Pending plan entries (steps not begun) per agent: the agent's own limit. */
 #define TD_MAX_PENDING_PLAN TOGGLE_MAX_PLAN
 /* A store key: an agent name, or name@uid (td_store_key), and its NUL. */
 #define TD_MAX_KEY          (TGP_MAX_NAME + 12)
+
+/* agent_group = NAME: UID|@UNIXGROUP, ...  Who may register agents in group NAME. */
+struct td_group_rule {
+	char name[TGP_MAX_NAME];
+	size_t n;
+	struct {
+		bool is_group;     /* @name: a unix group, resolved at registration */
+		uint32_t uid;
+		char group[64];
+	} m[TD_GROUP_MEMBERS];
+};
 
 struct td_config {
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -39,6 +60,16 @@ struct td_config {
 	unsigned socket_mode;
 	int verbose;
 	size_t max_queue;
+	/* Connection limits (issue 11 item 3): one uid cannot lock the others out. */
+	unsigned max_peers;          /* all peers */
+	unsigned reserved_peers;     /* of those, kept for root, our uid and the operator group */
+	unsigned max_peers_per_uid;  /* per uid other than root and ours; 0: no limit */
+	unsigned hello_timeout_ms;   /* a peer must say hello within this; 0: no deadline */
+	unsigned idle_timeout_ms;    /* a client that is not an agent, not watching and not
+				      * waiting is dropped after this long silent; 0: never */
+	/* Groups tied to uids or unix groups (issue 11 item 5); others are open to all. */
+	struct td_group_rule group_rules[TD_MAX_GROUP_RULES];
+	size_t n_group_rules;
 	/* Given on the command line: they win over the file, also after SIGHUP. */
 	char cli_group[64];
 	bool cli_verbose;
@@ -80,6 +111,7 @@ struct td_peer {
 	bool closing;
 	bool want_write;
 	uint32_t pid, uid, gid;
+	uint64_t connected_ms, active_ms; /* td_now_ms() at accept and at the last frame */
 	struct tgp_reader rd;
 	int pending_fd; /* from SCM_RIGHTS, until a RegisterAgent claims it */
 	struct td_out *out_head, *out_tail;
@@ -135,7 +167,9 @@ struct td_agent {
 	/* Last status read, for events and queries. */
 	struct toggle_shm_status *st, *st_tmp; /* last good snapshot, scratch */
 	bool st_valid;
-	uint64_t st_anomalies;
+	/* What watchers were last told, compared by the status poll only: a query
+	 * refreshing st must not hide a change from them (issue 11 item 11). */
+	uint64_t st_anomalies, ev_applied, ev_rejected;
 };
 
 struct td_waiter {
@@ -146,6 +180,8 @@ struct td_waiter {
 	size_t n;
 	uint64_t *agent_ids, *versions;
 	char (*names)[TGP_MAX_NAME]; /* to name agents that left */
+	char **skipped;              /* default target: agents left out, for the reply */
+	size_t n_skipped;
 };
 
 struct td_store;
@@ -211,6 +247,13 @@ struct td_commit {
 
 struct td_stats {
 	uint64_t requests, errors, denied, dropped_peers, frames_refused;
+	uint64_t refused_peers, timed_out_peers, accept_errors;
+};
+
+/* A warning that can repeat fast (a flood): logged once per TD_LOG_EVERY_MS. */
+struct td_ratelog {
+	uint64_t next_ms;    /* log again from then */
+	uint64_t suppressed; /* occurrences since the last line */
 };
 
 struct td_daemon {
@@ -219,6 +262,11 @@ struct td_daemon {
 	int listen_fd;
 	bool socket_owned; /* we created it, so we unlink it at exit */
 	uv_poll_t listen_poll;
+	bool listen_paused;  /* out of fds with no reserve: accepting resumes on listen_timer */
+	uv_timer_t listen_timer;
+	int reserve_fd;      /* spent to accept and refuse when accept() says EMFILE */
+	uv_timer_t peer_timer; /* hello deadlines and idle timeouts */
+	struct td_ratelog log_refused, log_accept;
 	uv_check_t flush_check;
 	uv_timer_t status_timer;
 	uv_signal_t sig_term, sig_int, sig_hup;
@@ -250,13 +298,24 @@ void td_peer_drop(struct td_peer *p, const char *why);
 struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend);
 /* Put the reply (taken; NULL: none) in its place; what is behind it may leave. */
 void td_peer_fill(struct td_peer *p, struct td_out *slot, uint8_t *data, size_t len);
+/* Apply changed limits and timeouts (after a configuration reload). */
+void td_server_reconfigure(struct td_daemon *d);
 
 /* dispatch.c */
 void td_dispatch(struct td_peer *p, Toggle__Envelope *req);
 
+/* paths.c: directories that must be ours (owned by us or root, not writable by
+ * others; ancestors may be sticky like /tmp, the leaf only if sticky_leaf_ok). */
+int td_path_dir_trusted(const char *dir, bool sticky_leaf_ok, char *err, size_t errlen);
+/* mkdir -p: parents 0755, the last one leaf_mode; existing ones are left as they are. */
+int td_path_mkdirs(const char *dir, mode_t leaf_mode, char *err, size_t errlen);
+
 /* auth.c */
 bool td_auth_may_write(const struct td_daemon *d, uint32_t uid, uint32_t gid, uint32_t pid);
 void td_auth_reload(struct td_daemon *d);
+/* May this peer register an agent in group?  NULL if so, else why not (in why). */
+const char *td_auth_group_denied(const struct td_daemon *d, const char *group, uint32_t uid,
+				 uint32_t gid, uint32_t pid, char *why, size_t len);
 
 /* agents.c */
 int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_t *id,

@@ -138,7 +138,13 @@ struct toggle_shm_status {
 	struct toggle_shm_graph graphs[TOGGLE_SHM_MAX_GRAPHS];
 };
 
-/* A mapping of the region, on either side. */
+/*
+ * A mapping of the region, on either side.  size, ctl and st come from a
+ * layout this library built or validated from a private copy; hdr points at
+ * the mapped header, which the agent can rewrite at any moment: the daemon
+ * never reads it (nor anything else of the mapping except through the lane
+ * readers below, which copy once and bound every count).
+ */
 struct toggle_shm {
 	int fd;
 	size_t size;
