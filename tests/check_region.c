@@ -1089,6 +1089,25 @@ START_TEST(copy_out_bad_input)
 }
 END_TEST
 
+/* A NULL agent: TOGGLE_EINVAL (abort does nothing), as for every other call. */
+START_TEST(region_null_agent)
+{
+	struct rfx f;
+	rfx_open(&f, TOGGLE_MODE_LAZY, false);
+	struct cbuf b;
+	cbuf_alloc(&f, &b);
+	struct toggle_copy cc = copy_contig(&b);
+	size_t n = 99;
+	ck_assert_int_eq(toggle_producer_begin(NULL, f.s[0]), TOGGLE_EINVAL);
+	ck_assert_int_eq(toggle_producer_end(NULL, f.s[0], hk(0, 0), &n), TOGGLE_EINVAL);
+	ck_assert_uint_eq(n, 0);
+	toggle_producer_abort(NULL, f.s[0]);
+	ck_assert_int_eq(toggle_copy_out(NULL, f.s[0], hk(0, 0), &cc), TOGGLE_EINVAL);
+	cbuf_free(&f, &b);
+	rfx_close(&f);
+}
+END_TEST
+
 /* ---- layout and version -------------------------------------------------------------- */
 
 struct want {
@@ -1207,6 +1226,7 @@ static Suite *region_suite(void)
 	tcase_add_test(tc, region_overlapping_record_refused);
 	tcase_add_test(tc, region_in_device_mode_falls_back);
 	tcase_add_loop_test(tc, region_driver_failure_records_nothing, 0, 3);
+	tcase_add_test(tc, region_null_agent);
 	tcase_add_test(tc, sim_fork_join_rules);
 	suite_add_tcase(s, tc);
 	TCase *tc2 = tcase_create("copy_out");

@@ -170,6 +170,8 @@ int toggle_producer_begin(struct toggle_agent *a, CUstream stream)
 {
 	static const char what[] = "opening a producer region";
 
+	if (!a)
+		return TOGGLE_EINVAL;
 	if (a->capture_depth == 0) {
 		a->anomalies.record_outside_window++;
 		return tg_fail(a, TOGGLE_ECAPTURE, "%s: no capture window is open", what);
@@ -209,7 +211,7 @@ int toggle_producer_begin(struct toggle_agent *a, CUstream stream)
 
 void toggle_producer_abort(struct toggle_agent *a, CUstream stream)
 {
-	struct tg_region *open = region_find(a, stream);
+	struct tg_region *open = a ? region_find(a, stream) : NULL;
 	if (!open)
 		return;
 	/* Dropped, but what the capture gained since begin is in the graph. */
@@ -411,6 +413,8 @@ int toggle_producer_end(struct toggle_agent *a, CUstream stream, struct toggle_h
 {
 	if (n_recorded)
 		*n_recorded = 0;
+	if (!a)
+		return TOGGLE_EINVAL;
 	struct tg_region *open = region_find(a, stream);
 	if (!open)
 		return tg_fail(a, TOGGLE_EINVAL, "closing a producer region: stream %p has none open "
