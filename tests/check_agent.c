@@ -507,7 +507,18 @@ START_TEST(test_driver_failure_refuses_launch)
 	CUgraph g2;
 	ck_assert_int_eq(toggle_sim_stream_end_capture(f.stream, &g2), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_capture_end(f.agent), 0);
-	ck_assert_int_eq(toggle_graph_count(f.agent), 1);
+	/* Nothing recorded, but the producer is in g2: asked again, the stream named
+	 * g2, which is late and fails closed. */
+	ck_assert_int_eq(toggle_graph_count(f.agent), 2);
+	ck_assert_int_eq(toggle_graph_status(f.agent, g2, &gs), 0);
+	ck_assert_uint_eq(gs.nodes, 0);
+	ck_assert_ptr_nonnull(strstr(gs.note, "not recorded"));
+	CUgraphExec e2;
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&e2, g2), CUDA_SUCCESS);
+	launches = toggle_sim_calls(f.sim, TOGGLE_SIM_OP_GRAPH_LAUNCH);
+	ck_assert_int_eq(toggle_graph_launch(f.agent, g2, e2, f.stream), TOGGLE_ECAPTURE);
+	ck_assert_uint_eq(toggle_sim_calls(f.sim, TOGGLE_SIM_OP_GRAPH_LAUNCH), launches);
+	ck_assert_int_eq(toggle_sim_exec_destroy(e2), CUDA_SUCCESS);
 	fx_close(&f);
 }
 END_TEST

@@ -209,7 +209,9 @@ int toggle_capture_planner(struct toggle_agent *agent, CUstream stream);
  * recorded.  Runtime API users get a CUfunction from a __global__ function
  * with cudaGetFuncBySymbol().  On a stream that is not capturing the kernel
  * just runs (eager execution: nothing to record); into a capture outside a
- * capture window it is refused before the launch (TOGGLE_ECAPTURE).
+ * capture window it is refused before the launch (TOGGLE_ECAPTURE).  A
+ * record that fails after the launch (a driver query failed, no room)
+ * marks the graph late, as toggle_record_producer does.
  */
 int toggle_launch_producer(struct toggle_agent *agent, const CUlaunchConfig *config,
 			   CUfunction fn, void **params, struct toggle_hook hook);
@@ -318,7 +320,7 @@ struct toggle_graph_status {
 	enum toggle_mode mode;   /* how its producers are toggled: DEVICE or the host mode */
 	bool device_fallback;    /* a device-mode agent toggles it on the host: see note */
 	bool uploaded;           /* device mode: its exec was uploaded at bind */
-	char note[128];          /* why it is not in device mode, or "" */
+	char note[128];          /* why it is not in device mode, why it is late, or "" */
 	/* Device mode: launches that ran another set than their step's (see toggle_taint). */
 	uint64_t tainted_launches; /* reported for this capture */
 	int64_t tainted_step;      /* step of the latest, -1 = none or unknown */
@@ -398,13 +400,23 @@ void toggle_current_set(const struct toggle_agent *agent, struct toggle_set *out
  * node recorded already: TOGGLE_EINVAL.  Refused outside a capture window or
  * on a stream that is not capturing (TOGGLE_ECAPTURE), counted as anomalies
  * like toggle_record_producer (record_outside_window, record_not_capturing,
- * record_not_kernel).  On refusal nothing of the region is recorded.  End
- * closes the region whether it records or refuses.
+ * record_not_kernel).  On refusal nothing of the region is recorded, but
+ * what the capture gained since begin stays in the graph and would run
+ * whatever the set: when the capture is still the region's and gained nodes
+ * (or a driver query failed, so that it cannot tell), the graph is marked
+ * "late" like after a refused toggle_record_producer (note names the hook;
+ * bind and launches refused with TOGGLE_ECAPTURE until captured again).  A
+ * region that gained nothing leaves the graph alone.  End closes the region
+ * whether it records or refuses.
  */
 int toggle_producer_begin(struct toggle_agent *agent, CUstream stream);
 int toggle_producer_end(struct toggle_agent *agent, CUstream stream, struct toggle_hook hook,
 			size_t *n_recorded /* may be NULL */);
-/* Drop an open region of stream without recording anything. */
+/*
+ * Drop an open region of stream without recording anything.  If its capture
+ * gained nodes, they are in the graph unrecorded: the graph is marked late
+ * (fails closed until captured again), as for a refused region.
+ */
 void toggle_producer_abort(struct toggle_agent *agent, CUstream stream);
 
 /*

@@ -18,6 +18,7 @@ struct tg_conn;
 #define TG_MAP_SLOTS (2 * TOGGLE_MAX_GRAPHS)
 #define TG_STEP_BOUNDS 16 /* steps a device-mode graph remembers its launches of */
 #define TG_IDENT_NODES 8 /* recorded nodes kept to recognise a graph (tg_graph_replaced) */
+#define TG_NOTE_LEN 128  /* a graph's note: toggle_graph_status.note */
 #define TG_MAP_MASK  (TG_MAP_SLOTS - 1)
 
 /* Per-node state cache of the bound exec. */
@@ -64,7 +65,7 @@ struct tg_graph {
 	CUgraphNode planner_node;
 	uint32_t n_devnodes;      /* nodes recorded with a device handle */
 	enum tg_dev dev;
-	char note[128];           /* why not device mode */
+	char note[TG_NOTE_LEN];   /* why not device mode, or why late */
 	bool dev_setup;           /* descriptor and arrays written for this capture */
 	CUgraphExec uploaded_exec; /* exec uploaded by the last bind, NULL = none */
 	CUdeviceptr dev_mem;      /* nodes, mask, state */
@@ -272,6 +273,16 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode);
 /* A record refused with `why`: if stream is capturing, its graph fails closed (late). */
 void tg_record_refused(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, int why);
+/* The same for a producer launched into capture `id` of graph (NULL: nothing). */
+void tg_record_refused_in(struct toggle_agent *a, CUgraph graph, uint64_t id,
+			  struct toggle_hook hook, int why);
+/*
+ * Mark the record of graph (capture `id`) late, with note (the first reason
+ * stays); nodes are nodes of that capture, kept to recognise a new graph
+ * behind the handle.  Leaves the error text alone.
+ */
+void tg_graph_mark_late(struct toggle_agent *a, CUgraph graph, uint64_t id, const char *note,
+			const CUgraphNode *nodes, size_t n);
 /* The record of the graph capture `id` is building (a reused handle's is cleared). */
 struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uint64_t id);
 /* Record n kernel nodes of capture `id` under one hook: all of them or none. */

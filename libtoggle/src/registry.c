@@ -184,6 +184,7 @@ static int record_find_node(struct toggle_agent *a, CUstream stream, struct togg
 	size_t ndeps = 0;
 	CUresult r = a->cu.stream_get_capture_info(stream, &st, &id, graph, &deps, NULL, &ndeps);
 	if (r != CUDA_SUCCESS) {
+		*graph = NULL; /* not named: a failed call's outputs mean nothing */
 		a->anomalies.driver_errors++;
 		return tg_fail(a, TOGGLE_ECUDA, "recording hook %u:%u: cuStreamGetCaptureInfo: %s",
 			       hook.type, hook.layer, tg_cu_errstr(&a->cu, r));
@@ -242,11 +243,27 @@ struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uin
 	return g;
 }
 
+void tg_graph_mark_late(struct toggle_agent *a, CUgraph graph, uint64_t id, const char *note,
+			const CUgraphNode *nodes, size_t n)
+{
+	struct tg_graph *g = tg_graph_for_capture(a, graph, id);
+	if (!g)
+		return; /* no room for a record: the refusal and its anomaly say so */
+	if (!g->late)
+		snprintf(g->note, sizeof(g->note), "%s", note);
+	g->late = true;
+	/* Nodes of this capture: a new graph behind the handle is recognised by their absence. */
+	for (size_t i = 0; i < n && g->n_ident < TG_IDENT_NODES; i++)
+		if (nodes[i])
+			g->ident[g->n_ident++] = nodes[i];
+}
+
 /*
  * A record was refused on a stream that may be capturing: the producer the
  * caller launched is in that capture's graph, unrecorded, and would run
  * whatever the set.  Mark the graph late so that it fails closed until it
- * is captured again.  graph NULL: ask the stream (the refusal came before).
+ * is captured again.  graph NULL: ask the stream (the refusal came before,
+ * or the query that would have named the graph failed).
  * Leaves the refusal's error text alone.
  */
 static void record_mark_late(struct toggle_agent *a, CUstream stream, CUgraph graph, uint64_t id,
@@ -264,21 +281,23 @@ static void record_mark_late(struct toggle_agent *a, CUstream stream, CUgraph gr
 		id = cid;
 		last = ndeps == 1 && deps ? deps[0] : NULL;
 	}
-	struct tg_graph *g = tg_graph_for_capture(a, graph, id);
-	if (!g)
-		return; /* no room for a record: the refusal and its anomaly say so */
-	if (!g->late)
-		snprintf(g->note, sizeof(g->note),
-			 "producer hook %u:%u was launched into its capture but not recorded (%s)",
-			 hook.type, hook.layer, toggle_strerror(why));
-	g->late = true;
-	if (last && g->n_ident < TG_IDENT_NODES)
-		g->ident[g->n_ident++] = last;
+	char note[TG_NOTE_LEN];
+	snprintf(note, sizeof(note),
+		 "producer hook %u:%u was launched into its capture but not recorded (%s)",
+		 hook.type, hook.layer, toggle_strerror(why));
+	tg_graph_mark_late(a, graph, id, note, &last, 1);
 }
 
 void tg_record_refused(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, int why)
 {
 	record_mark_late(a, stream, NULL, 0, hook, why);
+}
+
+void tg_record_refused_in(struct toggle_agent *a, CUgraph graph, uint64_t id,
+			  struct toggle_hook hook, int why)
+{
+	if (graph)
+		record_mark_late(a, NULL, graph, id, hook, why);
 }
 
 int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode)
@@ -302,9 +321,9 @@ int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, 
 	uint64_t id = 0;
 	rc = record_find_node(a, stream, hook, &graph, &node, &id);
 	if (rc) {
-		/* The capture named its graph unless the query failed or none was active. */
-		if (rc != TOGGLE_ECUDA && graph)
-			record_mark_late(a, stream, graph, id, hook, rc);
+		/* The capture named its graph unless the query failed or none was active;
+		 * NULL asks the stream again (a failed query may not fail twice). */
+		record_mark_late(a, stream, graph, id, hook, rc);
 		return rc;
 	}
 	struct tg_graph *g = tg_graph_for_capture(a, graph, id);
