@@ -84,6 +84,8 @@ struct toggle_shm_graph {
 #define TOGGLE_SHM_GRAPH_STALE 2u
 #define TOGGLE_SHM_GRAPH_DEVICE 4u   /* toggled by its planner (device mode) */
 #define TOGGLE_SHM_GRAPH_FALLBACK 8u /* a device-mode agent toggles it on the host */
+#define TOGGLE_SHM_GRAPH_BARE 16u    /* has a producer-free exec */
+#define TOGGLE_SHM_GRAPH_BARE_RUNNING 32u /* its launches run the producer-free exec */
 
 enum toggle_shm_anomaly {
 	TOGGLE_SHM_AN_RECORD_OUTSIDE_WINDOW,
