@@ -172,6 +172,9 @@ void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req)
 				g[k].last_step = r->last_step;
 				g[k].bound = (r->flags & TOGGLE_SHM_GRAPH_BOUND) != 0;
 				g[k].stale = (r->flags & TOGGLE_SHM_GRAPH_STALE) != 0;
+				g[k].has_bare_exec = g[k].has_bare_running = true;
+				g[k].bare_exec = (r->flags & TOGGLE_SHM_GRAPH_BARE) != 0;
+				g[k].bare_running = (r->flags & TOGGLE_SHM_GRAPH_BARE_RUNNING) != 0;
 				gp[k] = &g[k];
 			}
 		}

@@ -6,6 +6,8 @@
  *
  * Protocol versions:
  *   1 - first version (see toggle.proto).
+ *       Compatible additions within 1 (optional fields): GraphInfo.bare_exec,
+ *       GraphInfo.bare_running (the producer-free exec, libtoggle.md).
  */
 #ifndef TOGGLE_PROTO_H
 #define TOGGLE_PROTO_H
