@@ -124,10 +124,17 @@ static int bare_edges(struct toggle_agent *a, CUgraphNode node, bool deps, CUgra
 		return tg_fail(a, TOGGLE_ELIMIT, "%s: %zu edges (at most %u)", what, count,
 			       TG_BARE_MAX_EDGES);
 	CUgraphNode *v = malloc((count ? count : 1) * sizeof(*v));
-	if (!v)
+	/* Edge data is read (a query without it fails on non-default edges) and
+	 * dropped: reconnected edges are default ones, the strictest order. */
+	CUgraphEdgeData *e = malloc((count ? count : 1) * sizeof(*e));
+	if (!v || !e) {
+		free(v);
+		free(e);
 		return tg_fail(a, TOGGLE_ENOMEM, "%s: out of memory", what);
+	}
 	size_t got = count;
-	r = count ? get(node, v, NULL, &got) : CUDA_SUCCESS;
+	r = count ? get(node, v, e, &got) : CUDA_SUCCESS;
+	free(e);
 	if (r != CUDA_SUCCESS || got > count) {
 		free(v);
 		return tg_fail(a, TOGGLE_ECUDA, "%s: %s", what,
