@@ -237,8 +237,10 @@ static bool bare_wanted(const struct toggle_agent *a, const struct tg_graph *g)
 
 /*
  * After a bind (or unbind): the old bare exec goes, a new one is built for
- * the new exec.  A failed build is not the bind's failure: it is counted,
- * its reason kept in the last error, and the main exec runs every step.
+ * the new exec.  A failed build is not the bind's failure, nor an anomaly
+ * (some graphs cannot be cloned: memory or conditional nodes): it is
+ * counted in the stats, its reason kept in the last error, and the main
+ * exec runs every step.
  */
 void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 {
@@ -263,7 +265,6 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 		memcpy(why, a->err, sizeof(why));
 		tg_fail(a, 0, "graph %p: no producer-free exec, the main exec runs every step: %.400s",
 			(void *)g->graph, why);
-		a->anomalies.driver_errors += rc == TOGGLE_ECUDA;
 		a->stats.bare_build_failures++;
 		g->bare.failed = true;
 		return;
