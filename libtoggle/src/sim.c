@@ -68,17 +68,19 @@ struct sim_node {
 	struct sim_hdr devhdr;   /* the CUgraphDeviceNode handle, live when device-updatable */
 	struct sim_nodeset *set; /* the node set it belongs to */
 	unsigned index; /* position in its node set: an exec finds it in O(1) */
+	/* Clones (see "clones and graph edits" below). */
+	const struct sim_node *origin; /* the node it was cloned from (compared, never read) */
+	bool removed;                  /* cuGraphDestroyNode: no longer part of its graph */
 	CUgraphNodeType type;
 	toggle_sim_kernel_fn fn; /* kernel nodes of toggle_sim_launch_kernel */
 	void *arg;
 	const struct toggle_sim_function *func; /* kernel nodes of launch_kernel_ex */
 	unsigned char *params;                  /* their parameters, copied at capture */
 	bool devupd;
-	/* Graph edits (clones, see "clones and graph edits" below). */
-	const struct sim_node *origin; /* the node it was cloned from (compared, never read) */
-	struct sim_node **preds;       /* its dependencies, when the node set has explicit edges */
-	unsigned n_preds, cap_preds;
-	bool removed;                  /* cuGraphDestroyNode: no longer part of its graph */
+	/* Edges: the stream's dependency frontier when it was captured, and the
+	 * nodes captured after it that depend on it. */
+	struct sim_node **deps, **outs;
+	unsigned n_deps, n_outs, cap_outs;
 };
 
 /*
@@ -96,9 +98,8 @@ struct sim_nodeset {
 	unsigned execs; /* live execs instantiated from it */
 	unsigned n, cap;
 	struct sim_node **v; /* pointers, so node addresses never move */
-	/* A clone has explicit edges (preds) and may lose nodes; a captured
-	 * graph's edges are its capture order.  See "clones and graph edits". */
-	bool edges;
+	/* A clone can lose nodes and gain edges (see "clones and graph edits"). */
+	bool clone;
 	unsigned removed; /* nodes destroyed; they stay in v until the last reference goes */
 };
 
@@ -209,6 +210,12 @@ struct toggle_sim {
 	uint64_t rng;             /* deferred mode's order */
 	struct sim_exec *running; /* exec whose launch is running, for device-side calls */
 };
+
+/* Clones and graph edits (the producer-free exec), defined at the end. */
+static CUresult sim_edges_order(const struct sim_nodeset *ns, struct sim_node ***out,
+				unsigned *live);
+static void sim_edges_apply(struct sim_nodeset *ns, struct sim_node **order);
+static bool sim_edges_link(struct sim_node *from, struct sim_node *to);
 
 /* ---- objects and handles --------------------------------------------------- */
 
@@ -340,7 +347,8 @@ static void sim_nodeset_put(struct sim_nodeset *ns)
 	/* The graph went first (sim_graph_free), so the handles are dead already. */
 	for (unsigned i = 0; i < ns->n; i++) {
 		free(ns->v[i]->params);
-		free(ns->v[i]->preds);
+		free(ns->v[i]->deps);
+		free(ns->v[i]->outs);
 		free(ns->v[i]);
 	}
 	free(ns->v);
@@ -793,6 +801,8 @@ static struct sim_node *sim_capture_add(struct sim_stream *st, CUgraphNodeType t
 {
 	struct sim_node *nd = sim_nodeset_add(st->capture->nodes, st->obj.hdr.sim, type, fn, arg);
 
+	if (nd != NULL && st->dep != NULL && !sim_edges_link((struct sim_node *)st->dep, nd))
+		return NULL; /* the node stays in the set, unreachable, and goes with it */
 	if (nd != NULL)
 		st->dep = (CUgraphNode)nd;
 	return nd;
@@ -879,12 +889,6 @@ CUresult toggle_sim_stream_get_capture_info(CUstream stream, CUstreamCaptureStat
 
 /* ---- graphs, execs, nodes --------------------------------------------------------------- */
 
-static CUresult sim_edges_order(const struct sim_nodeset *ns, struct sim_node ***out,
-				unsigned *live);
-static void sim_edges_apply(struct sim_nodeset *ns, struct sim_node **order);
-static CUresult sim_edges_dependents(const struct sim_node *nd, CUgraphNode *deps,
-				     CUgraphEdgeData *edges, size_t *n);
-
 CUresult toggle_sim_graph_instantiate_with_flags(CUgraphExec *exec_out, CUgraph graph,
 						 unsigned long long flags)
 {
@@ -899,7 +903,7 @@ CUresult toggle_sim_graph_instantiate_with_flags(CUgraphExec *exec_out, CUgraph 
 		check = CUDA_ERROR_INVALID_VALUE;
 	else if (g->devupd && g->nodes->execs > 0)
 		check = CUDA_ERROR_NOT_SUPPORTED; /* the driver: one exec at a time */
-	else if (g->nodes->edges)
+	else if (g->nodes->clone)
 		check = sim_edges_order(g->nodes, &order, &live);
 	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_INSTANTIATE, check);
 	if (r != CUDA_SUCCESS) {
@@ -1091,6 +1095,26 @@ CUresult toggle_sim_graph_upload(CUgraphExec exec, CUstream stream)
 	return sim_enqueue_exec(exec, stream, TOGGLE_SIM_OP_GRAPH_UPLOAD, SIM_W_UPLOAD);
 }
 
+/* The driver's query shape: count with out NULL, else fill *n (NULL past the end). */
+static CUresult sim_node_list(struct sim_node *const *v, size_t have, CUgraphNode *out,
+			      CUgraphEdgeData *edges, size_t *n)
+{
+	if (n == NULL || (edges != NULL && out == NULL))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (out == NULL) {
+		*n = have;
+		return CUDA_SUCCESS;
+	}
+	for (size_t i = 0; i < *n; i++) {
+		out[i] = i < have ? (CUgraphNode)v[i] : NULL;
+		if (edges != NULL)
+			memset(&edges[i], 0, sizeof(edges[i]));
+	}
+	if (*n > have)
+		*n = have;
+	return CUDA_SUCCESS;
+}
+
 CUresult toggle_sim_graph_node_get_dependent_nodes(CUgraphNode node, CUgraphNode *deps,
 						   CUgraphEdgeData *edges, size_t *n)
 {
@@ -1098,23 +1122,17 @@ CUresult toggle_sim_graph_node_get_dependent_nodes(CUgraphNode node, CUgraphNode
 
 	if (nd == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
-	if (n == NULL || (edges != NULL && deps == NULL))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (nd->set->edges)
-		return sim_edges_dependents(nd, deps, edges, n);
-	size_t have = nd->index + 1 < nd->set->n ? 1 : 0;
-	if (deps == NULL) {
-		*n = have;
-		return CUDA_SUCCESS;
-	}
-	for (size_t i = 0; i < *n; i++) {
-		deps[i] = i < have ? (CUgraphNode)nd->set->v[nd->index + 1] : NULL;
-		if (edges != NULL)
-			memset(&edges[i], 0, sizeof(edges[i]));
-	}
-	if (*n > have)
-		*n = have;
-	return CUDA_SUCCESS;
+	return sim_node_list(nd->outs, nd->n_outs, deps, edges, n);
+}
+
+CUresult toggle_sim_graph_node_get_dependencies(CUgraphNode node, CUgraphNode *deps,
+						CUgraphEdgeData *edges, size_t *n)
+{
+	const struct sim_node *nd = sim_node_of(node);
+
+	if (nd == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return sim_node_list(nd->deps, nd->n_deps, deps, edges, n);
 }
 
 /* ---- device memory ------------------------------------------------------------------------ */
@@ -1511,46 +1529,63 @@ CUresult toggle_sim_stream_wait_event(CUstream stream, CUevent event, unsigned f
 /* ---- clones and graph edits (the producer-free exec) ------------------------------------- */
 
 /*
- * cuGraphClone makes a graph with explicit edges: each node lists its
- * dependencies (preds), copied from the original (a captured graph's edges
- * are its capture order).  Nodes can then be destroyed and dependencies
- * added.  Instantiation runs the nodes in a topological order that, among
- * the nodes ready at each point, takes the last one in the clone's order:
- * where a missing edge leaves two nodes unordered, the later one runs first,
- * so an order that rests on a missing edge shows in what the kernels record.
- * Model limits (the driver has none of them): only a clone's nodes can be
- * destroyed or given dependencies, and only while no exec of it lives (its
- * execs share its node set); edge data must be the default (zeroed).
+ * cuGraphClone copies a graph's nodes (new handles) and edges.  A clone's
+ * nodes can then be destroyed (their edges go with them) and dependencies
+ * added.  Instantiating a clone runs its nodes in a topological order that,
+ * among the nodes ready at each point, takes the last one in the clone's
+ * order: where a missing edge leaves two nodes unordered, the later one runs
+ * first, so an order that rests on a missing edge shows in what the kernels
+ * record.  Model limits (the driver has none of them): only a clone's nodes
+ * can be destroyed or given dependencies, and only while no exec of it
+ * lives (its execs share its node set); edge data must be the default.
  */
+
+/* Append x to a node's edge list (deps: exact size; outs: with a capacity). */
+static bool sim_edges_link(struct sim_node *from, struct sim_node *to)
+{
+	struct sim_node **deps = realloc(to->deps, ((size_t)to->n_deps + 1) * sizeof(*deps));
+
+	if (deps == NULL)
+		return false;
+	to->deps = deps;
+	if (from->n_outs == from->cap_outs) {
+		unsigned cap = from->cap_outs ? 2 * from->cap_outs : 2;
+		struct sim_node **outs = realloc(from->outs, cap * sizeof(*outs));
+		if (outs == NULL)
+			return false;
+		from->outs = outs;
+		from->cap_outs = cap;
+	}
+	to->deps[to->n_deps++] = from;
+	from->outs[from->n_outs++] = to;
+	return true;
+}
+
+/* Remove every x from v[0..*n), keeping the order. */
+static void sim_edges_drop(struct sim_node **v, unsigned *n, const struct sim_node *x)
+{
+	unsigned k = 0;
+
+	for (unsigned i = 0; i < *n; i++)
+		if (v[i] != x)
+			v[k++] = v[i];
+	*n = k;
+}
 
 /* A node of a clone that is still part of it, or NULL. */
 static struct sim_node *sim_edges_node(CUgraphNode h)
 {
 	struct sim_node *nd = sim_node_of(h);
 
-	return nd != NULL && nd->set->edges && !nd->removed ? nd : NULL;
+	return nd != NULL && nd->set->clone && !nd->removed ? nd : NULL;
 }
 
 static bool sim_edges_has(const struct sim_node *to, const struct sim_node *from)
 {
-	for (unsigned i = 0; i < to->n_preds; i++)
-		if (to->preds[i] == from)
+	for (unsigned i = 0; i < to->n_deps; i++)
+		if (to->deps[i] == from)
 			return true;
 	return false;
-}
-
-static bool sim_edges_push(struct sim_node *to, struct sim_node *from)
-{
-	if (to->n_preds == to->cap_preds) {
-		unsigned cap = to->cap_preds ? to->cap_preds * 2 : 4;
-		struct sim_node **p = realloc(to->preds, cap * sizeof(*p));
-		if (p == NULL)
-			return false;
-		to->preds = p;
-		to->cap_preds = cap;
-	}
-	to->preds[to->n_preds++] = from;
-	return true;
 }
 
 /* Whether edge data is absent or all default. */
@@ -1562,41 +1597,6 @@ static bool sim_edges_default(const CUgraphEdgeData *e, size_t n)
 		if (memcmp(&e[i], &zero, sizeof(zero)) != 0)
 			return false;
 	return true;
-}
-
-/* Fill a dependency query's outputs from a list of nodes (the driver's two-call protocol). */
-static CUresult sim_edges_fill(struct sim_node *const *v, size_t have, CUgraphNode *deps,
-			       CUgraphEdgeData *edges, size_t *n)
-{
-	if (deps == NULL) {
-		*n = have;
-		return CUDA_SUCCESS;
-	}
-	for (size_t i = 0; i < *n; i++) {
-		deps[i] = i < have ? (CUgraphNode)v[i] : NULL;
-		if (edges != NULL)
-			memset(&edges[i], 0, sizeof(edges[i]));
-	}
-	if (*n > have)
-		*n = have;
-	return CUDA_SUCCESS;
-}
-
-static CUresult sim_edges_dependents(const struct sim_node *nd, CUgraphNode *deps,
-				     CUgraphEdgeData *edges, size_t *n)
-{
-	const struct sim_nodeset *ns = nd->set;
-	struct sim_node **v = malloc(((size_t)ns->n + 1) * sizeof(*v));
-	size_t have = 0;
-
-	if (v == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	for (unsigned i = 0; i < ns->n; i++)
-		if (!ns->v[i]->removed && sim_edges_has(ns->v[i], nd))
-			v[have++] = ns->v[i];
-	CUresult r = sim_edges_fill(v, have, deps, edges, n);
-	free(v);
-	return r;
 }
 
 /* The execution order of a clone's nodes, destroyed ones last; NULL when
@@ -1618,7 +1618,7 @@ static CUresult sim_edges_order(const struct sim_nodeset *ns, struct sim_node **
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	for (unsigned i = 0; i < ns->n; i++)
-		indeg[i] = ns->v[i]->n_preds; /* destroying a node removed its edges */
+		indeg[i] = ns->v[i]->n_deps; /* destroying a node removed its edges */
 	unsigned k = 0;
 	for (;;) {
 		unsigned pick = ns->n;
@@ -1632,9 +1632,8 @@ static CUresult sim_edges_order(const struct sim_nodeset *ns, struct sim_node **
 			break;
 		placed[pick] = true;
 		order[k++] = ns->v[pick];
-		for (unsigned j = 0; j < ns->n; j++)
-			if (!ns->v[j]->removed && sim_edges_has(ns->v[j], ns->v[pick]))
-				indeg[j]--;
+		for (unsigned j = 0; j < ns->v[pick]->n_outs; j++)
+			indeg[ns->v[pick]->outs[j]->index]--;
 	}
 	CUresult r = CUDA_SUCCESS;
 	if (k != *live) {
@@ -1663,7 +1662,7 @@ static void sim_edges_apply(struct sim_nodeset *ns, struct sim_node **order)
 	free(order);
 }
 
-/* A copy of nd for a clone's node set (its dependencies are filled later). */
+/* A copy of nd for a clone's node set (its edges are added later). */
 static struct sim_node *sim_edges_copy(struct sim_nodeset *ns, const struct sim_node *nd)
 {
 	unsigned char *params = NULL;
@@ -1706,18 +1705,14 @@ CUresult toggle_sim_graph_clone(CUgraph *clone_out, CUgraph original)
 	struct sim_node **map = calloc((size_t)src->n + 1, sizeof(*map)); /* by source index */
 	bool ok = c != NULL && map != NULL;
 	if (ok)
-		c->nodes->edges = true;
+		c->nodes->clone = true;
 	for (unsigned i = 0; ok && i < src->n; i++)
 		if (!src->v[i]->removed)
 			ok = (map[i] = sim_edges_copy(c->nodes, src->v[i])) != NULL;
 	for (unsigned i = 0; ok && i < src->n; i++) {
 		const struct sim_node *nd = src->v[i];
-		if (nd->removed)
-			continue;
-		if (!src->edges) /* capture order */
-			ok = i == 0 || sim_edges_push(map[i], map[i - 1]);
-		for (unsigned j = 0; ok && src->edges && j < nd->n_preds; j++)
-			ok = sim_edges_push(map[i], map[nd->preds[j]->index]);
+		for (unsigned j = 0; ok && !nd->removed && j < nd->n_deps; j++)
+			ok = sim_edges_link(map[nd->deps[j]->index], map[i]);
 	}
 	free(map);
 	if (!ok) {
@@ -1767,21 +1762,6 @@ CUresult toggle_sim_graph_node_find_in_clone(CUgraphNode *node_out, CUgraphNode 
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult toggle_sim_graph_node_get_dependencies(CUgraphNode node, CUgraphNode *deps,
-						CUgraphEdgeData *edges, size_t *n)
-{
-	struct sim_node *nd = sim_node_of(node);
-
-	if (nd == NULL)
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (n == NULL || (edges != NULL && deps == NULL))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (nd->set->edges)
-		return sim_edges_fill(nd->preds, nd->n_preds, deps, edges, n);
-	return sim_edges_fill(nd->index > 0 ? &nd->set->v[nd->index - 1] : NULL,
-			      nd->index > 0 ? 1 : 0, deps, edges, n);
-}
-
 /* Driver rule: a device-updatable node cannot be destroyed. */
 CUresult toggle_sim_graph_destroy_node(CUgraphNode node)
 {
@@ -1791,19 +1771,16 @@ CUresult toggle_sim_graph_destroy_node(CUgraphNode node)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct sim_nodeset *ns = nd->set;
 	CUresult check = nd->devupd ? CUDA_ERROR_INVALID_VALUE
-			 : !ns->edges || ns->execs > 0 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
+			 : !ns->clone || ns->execs > 0 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
 	CUresult r = sim_gate(nd->hdr.sim, TOGGLE_SIM_OP_DESTROY_NODE, check);
 	if (r != CUDA_SUCCESS)
 		return r;
-	for (unsigned i = 0; i < ns->n; i++) {
-		struct sim_node *o = ns->v[i];
-		unsigned k = 0;
-		for (unsigned j = 0; j < o->n_preds; j++)
-			if (o->preds[j] != nd)
-				o->preds[k++] = o->preds[j];
-		o->n_preds = k;
-	}
-	nd->n_preds = 0;
+	for (unsigned i = 0; i < nd->n_deps; i++)
+		sim_edges_drop(nd->deps[i]->outs, &nd->deps[i]->n_outs, nd);
+	for (unsigned i = 0; i < nd->n_outs; i++)
+		sim_edges_drop(nd->outs[i]->deps, &nd->outs[i]->n_deps, nd);
+	nd->n_deps = 0;
+	nd->n_outs = 0;
 	nd->removed = true;
 	nd->hdr.magic = 0;
 	ns->removed++;
@@ -1821,7 +1798,7 @@ CUresult toggle_sim_graph_add_dependencies(CUgraph graph, const CUgraphNode *fro
 	CUresult check = CUDA_SUCCESS;
 	if (n > 0 && (from == NULL || to == NULL))
 		check = CUDA_ERROR_INVALID_VALUE;
-	else if (n > 0 && (!g->nodes->edges || g->nodes->execs > 0 || !sim_edges_default(edges, n)))
+	else if (n > 0 && (!g->nodes->clone || g->nodes->execs > 0 || !sim_edges_default(edges, n)))
 		check = CUDA_ERROR_NOT_SUPPORTED;
 	for (size_t i = 0; check == CUDA_SUCCESS && i < n; i++) {
 		const struct sim_node *f = sim_edges_node(from[i]), *t = sim_edges_node(to[i]);
@@ -1836,9 +1813,15 @@ CUresult toggle_sim_graph_add_dependencies(CUgraph graph, const CUgraphNode *fro
 	if (r != CUDA_SUCCESS)
 		return r;
 	for (size_t i = 0; i < n; i++) {
-		if (!sim_edges_push(sim_edges_node(to[i]), sim_edges_node(from[i]))) {
-			while (i-- > 0) /* a failed call changes nothing */
-				sim_edges_node(to[i])->n_preds--;
+		struct sim_node *f = sim_edges_node(from[i]), *t = sim_edges_node(to[i]);
+		if (!sim_edges_link(f, t)) {
+			/* A failed call changes nothing: undo the edges added so far. */
+			while (i-- > 0) {
+				f = sim_edges_node(from[i]);
+				t = sim_edges_node(to[i]);
+				t->n_deps--;
+				f->n_outs--;
+			}
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 	}
