@@ -6,6 +6,9 @@
  *
  * Protocol versions:
  *   1 - first version (see toggle.proto); PlanEntry.after added since.
+ *       Compatible additions within 1 (optional fields): GraphInfo.tainted,
+ *       GraphInfo.blocked (device mode's taint), GraphInfo.bare_exec,
+ *       GraphInfo.bare_running (the producer-free exec, libtoggle.md).
  */
 #ifndef TOGGLE_PROTO_H
 #define TOGGLE_PROTO_H
