@@ -438,13 +438,18 @@ static struct sim_graph *sim_graph_new(struct toggle_sim *sim)
 
 static void sim_stream_leave_capture(struct sim_stream *st);
 
-/* Free a dead graph or exec's memory, or keep it for the next one (handle reuse). */
+/* Free a dead graph or exec's memory, or keep it for the next one (handle
+ * reuse): the last one destroyed, so that a clone destroyed inside the
+ * library (bare.c) does not take the handle the application's next graph
+ * would get. */
 static void sim_obj_release(struct toggle_sim *sim, void *obj, void **spare)
 {
-	if (sim->reuse && *spare == NULL)
+	if (sim->reuse) {
+		free(*spare);
 		*spare = obj;
-	else
+	} else {
 		free(obj);
+	}
 }
 
 static void sim_graph_free(struct sim_graph *g)
