@@ -63,16 +63,24 @@ static struct toggle_config bfx_config(struct bfx *f, enum toggle_mode mode)
 	};
 }
 
-static struct bfx *bfx_open_cfg(enum toggle_mode mode, bool no_bare)
+/* driver_version 0: the simulator's default (no graph or exec ids). */
+static struct bfx *bfx_open_drv(enum toggle_mode mode, bool no_bare, int driver_version)
 {
 	struct bfx *f = calloc(1, sizeof(*f));
 	ck_assert_ptr_nonnull(f);
 	ck_assert_int_eq(toggle_sim_create(&f->sim), 0);
+	if (driver_version)
+		toggle_sim_set_driver_version(f->sim, driver_version);
 	ck_assert_int_eq(toggle_sim_stream_create(f->sim, &f->stream), CUDA_SUCCESS);
 	struct toggle_config cfg = bfx_config(f, mode);
 	cfg.no_bare_exec = no_bare;
 	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
 	return f;
+}
+
+static struct bfx *bfx_open_cfg(enum toggle_mode mode, bool no_bare)
+{
+	return bfx_open_drv(mode, no_bare, 0);
 }
 
 static struct bfx *bfx_open(enum toggle_mode mode)
@@ -410,6 +418,152 @@ START_TEST(test_bare_build_failure_keeps_main)
 }
 END_TEST
 
+/* ---- failures while switching between the two execs ------------------------------ */
+
+/*
+ * A step's set and a launch that may be refused: a refused launch ran
+ * nothing (ECUDA, empty log); an accepted one ran exactly the set.  The
+ * step itself may report the eager apply's failure.
+ */
+static int step_launch(struct bfx *f, int64_t n, const struct toggle_set *s)
+{
+	ck_assert_int_eq(toggle_set_enabled(f->agent, s), 0);
+	int rc = toggle_step_begin(f->agent, n, NULL);
+	ck_assert_msg(rc == 0 || rc == TOGGLE_ECUDA, "step %lld: %d", (long long)n, rc);
+	int want[MAX_K];
+	int nwant = expected(f, s, want);
+	f->nlog = 0;
+	rc = toggle_graph_launch(f->agent, f->graph, f->exec, f->stream);
+	if (rc) {
+		ck_assert_int_eq(rc, TOGGLE_ECUDA);
+		ck_assert_int_eq(f->nlog, 0);
+		return rc;
+	}
+	ck_assert_int_eq(f->nlog, nwant);
+	for (int i = 0; i < nwant; i++)
+		ck_assert_msg(f->log[i] == want[i], "step %lld: kernel %d ran %d, expected %d",
+			      (long long)n, i, f->log[i], want[i]);
+	return 0;
+}
+
+/*
+ * Driver failures at the switch, in both directions (lazy, eager): a failed
+ * cuGraphLaunch of either exec, a failed cuGraphNodeSetEnabled while the
+ * main exec is brought back from the bare one, and a failed sync followed
+ * by a step that fits the bare exec and then one that does not (the main
+ * exec's half-applied nodes must not be trusted).  No launch may run
+ * another set than its step's; a refused one runs nothing.
+ */
+START_TEST(test_bare_switch_failures_run_no_wrong_set)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	struct toggle_set a = spec("resid_post:0-3"), b = spec("mlp_out:1,resid_post:5"),
+			  none = spec("none");
+	int64_t n = 0;
+	ck_assert_int_eq(step_launch(f, n++, &a), 0);
+
+	/* main -> bare: the bare exec's launch fails; then it runs, counted once. */
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_GRAPH_LAUNCH, 0, 1, CUDA_ERROR_LAUNCH_FAILED);
+	ck_assert_int_eq(step_launch(f, n++, &none), TOGGLE_ECUDA);
+	launch_check(f, &none);
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(gs.bare_running);
+	ck_assert_uint_eq(gs.bare_replays, 1);
+
+	/* bare -> main: a node set fails (at the launch, or at the eager apply:
+	 * the launch then retries the sync). */
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_NODE_SET_ENABLED, 1, 1, CUDA_ERROR_UNKNOWN);
+	int rc = step_launch(f, n++, &b);
+	ck_assert(!gstatus(f).bare_running);
+	if (rc)
+		launch_check(f, &b);
+	ck_assert(!gstatus(f).bare_running);
+
+	/* A failed sync, then the bare exec's step, then main again. */
+	ck_assert_int_eq(step_launch(f, n++, &a), 0);
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_NODE_SET_ENABLED, 2, 1, CUDA_ERROR_UNKNOWN);
+	ck_assert_int_eq(toggle_set_enabled(f->agent, &b), 0);
+	rc = toggle_step_begin(f->agent, n++, NULL);
+	if (_i == 0) { /* lazy: the launch syncs, fails and is refused */
+		ck_assert_int_eq(rc, 0);
+		f->nlog = 0;
+		ck_assert_int_eq(toggle_graph_launch(f->agent, f->graph, f->exec, f->stream),
+				 TOGGLE_ECUDA);
+		ck_assert_int_eq(f->nlog, 0);
+	} else { /* eager: the apply at the step fails, leaving the exec out of date */
+		ck_assert_int_eq(rc, 0);
+		ck_assert_uint_eq(gstatus(f).applied_version, 0);
+	}
+	ck_assert_int_eq(step_launch(f, n++, &none), 0);
+	ck_assert(gstatus(f).bare_running);
+	ck_assert_int_eq(step_launch(f, n++, &b), 0);
+	ck_assert(!gstatus(f).bare_running);
+
+	/* A node set armed to fail at the step that goes to the bare exec (which
+	 * needs none: eager's apply picks it), then main: its sync may take the
+	 * failure, and the exec that runs must hold the step's set. */
+	ck_assert_int_eq(step_launch(f, n++, &a), 0);
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_NODE_SET_ENABLED, 0, 1, CUDA_ERROR_UNKNOWN);
+	ck_assert_int_eq(step_launch(f, n++, &none), 0);
+	ck_assert(gstatus(f).bare_running);
+	if (step_launch(f, n++, &b))
+		launch_check(f, &b);
+	ck_assert(!gstatus(f).bare_running);
+
+	/* bare -> main: the main exec's launch fails; the next one runs the set. */
+	ck_assert_int_eq(step_launch(f, n++, &none), 0);
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_GRAPH_LAUNCH, 0, 1, CUDA_ERROR_LAUNCH_FAILED);
+	ck_assert_int_eq(step_launch(f, n++, &a), TOGGLE_ECUDA);
+	launch_check(f, &a);
+	ck_assert(!gstatus(f).bare_running);
+	ck_assert_uint_eq(gstatus(f).bare_replays, 4);
+	bfx_close(f);
+}
+END_TEST
+
+/*
+ * The identity path (CUDA 13.1's exec ids, handles reused): the application
+ * re-instantiates its exec behind the same handle (every producer on again)
+ * while the bare exec runs, without a bind.  The next change rebinds through
+ * the exec id and rebuilds the bare exec for the new exec; _i 1, 3: that
+ * rebuild fails, and the main exec must then run the all-off step with
+ * every producer off.  _i 0-1 lazy, 2-3 eager.
+ */
+START_TEST(test_bare_reinstantiated_behind_handle)
+{
+	bool eager = _i >= 2, fail_build = _i % 2;
+	struct bfx *f = bfx_open_drv(eager ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY, false, 13010);
+	toggle_sim_set_handle_reuse(f->sim, true);
+	bfx_capture_bound(f);
+	struct toggle_set a = spec("resid_post:2"), none = spec("none"), b = spec("mlp_out:6");
+	ck_assert_int_eq(step_launch(f, 0, &a), 0);
+	ck_assert_int_eq(step_launch(f, 1, &none), 0);
+	ck_assert(gstatus(f).bare_running);
+
+	CUgraphExec old = f->exec;
+	ck_assert_int_eq(toggle_sim_exec_destroy(f->exec), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&f->exec, f->graph), CUDA_SUCCESS);
+	ck_assert_ptr_eq(f->exec, old); /* the test needs the reuse */
+	if (fail_build)
+		toggle_sim_fail(f->sim, TOGGLE_SIM_OP_GRAPH_CLONE, 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+	ck_assert_int_eq(step_launch(f, 2, &b), 0);
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(!gs.bare_running);
+	ck_assert(gs.bare_exec == !fail_build);
+	ck_assert_int_eq(step_launch(f, 3, &none), 0);
+	ck_assert(gstatus(f).bare_running == !fail_build);
+	ck_assert_int_eq(step_launch(f, 4, &b), 0);
+	struct toggle_stats st;
+	toggle_stats_get(f->agent, &st);
+	ck_assert_uint_eq(st.rebinds, 2);
+	ck_assert_uint_eq(st.bare_builds, fail_build ? 1 : 2);
+	ck_assert_uint_eq(st.bare_build_failures, fail_build ? 1 : 0);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), fail_build ? 1 : 2);
+	bfx_close(f);
+}
+END_TEST
+
 /* ---- device mode ------------------------------------------------------------------ */
 
 static void k_devprod(void **p)
@@ -663,6 +817,8 @@ static Suite *bare_suite(void)
 	tcase_add_loop_test(tc, test_bare_off_switch, 0, 2);
 	tcase_add_loop_test(tc, test_bare_build_failure_keeps_main, 0,
 			    (int)(sizeof(build_ops) / sizeof(build_ops[0])));
+	tcase_add_loop_test(tc, test_bare_switch_failures_run_no_wrong_set, 0, 2);
+	tcase_add_loop_test(tc, test_bare_reinstantiated_behind_handle, 0, 4);
 	tcase_add_test(tc, test_bare_device_mode_decision);
 	tcase_add_test(tc, test_sim_clone_and_edits);
 	tcase_add_test(tc, test_sim_devupd_node_not_destroyed);
