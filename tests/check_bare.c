@@ -3,14 +3,17 @@
  * launch ran (every kernel records itself, so a launch's log proves that no
  * producer ran and that every other kernel ran in capture order), which exec
  * ran, the main exec keeping its node states, rebind, re-instantiation,
- * forget, close, the per-agent off switch, build failures, device mode's
- * decision, and the simulator's model of clones and graph edits.
+ * forget, close, the per-agent off switch, build failures, driver failures
+ * while switching between the two execs, the status lane's flags, device
+ * mode's decision, and the simulator's model of clones and graph edits.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "agent_impl.h"
 #include "testutil.h"
 #include "toggle.h"
+#include "toggle_shm.h"
 #include "toggle_sim.h"
 
 #define NT 3 /* hook types in the catalog; graphs cover NT_COVERED of them */
@@ -564,6 +567,52 @@ START_TEST(test_bare_reinstantiated_behind_handle)
 }
 END_TEST
 
+/*
+ * The status lane (what toggled reads): which exec runs, in flag bits of
+ * their own, distinct from device mode's tainted and blocked.
+ */
+START_TEST(test_bare_status_lane_flags)
+{
+	struct bfx *f = bfx_open(TOGGLE_MODE_LAZY);
+	struct toggle_agent *a = f->agent;
+	char err[128];
+	/* White-box: the region a daemon connection would have made. */
+	ck_assert_int_eq(toggle_shm_create(&a->shm, err, sizeof(err)), 0);
+	a->status_buf = calloc(1, sizeof(*a->status_buf));
+	ck_assert_ptr_nonnull(a->status_buf);
+	bfx_capture_bound(f);
+	struct toggle_set none = spec("none"), some = spec("resid_post:3");
+	const uint64_t taint = TOGGLE_SHM_GRAPH_TAINTED | TOGGLE_SHM_GRAPH_BLOCKED;
+	struct toggle_shm_status st;
+
+	step(f, 0, &none);
+	launch_check(f, &none);
+	step(f, 1, &none); /* publishes */
+	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
+	ck_assert_uint_eq(st.n_graphs, 1);
+	ck_assert_uint_eq(st.graphs[0].flags, TOGGLE_SHM_GRAPH_BOUND | TOGGLE_SHM_GRAPH_BARE |
+						      TOGGLE_SHM_GRAPH_BARE_RUNNING);
+	ck_assert_uint_eq(st.graphs[0].flags & taint, 0);
+
+	step(f, 2, &some);
+	launch_check(f, &some);
+	step(f, 3, &some);
+	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
+	ck_assert_uint_eq(st.graphs[0].flags, TOGGLE_SHM_GRAPH_BOUND | TOGGLE_SHM_GRAPH_BARE);
+	/* Every flag a bit of its own. */
+	const uint64_t bits[] = {TOGGLE_SHM_GRAPH_BOUND, TOGGLE_SHM_GRAPH_STALE,
+				 TOGGLE_SHM_GRAPH_DEVICE, TOGGLE_SHM_GRAPH_FALLBACK,
+				 TOGGLE_SHM_GRAPH_TAINTED, TOGGLE_SHM_GRAPH_BLOCKED,
+				 TOGGLE_SHM_GRAPH_BARE, TOGGLE_SHM_GRAPH_BARE_RUNNING};
+	uint64_t all = 0;
+	for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++) {
+		ck_assert_uint_eq(all & bits[i], 0);
+		all |= bits[i];
+	}
+	bfx_close(f);
+}
+END_TEST
+
 /* ---- device mode ------------------------------------------------------------------ */
 
 static void k_devprod(void **p)
@@ -819,6 +868,7 @@ static Suite *bare_suite(void)
 			    (int)(sizeof(build_ops) / sizeof(build_ops[0])));
 	tcase_add_loop_test(tc, test_bare_switch_failures_run_no_wrong_set, 0, 2);
 	tcase_add_loop_test(tc, test_bare_reinstantiated_behind_handle, 0, 4);
+	tcase_add_test(tc, test_bare_status_lane_flags);
 	tcase_add_test(tc, test_bare_device_mode_decision);
 	tcase_add_test(tc, test_sim_clone_and_edits);
 	tcase_add_test(tc, test_sim_devupd_node_not_destroyed);
