@@ -62,6 +62,9 @@ struct toggle_config {
 	enum toggle_backend backend;
 	struct toggle_sim *sim; /* required with TOGGLE_BACKEND_SIM */
 	const char *socket_path; /* daemon socket; NULL or "" = standalone */
+	/* No producer-free exec per bound graph (saves its device and host
+	 * memory; see toggle_graph_status.bare_exec).  Default: built. */
+	bool no_bare_exec;
 };
 
 struct toggle_agent;
@@ -326,6 +329,12 @@ struct toggle_graph_status {
 	int64_t tainted_step;      /* step of the latest, -1 = none or unknown */
 	bool tainted;              /* the latest tainted launch was not yet followed by a clean one */
 	bool blocked;              /* strict agent: launches refused until a clean apply or a bind */
+	/* The producer-free exec: a second exec of the graph without its
+	 * producers, built at bind, launched at steps whose set enables none of
+	 * the graph's hooks (host modes; not for a graph in device mode). */
+	bool bare_exec;          /* it has one */
+	bool bare_running;       /* its launches run it (the current set fits) */
+	uint64_t bare_replays;   /* launches that ran it, across execs */
 };
 
 struct toggle_anomalies {
@@ -357,6 +366,9 @@ struct toggle_stats {
 				      * a record reused by a new capture */
 	uint64_t version;            /* version of the current set */
 	int64_t step;                /* current step, -1 before the first */
+	uint64_t bare_builds;        /* producer-free execs built (at bind) */
+	uint64_t bare_build_failures; /* builds that failed: the main exec runs every step */
+	uint64_t bare_switches;      /* picks of the bare exec or back to the main one */
 };
 
 struct toggle_registry_check {

@@ -38,6 +38,16 @@ enum tg_dev {
 	TG_DEV_REFUSED,       /* strict agent: bind refused; note says why */
 };
 
+/* A graph's producer-free exec (bare.c). */
+struct tg_bare {
+	CUgraphExec exec;         /* NULL: none (not built, off, or the build failed) */
+	CUgraphExec parked;       /* one dropped inside a capture window: destroyed later */
+	uint32_t wlo, whi;        /* set words that hold the graph's covered hooks */
+	uint64_t replays;         /* launches that ran a bare exec before `since` */
+	uint64_t since;           /* g->replays when the running bare exec was picked */
+	bool failed;              /* the last build failed: the main exec runs every step */
+};
+
 struct tg_graph {
 	CUgraph graph;
 	uint64_t capture_id;      /* capture that recorded the nodes */
@@ -51,6 +61,8 @@ struct tg_graph {
 	struct toggle_set covered;
 	uint32_t hooks_covered;
 	CUgraphExec exec;
+	CUgraphExec run;          /* what its launches run while applied_version holds:
+				   * exec, or the producer-free bare exec (bare.c) */
 	bool bound;
 	bool stale;
 	uint64_t applied_version; /* version of the set exec holds; 0 = none */
@@ -106,6 +118,9 @@ struct tg_graph {
 	/* A producer launched into this capture could not be recorded (note says
 	 * which and why): bind and launches are refused until it is captured again. */
 	bool late;
+
+	/* The producer-free exec (bare.c): exec's graph without its producers. */
+	struct tg_bare bare;
 };
 
 struct tg_plan {
@@ -154,6 +169,7 @@ struct toggle_agent {
 	enum toggle_mode mode;
 	bool strict;
 	struct tg_device dev;
+	bool bare_on;             /* build producer-free execs (toggle_config.no_bare_exec) */
 
 	/* Desired state. */
 	struct toggle_set standing;
@@ -295,6 +311,16 @@ void tg_copyout_close(struct toggle_agent *a);
 
 /* replay.c */
 int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g);
+
+/* bare.c: the producer-free exec, built at bind, picked when the set changes. */
+void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g);  /* (re)build for g->exec */
+void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g);  /* unbind, forget, new capture */
+void tg_bare_free(struct toggle_agent *a, struct tg_graph *g);  /* agent close */
+/* Point g->run at the exec the current set needs; true (and g holds the
+ * current version) when it is the bare one, which needs no node set. */
+bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g);
+bool tg_bare_running(const struct tg_graph *g);
+uint64_t tg_bare_replays(const struct tg_graph *g);
 
 /* device.c */
 int tg_device_open(struct toggle_agent *a);       /* 0, or a reason in a->err */

@@ -36,8 +36,10 @@ static void graph_free(struct tg_graph *g)
 
 void tg_registry_free(struct toggle_agent *a)
 {
-	for (size_t i = 0; i < a->n_graphs; i++)
+	for (size_t i = 0; i < a->n_graphs; i++) {
+		tg_bare_free(a, a->graphs[i]);
 		graph_free(a->graphs[i]);
+	}
 	free(a->graphs);
 	a->graphs = NULL;
 	a->n_graphs = 0;
@@ -75,6 +77,7 @@ static struct tg_graph *graph_new(struct toggle_agent *a, CUgraph graph)
 static void graph_clear(struct toggle_agent *a, struct tg_graph *g)
 {
 	a->launches_retired += g->replays;
+	tg_bare_drop(a, g);
 	free(g->nodes);
 	free(g->state);
 	free(g->by_hook);
@@ -89,6 +92,7 @@ static void graph_clear(struct toggle_agent *a, struct tg_graph *g)
 	g->cap_words = keep.cap_words;
 	g->epoch = keep.epoch;
 	g->join = keep.join;
+	g->bare.parked = keep.bare.parked;
 }
 
 void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec)
@@ -415,6 +419,7 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 		int rc = tg_device_bind(a, g, exec);
 		if (rc) {
 			tg_graph_reset_exec(g, NULL);
+			tg_bare_drop(a, g);
 			return rc;
 		}
 	}
@@ -423,6 +428,7 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 	tg_graph_reset_exec(g, exec); /* NULL unbinds: launches fail closed until a bind */
 	g->has_exec_id = has_eid;
 	g->exec_id = eid;
+	tg_bare_bind(a, g);
 	a->stats.rebinds += exec != NULL;
 	return 0;
 }
@@ -553,6 +559,9 @@ static void graph_status(const struct toggle_agent *a, const struct tg_graph *g,
 		.tainted_step = g->tainted ? g->tainted_step : -1,
 		.tainted = g->unclean,
 		.blocked = g->blocked,
+		.bare_exec = g->bare.exec != NULL,
+		.bare_running = tg_bare_running(g),
+		.bare_replays = tg_bare_replays(g),
 	};
 	memcpy(out->note, g->note, sizeof(out->note));
 }

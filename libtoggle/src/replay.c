@@ -239,7 +239,7 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 		if (rc)
 			return rc;
 	}
-	if (g->applied_version != a->version) {
+	if (g->applied_version != a->version && !tg_bare_pick(a, g)) {
 		int rc = g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream) : tg_graph_sync(a, g);
 		if (rc && tg_graph_replaced(a, g)) {
 			/* Bound graph destroyed, its handle reused: not ours any more. */
@@ -308,9 +308,9 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
 		a->stats.launches_unrelated++;
 		return 0;
 	}
-	r = a->cu.graph_launch(exec, stream);
+	r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
 	if (r != CUDA_SUCCESS)
-		return launch_failed(a, graph, exec, r);
+		return launch_failed(a, graph, g->run, r);
 	g->replays++;
 	g->last_step = a->step;
 	g->last_stream = stream;
@@ -332,9 +332,9 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->fast_version, 0))
 		return launch_slow(a, graph, exec, stream);
-	CUresult r = a->cu.graph_launch(exec, stream);
+	CUresult r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
 	if (__builtin_expect(r != CUDA_SUCCESS, 0))
-		return launch_failed(a, g->graph, g->exec, r); /* from g: fewer live registers */
+		return launch_failed(a, g->graph, g->run, r); /* from g: fewer live registers */
 	g->replays++;
 	g->last_step = a->step;
 	g->last_stream = stream; /* device mode orders its next mask write after this launch */
@@ -360,7 +360,7 @@ int toggle_apply_all(struct toggle_agent *a)
 		}
 		int rc = rebind ? tg_graph_bind_exec(a, g, g->exec) : 0;
 		if (rc == 0)
-			rc = tg_graph_sync(a, g);
+			rc = tg_bare_pick(a, g) ? 0 : tg_graph_sync(a, g);
 		if (rc && tg_graph_replaced(a, g)) {
 			tg_graph_drop(a, g); /* the handle names another graph now */
 			continue;
