@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "peer_trust.h"
 #include "tgclient.h"
 
 #define TGC_VERSION_MAX 64   /* daemon_version kept, NUL included */
@@ -496,6 +497,12 @@ static int open_socket(struct tgc *c, const char *path, int64_t deadline,
 	int e = connect_fd(c->fd, &sa, salen, deadline);
 	if (e) {
 		connect_failed(path, e, err, errlen);
+		return TOGGLE_ECONNECT;
+	}
+	/* Nothing is sent, nothing read, before the listener is known to be trusted. */
+	char why[512];
+	if (tgp_peer_trusted(c->fd, path, getenv(TGP_TRUST_ENV), why, sizeof(why)) != 0) {
+		set_err(err, errlen, "cannot connect: %s", why);
 		return TOGGLE_ECONNECT;
 	}
 	return 0;

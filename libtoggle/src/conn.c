@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "peer_trust.h"
 #include "toggle_proto.h"
 
 #define CONN_BACKOFF_MIN_MS 50
@@ -34,6 +35,11 @@ struct tg_conn {
 	int wake[2];  /* write end closes to stop the thread */
 	int shm_fd;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	/* TOGGLE_DAEMON_UID as it was at start (read once: getenv is not
+	 * safe against the application's setenv from this thread); one byte
+	 * over the limit keeps an overlong value overlong, hence refused. */
+	bool trust_set;
+	char trust[TGP_TRUST_ENV_MAX + 2];
 	/* Copies of the registration strings. */
 	char name[TGP_MAX_NAME], group[TGP_MAX_NAME];
 	char types[32][TGP_MAX_NAME];
@@ -77,7 +83,7 @@ static void conn_enter(struct tg_conn *c, enum toggle_conn_state s)
 static void conn_note(struct tg_conn *c, bool failed, const char *what, const char *detail)
 {
 	pthread_mutex_lock(&c->lock);
-	snprintf(c->st.last_error, sizeof(c->st.last_error), "%.40s%s%.200s", what, detail ? ": " : "",
+	snprintf(c->st.last_error, sizeof(c->st.last_error), "%.40s%s%.212s", what, detail ? ": " : "",
 		 detail ? detail : "");
 	c->st.failures += failed;
 	conn_mirror(c);
@@ -114,6 +120,16 @@ static int conn_connect(struct tg_conn *c)
 		return -1;
 	}
 	return fd;
+}
+
+/* Is the listener one we may hand the memfd to?  Checked before any byte goes out. */
+static bool conn_peer_ok(struct tg_conn *c, int fd)
+{
+	char why[256];
+	if (tgp_peer_trusted(fd, c->path, c->trust_set ? c->trust : NULL, why, sizeof(why)) == 0)
+		return true;
+	conn_set_error(c, "untrusted daemon", why);
+	return false;
 }
 
 static int conn_send(int fd, const uint8_t *buf, size_t len, int pass_fd)
@@ -261,7 +277,7 @@ static void *conn_main(void *arg)
 		int fd = conn_connect(c);
 		if (fd < 0) {
 			conn_set_error(c, "connecting to the daemon", strerror(errno));
-		} else if (conn_register(c, fd) == 0) {
+		} else if (conn_peer_ok(c, fd) && conn_register(c, fd) == 0) {
 			backoff = CONN_BACKOFF_MIN_MS;
 			int stop = conn_session(c, fd);
 			close(fd);
@@ -313,6 +329,11 @@ int tg_conn_start(const char *path, int shm_fd, const struct pbw_register *reg,
 		return TOGGLE_EINVAL;
 	}
 	snprintf(c->path, sizeof(c->path), "%s", path);
+	const char *trust = getenv(TGP_TRUST_ENV);
+	if (trust) {
+		c->trust_set = true;
+		snprintf(c->trust, sizeof(c->trust), "%s", trust);
+	}
 	c->shm_fd = shm_fd;
 	c->st.state = TOGGLE_CONN_CONNECTING;
 	c->st.since_unix_ms = conn_now_ms();
