@@ -32,3 +32,9 @@ check-man:
 	  out=$$(groff -man -Tutf8 -ww "$$m" 2>&1 >/dev/null); \
 	  if [ -n "$$out" ]; then echo "$$m: $$out"; exit 1; fi; \
 	done; echo "man pages: no groff warnings"
+
+# The agent, tgclient and togglectl refuse a listener of another uid
+# (tests/check_peer.c: a squatter as uid 65534; runs togglectl).
+$(B)/tests/check_peer: $(B)/libtgproto-san.a $(B)/togglectl $(TGP_GEN_H)
+$(B)/tests/check_peer: EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLECTL_BIN=\"$(B)/togglectl\"
+$(B)/tests/check_peer: EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
