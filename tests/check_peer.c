@@ -278,8 +278,8 @@ START_TEST(test_client_trusts_listed_uid)
 	tgc_close(c);
 	/* Malformed: trusts nobody beyond root and us, and says why. */
 	static const char *const bad[] = {"65534x", "65534,", ",65534", "65534 ", "-1",
-					  "4294967295", "99999999999", "1,2,3,4,5,6,7,8,9,10,"
-					  "11,12,13,14,15,16,65534"};
+					  "4294967295", "99999999999",
+					  "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,65534"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ck_assert_int_eq(setenv(TGP_TRUST_ENV, bad[i], 1), 0);
 		c = NULL;
