@@ -242,6 +242,36 @@ static void squat_stop(struct squat *s)
 	munmap(s->t, sizeof(*s->t));
 }
 
+/* ---- the uid list (no root needed) ---------------------------------------- */
+
+START_TEST(test_trust_list)
+{
+	ck_assert_int_eq(tgp_trust_listed("65534", 65534), 1);
+	ck_assert_int_eq(tgp_trust_listed("1,2,65534", 65534), 1);
+	ck_assert_int_eq(tgp_trust_listed("0", 0), 1);
+	ck_assert_int_eq(tgp_trust_listed("4294967294", 4294967294u), 1);
+	ck_assert_int_eq(tgp_trust_listed("65534", 6553), 0);
+	ck_assert_int_eq(tgp_trust_listed("6553", 65534), 0);
+	ck_assert_int_eq(tgp_trust_listed("", 65534), 0); /* empty = unset */
+	ck_assert_int_eq(tgp_trust_listed("1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16", 16), 1);
+	static const char *const bad[] = {"x", ",", "1,", ",1", "1,,2", " 1", "1 ", "+1", "-1",
+					  "0x10", "4294967295", "00000000001", "1;2",
+					  "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(tgp_trust_listed(bad[i], 1) == -1, "'%s' accepted", bad[i]);
+	/* Past TGP_TRUST_ENV_MAX bytes, and at it with 128 uids: refused (a
+	 * valid list of 16 uids is at most 175 bytes). */
+	char big[TGP_TRUST_ENV_MAX + 2];
+	memset(big, '0', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	for (size_t i = 1; i < sizeof(big) - 1; i += 2)
+		big[i] = ',';
+	ck_assert_int_eq(tgp_trust_listed(big, 0), -1);
+	big[TGP_TRUST_ENV_MAX] = '\0';
+	ck_assert_int_eq(tgp_trust_listed(big, 0), -1);
+}
+END_TEST
+
 /* ---- the client library -------------------------------------------------- */
 
 START_TEST(test_client_refuses_other_uid)
@@ -413,7 +443,10 @@ END_TEST
 static Suite *peer_suite(void)
 {
 	Suite *s = suite_create("peer");
-	TCase *tc = tcase_create("client");
+	TCase *tc = tcase_create("list");
+	tcase_add_test(tc, test_trust_list);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("client");
 	tcase_add_test(tc, test_client_refuses_other_uid);
 	tcase_add_test(tc, test_client_trusts_listed_uid);
 	tcase_add_test(tc, test_togglectl_refuses_other_uid);
