@@ -75,6 +75,8 @@ struct tg_graph {
 	uint64_t epoch;           /* epoch the device holds or will hold */
 	bool epoch_pending;       /* epoch still to be written before the next launch */
 	CUevent join;             /* orders a write on a new stream after the last one */
+	bool prep_unordered;      /* a prepare enqueued mask words on last_stream: the next
+				   * launch on another stream waits for them (device.c) */
 	bool upload_pending;      /* host toggled a device-updatable node (fallback): upload
 				   * before the next launch, as the driver requires */
 

@@ -833,6 +833,12 @@ int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
 		if (nops == TG_BATCH_MAX)
 			rc = dev_flush(a, g, stream, &nops, &joined);
 	}
+	if (rc == 0 && g->prep_unordered && !joined) {
+		/* A prepare's words with maybe no launch after them: a launch on
+		 * another stream is ordered after them even with nothing to write. */
+		rc = dev_join(a, g, stream);
+		joined = true;
+	}
 	if (rc == 0)
 		rc = dev_flush(a, g, stream, &nops, &joined);
 	if (rc) {
@@ -848,6 +854,7 @@ int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
 		a->stats.mask_writes++;
 	}
 	g->applied_version = a->version;
+	g->prep_unordered = false;
 	a->stats.syncs++;
 	return 0;
 }

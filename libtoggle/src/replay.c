@@ -281,9 +281,26 @@ __attribute__((noinline, cold)) static int launch_failed(struct toggle_agent *a,
 					(void *)graph, (void *)exec, tg_cu_errstr(&a->cu, r)));
 }
 
-/* Every launch that is not a plain replay of an up-to-date exec. */
-__attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, CUgraph graph,
-							CUgraphExec exec, CUstream stream)
+/* The launch of g's exec happened, or (toggle_graph_prepare) is promised:
+ * one more launch index (device mode's taint report maps runs to steps
+ * with it), and the stream the next mask write must be ordered after. */
+static inline void replay_account(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
+{
+	g->replays++;
+	g->last_step = a->step;
+	g->last_stream = stream;
+}
+
+/*
+ * Every launch or prepare that is not a plain replay of an up-to-date exec:
+ * the guard, the exec brought to the set on stream, the accounting.  One
+ * function for both, so that toggle_graph_prepare() + cuGraphLaunch and
+ * toggle_graph_launch() cannot drift apart; `launch` says whether to call
+ * cuGraphLaunch here (prepare: the caller does, right after).
+ */
+__attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, CUgraph graph,
+							CUgraphExec exec, CUstream stream,
+							bool launch)
 {
 	if (a->shm.ctl)
 		launch_control_before(a);
@@ -293,12 +310,24 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
 	 * start at 1), so these two compares are the whole fast-path guard. */
 	if (g && tg_graph_related(g) &&
 	    __builtin_expect(exec != g->exec || g->applied_version != a->version, 0)) {
+		uint64_t words = a->stats.mask_words;
 		int rc = launch_prepare(a, g, exec, stream);
 		if (rc < 0)
 			return launch_refuse(a, rc);
+		if (!launch && rc == 0 && g->dev == TG_DEV_ACTIVE && a->stats.mask_words != words) {
+			/* Device mode: the words just enqueued on stream may never see the
+			 * promised launch there, and nothing else orders a launch on
+			 * another stream after them.  Off the fast path for the next
+			 * launch or prepare, whose sync joins when its stream differs. */
+			g->prep_unordered = true;
+			g->applied_version = 0;
+		}
 	}
 	if (!g || !tg_graph_related(g)) {
-		/* Unrelated to us (or a planner without producers): launched untouched. */
+		/* Unrelated to us (or a planner without producers): launched untouched;
+		 * a prepare has nothing to do. */
+		if (!launch)
+			return 0;
 		r = a->cu.graph_launch(exec, stream);
 		if (r != CUDA_SUCCESS) {
 			a->anomalies.driver_errors++;
@@ -308,12 +337,12 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
 		a->stats.launches_unrelated++;
 		return 0;
 	}
-	r = a->cu.graph_launch(exec, stream);
-	if (r != CUDA_SUCCESS)
-		return launch_failed(a, graph, exec, r);
-	g->replays++;
-	g->last_step = a->step;
-	g->last_stream = stream;
+	if (launch) {
+		r = a->cu.graph_launch(exec, stream);
+		if (r != CUDA_SUCCESS)
+			return launch_failed(a, graph, exec, r);
+	}
+	replay_account(a, g, stream);
 	if (a->shm.ctl)
 		launch_control_after(a);
 	return 0;
@@ -323,7 +352,7 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
  * The hot path: a known graph whose bound exec holds the current set, with no
  * daemon-lane work pending (tg_fast_update).  Stale and unbound records hold
  * exec NULL and version 0 (versions start at 1), so the two compares are the
- * whole guard.  Anything else, and any failure, goes through launch_slow().
+ * whole guard.  Anything else, and any failure, goes through replay_slow().
  */
 int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec, CUstream stream)
 {
@@ -331,13 +360,23 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 		return TOGGLE_EINVAL;
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->fast_version, 0))
-		return launch_slow(a, graph, exec, stream);
+		return replay_slow(a, graph, exec, stream, true);
 	CUresult r = a->cu.graph_launch(exec, stream);
 	if (__builtin_expect(r != CUDA_SUCCESS, 0))
 		return launch_failed(a, g->graph, g->exec, r); /* from g: fewer live registers */
-	g->replays++;
-	g->last_step = a->step;
-	g->last_stream = stream; /* device mode orders its next mask write after this launch */
+	replay_account(a, g, stream); /* device mode orders its next mask write after it */
+	return 0;
+}
+
+/* toggle_graph_launch() without the cuGraphLaunch: same guard, same set. */
+int toggle_graph_prepare(struct toggle_agent *a, CUgraph graph, CUgraphExec exec, CUstream stream)
+{
+	if (__builtin_expect(!a, 0))
+		return TOGGLE_EINVAL;
+	struct tg_graph *g = tg_graph_find(a, graph);
+	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->fast_version, 0))
+		return replay_slow(a, graph, exec, stream, false);
+	replay_account(a, g, stream);
 	return 0;
 }
 
