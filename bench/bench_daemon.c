@@ -8,11 +8,18 @@
  *     (send to the agent's control-lane sequence number moving), p50/p99,
  *     for A = 1, 16, 256;
  *   - requests per second from 1 and 8 clients, sequential and pipelined
- *     (32 in flight), for a read (Status) and a write (SetEnabled).
+ *     (32 in flight), for a read (Status) and a write (SetEnabled); writes
+ *     spread over every agent;
+ *   - reads (Status, ListAgents) one at a time, p50/p99, alone and while 8
+ *     clients pipeline writes (32 in flight each) to every agent;
+ *   - the state directory's own save latency, measured in the same run:
+ *     write a small file, fsync, rename, fsync the directory (what one save
+ *     of one agent costs the daemon), so figures compare across machines.
  *
  * Usage: bench_daemon --toggled PATH [--requests N] [--seconds S]
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -58,6 +65,7 @@ struct bench {
 	pid_t daemon;
 	struct toggle_sim *sim;
 	struct toggle_agent *agents[MAX_AGENTS];
+	uint64_t ids[MAX_AGENTS]; /* the daemon's agent ids */
 	size_t n_agents;
 };
 
@@ -136,6 +144,42 @@ static void agents_attach(struct bench *b, struct tgc *c, size_t n)
 		usleep(5000);
 	if (daemon_agents(c) < n)
 		die("agents did not register");
+	for (size_t i = 0; i < n; i++) {
+		struct tg_conn_state cs;
+		tg_conn_state(b->agents[i]->conn, &cs); /* ids follow registration order, not ours */
+		b->ids[i] = cs.agent_id;
+	}
+}
+
+/*
+ * The state directory's own latency for what one save does: a small file
+ * written and fsync'ed, renamed over the last one, the directory fsync'ed.
+ */
+static void disk_save_latency(const struct bench *b, size_t n, double *p50, double *p99)
+{
+	char dir[192], tmp[224], dst[224];
+	snprintf(dir, sizeof(dir), "%s/fsync-probe", b->dir);
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+		die("mkdir fsync-probe");
+	snprintf(tmp, sizeof(tmp), "%s/x.json.tmp", dir);
+	snprintf(dst, sizeof(dst), "%s/x.json", dir);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	double *v = calloc(n, sizeof(double));
+	static const char text[] = "{\n  \"enabled\": \"h0:1\",\n  \"format\": 1,\n  \"name\": \"bench-0\",\n  \"plans\": []\n}\n";
+	if (dfd < 0 || !v)
+		die("fsync probe");
+	for (size_t i = 0; i < n; i++) {
+		double t0 = now_us();
+		int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || write(fd, text, sizeof(text) - 1) != (ssize_t)(sizeof(text) - 1) ||
+		    fsync(fd) != 0 || close(fd) != 0 || rename(tmp, dst) != 0 || fsync(dfd) != 0)
+			die("fsync probe: write/fsync/rename");
+		v[i] = now_us() - t0;
+	}
+	close(dfd);
+	*p50 = pct(v, n, 0.5);
+	*p99 = pct(v, n, 0.99);
+	free(v);
 }
 
 /* A pre-built SetEnabled frame for agent id `id` (the first agent has id 1). */
@@ -164,9 +208,7 @@ static void latency(struct bench *b, struct tgc *c, size_t n_req)
 		uint8_t *buf;
 		size_t len;
 		uint64_t id = 1000000 + i;
-		struct tg_conn_state cs;
-		tg_conn_state(a->conn, &cs); /* ids follow registration order, not ours */
-		if (encode_set(id, cs.agent_id, (int)(i / b->n_agents) & 1, &buf, &len))
+		if (encode_set(id, b->ids[k], (int)(i / b->n_agents) & 1, &buf, &len))
 			die("encode");
 		uint64_t seq0 = toggle_shm_control_seq(a->shm.ctl);
 		double t0 = now_us();
@@ -199,6 +241,9 @@ struct load {
 	const char *sock;
 	int write, window;
 	double seconds;
+	const uint64_t *ids;  /* writes go round these agents */
+	size_t n_ids, first;
+	volatile int *stop;   /* when set: stop (else after seconds) */
 	uint64_t done;
 };
 
@@ -209,14 +254,19 @@ static void *load_thread(void *arg)
 	char err[256];
 	if (tgc_connect(l->sock, 2000, &c, err, sizeof(err)))
 		die(err);
-	uint8_t *frames[2];
-	size_t lens[2];
-	for (int f = 0; f < 2; f++) {
+	/* Writes: for each agent, a set and its opposite, so that every write changes state. */
+	size_t nf = l->write ? 2 * l->n_ids : 1;
+	uint8_t **frames = calloc(nf, sizeof(*frames));
+	size_t *lens = calloc(nf, sizeof(*lens));
+	if (!frames || !lens)
+		die("out of memory");
+	for (size_t f = 0; f < nf; f++) {
 		Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 		Toggle__StatusRequest st = TOGGLE__STATUS_REQUEST__INIT;
 		env.id = 7;
 		if (l->write) {
-			if (encode_set(7, 1, f, &frames[f], &lens[f]))
+			size_t k = (l->first + f / 2) % l->n_ids;
+			if (encode_set(7, l->ids[k], (int)(f & 1), &frames[f], &lens[f]))
 				die("encode");
 			continue;
 		}
@@ -227,9 +277,11 @@ static void *load_thread(void *arg)
 	}
 	double end = now_us() + l->seconds * 1e6;
 	uint64_t sent = 0, got = 0;
-	while (now_us() < end) {
+	while (l->stop ? !*l->stop : now_us() < end) {
 		while (sent - got < (uint64_t)l->window) {
-			if (tgc_send_raw(c, frames[sent & 1], lens[sent & 1]))
+			/* Agent k gets set, then (a round later) its opposite. */
+			size_t f = l->write ? (sent % l->n_ids) * 2 + (sent / l->n_ids) % 2 : 0;
+			if (tgc_send_raw(c, frames[f], lens[f]))
 				die("send");
 			sent++;
 		}
@@ -247,8 +299,10 @@ static void *load_thread(void *arg)
 		got++;
 	}
 	l->done = got;
-	free(frames[0]);
-	free(frames[1]);
+	for (size_t f = 0; f < nf; f++)
+		free(frames[f]);
+	free(frames);
+	free(lens);
 	tgc_close(c);
 	return NULL;
 }
@@ -258,7 +312,9 @@ static double throughput(struct bench *b, int clients, int write, int window, do
 	pthread_t th[8];
 	struct load l[8];
 	for (int i = 0; i < clients; i++) {
-		l[i] = (struct load){.sock = b->sock, .write = write, .window = window, .seconds = seconds};
+		l[i] = (struct load){.sock = b->sock, .write = write, .window = window, .seconds = seconds,
+				     .ids = b->ids, .n_ids = b->n_agents,
+				     .first = (size_t)i * b->n_agents / (size_t)clients};
 		pthread_create(&th[i], NULL, load_thread, &l[i]);
 	}
 	uint64_t total = 0;
@@ -267,6 +323,79 @@ static double throughput(struct bench *b, int clients, int write, int window, do
 		total += l[i].done;
 	}
 	return (double)total / seconds;
+}
+
+/* One read request's frame: Status or ListAgents. */
+static void encode_read(int agents, uint8_t **buf, size_t *len)
+{
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	Toggle__StatusRequest st = TOGGLE__STATUS_REQUEST__INIT;
+	Toggle__ListAgentsRequest la = TOGGLE__LIST_AGENTS_REQUEST__INIT;
+	env.id = 9;
+	if (agents) {
+		env.body_case = TOGGLE__ENVELOPE__BODY_LIST_AGENTS;
+		env.list_agents = &la;
+	} else {
+		env.body_case = TOGGLE__ENVELOPE__BODY_STATUS;
+		env.status = &st;
+	}
+	if (tgp_frame_encode(&env, buf, len))
+		die("encode");
+}
+
+/*
+ * Reads one at a time on their own connection for `seconds`, p50/p99 in
+ * microseconds; with `writers` clients pipelining writes (32 in flight
+ * each) to every agent meanwhile.  *writes: acknowledged writes per second.
+ */
+static void reads_under_load(struct bench *b, int agents, int writers, double seconds,
+			     double *p50, double *p99, double *writes)
+{
+	pthread_t th[8];
+	struct load l[8];
+	volatile int stop = 0;
+	for (int i = 0; i < writers; i++) {
+		l[i] = (struct load){.sock = b->sock, .write = 1, .window = 32, .ids = b->ids,
+				     .n_ids = b->n_agents, .stop = &stop,
+				     .first = (size_t)i * b->n_agents / (size_t)writers};
+		pthread_create(&th[i], NULL, load_thread, &l[i]);
+	}
+	struct tgc *c;
+	char err[256];
+	if (tgc_connect(b->sock, 2000, &c, err, sizeof(err)))
+		die(err);
+	uint8_t *buf;
+	size_t len;
+	encode_read(agents, &buf, &len);
+	size_t cap = 1 << 20, n = 0;
+	double *v = calloc(cap, sizeof(double));
+	if (!v)
+		die("out of memory");
+	usleep(200000); /* the writers in full swing */
+	double t_start = now_us(), end = t_start + seconds * 1e6;
+	while (now_us() < end && n < cap) {
+		double t0 = now_us();
+		if (tgc_send_raw(c, buf, len))
+			die("send");
+		Toggle__Envelope *rep;
+		if (tgc_recv(c, &rep, 5000) != 1)
+			die("no reply to a read");
+		v[n++] = now_us() - t0;
+		toggle__envelope__free_unpacked(rep, NULL);
+	}
+	double t_end = now_us();
+	stop = 1;
+	uint64_t total = 0;
+	for (int i = 0; i < writers; i++) {
+		pthread_join(th[i], NULL);
+		total += l[i].done;
+	}
+	*writes = (double)total / ((t_end - t_start) / 1e6 + 0.2);
+	*p50 = pct(v, n, 0.5);
+	*p99 = pct(v, n, 0.99);
+	free(v);
+	free(buf);
+	tgc_close(c);
 }
 
 int main(int argc, char **argv)
@@ -295,6 +424,10 @@ int main(int argc, char **argv)
 	char err[256];
 	if (tgc_connect(b.sock, 2000, &c, err, sizeof(err)))
 		die(err);
+	double d50, d99;
+	disk_save_latency(&b, 500, &d50, &d99);
+	printf("disk: one save (write, fsync, rename, fsync dir) p50 %.1f us, p99 %.1f us (%s)\n",
+	       d50, d99, b.dir);
 	printf("daemon: SetEnabled latency in microseconds (state dir on %s)\n", b.dir);
 	printf("  %6s %8s %10s %10s %10s %10s\n", "agents", "requests", "visible50", "visible99",
 	       "rtt50", "rtt99");
@@ -309,6 +442,19 @@ int main(int argc, char **argv)
 		for (int w = 0; w < 2; w++)
 			printf("  %8d %8s %12.0f %12.0f\n", clients, w ? "set" : "status",
 			       throughput(&b, clients, w, 1, seconds), throughput(&b, clients, w, 32, seconds));
+	printf("daemon: reads one at a time, alone and under 8 clients pipelining sets to %zu agents "
+	       "(%.0f s each, microseconds)\n", b.n_agents, seconds);
+	printf("  %8s %10s %10s %10s %10s %10s %12s\n", "request", "alone50", "alone99", "loaded50",
+	       "loaded99", "x p99", "sets/s");
+	for (int agents = 0; agents < 2; agents++) {
+		double a50, a99, l50, l99, w0, w;
+		reads_under_load(&b, agents, 0, seconds, &a50, &a99, &w0);
+		reads_under_load(&b, agents, 8, seconds, &l50, &l99, &w);
+		printf("  %8s %10.1f %10.1f %10.1f %10.1f %10.2f %12.0f\n", agents ? "agents" : "status",
+		       a50, a99, l50, l99, l99 / a99, w);
+	}
+	disk_save_latency(&b, 500, &d50, &d99);
+	printf("disk: one save again, at the end: p50 %.1f us, p99 %.1f us\n", d50, d99);
 	tgc_close(c);
 	for (size_t i = 0; i < b.n_agents; i++)
 		toggle_agent_close(b.agents[i]);

@@ -7,8 +7,11 @@
  *            libtoggle's work is left in the difference.
  *   apply:   changing k hooks on a graph of n producers: driver calls made
  *            (must be k) and host time per launch that applies them.
+ *   switch:  steps alternating between the empty set and one hook: host time
+ *            of the launch that switches between the producer-free exec and
+ *            the main one, against the same steps with that exec turned off.
  *
- * Usage: bench_host hotpath|apply [--reps R] [--iters N] [--mode agent|direct]
+ * Usage: bench_host hotpath|apply|switch [--reps R] [--iters N] [--mode agent|direct]
  * Prints a table of medians over R repetitions (see bench/run.sh).
  */
 #include <stdio.h>
@@ -24,6 +27,15 @@ static CUresult empty_launch(CUgraphExec exec, CUstream stream)
 {
 	(void)exec;
 	(void)stream;
+	__asm__ volatile("" ::: "memory");
+	return CUDA_SUCCESS;
+}
+
+static CUresult empty_set_enabled(CUgraphExec exec, CUgraphNode node, unsigned on)
+{
+	(void)exec;
+	(void)node;
+	(void)on;
 	__asm__ volatile("" ::: "memory");
 	return CUDA_SUCCESS;
 }
@@ -63,7 +75,7 @@ struct rig {
 };
 
 /* An agent on the simulator with one graph of types x layers producers. */
-static void rig_open(struct rig *r, uint16_t types, uint16_t layers)
+static void rig_open_cfg(struct rig *r, uint16_t types, uint16_t layers, bool no_bare)
 {
 	memset(r, 0, sizeof(*r));
 	for (uint16_t t = 0; t < types; t++) {
@@ -75,7 +87,8 @@ static void rig_open(struct rig *r, uint16_t types, uint16_t layers)
 	struct toggle_config cfg = {.name = "bench",
 				    .catalog = {.type_names = r->names, .n_types = types,
 						.n_layers = layers},
-				    .backend = TOGGLE_BACKEND_SIM, .sim = r->sim};
+				    .backend = TOGGLE_BACKEND_SIM, .sim = r->sim,
+				    .no_bare_exec = no_bare};
 	if (toggle_agent_open(&cfg, &r->agent))
 		exit(1);
 	toggle_capture_begin(r->agent);
@@ -90,6 +103,11 @@ static void rig_open(struct rig *r, uint16_t types, uint16_t layers)
 	toggle_capture_end(r->agent);
 	toggle_sim_graph_instantiate(&r->exec, r->graph);
 	toggle_graph_bind(r->agent, r->graph, r->exec);
+}
+
+static void rig_open(struct rig *r, uint16_t types, uint16_t layers)
+{
+	rig_open_cfg(r, types, layers, false);
 }
 
 static void rig_close(struct rig *r)
@@ -151,7 +169,9 @@ static void apply_point(uint16_t types, uint16_t layers, unsigned k, int reps, d
 			double *calls_per_change)
 {
 	struct rig r;
-	rig_open(&r, types, layers);
+	/* The main exec's sync is what is measured: no producer-free exec (at
+	 * the empty set it would run instead, with no node to set). */
+	rig_open_cfg(&r, types, layers, true);
 	struct toggle_set off, on;
 	toggle_set_clear(&off);
 	toggle_set_clear(&on);
@@ -202,13 +222,65 @@ static int bench_apply(int reps)
 	return 0;
 }
 
+/*
+ * Host time of a step (set_enabled + step_begin + the launch), over steps
+ * that alternate between the empty set and {0:3}: with the producer-free
+ * exec each launch switches exec (back to the main one it also syncs the
+ * one changed node); without it each syncs one node.  Medians over reps of
+ * iters steps (single steps are below the clock's resolution).
+ */
+static double switch_point(bool no_bare, int reps, long iters)
+{
+	struct rig r;
+	rig_open_cfg(&r, 3, 32, no_bare);
+	struct toggle_set none, one;
+	toggle_set_clear(&none);
+	toggle_set_clear(&one);
+	toggle_set_add(&one, (struct toggle_hook){0, 3});
+	toggle_set_enabled(r.agent, &one);
+	toggle_step_begin(r.agent, 0, NULL);
+	toggle_graph_launch(r.agent, r.graph, r.exec, r.stream); /* first sync on the sim */
+	r.agent->cu.graph_launch = empty_launch;
+	r.agent->cu.graph_node_set_enabled = empty_set_enabled;
+	double *t = calloc((size_t)reps, sizeof(double));
+	int64_t stepno = 1;
+	for (int i = 0; i < reps; i++) {
+		double t0 = now_ns();
+		for (long k = 0; k < iters; k++, stepno++) {
+			toggle_set_enabled(r.agent, stepno % 2 ? &none : &one);
+			toggle_step_begin(r.agent, stepno, NULL);
+			toggle_graph_launch(r.agent, r.graph, r.exec, r.stream);
+		}
+		t[i] = (now_ns() - t0) / (double)iters;
+	}
+	struct toggle_graph_status gs;
+	toggle_graph_status(r.agent, r.graph, &gs);
+	if (!no_bare && gs.bare_replays == 0)
+		fprintf(stderr, "bench_host switch: the producer-free exec never ran\n");
+	double m = median(t, reps);
+	free(t);
+	rig_close(&r);
+	return m;
+}
+
+static int bench_switch(int reps, long iters)
+{
+	double on = switch_point(false, reps, iters), off = switch_point(true, reps, iters);
+	printf("switch: steps alternating none / {0:3}, graph of 96 producers, driver calls "
+	       "replaced by empty functions, %d reps x %ld steps\n", reps, iters);
+	printf("  %-48s %8.1f ns/step\n", "producer-free exec on (each launch switches)", on);
+	printf("  %-48s %8.1f ns/step\n", "producer-free exec off (each launch sets 1 node)", off);
+	printf("  %-48s %8.1f ns/step\n", "added by switching (median diff)", on - off);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int reps = 15;
 	long iters = 2000000;
 	const char *mode = NULL;
 	if (argc < 2) {
-		fprintf(stderr, "usage: bench_host hotpath|apply [--reps R] [--iters N] [--mode agent|direct]\n");
+		fprintf(stderr, "usage: bench_host hotpath|apply|switch [--reps R] [--iters N] [--mode agent|direct]\n");
 		return 2;
 	}
 	for (int i = 2; i + 1 < argc; i += 2) {
@@ -225,6 +297,8 @@ int main(int argc, char **argv)
 		return bench_hotpath(reps, iters, mode);
 	if (!strcmp(argv[1], "apply"))
 		return bench_apply(reps);
+	if (!strcmp(argv[1], "switch"))
+		return bench_switch(reps, iters);
 	fprintf(stderr, "bench_host: unknown benchmark '%s'\n", argv[1]);
 	return 2;
 }

@@ -12,7 +12,10 @@
  * figures are per-node overheads, not bandwidth.
  *
  *  4. Replay time: no producers captured (the floor); all producers captured
- *     and, through a graphtoggle lazy agent, all enabled, all disabled, half.
+ *     and, through a graphtoggle lazy agent, all enabled, all disabled, half
+ *     (that agent has no producer-free exec, so "all disabled" is disabled
+ *     nodes); and all off through an agent with the producer-free exec (a
+ *     second exec without the producers, issue #14).
  *  5. Changing the producer set, half of the L producers flipping at each
  *     change (sets A = even layers, B = layers 0,1 mod 4: both half on):
  *       lazy      graphtoggle lazy (toggle_set_enabled + toggle_step_begin +
@@ -33,6 +36,15 @@
  *                 planner's device-side set-enabled calls
  *     For each: host wall-clock cost of the change (median), driver calls
  *     made (graphtoggle), host time of the next launch, replay time after it.
+ *
+ *  6. The producer-free exec: its build time at bind (clone, remove the
+ *     producers, instantiate; median of rebinds), its device memory
+ *     (cudaMemGetInfo) and host memory (resident set) after its first launch,
+ *     host µs of the launch that switches to it and back, device mode's
+ *     all-off replay (what it would save there, were device-updatable nodes
+ *     removable), and whether a small cache of execs for frequent non-empty
+ *     sets would pay (item 5's figures: replay of an exec without the
+ *     disabled producers against the lazy one, against the build cost).
  *
  * Replay time: CUDA events around R back-to-back replays of one exec (after
  * a warm-up), divided by R; median over the repetitions.  Configurations and
@@ -67,13 +79,15 @@
 #define THREADS    256
 #define MAX_REPS   201
 #define WARM       10    /* launches before the first timed replay */
-#define N_CFG      4     /* item 4 configurations */
+#define N_CFG      5     /* item 4 configurations */
 #define N_METH     6     /* item 5 methods */
 
-enum cfg { C_FLOOR, C_ALL, C_NONE, C_HALF };
+enum cfg { C_FLOOR, C_ALL, C_NONE, C_HALF, C_BARE };
 static const char *const cfg_names[N_CFG] = {"floor (no producers)", "all enabled",
-					     "all disabled", "half enabled"};
-static const char *const cfg_keys[N_CFG] = {"floor", "all_on", "all_off", "half"};
+					     "all disabled", "half enabled",
+					     "all off, bare exec"};
+static const char *const cfg_keys[N_CFG] = {"floor", "all_on", "all_off", "half",
+					    "all_off_bare"};
 
 enum meth_kind { M_LAZY, M_RECAP, M_UPDATE, M_FLAG, M_COND, M_DEVICE };
 static const char *const meth_names[N_METH] = {
@@ -270,6 +284,16 @@ struct bench {
 
 	/* item 5 */
 	struct meth m[N_METH];
+
+	/* item 6: the producer-free exec */
+	struct meth bare;          /* a lazy agent with it, every producer captured */
+	double bind_plain_us;      /* the lazy method's bind (no bare exec) */
+	double build_us[MAX_REPS]; /* bind with the bare exec's build */
+	int n_build;
+	double dev_kib, host_kib;  /* memory after its first launch */
+	double sw_bare[MAX_REPS], sw_main[MAX_REPS]; /* host µs of the switching launch */
+	double dev_off[MAX_REPS];  /* device mode, all off: µs per replay */
+	int n_dev_off;
 };
 
 /* A libtoggle failure: fatal for the lazy agent; for device mode it marks
@@ -522,11 +546,12 @@ static uint64_t check_ran(struct bench *b, struct meth *m, const bool *en)
 /* ---- graphtoggle agents ---------------------------------------------------------- */
 
 static int open_agent(struct bench *b, enum toggle_mode mode, const char *name,
-		      struct toggle_agent **out)
+		      struct toggle_agent **out, bool bare)
 {
 	struct toggle_config cfg;
 
 	memset(&cfg, 0, sizeof cfg);
+	cfg.no_bare_exec = !bare;
 	cfg.name = name;
 	cfg.catalog = b->cat;
 	cfg.mode = mode;
@@ -609,7 +634,7 @@ static bool meth_setup(struct bench *b, struct meth *m, const bool *en)
 		}
 		snprintf(name, sizeof name, "gpu_bench_%s_%d", meth_keys[m->kind], b->L);
 		r = open_agent(b, m->kind == M_LAZY ? TOGGLE_MODE_LAZY : TOGGLE_MODE_DEVICE, name,
-			       &m->agent);
+			       &m->agent, false);
 		if (r != TOGGLE_OK) {
 			m->agent = NULL;
 			tg_ok(m, r, "toggle_agent_open");
@@ -618,9 +643,11 @@ static bool meth_setup(struct bench *b, struct meth *m, const bool *en)
 		if (m->kind == M_LAZY) {
 			m->graph = capture_chain(b, P_PLAIN, NULL, NULL, m);
 			CUDA_CHECK(cudaGraphInstantiate(&m->exec, m->graph, 0));
+			b->bind_plain_us = now_us();
 			if (!tg_ok(m, toggle_graph_bind(m->agent, m->graph, m->exec),
 				   "toggle_graph_bind"))
 				return false;
+			b->bind_plain_us = now_us() - b->bind_plain_us;
 		} else {
 			struct toggle_graph_status gs;
 
@@ -789,14 +816,140 @@ static void run_item4(struct bench *b)
 			case C_HALF:
 				set_a(en, b->L);
 				break;
+			case C_BARE:
+				m = &b->bare;
+				set_all(en, b->L, false);
+				break;
 			}
 			if (m && !agent_set(m, en, b->L))
 				die("lazy agent failed");
 			b->cfg_us[c][rep] = time_replays(b, m);
 			b->cfg_bad[c] += check_ran(b, m, want);
+			if (c == C_BARE) { /* and it was the producer-free exec that ran */
+				struct toggle_graph_status gs;
+
+				TG_CHECK(m->agent, toggle_graph_status(m->agent, m->graph, &gs));
+				b->cfg_bad[c] += !gs.bare_running;
+			}
 			b->cfg_checks[c]++;
 		}
 	}
+}
+
+/* ---- item 6: the producer-free exec ------------------------------------------- */
+
+/* Resident host memory in KiB (/proc/self/statm), 0 where unknown. */
+static double rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long size = 0, res = 0;
+
+	if (!f)
+		return 0;
+	if (fscanf(f, "%lu %lu", &size, &res) != 2)
+		res = 0;
+	fclose(f);
+	return (double)res * (double)sysconf(_SC_PAGESIZE) / 1024.0;
+}
+
+/*
+ * A lazy agent with the producer-free exec and its own copy of the chain:
+ * memory around the first bind and launch, then the build time over rebinds
+ * of the same exec (each destroys the bare exec and builds it again).
+ */
+static void bare_setup(struct bench *b)
+{
+	struct meth *m = &b->bare;
+	char name[TOGGLE_MAX_NAME];
+	size_t free0, free1, total;
+	double rss0, t0;
+	bool none[MAX_L];
+
+	memset(m, 0, sizeof *m);
+	m->kind = M_LAZY;
+	m->available = true;
+	snprintf(name, sizeof name, "gpu_bench_bare_%d", b->L);
+	if (open_agent(b, TOGGLE_MODE_LAZY, name, &m->agent, true) != TOGGLE_OK)
+		die("bare: toggle_agent_open failed");
+	m->graph = capture_chain(b, P_PLAIN, NULL, NULL, m);
+	CUDA_CHECK(cudaGraphInstantiate(&m->exec, m->graph, 0));
+	CUDA_CHECK(cudaGraphUpload(m->exec, b->s));
+	CUDA_CHECK(cudaDeviceSynchronize());
+	CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+	rss0 = rss_kib();
+	t0 = now_us();
+	TG_CHECK(m->agent, toggle_graph_bind(m->agent, m->graph, m->exec));
+	b->build_us[0] = now_us() - t0;
+	b->n_build = 1;
+	set_all(none, b->L, false);
+	if (!agent_set(m, none, b->L) || !launch(b, m))
+		die("bare: first launch failed");
+	CUDA_CHECK(cudaDeviceSynchronize());
+	CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+	b->dev_kib = free0 >= free1 ? (double)(free0 - free1) / 1024.0 : 0.0;
+	b->host_kib = rss_kib() - rss0;
+	{
+		struct toggle_graph_status gs;
+
+		TG_CHECK(m->agent, toggle_graph_status(m->agent, m->graph, &gs));
+		if (!gs.bare_exec || !gs.bare_running)
+			die("bare: no producer-free exec (%s)", toggle_last_error(m->agent));
+	}
+	for (int i = 1; i < b->reps && i < 11; i++) {
+		CUDA_CHECK(cudaStreamSynchronize(b->s));
+		t0 = now_us();
+		TG_CHECK(m->agent, toggle_graph_bind(m->agent, m->graph, m->exec));
+		b->build_us[b->n_build++] = now_us() - t0;
+	}
+	for (int i = 0; i < WARM; i++)
+		if (!launch(b, m))
+			die("bare: warm-up launch failed");
+	CUDA_CHECK(cudaStreamSynchronize(b->s));
+}
+
+/* Switch host cost; device mode all off.  After item 5 (device mode is set up). */
+static void run_item6(struct bench *b)
+{
+	struct meth *m = &b->bare, *dv = &b->m[M_DEVICE];
+	bool none[MAX_L], one[MAX_L];
+	double t0;
+
+	set_all(none, b->L, false);
+	set_all(one, b->L, false);
+	one[3] = true;
+	for (int rep = 0; rep < b->reps; rep++) {
+		CUDA_CHECK(cudaStreamSynchronize(b->s));
+		if (!agent_set(m, none, b->L))
+			die("bare: set failed");
+		t0 = now_us();
+		if (!launch(b, m))
+			die("bare: launch failed");
+		b->sw_bare[rep] = now_us() - t0;
+		CUDA_CHECK(cudaStreamSynchronize(b->s));
+		if (!agent_set(m, one, b->L))
+			die("bare: set failed");
+		t0 = now_us();
+		if (!launch(b, m))
+			die("bare: launch failed");
+		b->sw_main[rep] = now_us() - t0;
+	}
+	b->bare.bad += check_ran(b, m, one);
+	b->bare.checks++;
+	if (!dv->available)
+		return;
+	for (int rep = 0; rep < b->reps; rep++) {
+		double us;
+
+		CUDA_CHECK(cudaStreamSynchronize(b->s));
+		if (!agent_set(dv, none, b->L) || !launch(b, dv))
+			return;
+		us = time_replays(b, dv);
+		if (us < 0)
+			return;
+		b->dev_off[b->n_dev_off++] = us;
+	}
+	dv->bad += check_ran(b, dv, none);
+	dv->checks++;
 }
 
 /* ---- item 5 ------------------------------------------------------------------ */
@@ -932,6 +1085,28 @@ static void write_csv(struct bench *b)
 		raw_rows(b->L, "change", meth_keys[k], "host_us_next_launch", m->next, m->nrep);
 		raw_rows(b->L, "change", meth_keys[k], "us_per_replay_after", m->replay, m->nrep);
 	}
+	{
+		struct summary one;
+
+		memset(&one, 0, sizeof one);
+		one.n = 1;
+		csv_row(b->L, "bare", "build", "host_us_bind_with_build",
+			summarize(b->build_us, b->n_build));
+		one.med = one.min = one.max = b->bind_plain_us;
+		csv_row(b->L, "bare", "bind_without", "host_us_bind", one);
+		one.med = one.min = one.max = b->dev_kib;
+		csv_row(b->L, "bare", "memory", "device_kib", one);
+		one.med = one.min = one.max = b->host_kib;
+		csv_row(b->L, "bare", "memory", "host_kib", one);
+		csv_row(b->L, "bare", "switch", "host_us_launch_to_bare",
+			summarize(b->sw_bare, b->reps));
+		csv_row(b->L, "bare", "switch", "host_us_launch_to_main_1_node",
+			summarize(b->sw_main, b->reps));
+		if (b->n_dev_off)
+			csv_row(b->L, "bare", "device_mode_all_off", "us_per_replay",
+				summarize(b->dev_off, b->n_dev_off));
+		raw_rows(b->L, "bare", "build", "host_us_bind_with_build", b->build_us, b->n_build);
+	}
 }
 
 static void print_check(uint64_t bad, uint64_t checks, char *buf, size_t len)
@@ -1025,6 +1200,80 @@ static void print_item5(struct bench *const *bs, int nb)
 	}
 }
 
+static void print_item6(struct bench *const *bs, int nb)
+{
+	printf("\n== 6. The producer-free exec (issue #14)\n");
+	printf("   all off: us per replay, x floor (target <= 1.01); build: host us of a bind "
+	       "that builds it (clone, remove producers, instantiate), median of %d;\n"
+	       "   memory after its first launch: device (cudaMemGetInfo, driver granularity) "
+	       "and host resident; switch: host us of the launch that goes to the bare exec,\n"
+	       "   and of the one that goes back to the main exec with 1 node changed\n",
+	       bs[0]->n_build);
+	printf("%-5s %10s %8s %10s %10s %10s %10s %12s %12s %7s\n", "L", "bare us", "x floor",
+	       "build us", "bind us", "dev KiB", "host KiB", "to bare us", "to main us", "check");
+	for (int i = 0; i < nb; i++) {
+		const struct bench *b = bs[i];
+		double floor_us = summarize(b->cfg_us[C_FLOOR], b->reps).med;
+		double bare_us = summarize(b->cfg_us[C_BARE], b->reps).med;
+		char chk[32];
+
+		print_check(b->cfg_bad[C_BARE] + b->bare.bad, b->cfg_checks[C_BARE] + b->bare.checks,
+			    chk, sizeof chk);
+		printf("%-5d %10.2f %8.3f %10.0f %10.1f %10.0f %10.0f %12.2f %12.2f %7s\n", b->L,
+		       bare_us, bare_us / floor_us, summarize(b->build_us, b->n_build).med,
+		       b->bind_plain_us, b->dev_kib, b->host_kib,
+		       summarize(b->sw_bare, b->reps).med, summarize(b->sw_main, b->reps).med, chk);
+	}
+	printf("   bind us: the lazy method's bind, without a bare exec\n");
+	printf("\n   device mode, all off (planner + disabled device-updatable producers): what a "
+	       "bare exec would save there\n");
+	for (int i = 0; i < nb; i++) {
+		const struct bench *b = bs[i];
+		double floor_us = summarize(b->cfg_us[C_FLOOR], b->reps).med;
+
+		if (!b->n_dev_off) {
+			printf("%-5d device mode: no figures (%s)\n", b->L,
+			       b->m[M_DEVICE].note[0] ? b->m[M_DEVICE].note : "not run");
+			continue;
+		}
+		{
+			double d = summarize(b->dev_off, b->n_dev_off).med;
+			printf("%-5d device all off %.2f us/replay = %.3fx floor; lazy with bare exec "
+			       "%.3fx\n", b->L, d, d / floor_us,
+			       summarize(b->cfg_us[C_BARE], b->reps).med / floor_us);
+		}
+	}
+	printf("\n   a cache of execs for frequent non-empty sets (from item 5, sets half on): an "
+	       "entry replays like recapture's exec,\n   costs a build like the bare exec's and "
+	       "its memory\n");
+	printf("%-5s %14s %14s %14s %12s %16s\n", "L", "lazy us/replay", "exact us/replay",
+	       "saved us", "build us", "break-even");
+	for (int i = 0; i < nb; i++) {
+		const struct bench *b = bs[i];
+		const struct meth *lz = &b->m[M_LAZY], *rc = &b->m[M_RECAP];
+		double build = summarize(b->build_us, b->n_build).med;
+
+		if (!lz->nrep || !rc->nrep) {
+			printf("%-5d no figures\n", b->L);
+			continue;
+		}
+		{
+			double l = summarize(lz->replay, lz->nrep).med;
+			double e = summarize(rc->replay, rc->nrep).med;
+			double saved = l - e;
+			char be[32];
+
+			if (saved > 0)
+				snprintf(be, sizeof be, "%.0f replays", build / saved);
+			else
+				snprintf(be, sizeof be, "never");
+			printf("%-5d %14.2f %14.2f %14.2f %12.0f %16s\n", b->L, l, e, saved, build, be);
+		}
+	}
+	printf("   break-even: replays of one set before an entry's build is paid back (memory: "
+	       "dev KiB per entry)\n");
+}
+
 /* ---- main --------------------------------------------------------------------- */
 
 static void usage(FILE *f)
@@ -1099,7 +1348,7 @@ static void probe_device_mode(struct bench *b)
 		snprintf(b->device_note, sizeof b->device_note, "device mode: left out (--no-device)");
 		return;
 	}
-	r = open_agent(b, TOGGLE_MODE_DEVICE, "gpu_bench_probe", &agent);
+	r = open_agent(b, TOGGLE_MODE_DEVICE, "gpu_bench_probe", &agent, false);
 	if (r == TOGGLE_OK) {
 		b->device_built = true;
 		b->device_note[0] = '\0';
@@ -1160,13 +1409,17 @@ static void bench_run(struct bench *b)
 		if (!meth_setup(b, &b->m[M_LAZY], all))
 			die("lazy agent set-up failed");
 	}
+	bare_setup(b);
 	printf("gpu-bench: L=%d: item 4 (%d reps x %d replays)\n", b->L, b->reps, b->replays);
 	run_item4(b);
 	printf("gpu-bench: L=%d: item 5 (%d changes)\n", b->L, b->reps);
 	run_item5(b);
+	printf("gpu-bench: L=%d: item 6 (the producer-free exec)\n", b->L);
+	run_item6(b);
 
 	for (int k = 0; k < N_METH; k++)
 		meth_teardown(b, &b->m[k]);
+	meth_teardown(b, &b->bare);
 	CUDA_CHECK(cudaGraphExecDestroy(b->floor_exec));
 	CUDA_CHECK(cudaGraphDestroy(b->floor_graph));
 	CUDA_CHECK(cudaFree(b->x));
@@ -1268,6 +1521,7 @@ int main(int argc, char **argv)
 			bad += b->cfg_bad[c];
 		for (int k = 0; k < N_METH; k++)
 			bad += b->m[k].bad;
+		bad += b->bare.bad;
 	}
 	if (g_csv) {
 		fclose(g_csv);
@@ -1280,6 +1534,7 @@ int main(int argc, char **argv)
 
 	print_item4(bs, nl);
 	print_item5(bs, nl);
+	print_item6(bs, nl);
 	if (bad) {
 		printf("\ngpu-bench: FAIL (%" PRIu64 " producer-ran mismatches: see check columns)\n",
 		       bad);

@@ -31,6 +31,8 @@ echo
 
 "$B/bench/bench_host" apply --reps 21
 echo
+"$B/bench/bench_host" switch --reps 21 --iters 200000
+echo
 
 # The daemon saves what it acknowledges (fsync) before replying: the round
 # trip depends on the file system of the state directory, so both a disk

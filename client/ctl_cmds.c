@@ -220,6 +220,13 @@ static char *ctl_join_spec(struct ctl_ctx *ctx, int argc, char **argv, int *exit
 	return spec;
 }
 
+/* Agents a default-target command left out: said on stderr, also with --json. */
+static void ctl_note_skipped(char **skipped, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		fprintf(stderr, "togglectl: left out agent %s\n", skipped[i]);
+}
+
 static int ctl_set_op(struct ctl_ctx *ctx, int argc, char **argv, Toggle__SetOp op,
 		      const char *name)
 {
@@ -244,6 +251,7 @@ static int ctl_set_op(struct ctl_ctx *ctx, int argc, char **argv, Toggle__SetOp 
 		struct ctl_set_result r = {.op = name, .spec = spec, .waited = ctx->opt.wait,
 					   .reply = rep->set_enabled_reply};
 		ctx->out->set(&r);
+		ctl_note_skipped(rep->set_enabled_reply->skipped, rep->set_enabled_reply->n_skipped);
 		toggle__envelope__free_unpacked(rep, NULL);
 	}
 	free(spec);
@@ -459,6 +467,7 @@ int ctl_cmd_plan_submit(struct ctl_ctx *ctx, int argc, char **argv)
 	rc = ctl_request(ctx, &req, TOGGLE__ENVELOPE__BODY_ACK, &rep);
 	if (!rc) {
 		ctx->out->plan_submitted(&m);
+		ctl_note_skipped(rep->ack->skipped, rep->ack->n_skipped);
 		toggle__envelope__free_unpacked(rep, NULL);
 	}
 	ctl_plan_free(&pl);

@@ -268,6 +268,14 @@ static void human_status(const Toggle__StatusReply *r, bool may_write)
 	ctl_table_add(&t, "%llu", (unsigned long long)r->denied);
 	ctl_table_add(&t, "dropped peers");
 	ctl_table_add(&t, "%llu", (unsigned long long)r->dropped_peers);
+	if (r->has_save_errors) {
+		ctl_table_add(&t, "save errors");
+		if (r->save_error)
+			ctl_table_add(&t, "%llu, failing: %s", (unsigned long long)r->save_errors,
+				      r->save_error);
+		else
+			ctl_table_add(&t, "%llu", (unsigned long long)r->save_errors);
+	}
 	ctl_table_add(&t, "access");
 	ctl_table_add(&t, "%s", may_write ? "read-write" : "read-only");
 	ctl_table_print(&t);
@@ -326,10 +334,18 @@ static const char *ctl_graph_state(const Toggle__GraphInfo *g)
 	return g->blocked ? "bound,tainted,blocked" : g->tainted ? "bound,tainted" : "bound";
 }
 
+/* Which exec its launches run: the main one, the producer-free one, or none. */
+static const char *ctl_graph_runs(const Toggle__GraphInfo *g)
+{
+	if (g->stale || !g->bound)
+		return NULL;
+	return g->has_bare_running && g->bare_running ? "bare" : "main";
+}
+
 static void human_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgentsReply *a)
 {
 	static const char *const head[] = {"AGENT", "NAME", "GRAPH", "EXEC", "NODES", "HOOKS",
-					   "APPLIED", "REPLAYS", "LAST-STEP", "MODE", "STATE"};
+					   "APPLIED", "REPLAYS", "LAST-STEP", "MODE", "STATE", "RUNS"};
 	if (g->n_graphs == 0) {
 		printf("no graphs\n");
 	} else {
@@ -358,6 +374,7 @@ static void human_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAge
 				ctl_table_add(&t, "%lld", (long long)r->last_step);
 			ctl_table_add(&t, "%s", ag ? ctl_mode_name(ag->mode) : "?");
 			ctl_table_add(&t, "%s", ctl_graph_state(r));
+			ctl_table_add(&t, "%s", ctl_graph_runs(r) ? ctl_graph_runs(r) : "-");
 		}
 		ctl_table_print(&t);
 	}
@@ -628,7 +645,7 @@ static json_t *json_of_agent(const Toggle__AgentInfo *a)
 
 static void json_status(const Toggle__StatusReply *r, bool may_write)
 {
-	jemit(json_pack("{s:o, s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:b}",
+	jemit(json_pack("{s:o, s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o}",
 			"daemon_version", jstr(r->daemon_version),
 			"protocol_version", (json_int_t)r->protocol_version,
 			"uptime_ms", ju64(r->uptime_ms),
@@ -640,7 +657,9 @@ static void json_status(const Toggle__StatusReply *r, bool may_write)
 			"dropped_peers", ju64(r->dropped_peers),
 			"socket", jstr(r->socket),
 			"state_dir", jstr(r->state_dir),
-			"may_write", may_write),
+			"may_write", may_write,
+			"save_errors", ju64(r->save_errors),
+			"save_error", jstr_or_null(r->save_error)),
 	      false);
 }
 
@@ -659,7 +678,7 @@ static void json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgen
 		const Toggle__GraphInfo *r = g->graphs[i];
 		const Toggle__AgentInfo *ag = ctl_find_agent(a, r->agent_id);
 		json_array_append_new(arr, json_pack(
-			"{s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:b}",
+			"{s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:o}",
 			"agent_id", ju64(r->agent_id),
 			"agent_name", ag ? jstr(ag->name) : json_null(),
 			"graph", jhandle(r->graph),
@@ -673,7 +692,9 @@ static void json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgen
 			"bound", (int)r->bound,
 			"stale", (int)r->stale,
 			"tainted", (int)(r->has_tainted && r->tainted),
-			"blocked", (int)(r->has_blocked && r->blocked)));
+			"blocked", (int)(r->has_blocked && r->blocked),
+			"bare_exec", (int)(r->has_bare_exec && r->bare_exec),
+			"runs", ctl_graph_runs(r) ? json_string(ctl_graph_runs(r)) : json_null()));
 	}
 	for (size_t i = 0; i < g->n_truncated_agents; i++)
 		json_array_append_new(trunc, ju64(g->truncated_agents[i]));

@@ -30,7 +30,8 @@ static uint64_t unix_ms(void)
 static bool name_ok(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
-	if (n == 0 || n >= TGP_MAX_NAME)
+	/* "." and ".." name directories, not state files (issue 11 item 8). */
+	if (n == 0 || n >= TGP_MAX_NAME || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		char c = s[i];
@@ -135,11 +136,14 @@ static int64_t agent_step(const struct td_agent *a)
 	return a->st->step;
 }
 
-/* Copy this agent's desired state into the store (the check phase saves it). */
+/* Copy this agent's accepted state into the store (commit.c saves it, then publishes it). */
 void td_agent_persist(struct td_agent *a)
 {
 	struct td_store *s = &a->d->store;
-	struct td_desired *dd = td_store_get(s, a->name, true);
+	a->unsaved = true;
+	char key[TD_MAX_KEY];
+	struct td_desired *dd = td_store_key(key, sizeof(key), a->name, a->uid) == 0
+					? td_store_get(s, key, true) : NULL;
 	if (!dd) {
 		log_warnx("agent %s: desired state not stored (store full or no memory)", a->name);
 		return;
@@ -178,37 +182,45 @@ void td_agent_persist(struct td_agent *a)
 	free(spec);
 }
 
-/* After a daemon restart: push the saved desired state to the agent again. */
+/*
+ * After a daemon restart (or a reconnection): push the saved desired state
+ * to the agent again.  Saved means in its file: a change whose save is still
+ * in flight is not pushed from here.
+ */
 static void agent_restore(struct td_agent *a)
 {
-	struct td_desired *dd = td_store_get(&a->d->store, a->name, false);
+	/* Keyed by name and uid: another user's agent of the same name gets nothing of it. */
+	char key[TD_MAX_KEY];
+	if (td_store_key(key, sizeof(key), a->name, a->uid) != 0)
+		return;
+	struct td_desired *dd = td_store_get(&a->d->store, key, false);
 	if (!dd)
 		return;
 	char err[256];
 	struct toggle_set set;
-	if (dd->standing) {
-		if (toggle_set_parse(&a->cat, dd->standing, &set, err, sizeof(err)) == 0) {
+	if (dd->saved_standing) {
+		if (toggle_set_parse(&a->cat, dd->saved_standing, &set, err, sizeof(err)) == 0) {
 			memcpy(a->ctl.standing, set.bits, sizeof(set.bits));
 			a->ctl.version++;
 			a->has_standing = true;
 		} else {
 			log_warnx("agent %s: saved set '%s' does not fit its catalog: %s", a->name,
-				  dd->standing, err);
+				  dd->saved_standing, err);
 		}
 	}
 	int64_t now = agent_step(a);
 	uint64_t used = a->ctl.plan_head - a->st->plan_consumed;
 	uint64_t room = used > TOGGLE_SHM_PLAN_RING ? 0 : TOGGLE_SHM_PLAN_RING - used;
-	for (size_t i = 0; i < dd->n_plans && room > 0; i++) {
-		if (dd->plan_steps[i] <= now ||
-		    toggle_set_parse(&a->cat, dd->plan_specs[i], &set, err, sizeof(err)) != 0 ||
+	for (size_t i = 0; i < dd->saved_n_plans && room > 0; i++) {
+		if (dd->saved_steps[i] <= now ||
+		    toggle_set_parse(&a->cat, dd->saved_specs[i], &set, err, sizeof(err)) != 0 ||
 		    a->n_plans >= TD_MAX_PENDING_PLAN)
 			continue;
 		struct toggle_shm_plan_slot slot = {.batch = ++a->next_batch, .batch_len = 1,
-						    .step = dd->plan_steps[i]};
+						    .step = dd->saved_steps[i]};
 		memcpy(slot.set, set.bits, sizeof(slot.set));
 		toggle_shm_plan_slot_write(a->shm.ctl, a->ctl.plan_head++, &slot);
-		a->plans[a->n_plans++] = (struct td_plan_entry){.step = dd->plan_steps[i], .set = set};
+		a->plans[a->n_plans++] = (struct td_plan_entry){.step = dd->saved_steps[i], .set = set};
 		room--;
 	}
 	td_agent_write_control(a);
@@ -219,7 +231,7 @@ static void agent_restore(struct td_agent *a)
 static int agent_check_register(const Toggle__RegisterAgent *m, char *err, size_t errlen)
 {
 	if (!name_ok(m->name)) {
-		snprintf(err, errlen, "bad agent name (expected [A-Za-z0-9_.-], 1-%d bytes)",
+		snprintf(err, errlen, "bad agent name (expected [A-Za-z0-9_.-], 1-%d bytes, not . or ..)",
 			 TGP_MAX_NAME - 1);
 		return TOGGLE_EINVAL;
 	}
@@ -259,6 +271,9 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	int rc = agent_check_register(m, err, errlen);
 	if (rc)
 		return rc;
+	if (m->group && m->group[0] &&
+	    td_auth_group_denied(d, m->group, p->uid, p->gid, p->pid, err, errlen))
+		return TOGGLE_EPERM;
 	struct td_agent *a = calloc(1, sizeof(*a));
 	if (a) {
 		a->st = calloc(1, sizeof(*a->st));
@@ -309,6 +324,8 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	a->st_anomalies = 0;
 	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
 		a->st_anomalies += a->st->anomalies[i];
+	a->ev_applied = a->st->version_applied;
+	a->ev_rejected = a->st->plan_rejected;
 	a->next = d->agents;
 	if (d->agents)
 		d->agents->prev = a;
@@ -316,6 +333,10 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	d->n_agents++;
 	p->agent = a;
 	agent_restore(a);
+	/* What the lane shows now is durable: a failed save rolls back to it. */
+	if (td_agent_state_copy(&a->durable, a) != 0)
+		log_warnx("agent %s: no memory for its durable state copy; a failed save "
+			  "rolls it back to no plans", a->name);
 	*id = a->id;
 	log_info("agent %s (id %llu, pid %u, uid %u, group '%s') registered: %u hook types x %u layers",
 		 a->name, (unsigned long long)a->id, a->pid, a->uid, a->group, a->cat.n_types,
@@ -340,6 +361,8 @@ void td_agent_gone(struct td_agent *a)
 	if (a->peer)
 		a->peer->agent = NULL;
 	toggle_shm_unmap(&a->shm);
+	td_agent_state_free(&a->durable);
+	td_agent_state_free(&a->saving_state);
 	free(a->st);
 	free(a->st_tmp);
 	free(a->plans);
@@ -370,19 +393,21 @@ void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind k
 	}
 }
 
-/* Compare the fresh status with the last one: applied versions, rejected
- * plans and anomalies become events. */
-static void agent_events(struct td_agent *a, uint64_t prev_applied, uint64_t prev_rejected)
+/* Compare the fresh status with what watchers were last told: applied
+ * versions, rejected plans and anomalies become events. */
+static void agent_events(struct td_agent *a)
 {
 	struct toggle_shm_status *s = a->st;
-	if (s->version_applied != prev_applied && s->version_applied)
+	if (s->version_applied != a->ev_applied && s->version_applied)
 		td_event(a->d, a, TOGGLE__EVENT_KIND__SET_APPLIED, s->version_applied, s->step, NULL);
-	if (s->plan_rejected != prev_rejected) {
+	a->ev_applied = s->version_applied;
+	if (s->plan_rejected != a->ev_rejected) {
 		char msg[128];
 		snprintf(msg, sizeof(msg), "plan batch %llu rejected: step %lld had already begun",
 			 (unsigned long long)s->plan_rejected_batch, (long long)s->plan_rejected_step);
 		td_event(a->d, a, TOGGLE__EVENT_KIND__PLAN_REJECTED, a->ctl.version,
 			 s->plan_rejected_step, msg);
+		a->ev_rejected = s->plan_rejected;
 	}
 	uint64_t sum = 0;
 	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
@@ -405,6 +430,9 @@ static struct td_agent *agent_by_id(struct td_daemon *d, uint64_t id)
 
 void td_waiter_free(struct td_waiter *w)
 {
+	for (size_t i = 0; i < w->n_skipped; i++)
+		free(w->skipped[i]);
+	free(w->skipped);
 	free(w->names);
 	free(w->agent_ids);
 	free(w->versions);
@@ -457,6 +485,8 @@ static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 		env.set_enabled_reply = &rep;
 		rep.n_versions = w->n;
 		rep.versions = vp;
+		rep.n_skipped = w->n_skipped;
+		rep.skipped = w->skipped;
 		td_peer_send(w->peer, &env);
 	} else {
 		td_peer_send_error(w->peer, w->request_id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
@@ -470,14 +500,12 @@ void td_agents_poll(struct td_daemon *d)
 {
 	for (struct td_agent *a = d->agents, *next; a; a = next) {
 		next = a->next;
-		uint64_t applied = a->st->version_applied;
-		uint64_t rejected = a->st->plan_rejected;
 		/* The counters only: the set and graph records are read by queries. */
 		if (toggle_shm_status_read_head(a->shm.st, a->st_tmp) != 0)
 			continue;
 		memcpy(&a->st->step, &a->st_tmp->step,
 		       offsetof(struct toggle_shm_status, current) - offsetof(struct toggle_shm_status, step));
-		agent_events(a, applied, rejected);
+		agent_events(a);
 	}
 	uint64_t now = td_now_ms();
 	for (struct td_waiter **w = &d->waiters; *w;) {

@@ -181,17 +181,20 @@ static bool user_has_group(uid_t uid, gid_t gid)
 
 /* ---- the rule ------------------------------------------------------------ */
 
-static bool in_operator_group(const struct td_daemon *d, uint32_t uid, uint32_t gid, uint32_t pid)
+static bool in_group(uint32_t uid, uint32_t gid, uint32_t pid, gid_t want)
 {
-	if (!d->have_operator_gid)
-		return false;
-	if ((gid_t)gid == d->operator_gid)
+	if ((gid_t)gid == want)
 		return true;
 	/* The peer process's own groups first: what it holds now, not what /etc/group says. */
-	int r = pid ? proc_has_group(pid, uid, d->operator_gid) : -1;
+	int r = pid ? proc_has_group(pid, uid, want) : -1;
 	if (r >= 0)
 		return r == 1;
-	return user_has_group((uid_t)uid, d->operator_gid);
+	return user_has_group((uid_t)uid, want);
+}
+
+static bool in_operator_group(const struct td_daemon *d, uint32_t uid, uint32_t gid, uint32_t pid)
+{
+	return d->have_operator_gid && in_group(uid, gid, pid, d->operator_gid);
 }
 
 bool td_auth_may_write(const struct td_daemon *d, uint32_t uid, uint32_t gid, uint32_t pid)
@@ -201,29 +204,62 @@ bool td_auth_may_write(const struct td_daemon *d, uint32_t uid, uint32_t gid, ui
 	return d && in_operator_group(d, uid, gid, pid);
 }
 
-/* Resolve cfg.operator_group; an empty or unknown name means no operator group. */
-void td_auth_reload(struct td_daemon *d)
+/* A unix group's gid by name; false if unknown (or the name is not terminated in len). */
+static bool group_gid(const char *name, size_t cap, gid_t *out)
 {
 	struct group gr, *res = NULL;
 	char *buf = NULL;
-	d->have_operator_gid = false;
-	d->operator_gid = 0;
-	/* Empty, or not terminated inside its array (a configuration bug): no group. */
-	size_t len = strnlen(d->cfg.operator_group, sizeof(d->cfg.operator_group));
-	if (len == 0 || len == sizeof(d->cfg.operator_group))
-		return;
+	size_t len = strnlen(name, cap);
+	if (len == 0 || len == cap)
+		return false;
 	for (size_t size = AUTH_BUF_START; size <= AUTH_BUF_MAX; size *= 2) {
 		char *nb = realloc(buf, size);
 		if (!nb)
 			break;
 		buf = nb;
-		if (getgrnam_r(d->cfg.operator_group, &gr, buf, size, &res) != ERANGE)
+		if (getgrnam_r(name, &gr, buf, size, &res) != ERANGE)
 			break;
 		res = NULL;
 	}
-	if (res) {
-		d->operator_gid = res->gr_gid;
-		d->have_operator_gid = true;
-	}
+	if (res)
+		*out = res->gr_gid;
 	free(buf);
+	return res != NULL;
+}
+
+/* Resolve cfg.operator_group; an empty or unknown name means no operator group. */
+void td_auth_reload(struct td_daemon *d)
+{
+	d->operator_gid = 0;
+	d->have_operator_gid =
+		group_gid(d->cfg.operator_group, sizeof(d->cfg.operator_group), &d->operator_gid);
+}
+
+/*
+ * Agent groups are labels an agent declares.  A group named by an
+ * agent_group line admits only root, our uid and the uids and unix groups it
+ * lists; any other group is open to every agent (so a group selector is a
+ * security boundary only for groups listed in toggled.conf).
+ */
+const char *td_auth_group_denied(const struct td_daemon *d, const char *group, uint32_t uid,
+				 uint32_t gid, uint32_t pid, char *why, size_t len)
+{
+	const struct td_group_rule *rule = NULL;
+	for (size_t i = 0; i < d->cfg.n_group_rules; i++)
+		if (strcmp(d->cfg.group_rules[i].name, group) == 0)
+			rule = &d->cfg.group_rules[i];
+	if (!rule || uid == 0 || (uid_t)uid == geteuid())
+		return NULL;
+	for (size_t i = 0; i < rule->n; i++) {
+		gid_t g;
+		if (!rule->m[i].is_group && rule->m[i].uid == uid)
+			return NULL;
+		if (rule->m[i].is_group &&
+		    group_gid(rule->m[i].group, sizeof(rule->m[i].group), &g) &&
+		    in_group(uid, gid, pid, g))
+			return NULL;
+	}
+	snprintf(why, len, "group '%s' admits only the uids and unix groups its agent_group line "
+		 "in toggled.conf lists; uid %u is not among them", group, uid);
+	return why;
 }

@@ -10,9 +10,12 @@
 #include <signal.h>
 #include <getopt.h>
 #include <grp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -36,6 +39,8 @@ static void usage(FILE *f)
 		"                             every writer with SO_PEERCRED)\n"
 		"  -f, --foreground           stay in the foreground (toggled never forks; accepted\n"
 		"                             for compatibility)\n"
+		"      --strict-state         refuse to start on a corrupt state file (default:\n"
+		"                             set it aside as FILE.corrupt-TIME and start without it)\n"
 		"  -v, --verbose              debug logging\n"
 		"  -V, --version              print the version and exit\n"
 		"  -h, --help                 this text\n");
@@ -69,7 +74,154 @@ static char *trim(char *s)
 	return s;
 }
 
-/* Parse "key = value" lines; unknown keys and bad values are errors. */
+#define CONFIG_MAX_LINE  1024
+#define CONFIG_MAX_BYTES (1u << 20)
+
+/* An unsigned decimal in [lo, hi], or false. */
+static bool config_uint(const char *val, unsigned long long lo, unsigned long long hi,
+			unsigned long long *out)
+{
+	char *end;
+	if (!*val || *val == '-' || *val == '+')
+		return false;
+	errno = 0;
+	unsigned long long v = strtoull(val, &end, 10);
+	if (errno || *end || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* The numeric keys: name, bounds, where the value goes. */
+struct config_num {
+	const char *key;
+	unsigned long long lo, hi;
+	size_t off;
+	bool is_size;
+};
+
+static const struct config_num config_nums[] = {
+	{"max_queue_bytes", 65536, 1ull << 30, offsetof(struct td_config, max_queue), true},
+	{"max_peers", 1, TD_MAX_PEERS_LIMIT, offsetof(struct td_config, max_peers), false},
+	{"reserved_peers", 0, TD_MAX_PEERS_LIMIT, offsetof(struct td_config, reserved_peers), false},
+	{"max_peers_per_uid", 0, TD_MAX_PEERS_LIMIT, offsetof(struct td_config, max_peers_per_uid), false},
+	{"hello_timeout_ms", 0, 3600000, offsetof(struct td_config, hello_timeout_ms), false},
+	{"idle_timeout_ms", 0, 86400000, offsetof(struct td_config, idle_timeout_ms), false},
+};
+
+static bool config_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n >= TGP_MAX_NAME || !strcmp(s, ".") || !strcmp(s, ".."))
+		return false;
+	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == n;
+}
+
+/* agent_group = NAME: UID|@UNIXGROUP[, ...] */
+static int config_group_rule(struct td_config *cfg, char *val, char *why, size_t len)
+{
+	char *colon = strchr(val, ':');
+	if (!colon) {
+		snprintf(why, len, "agent_group: expected NAME: UID|@GROUP, ...");
+		return -1;
+	}
+	*colon = '\0';
+	char *name = trim(val);
+	if (!config_name_ok(name)) {
+		snprintf(why, len, "agent_group: bad group name '%s'", name);
+		return -1;
+	}
+	for (size_t i = 0; i < cfg->n_group_rules; i++)
+		if (!strcmp(cfg->group_rules[i].name, name)) {
+			snprintf(why, len, "agent_group: group '%s' listed twice", name);
+			return -1;
+		}
+	if (cfg->n_group_rules >= TD_MAX_GROUP_RULES) {
+		snprintf(why, len, "agent_group: more than %d lines", TD_MAX_GROUP_RULES);
+		return -1;
+	}
+	struct td_group_rule *r = &cfg->group_rules[cfg->n_group_rules];
+	memset(r, 0, sizeof(*r));
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	char *save = NULL;
+	for (char *tok = strtok_r(colon + 1, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+		unsigned long long uid;
+		if (r->n >= TD_GROUP_MEMBERS) {
+			snprintf(why, len, "agent_group: more than %d members for '%s'", TD_GROUP_MEMBERS,
+				 name);
+			return -1;
+		}
+		if (tok[0] == '@' && tok[1] && strlen(tok + 1) < sizeof(r->m[0].group)) {
+			r->m[r->n].is_group = true;
+			snprintf(r->m[r->n].group, sizeof(r->m[0].group), "%s", tok + 1);
+		} else if (config_uint(tok, 0, UINT32_MAX - 1, &uid)) {
+			r->m[r->n].uid = (uint32_t)uid;
+		} else {
+			snprintf(why, len, "agent_group: '%s' is neither a uid nor @unixgroup", tok);
+			return -1;
+		}
+		r->n++;
+	}
+	if (r->n == 0) {
+		snprintf(why, len, "agent_group: '%s' lists nobody", name);
+		return -1;
+	}
+	cfg->n_group_rules++;
+	return 0;
+}
+
+static int config_line(struct td_config *cfg, char *s, const char *path, int lineno, char *err,
+		       size_t errlen)
+{
+	char *eq = strchr(s, '=');
+	if (!eq) {
+		snprintf(err, errlen, "%s:%d: expected key = value", path, lineno);
+		return -1;
+	}
+	*eq = '\0';
+	char *key = trim(s), *val = trim(eq + 1);
+	if (strcmp(key, "operator_group") == 0 && strlen(val) < sizeof(cfg->operator_group)) {
+		snprintf(cfg->operator_group, sizeof(cfg->operator_group), "%s", val);
+		return 0;
+	}
+	if (strcmp(key, "verbose") == 0 && (!strcmp(val, "0") || !strcmp(val, "1"))) {
+		cfg->verbose = val[0] == '1';
+		return 0;
+	}
+	if (strcmp(key, "agent_group") == 0) {
+		char why[256];
+		if (config_group_rule(cfg, val, why, sizeof(why)) == 0)
+			return 0;
+		snprintf(err, errlen, "%s:%d: %s", path, lineno, why);
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(config_nums) / sizeof(config_nums[0]); i++) {
+		const struct config_num *n = &config_nums[i];
+		if (strcmp(key, n->key) != 0)
+			continue;
+		unsigned long long v;
+		if (!config_uint(val, n->lo, n->hi, &v)) {
+			snprintf(err, errlen, "%s:%d: %s must be an integer in %llu..%llu", path, lineno,
+				 key, n->lo, n->hi);
+			return -1;
+		}
+		if (n->is_size)
+			*(size_t *)(void *)((char *)cfg + n->off) = (size_t)v;
+		else
+			*(unsigned *)(void *)((char *)cfg + n->off) = (unsigned)v;
+		return 0;
+	}
+	snprintf(err, errlen, "%s:%d: unknown key '%s' or bad value (keys: operator_group, verbose, "
+		 "max_queue_bytes, max_peers, reserved_peers, max_peers_per_uid, hello_timeout_ms, "
+		 "idle_timeout_ms, agent_group)", path, lineno, key);
+	return -1;
+}
+
+/*
+ * Parse "key = value" lines; unknown keys and bad values are errors.  The
+ * same checks at start and on SIGHUP: a regular file, bounded lines and
+ * size, no NUL bytes (a line cut at a NUL would be read as something else).
+ */
 static int config_load(struct td_config *cfg, const char *path, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "re");
@@ -77,40 +229,46 @@ static int config_load(struct td_config *cfg, const char *path, char *err, size_
 		snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
 		return -1;
 	}
-	char line[512];
+	struct stat sb;
+	if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		snprintf(err, errlen, "%s is not a regular file", path);
+		fclose(f);
+		return -1;
+	}
+	char *line = NULL;
+	size_t cap = 0, total = 0;
+	ssize_t len;
 	int lineno = 0, rc = 0;
-	while (rc == 0 && fgets(line, sizeof(line), f)) {
+	errno = 0;
+	while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
 		lineno++;
-		char *s = trim(line);
-		if (!*s || *s == '#')
-			continue;
-		char *eq = strchr(s, '=');
-		if (!eq) {
-			snprintf(err, errlen, "%s:%d: expected key = value", path, lineno);
+		total += (size_t)len;
+		if ((size_t)len > CONFIG_MAX_LINE || total > CONFIG_MAX_BYTES) {
+			snprintf(err, errlen, "%s:%d: line or file too long (%d bytes a line, %u in all)",
+				 path, lineno, CONFIG_MAX_LINE, CONFIG_MAX_BYTES);
 			rc = -1;
 			break;
 		}
-		*eq = '\0';
-		char *key = trim(s), *val = trim(eq + 1);
-		char *end;
-		if (strcmp(key, "operator_group") == 0 && strlen(val) < sizeof(cfg->operator_group)) {
-			snprintf(cfg->operator_group, sizeof(cfg->operator_group), "%s", val);
-		} else if (strcmp(key, "verbose") == 0 && (!strcmp(val, "0") || !strcmp(val, "1"))) {
-			cfg->verbose = val[0] == '1';
-		} else if (strcmp(key, "max_queue_bytes") == 0) {
-			unsigned long long v = strtoull(val, &end, 10);
-			if (*end || v < 65536 || v > (1ull << 30)) {
-				snprintf(err, errlen, "%s:%d: max_queue_bytes must be 65536..2^30", path, lineno);
-				rc = -1;
-			} else {
-				cfg->max_queue = (size_t)v;
-			}
-		} else {
-			snprintf(err, errlen, "%s:%d: unknown key '%s' or bad value (keys: operator_group, "
-				 "verbose, max_queue_bytes)", path, lineno, key);
+		if (memchr(line, '\0', (size_t)len)) {
+			snprintf(err, errlen, "%s:%d: NUL byte in the line", path, lineno);
 			rc = -1;
+			break;
 		}
+		char *s = trim(line);
+		if (!*s || *s == '#')
+			continue;
+		rc = config_line(cfg, s, path, lineno, err, errlen);
 	}
+	if (rc == 0 && cfg->reserved_peers >= cfg->max_peers) {
+		snprintf(err, errlen, "%s: reserved_peers (%u) must be below max_peers (%u)", path,
+			 cfg->reserved_peers, cfg->max_peers);
+		rc = -1;
+	}
+	if (rc == 0 && ferror(f)) {
+		snprintf(err, errlen, "reading %s: %s", path, strerror(errno ? errno : EIO));
+		rc = -1;
+	}
+	free(line);
 	fclose(f);
 	return rc;
 }
@@ -137,6 +295,53 @@ static void config_apply_cli(struct td_config *cfg)
 		cfg->verbose = 1;
 }
 
+/*
+ * Every peer may hold up to TD_FDS_PER_PEER fds: raise the soft
+ * RLIMIT_NOFILE towards what max_peers needs (the hard limit caps it), and
+ * say so when it stays short.  accept() running out is handled anyway.
+ */
+static void fd_limit_fit(const struct td_config *cfg)
+{
+	struct rlimit rl;
+	rlim_t need = (rlim_t)cfg->max_peers * TD_FDS_PER_PEER + TD_FDS_SPARE;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+		log_warn("getrlimit(RLIMIT_NOFILE)");
+		return;
+	}
+	if (rl.rlim_cur >= need)
+		return;
+	struct rlimit want = rl;
+	want.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+	if (want.rlim_cur > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &want) == 0)
+		rl = want;
+	if (rl.rlim_cur < need)
+		log_warnx("open files limited to %llu; max_peers %u needs %llu: connections past that are "
+			  "refused (raise LimitNOFILE= or ulimit -n, or lower max_peers)",
+			  (unsigned long long)rl.rlim_cur, cfg->max_peers, (unsigned long long)need);
+}
+
+/*
+ * The state directory (and its agents/) must be ours before anything in it
+ * is read: made by us now, or already owned by us or root and writable by
+ * nobody else (issue 11 item 6).
+ */
+static int state_dir_prepare(const char *dir, char *err, size_t errlen)
+{
+	char sub[PATH_MAX];
+	if (td_path_mkdirs(dir, 0750, err, errlen) != 0 ||
+	    td_path_dir_trusted(dir, false, err, errlen) != 0)
+		return -1;
+	int n = snprintf(sub, sizeof(sub), "%s/agents", dir);
+	if (n < 0 || (size_t)n >= sizeof(sub)) {
+		snprintf(err, errlen, "state directory path too long");
+		return -1;
+	}
+	struct stat sb;
+	if (lstat(sub, &sb) != 0 && errno == ENOENT)
+		return 0; /* the store makes it */
+	return td_path_dir_trusted(sub, false, err, errlen);
+}
+
 static void on_stop(uv_signal_t *h, int signum)
 {
 	struct td_daemon *d = h->data;
@@ -153,6 +358,7 @@ static void on_hup(uv_signal_t *h, int signum)
 		return;
 	}
 	struct td_config next = d->cfg;
+	next.n_group_rules = 0; /* the file's list replaces the old one */
 	char err[512];
 	if (config_load(&next, d->cfg.config_path, err, sizeof(err)) != 0) {
 		log_warnx("SIGHUP: keeping the old configuration: %s", err);
@@ -162,6 +368,8 @@ static void on_hup(uv_signal_t *h, int signum)
 	d->cfg = next;
 	log_set_verbose(d->cfg.verbose);
 	td_auth_reload(d);
+	fd_limit_fit(&d->cfg);
+	td_server_reconfigure(d);
 	/* Rights of connected peers follow the new configuration. */
 	for (struct td_peer *p = d->peers; p; p = p->next)
 		p->may_write = td_auth_may_write(d, p->uid, p->gid, p->pid);
@@ -179,6 +387,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		{"socket-mode", required_argument, NULL, 'm'},
 		{"foreground", no_argument, NULL, 'f'},
 		{"verbose", no_argument, NULL, 'v'},
+		{"strict-state", no_argument, NULL, 'S'},
 		{"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -204,6 +413,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		}
 		case 'f': break;
 		case 'v': cfg->cli_verbose = true; break;
+		case 'S': cfg->strict_state = true; break;
 		case 'V': printf("toggled %s (protocol %d)\n", TD_VERSION, TGP_PROTOCOL_VERSION); exit(0);
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
@@ -247,17 +457,29 @@ int main(int argc, char **argv)
 	struct td_daemon *d = &daemon;
 	d->cfg.socket_mode = 0666;
 	d->cfg.max_queue = TD_MAX_QUEUE;
+	d->cfg.max_peers = TD_MAX_PEERS;
+	d->cfg.reserved_peers = TD_RESERVED_PEERS;
+	d->cfg.max_peers_per_uid = TD_MAX_PEERS_PER_UID;
+	d->cfg.hello_timeout_ms = TD_HELLO_TIMEOUT_MS;
+	d->cfg.idle_timeout_ms = TD_IDLE_TIMEOUT_MS;
+	d->reserve_fd = -1;
 	snprintf(d->cfg.operator_group, sizeof(d->cfg.operator_group), "toggle");
 	d->listen_fd = -1;
 	parse_args(d, argc, argv);
 	log_init("toggled", d->cfg.verbose);
 
 	char err[512];
+	if (state_dir_prepare(d->cfg.state_dir, err, sizeof(err)) != 0)
+		fatalx("state directory: %s", err);
+	d->store.quarantine = !d->cfg.strict_state;
+	d->store.journal = true; /* one fdatasync per save, however many agents it holds */
 	if (td_store_load(&d->store, d->cfg.state_dir, err, sizeof(err)) != 0)
 		fatalx("cannot restore the desired state: %s", err);
 	td_auth_reload(d);
+	fd_limit_fit(&d->cfg);
 	d->loop = uv_default_loop();
 	d->start_ms = td_now_ms();
+	td_commit_init(d);
 	uv_timer_init(d->loop, &d->status_timer);
 	d->status_timer.data = d;
 	if (td_server_listen(d, activated_fd()) != 0)
@@ -275,9 +497,8 @@ int main(int argc, char **argv)
 		 d->have_operator_gid ? "" : ", not found: only root and this user may write");
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
-	/* Shutdown: answer nothing more, save, close everything. */
-	if (d->store.dirty && td_store_save(&d->store, d->cfg.state_dir) != 0)
-		log_warn("saving the desired state at shutdown");
+	/* Shutdown: finish the save in flight, save the rest, answer those writes, close. */
+	td_commit_drain(d);
 	td_server_close(d);
 	while (d->waiters) {
 		struct td_waiter *w = d->waiters;

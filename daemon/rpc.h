@@ -17,6 +17,21 @@ td_handler_fn rpc_register_agent, rpc_list_agents, rpc_list_graphs, rpc_status, 
 /* Parse the request's selector and select agents; on error replies and returns it. */
 int rpc_targets(struct td_peer *p, const Toggle__Envelope *req, const Toggle__Selector *sel,
 		struct td_agent ***agents, size_t *n);
+/* Agents a default-target command left out (their catalog refused it). */
+struct rpc_skipped {
+	char **v; /* "name (id N, uid U): reason" */
+	size_t n;
+};
+void rpc_skipped_free(struct rpc_skipped *sk);
+/*
+ * Default target only (no selector, or all): drop from v the agents whose
+ * catalog refuses one of specs, naming them in *sk (rpc_target.c).  When no
+ * agent would be left, v is kept whole so that the command fails naming the
+ * first.  0, or an error already sent to the peer.
+ */
+int rpc_default_filter(struct td_peer *p, uint64_t req_id, const Toggle__Selector *sel,
+		       struct td_agent **v, size_t *n, const char *const *specs, size_t n_specs,
+		       struct rpc_skipped *sk);
 /* Format a set of an agent as spec text into a malloc'd string (NULL on ENOMEM). */
 char *rpc_spec(const struct td_agent *a, const uint64_t *words);
 

@@ -4,9 +4,10 @@
  *
  * Every command is checked against every target before anything is
  * written: a spec that does not parse for one agent, a step one agent has
- * already begun, or a full plan ring rejects the whole command.  Then each
- * target's control lane is written and the desired state is marked for
- * saving; the reply goes out after the save (server.c, check phase).
+ * already begun, or a full plan ring rejects the whole command.  Then the
+ * command is applied to each target's accepted state and to the store; the
+ * control lanes are written and the reply leaves once the save that holds
+ * it succeeded, or TOGGLE_EIO and nothing applied if it failed (commit.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +21,36 @@
 _Static_assert(TGP_MAX_PLAN_ENTRIES == TOGGLE_SHM_PLAN_RING, "a plan is at most one ring");
 _Static_assert(TGP_MAX_PLAN_ENTRIES <= TD_MAX_PENDING_PLAN, "a plan fits the pending limit");
 
-static void reply_ack(struct td_peer *p, uint64_t id)
+/* Hand an accepted write's reply to commit.c: it leaves once the write is durable. */
+static void reply_after_save(struct td_peer *p, uint64_t id, const Toggle__Envelope *env)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int rc = tgp_frame_encode(env, &buf, &len);
+	if (rc) {
+		log_warnx("cannot encode a reply for peer %llu: %s", (unsigned long long)p->id,
+			  toggle_strerror(rc));
+		buf = NULL;
+		len = 0;
+	}
+	td_commit_reply(p, id, buf, len, NULL);
+}
+
+static void reply_ack_skipped(struct td_peer *p, uint64_t id, const struct rpc_skipped *sk)
 {
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	Toggle__Ack ack = TOGGLE__ACK__INIT;
 	env.id = id;
 	env.body_case = TOGGLE__ENVELOPE__BODY_ACK;
 	env.ack = &ack;
-	td_peer_send(p, &env);
+	ack.n_skipped = sk ? sk->n : 0;
+	ack.skipped = sk ? sk->v : NULL;
+	reply_after_save(p, id, &env);
+}
+
+static void reply_ack(struct td_peer *p, uint64_t id)
+{
+	reply_ack_skipped(p, id, NULL);
 }
 
 void rpc_register_agent(struct td_peer *p, const Toggle__Envelope *req)
@@ -77,14 +100,16 @@ static void set_apply_op(struct toggle_set *cur, const struct toggle_set *arg, T
 	}
 }
 
-static void set_reply(struct td_peer *p, uint64_t id, struct td_agent **v, size_t n)
+static void set_reply(struct td_peer *p, uint64_t id, struct td_agent **v, size_t n,
+		      const struct rpc_skipped *sk)
 {
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	Toggle__SetEnabledReply rep = TOGGLE__SET_ENABLED_REPLY__INIT;
 	Toggle__AgentVersion *vs = calloc(n, sizeof(*vs));
 	Toggle__AgentVersion **vp = calloc(n, sizeof(*vp));
 	if (!vs || !vp) {
-		td_peer_send_error(p, id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+		td_commit_reply(p, id, NULL, 0, NULL); /* applied all the same; no reply */
+		td_peer_drop(p, "out of memory");
 	} else {
 		for (size_t i = 0; i < n; i++) {
 			toggle__agent_version__init(&vs[i]);
@@ -97,13 +122,17 @@ static void set_reply(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 		env.set_enabled_reply = &rep;
 		rep.n_versions = n;
 		rep.versions = vp;
-		td_peer_send(p, &env);
+		rep.n_skipped = sk->n;
+		rep.skipped = sk->v;
+		reply_after_save(p, id, &env);
 	}
 	free(vs);
 	free(vp);
 }
 
-static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_t n, uint32_t ms)
+/* A waiter for the versions just accepted, armed once they are saved. */
+static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_t n, uint32_t ms,
+		      struct rpc_skipped *sk)
 {
 	struct td_waiter *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -121,12 +150,15 @@ static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 		snprintf(w->names[i], sizeof(w->names[i]), "%s", v[i]->name);
 	}
 	w->n = n;
+	w->skipped = sk->v; /* the waiter's reply names them; it frees them */
+	w->n_skipped = sk->n;
+	sk->v = NULL;
+	sk->n = 0;
 	w->peer = p;
 	w->request_id = id;
+	/* The deadline counts from the request: a slow save shortens the wait. */
 	w->deadline_ms = td_now_ms() + ms;
-	w->next = p->d->waiters;
-	p->d->waiters = w;
-	td_timer_update(p->d);
+	td_commit_reply(p, id, NULL, 0, w);
 	return 0;
 }
 
@@ -147,11 +179,18 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 	}
 	struct td_agent **v;
 	size_t n;
+	struct rpc_skipped sk;
 	if (rpc_targets(p, req, m->target, &v, &n))
 		return;
+	const char *specs[1] = {m->spec};
+	if (rpc_default_filter(p, req->id, m->target, v, &n, specs, 1, &sk)) {
+		free(v);
+		return;
+	}
 	struct toggle_set *next = calloc(n, sizeof(*next));
 	if (!next) {
 		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+		rpc_skipped_free(&sk);
 		free(v);
 		return;
 	}
@@ -173,16 +212,18 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 			memcpy(a->ctl.standing, next[i].bits, sizeof(a->ctl.standing));
 			a->ctl.version++;
 			a->has_standing = true;
-			td_agent_write_control(a);
 			td_agent_persist(a);
 		}
 		if (m->has_wait_ms && m->wait_ms > 0) {
-			if (add_waiter(p, req->id, v, n, m->wait_ms))
-				td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+			if (add_waiter(p, req->id, v, n, m->wait_ms, &sk)) {
+				td_commit_reply(p, req->id, NULL, 0, NULL); /* saved all the same */
+				td_peer_drop(p, "out of memory");
+			}
 		} else {
-			set_reply(p, req->id, v, n);
+			set_reply(p, req->id, v, n, &sk);
 		}
 	}
+	rpc_skipped_free(&sk);
 	free(next);
 	free(v);
 }
@@ -278,8 +319,7 @@ static void plan_write(struct td_agent *a, const Toggle__SubmitPlanRequest *m,
 		toggle_shm_plan_slot_write(a->shm.ctl, a->ctl.plan_head + k, &slot);
 		a->plans[a->n_plans++] = (struct td_plan_entry){.step = slot.step, .set = sets[k]};
 	}
-	a->ctl.plan_head += m->n_entries; /* published by this control write */
-	td_agent_write_control(a);
+	a->ctl.plan_head += m->n_entries; /* published by the control write after the save */
 	td_agent_persist(a);
 }
 
@@ -321,8 +361,16 @@ void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
 	}
 	struct td_agent **v;
 	size_t n;
+	struct rpc_skipped sk = {0};
 	if (rpc_targets(p, req, m->target, &v, &n))
 		return;
+	const char *specs[TOGGLE_SHM_PLAN_RING];
+	for (size_t k = 0; k < m->n_entries; k++)
+		specs[k] = m->entries[k]->spec;
+	if (rpc_default_filter(p, req->id, m->target, v, &n, specs, m->n_entries, &sk)) {
+		free(v);
+		return;
+	}
 	struct toggle_set *sets = calloc(n * m->n_entries, sizeof(*sets));
 	int64_t *steps = calloc(n * m->n_entries, sizeof(*steps));
 	size_t i = 0;
@@ -336,8 +384,9 @@ void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
 	if (sets && steps && i == n) {
 		for (i = 0; i < n; i++)
 			plan_write(v[i], m, &sets[i * m->n_entries], &steps[i * m->n_entries]);
-		reply_ack(p, req->id);
+		reply_ack_skipped(p, req->id, &sk);
 	}
+	rpc_skipped_free(&sk);
 	free(sets);
 	free(steps);
 	free(v);
@@ -354,7 +403,6 @@ void rpc_clear_plan(struct td_peer *p, const Toggle__Envelope *req)
 		a->ctl.plan_clear = a->ctl.plan_head;
 		a->ctl.plan_clears++;
 		a->n_plans = 0;
-		td_agent_write_control(a);
 		td_agent_persist(a);
 	}
 	reply_ack(p, req->id);

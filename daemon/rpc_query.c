@@ -180,6 +180,9 @@ void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req)
 				g[k].has_tainted = g[k].has_blocked = true;
 				g[k].tainted = (r->flags & TOGGLE_SHM_GRAPH_TAINTED) != 0;
 				g[k].blocked = (r->flags & TOGGLE_SHM_GRAPH_BLOCKED) != 0;
+				g[k].has_bare_exec = g[k].has_bare_running = true;
+				g[k].bare_exec = (r->flags & TOGGLE_SHM_GRAPH_BARE) != 0;
+				g[k].bare_running = (r->flags & TOGGLE_SHM_GRAPH_BARE_RUNNING) != 0;
 				gp[k] = &g[k];
 			}
 		}
@@ -209,6 +212,10 @@ void rpc_status(struct td_peer *p, const Toggle__Envelope *req)
 	rep.dropped_peers = d->stats.dropped_peers;
 	rep.socket = d->cfg.socket_path;
 	rep.state_dir = d->cfg.state_dir;
+	rep.has_save_errors = true;
+	rep.save_errors = d->commit.failures;
+	if (d->commit.failing)
+		rep.save_error = d->commit.reason;
 	reply(p, req->id, TOGGLE__ENVELOPE__BODY_STATUS_REPLY, &rep);
 }
 

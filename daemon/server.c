@@ -5,9 +5,19 @@
  * Sockets are driven with uv_poll on non-blocking fds rather than uv_pipe,
  * because agents pass a memfd with their registration frame and we want the
  * plain recvmsg semantics for it.  Replies are queued by handlers and written
- * in the loop's check phase, after the desired state was saved: a command is
- * never acknowledged before it is durable.  A peer whose queue grows over
- * its bound is dropped: a slow or stuck peer never blocks the loop.
+ * in the loop's check phase.  A reply to a write holds its place in the queue
+ * until its save is done (commit.c): a command is never acknowledged before
+ * it is durable, and a peer gets its replies in request order.  A peer whose
+ * queue grows over its bound is dropped: a slow or stuck peer never blocks
+ * the loop.
+ *
+ * No uid can lock the others out (issue 11): the peer table has a limit per
+ * uid and a reserve that only root, our uid and the operator group may use;
+ * a peer must say hello within a deadline, and a client that is not an agent,
+ * not watching and not waiting is dropped when idle.  When accept() runs out
+ * of fds (EMFILE, ENFILE) a reserve fd is spent to accept and refuse the
+ * waiting connections with an error, rather than spinning on a listening
+ * socket that stays readable; repeated warnings are rate-limited.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +25,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -22,8 +33,24 @@
 
 #define READ_CHUNK 65536
 #define MAX_FDS_PER_MSG 4
+#define HELD_BYTES 256 /* what a held place counts against the queue bound */
+#define FLUSH_IOV  64  /* frames per sendmsg: one wake-up of a pipelining client, not 64 */
 
 static void peer_on_io(uv_poll_t *h, int status, int events);
+
+/* true when a repeated warning may be logged now; *suppressed says how many were not. */
+static bool ratelog_ok(struct td_ratelog *r, uint64_t *suppressed)
+{
+	uint64_t now = td_now_ms();
+	if (now < r->next_ms) {
+		r->suppressed++;
+		return false;
+	}
+	*suppressed = r->suppressed;
+	r->suppressed = 0;
+	r->next_ms = now + TD_LOG_EVERY_MS;
+	return true;
+}
 
 static void peer_free_cb(uv_handle_t *h)
 {
@@ -35,16 +62,15 @@ static void peer_free_cb(uv_handle_t *h)
 /*
  * Before a close: write what is queued without waiting, so that an error
  * queued just before the drop (a request before hello) reaches the peer.
+ * It stops at a reply that still waits for its save.
  */
 static void peer_out_last_words(struct td_peer *p)
 {
-	struct td_daemon *d = p->d;
-	if (!p->out_head)
-		return;
-	/* Acknowledgements never leave before the state they acknowledge is saved. */
-	if (d->store.dirty && td_store_save(&d->store, d->cfg.state_dir) != 0)
-		log_warn("saving the desired state under %s", d->cfg.state_dir);
 	for (struct td_out *o = p->out_head; o; o = o->next) {
+		if (o->pend)
+			return;
+		if (!o->data)
+			continue;
 		ssize_t n;
 		do
 			n = send(p->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -58,6 +84,8 @@ static void peer_out_free(struct td_peer *p)
 {
 	for (struct td_out *o = p->out_head, *n; o; o = n) {
 		n = o->next;
+		if (o->pend)
+			td_pending_detach(o->pend);
 		free(o->data);
 		free(o);
 	}
@@ -137,6 +165,41 @@ void td_peer_send(struct td_peer *p, const Toggle__Envelope *env)
 	p->out_bytes += len;
 }
 
+struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend)
+{
+	if (p->closing)
+		return NULL;
+	if (p->out_bytes + HELD_BYTES > p->d->cfg.max_queue) {
+		p->d->stats.dropped_peers++;
+		td_peer_drop(p, "write queue over its bound (slow or stuck peer)");
+		return NULL;
+	}
+	struct td_out *o = calloc(1, sizeof(*o));
+	if (!o) {
+		td_peer_drop(p, "out of memory");
+		return NULL;
+	}
+	o->pend = pend;
+	o->len = HELD_BYTES; /* counted until filled */
+	if (p->out_tail)
+		p->out_tail->next = o;
+	else
+		p->out_head = o;
+	p->out_tail = o;
+	p->out_bytes += HELD_BYTES;
+	return o;
+}
+
+void td_peer_fill(struct td_peer *p, struct td_out *slot, uint8_t *data, size_t len)
+{
+	p->out_bytes -= slot->len;
+	slot->pend = NULL;
+	slot->data = data;
+	slot->len = data ? len : 0;
+	slot->off = 0;
+	p->out_bytes += slot->len;
+}
+
 void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
 			const char *const *agents, size_t n_agents)
 {
@@ -156,28 +219,52 @@ void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *ms
 /* Write what can be written now; 0, or -1 if the peer was dropped. */
 static int peer_flush(struct td_peer *p)
 {
-	while (p->out_head) {
-		struct td_out *o = p->out_head;
-		ssize_t n = send(p->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
-		if (n < 0) {
-			td_peer_drop(p, strerror(errno));
-			return -1;
+	while (p->out_head && !p->out_head->pend) {
+		/* Every frame ready, up to the first held place, in one sendmsg. */
+		struct iovec iov[FLUSH_IOV];
+		int n_iov = 0;
+		size_t total = 0;
+		for (struct td_out *o = p->out_head; o && !o->pend && n_iov < FLUSH_IOV; o = o->next)
+			if (o->off < o->len) {
+				iov[n_iov++] = (struct iovec){o->data + o->off, o->len - o->off};
+				total += o->len - o->off;
+			}
+		ssize_t n = 0;
+		if (n_iov) {
+			struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
+			n = sendmsg(p->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+				break;
+			if (n < 0) {
+				td_peer_drop(p, strerror(errno));
+				return -1;
+			}
 		}
-		o->off += (size_t)n;
-		p->out_bytes -= (size_t)n;
-		if (o->off == o->len) {
+		/* Free what went (and held places that got no reply), keep the rest. */
+		size_t left = (size_t)n;
+		while (p->out_head && !p->out_head->pend) {
+			struct td_out *o = p->out_head;
+			size_t rem = o->len - o->off;
+			if (rem > left) {
+				o->off += left;
+				p->out_bytes -= left;
+				left = 0;
+				break;
+			}
+			left -= rem;
+			p->out_bytes -= rem;
 			p->out_head = o->next;
 			if (!p->out_head)
 				p->out_tail = NULL;
 			free(o->data);
 			free(o);
 		}
+		if ((size_t)n < total)
+			break; /* the socket is full */
 	}
-	bool want = p->out_head != NULL;
+	bool want = p->out_head != NULL && !p->out_head->pend;
 	if (want != p->want_write) {
 		p->want_write = want;
 		uv_poll_start(&p->poll, UV_READABLE | UV_DISCONNECT | (want ? UV_WRITABLE : 0),
@@ -186,15 +273,14 @@ static int peer_flush(struct td_peer *p)
 	return 0;
 }
 
-/* Check phase: save the desired state if it changed, then write replies. */
+/* Check phase: start a save of what was accepted (commit.c), then write replies. */
 static void on_check(uv_check_t *h)
 {
 	struct td_daemon *d = h->data;
-	if (d->store.dirty && td_store_save(&d->store, d->cfg.state_dir) != 0)
-		log_warn("saving the desired state under %s", d->cfg.state_dir);
+	td_commit_kick(d);
 	for (struct td_peer *p = d->peers, *next; p; p = next) {
 		next = p->next;
-		if (p->out_head && !p->want_write)
+		if (p->out_head && !p->out_head->pend && !p->want_write)
 			peer_flush(p);
 	}
 }
@@ -236,6 +322,22 @@ static ssize_t peer_recv(struct td_peer *p, uint8_t *buf, size_t len)
 	return n;
 }
 
+/* The body length of the next buffered frame (0 if its header is not there yet). */
+static uint32_t reader_frame_len(const struct tgp_reader *rd)
+{
+	if (tgp_reader_pending(rd) < TGP_FRAME_HEADER)
+		return 0;
+	const uint8_t *h = rd->buf + rd->off;
+	return (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
+}
+
+/* tgp_reader_next, and the body length of the frame it decodes (*flen). */
+static int peer_next_frame(struct td_peer *p, Toggle__Envelope **env, uint32_t *flen)
+{
+	*flen = reader_frame_len(&p->rd);
+	return tgp_reader_next(&p->rd, env);
+}
+
 static void peer_read(struct td_peer *p)
 {
 	uint8_t buf[READ_CHUNK];
@@ -257,8 +359,19 @@ static void peer_read(struct td_peer *p)
 	int rc = tgp_reader_feed(&p->rd, buf, (size_t)n);
 	Toggle__Envelope *env;
 	int got;
-	while (!p->closing && (got = tgp_reader_next(&p->rd, &env)) == 1) {
-		td_dispatch(p, env);
+	uint32_t flen;
+	while (!p->closing && (got = peer_next_frame(p, &env, &flen)) == 1) {
+		p->active_ms = td_now_ms();
+		/* protobuf-c keeps a string's bytes past a NUL, but C reads it up to the
+		 * NUL: "a\0/../x" would act as "a".  Such a frame re-packs shorter. */
+		if (toggle__envelope__get_packed_size(env) != flen) {
+			p->d->stats.frames_refused++;
+			td_peer_send_error(p, env->id, TOGGLE_EINVAL,
+					   "request refused: a string holds a NUL byte, or a field is "
+					   "repeated or not canonically encoded", NULL, 0);
+		} else {
+			td_dispatch(p, env);
+		}
 		toggle__envelope__free_unpacked(env, NULL);
 		/* An fd belongs to the frame it came with (a stream read never spans
 		 * an SCM_RIGHTS boundary): one its frame did not claim is closed. */
@@ -294,6 +407,63 @@ static void peer_on_io(uv_poll_t *h, int status, int events)
 		peer_read(p);
 }
 
+/* Tell a connection we will not serve why (best effort: its buffer is empty), then close it. */
+static void refuse_fd(int fd, int code, const char *msg)
+{
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	Toggle__Error err = TOGGLE__ERROR__INIT;
+	env.body_case = TOGGLE__ENVELOPE__BODY_ERROR;
+	env.error = &err;
+	err.code = code;
+	err.message = (char *)(uintptr_t)msg;
+	uint8_t *buf;
+	size_t len;
+	if (tgp_frame_encode(&env, &buf, &len) == 0) {
+		ssize_t n;
+		do
+			n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		while (n < 0 && errno == EINTR);
+		free(buf);
+	}
+	close(fd);
+}
+
+static unsigned peers_of_uid(const struct td_daemon *d, uint32_t uid)
+{
+	unsigned n = 0;
+	for (const struct td_peer *p = d->peers; p; p = p->next)
+		n += p->uid == uid;
+	return n;
+}
+
+/*
+ * May a new peer of this uid take a slot?  NULL if so, else why not.  The
+ * last reserved_peers slots are for peers that may write (root, our uid, the
+ * operator group); root and our uid are not counted per uid.
+ */
+static const char *peer_admit(const struct td_daemon *d, uint32_t uid, bool may_write,
+			      char *why, size_t len)
+{
+	const struct td_config *c = &d->cfg;
+	unsigned open_slots = c->max_peers > c->reserved_peers ? c->max_peers - c->reserved_peers : 0;
+	if (d->n_peers >= c->max_peers) {
+		snprintf(why, len, "toggled serves %u connections already (max_peers)", c->max_peers);
+		return why;
+	}
+	if (!may_write && d->n_peers >= open_slots) {
+		snprintf(why, len, "the last %u of %u connections are reserved for root and the "
+			 "operator group '%s'", c->reserved_peers, c->max_peers, c->operator_group);
+		return why;
+	}
+	if (uid != 0 && (uid_t)uid != geteuid() && c->max_peers_per_uid &&
+	    peers_of_uid(d, uid) >= c->max_peers_per_uid) {
+		snprintf(why, len, "uid %u has %u connections open already (max_peers_per_uid)", uid,
+			 c->max_peers_per_uid);
+		return why;
+	}
+	return NULL;
+}
+
 static void peer_add(struct td_daemon *d, int fd)
 {
 	struct ucred cred;
@@ -303,9 +473,15 @@ static void peer_add(struct td_daemon *d, int fd)
 		close(fd);
 		return;
 	}
-	if (d->n_peers >= TD_MAX_PEERS) {
-		log_warnx("refusing pid %d: %d peers already", cred.pid, TD_MAX_PEERS);
-		close(fd);
+	bool may_write = td_auth_may_write(d, cred.uid, cred.gid, (uint32_t)cred.pid);
+	char why[192];
+	if (peer_admit(d, cred.uid, may_write, why, sizeof(why))) {
+		uint64_t more;
+		d->stats.refused_peers++;
+		if (ratelog_ok(&d->log_refused, &more))
+			log_warnx("refusing pid %d uid %u: %s (%llu more refused since the last such line)",
+				  cred.pid, cred.uid, why, (unsigned long long)more);
+		refuse_fd(fd, TOGGLE_ELIMIT, why);
 		return;
 	}
 	struct td_peer *p = calloc(1, sizeof(*p));
@@ -320,7 +496,8 @@ static void peer_add(struct td_daemon *d, int fd)
 	p->uid = cred.uid;
 	p->gid = cred.gid;
 	p->pending_fd = -1;
-	p->may_write = td_auth_may_write(d, p->uid, p->gid, p->pid);
+	p->may_write = may_write;
+	p->connected_ms = p->active_ms = td_now_ms();
 	tgp_reader_init(&p->rd);
 	if (uv_poll_init(d->loop, &p->poll, fd) != 0) {
 		close(fd);
@@ -338,6 +515,99 @@ static void peer_add(struct td_daemon *d, int fd)
 		  p->may_write ? " (may write)" : " (read-only)");
 }
 
+static bool peer_waits(const struct td_peer *p)
+{
+	for (const struct td_waiter *w = p->d->waiters; w; w = w->next)
+		if (w->peer == p)
+			return true;
+	return false;
+}
+
+/* Hello deadlines and idle timeouts. */
+static void on_peer_timer(uv_timer_t *t)
+{
+	struct td_daemon *d = t->data;
+	const struct td_config *c = &d->cfg;
+	uint64_t now = td_now_ms();
+	for (struct td_peer *p = d->peers, *next; p; p = next) {
+		next = p->next;
+		const char *why = NULL;
+		if (!p->said_hello && c->hello_timeout_ms && now - p->connected_ms >= c->hello_timeout_ms)
+			why = "no hello within hello_timeout_ms";
+		else if (p->said_hello && c->idle_timeout_ms && !p->agent && !p->watching &&
+			 now - p->active_ms >= c->idle_timeout_ms && !peer_waits(p))
+			why = "idle for idle_timeout_ms";
+		if (why) {
+			d->stats.timed_out_peers++;
+			td_peer_drop(p, why);
+		}
+	}
+}
+
+/* Sweep often enough for the shorter timeout to be kept within about a quarter of it. */
+static void peer_timer_start(struct td_daemon *d)
+{
+	unsigned h = d->cfg.hello_timeout_ms, i = d->cfg.idle_timeout_ms;
+	unsigned shortest = h && (!i || h < i) ? h : i;
+	if (!shortest) {
+		uv_timer_stop(&d->peer_timer);
+		return;
+	}
+	uint64_t every = shortest / 4;
+	every = every < 20 ? 20 : every > 1000 ? 1000 : every;
+	uv_timer_start(&d->peer_timer, on_peer_timer, every, every);
+}
+
+static int reserve_open(void)
+{
+	return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void on_listen(uv_poll_t *h, int status, int events);
+
+static void on_listen_resume(uv_timer_t *t)
+{
+	struct td_daemon *d = t->data;
+	if (d->reserve_fd < 0)
+		d->reserve_fd = reserve_open();
+	d->listen_paused = false;
+	uv_poll_start(&d->listen_poll, UV_READABLE, on_listen);
+}
+
+/*
+ * accept() said EMFILE or ENFILE: the connection stays queued and the socket
+ * stays readable, so retrying would spin.  Spend the reserve fd to accept the
+ * waiting connections one at a time and refuse them with an error, then take
+ * the reserve back.  Without a reserve (it could not be taken back), stop
+ * accepting for a while.
+ */
+static void listen_out_of_fds(struct td_daemon *d, int err)
+{
+	uint64_t more;
+	d->stats.accept_errors++;
+	if (ratelog_ok(&d->log_accept, &more))
+		log_warnx("accept: %s: refusing new connections until fds are free (%llu more since "
+			  "the last such line; raise LimitNOFILE or ulimit -n)", strerror(err),
+			  (unsigned long long)more);
+	if (d->reserve_fd >= 0) {
+		close(d->reserve_fd);
+		d->reserve_fd = -1;
+		for (int i = 0; i < 64; i++) {
+			int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+			if (fd < 0)
+				break;
+			d->stats.refused_peers++;
+			refuse_fd(fd, TOGGLE_ELIMIT, "toggled is out of file descriptors; try again later");
+		}
+		d->reserve_fd = reserve_open();
+	}
+	if (d->reserve_fd < 0 && !d->listen_paused) {
+		d->listen_paused = true;
+		uv_poll_stop(&d->listen_poll);
+		uv_timer_start(&d->listen_timer, on_listen_resume, 200, 0);
+	}
+}
+
 static void on_listen(uv_poll_t *h, int status, int events)
 {
 	struct td_daemon *d = h->data;
@@ -347,8 +617,20 @@ static void on_listen(uv_poll_t *h, int status, int events)
 	for (int i = 0; i < 64; i++) {
 		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				log_warn("accept");
+			int e = errno;
+			if (e == EAGAIN || e == EWOULDBLOCK)
+				return;
+			if (e == EINTR || e == ECONNABORTED)
+				continue;
+			if (e == EMFILE || e == ENFILE) {
+				listen_out_of_fds(d, e);
+				return;
+			}
+			uint64_t more;
+			d->stats.accept_errors++;
+			if (ratelog_ok(&d->log_accept, &more))
+				log_warnx("accept: %s (%llu more since the last such line)", strerror(e),
+					  (unsigned long long)more);
 			return;
 		}
 		peer_add(d, fd);
@@ -368,38 +650,45 @@ static int socket_is_live(const char *path)
 	return live;
 }
 
-static int mkdir_parents(const char *path)
-{
-	char tmp[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	snprintf(tmp, sizeof(tmp), "%s", path);
-	char *slash = strrchr(tmp, '/');
-	if (!slash || slash == tmp)
-		return 0;
-	*slash = '\0';
-	for (char *c = tmp + 1; *c; c++) {
-		if (*c != '/')
-			continue;
-		*c = '\0';
-		if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-			return -1;
-		*c = '/';
-	}
-	return (mkdir(tmp, 0755) != 0 && errno != EEXIST) ? -1 : 0;
-}
-
 static int listen_bind(struct td_daemon *d)
 {
 	const char *path = d->cfg.socket_path;
+	char dir[sizeof(d->cfg.socket_path)], err[512];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == dir)
+		dir[1] = '\0';
+	else
+		*slash = '\0';
+	/* Our own directory (a sticky one like /tmp too: nobody else can rename in it). */
+	if (td_path_mkdirs(dir, 0755, err, sizeof(err)) != 0 ||
+	    td_path_dir_trusted(dir, true, err, sizeof(err)) != 0) {
+		log_warnx("socket directory: %s", err);
+		return -1;
+	}
 	if (socket_is_live(path)) {
 		log_warnx("a daemon is already listening on %s; not starting", path);
 		return -1;
 	}
-	if (mkdir_parents(path) != 0) {
-		log_warn("creating the directory of %s", path);
+	/* Only a socket nobody listens on is ours to remove (issue 11 item 10). */
+	struct stat sb;
+	if (lstat(path, &sb) == 0) {
+		if (!S_ISSOCK(sb.st_mode)) {
+			log_warnx("%s exists and is not a socket; not removing it (choose another "
+				  "--socket, or remove it if it is yours)", path);
+			return -1;
+		}
+		if (unlink(path) != 0) {
+			log_warn("removing the stale socket %s", path);
+			return -1;
+		}
+		log_info("replaced a stale socket at %s", path);
+	} else if (errno != ENOENT) {
+		log_warn("%s", path);
 		return -1;
 	}
-	if (unlink(path) == 0)
-		log_info("replaced a stale socket at %s", path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		log_warn("socket");
@@ -427,13 +716,31 @@ int td_server_listen(struct td_daemon *d, int activated_fd)
 	} else if ((d->listen_fd = listen_bind(d)) < 0) {
 		return -1;
 	}
-	uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
+	d->reserve_fd = reserve_open();
+	if (d->reserve_fd < 0) {
+		log_warn("opening the reserve fd (/dev/null)");
+		return -1;
+	}
+	if (uv_poll_init(d->loop, &d->listen_poll, d->listen_fd) != 0 ||
+	    uv_timer_init(d->loop, &d->listen_timer) != 0 ||
+	    uv_timer_init(d->loop, &d->peer_timer) != 0 ||
+	    uv_check_init(d->loop, &d->flush_check) != 0) {
+		log_warnx("cannot set up the listener's loop handles");
+		return -1;
+	}
 	d->listen_poll.data = d;
-	uv_poll_start(&d->listen_poll, UV_READABLE, on_listen);
-	uv_check_init(d->loop, &d->flush_check);
+	d->listen_timer.data = d;
+	d->peer_timer.data = d;
 	d->flush_check.data = d;
+	uv_poll_start(&d->listen_poll, UV_READABLE, on_listen);
 	uv_check_start(&d->flush_check, on_check);
+	peer_timer_start(d);
 	return 0;
+}
+
+void td_server_reconfigure(struct td_daemon *d)
+{
+	peer_timer_start(d);
 }
 
 void td_server_close(struct td_daemon *d)
@@ -446,6 +753,13 @@ void td_server_close(struct td_daemon *d)
 		close(d->listen_fd);
 		d->listen_fd = -1;
 	}
+	uv_timer_stop(&d->listen_timer);
+	uv_close((uv_handle_t *)&d->listen_timer, NULL);
+	uv_timer_stop(&d->peer_timer);
+	uv_close((uv_handle_t *)&d->peer_timer, NULL);
+	if (d->reserve_fd >= 0)
+		close(d->reserve_fd);
+	d->reserve_fd = -1;
 	uv_check_stop(&d->flush_check);
 	uv_close((uv_handle_t *)&d->flush_check, NULL);
 	if (d->socket_owned)

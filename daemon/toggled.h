@@ -23,11 +23,34 @@
 
 #define TD_VERSION          "0.1.0"
 #define TD_MAX_QUEUE        (8u << 20)  /* bytes queued to one peer before it is dropped */
-#define TD_MAX_PEERS        1024
+#define TD_MAX_PEERS        1024        /* default max_peers */
+#define TD_MAX_PEERS_LIMIT  65536       /* max_peers accepted from the configuration */
+#define TD_RESERVED_PEERS   32          /* default reserved_peers: root and operators only */
+#define TD_MAX_PEERS_PER_UID 256        /* default max_peers_per_uid (root and us exempt) */
+#define TD_HELLO_TIMEOUT_MS 5000        /* default hello_timeout_ms */
+#define TD_IDLE_TIMEOUT_MS  300000      /* default idle_timeout_ms (not agents, not watchers) */
+#define TD_FDS_PER_PEER     3           /* socket, a passed fd in flight, an agent's memfd */
+#define TD_FDS_SPARE        64          /* state files, /proc reads, the reserve fd */
+#define TD_MAX_GROUP_RULES  32          /* agent_group lines in toggled.conf */
+#define TD_GROUP_MEMBERS    8           /* uids or @unix groups per agent_group line */
+#define TD_LOG_EVERY_MS     10000       /* repeated warnings: one line per this, with a count */
 #define TD_POLL_IDLE_MS     10          /* status-lane polling for events */
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
 /* Pending plan entries (steps not begun) per agent: the agent's own limit. */
 #define TD_MAX_PENDING_PLAN TOGGLE_MAX_PLAN
+/* A store key: an agent name, or name@uid (td_store_key), and its NUL. */
+#define TD_MAX_KEY          (TGP_MAX_NAME + 12)
+
+/* agent_group = NAME: UID|@UNIXGROUP, ...  Who may register agents in group NAME. */
+struct td_group_rule {
+	char name[TGP_MAX_NAME];
+	size_t n;
+	struct {
+		bool is_group;     /* @name: a unix group, resolved at registration */
+		uint32_t uid;
+		char group[64];
+	} m[TD_GROUP_MEMBERS];
+};
 
 struct td_config {
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -37,9 +60,20 @@ struct td_config {
 	unsigned socket_mode;
 	int verbose;
 	size_t max_queue;
+	/* Connection limits (issue 11 item 3): one uid cannot lock the others out. */
+	unsigned max_peers;          /* all peers */
+	unsigned reserved_peers;     /* of those, kept for root, our uid and the operator group */
+	unsigned max_peers_per_uid;  /* per uid other than root and ours; 0: no limit */
+	unsigned hello_timeout_ms;   /* a peer must say hello within this; 0: no deadline */
+	unsigned idle_timeout_ms;    /* a client that is not an agent, not watching and not
+				      * waiting is dropped after this long silent; 0: never */
+	/* Groups tied to uids or unix groups (issue 11 item 5); others are open to all. */
+	struct td_group_rule group_rules[TD_MAX_GROUP_RULES];
+	size_t n_group_rules;
 	/* Given on the command line: they win over the file, also after SIGHUP. */
 	char cli_group[64];
 	bool cli_verbose;
+	bool strict_state; /* a corrupt state file stops the start instead of being set aside */
 };
 
 struct td_selector {
@@ -49,10 +83,18 @@ struct td_selector {
 	char group[TGP_MAX_NAME];
 };
 
+struct td_pending;
+
+/*
+ * One frame queued to a peer.  A reply to a write that waits for its save
+ * holds its place in the queue with pend set and data NULL: nothing behind
+ * it leaves before it, so each peer gets its replies in request order.
+ */
 struct td_out {
 	struct td_out *next;
 	size_t len, off;
 	uint8_t *data;
+	struct td_pending *pend; /* non-NULL while the reply waits for its save */
 };
 
 struct td_daemon;
@@ -69,6 +111,7 @@ struct td_peer {
 	bool closing;
 	bool want_write;
 	uint32_t pid, uid, gid;
+	uint64_t connected_ms, active_ms; /* td_now_ms() at accept and at the last frame */
 	struct tgp_reader rd;
 	int pending_fd; /* from SCM_RIGHTS, until a RegisterAgent claims it */
 	struct td_out *out_head, *out_tail;
@@ -81,6 +124,18 @@ struct td_peer {
 struct td_plan_entry {
 	int64_t step;
 	struct toggle_set set;
+};
+
+/*
+ * One version of an agent's desired state: what a save in flight holds, or
+ * what the last save that succeeded holds (durable, and published).
+ */
+struct td_agent_state {
+	struct toggle_shm_control_view ctl;
+	bool has_standing;
+	uint64_t next_batch;
+	size_t n_plans;
+	struct td_plan_entry *plans; /* n_plans entries, malloc'd */
 };
 
 struct td_agent {
@@ -96,16 +151,25 @@ struct td_agent {
 	int32_t driver_version;
 	uint64_t connected_ms;
 	struct toggle_shm shm;
-	/* What the daemon last wrote to the control lane. */
+	/*
+	 * The accepted desired state: what writes are checked against and what
+	 * queries show.  It reaches the control lane only once saved (commit.c);
+	 * a failed save puts it back to `durable`.
+	 */
 	struct toggle_shm_control_view ctl;
 	bool has_standing;            /* the daemon has set a standing set */
 	uint64_t next_batch;
 	struct td_plan_entry *plans;  /* submitted entries, for show and persistence */
 	size_t n_plans;
+	bool unsaved;                 /* accepted changes not yet in a save */
+	bool saving;                  /* `saving` holds what the save in flight writes */
+	struct td_agent_state saving_state, durable; /* durable: also what the lane shows */
 	/* Last status read, for events and queries. */
 	struct toggle_shm_status *st, *st_tmp; /* last good snapshot, scratch */
 	bool st_valid;
-	uint64_t st_anomalies;
+	/* What watchers were last told, compared by the status poll only: a query
+	 * refreshing st must not hide a change from them (issue 11 item 11). */
+	uint64_t st_anomalies, ev_applied, ev_rejected;
 };
 
 struct td_waiter {
@@ -116,34 +180,80 @@ struct td_waiter {
 	size_t n;
 	uint64_t *agent_ids, *versions;
 	char (*names)[TGP_MAX_NAME]; /* to name agents that left */
+	char **skipped;              /* default target: agents left out, for the reply */
+	size_t n_skipped;
 };
 
 struct td_store;
 
 /*
- * Desired state of one agent name, as persisted in <state_dir>/agents/<name>.json
+ * Desired state of one agent name and uid, as persisted in
+ * <state_dir>/agents/<key>.json (key: td_store_key)
  * (spec text per catalog).  The setters raise dirty (and the store's dirty)
  * when the value changes; td_store_save writes dirty entries only.
  */
 struct td_desired {
-	char name[TGP_MAX_NAME];
+	char name[TD_MAX_KEY]; /* the store key: the agent name, or name@uid */
 	char *standing; /* NULL: none set */
 	size_t n_plans;
 	int64_t *plan_steps;
 	char **plan_specs;
 	bool dirty;             /* changed since its file was last written */
+	bool unsure;            /* its file may not hold `saved` (a failed save renamed it) */
+	bool in_journal;        /* `saved` is in the journal, maybe not yet in its file */
 	struct td_store *owner; /* the store it belongs to (set by td_store_get/load) */
+	/* What its file holds: the last save that succeeded, or the load. */
+	char *saved_standing;
+	size_t saved_n_plans;
+	int64_t *saved_steps;
+	char **saved_specs;
 };
 
 struct td_store {
 	struct td_desired *v;
 	size_t n;
 	bool dirty;
-	uint64_t saves, save_errors;
+	bool quarantine;        /* load: set a corrupt file aside rather than fail */
+	/*
+	 * Saves append one record to <dir>/agents.journal (one fdatasync per
+	 * save, however many entries); the files are written at a checkpoint,
+	 * when the journal passes journal_max bytes (0: the default), and the
+	 * journal emptied.  Without it each save writes the entries' files.
+	 */
+	bool journal;
+	bool jopen;             /* jfd is open */
+	int jfd;
+	uint64_t jsize;         /* the journal's valid length: where the next record goes */
+	bool jtrim;             /* bytes of a failed append may lie past jsize: cut them */
+	uint64_t journal_max;
+	uint64_t saves, save_errors, quarantined, checkpoints;
+};
+
+struct td_store_job;
+
+/* Saves off the loop (commit.c): one in flight, the writes accepted meanwhile wait for the next. */
+struct td_commit {
+	uv_work_t work;
+	uv_timer_t retry;
+	struct td_store_job *job;     /* in flight, or NULL */
+	struct td_pending *inflight;  /* replies that wait for the job in flight */
+	struct td_pending *queued, **queued_tail; /* replies that wait for the next one */
+	bool failing;                 /* the last save failed */
+	bool stopping;
+	char reason[256];             /* why the last save failed */
+	uint64_t failures;            /* saves that failed (status: save_errors) */
+	uint64_t failed_writes;       /* writes answered TOGGLE_EIO */
 };
 
 struct td_stats {
 	uint64_t requests, errors, denied, dropped_peers, frames_refused;
+	uint64_t refused_peers, timed_out_peers, accept_errors;
+};
+
+/* A warning that can repeat fast (a flood): logged once per TD_LOG_EVERY_MS. */
+struct td_ratelog {
+	uint64_t next_ms;    /* log again from then */
+	uint64_t suppressed; /* occurrences since the last line */
 };
 
 struct td_daemon {
@@ -152,6 +262,11 @@ struct td_daemon {
 	int listen_fd;
 	bool socket_owned; /* we created it, so we unlink it at exit */
 	uv_poll_t listen_poll;
+	bool listen_paused;  /* out of fds with no reserve: accepting resumes on listen_timer */
+	uv_timer_t listen_timer;
+	int reserve_fd;      /* spent to accept and refuse when accept() says EMFILE */
+	uv_timer_t peer_timer; /* hello deadlines and idle timeouts */
+	struct td_ratelog log_refused, log_accept;
 	uv_check_t flush_check;
 	uv_timer_t status_timer;
 	uv_signal_t sig_term, sig_int, sig_hup;
@@ -162,6 +277,7 @@ struct td_daemon {
 	uint64_t next_agent_id, next_peer_id;
 	struct td_waiter *waiters;
 	struct td_store store;
+	struct td_commit commit;
 	gid_t operator_gid;
 	bool have_operator_gid;
 	uint64_t start_ms;
@@ -178,13 +294,28 @@ void td_peer_send(struct td_peer *p, const Toggle__Envelope *env);
 void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
 			const char *const *agents, size_t n_agents);
 void td_peer_drop(struct td_peer *p, const char *why);
+/* Hold a place in the peer's queue for a reply that waits (NULL: the peer was dropped). */
+struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend);
+/* Put the reply (taken; NULL: none) in its place; what is behind it may leave. */
+void td_peer_fill(struct td_peer *p, struct td_out *slot, uint8_t *data, size_t len);
+/* Apply changed limits and timeouts (after a configuration reload). */
+void td_server_reconfigure(struct td_daemon *d);
 
 /* dispatch.c */
 void td_dispatch(struct td_peer *p, Toggle__Envelope *req);
 
+/* paths.c: directories that must be ours (owned by us or root, not writable by
+ * others; ancestors may be sticky like /tmp, the leaf only if sticky_leaf_ok). */
+int td_path_dir_trusted(const char *dir, bool sticky_leaf_ok, char *err, size_t errlen);
+/* mkdir -p: parents 0755, the last one leaf_mode; existing ones are left as they are. */
+int td_path_mkdirs(const char *dir, mode_t leaf_mode, char *err, size_t errlen);
+
 /* auth.c */
 bool td_auth_may_write(const struct td_daemon *d, uint32_t uid, uint32_t gid, uint32_t pid);
 void td_auth_reload(struct td_daemon *d);
+/* May this peer register an agent in group?  NULL if so, else why not (in why). */
+const char *td_auth_group_denied(const struct td_daemon *d, const char *group, uint32_t uid,
+				 uint32_t gid, uint32_t pid, char *why, size_t len);
 
 /* agents.c */
 int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_t *id,
@@ -204,10 +335,48 @@ void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind k
 void td_timer_update(struct td_daemon *d);
 void td_waiter_free(struct td_waiter *w);
 
+/* commit.c: saves on the thread pool, group commit, replies after durability. */
+void td_commit_init(struct td_daemon *d);
+/* Check phase: start a save when writes wait and none is in flight. */
+void td_commit_kick(struct td_daemon *d);
+/*
+ * A write was accepted (its agents' state changed, td_agent_persist done):
+ * reply (an encoded frame, taken) leaves after the save that holds it, or
+ * waiter is armed then; on a failed save the peer gets TOGGLE_EIO instead.
+ */
+void td_commit_reply(struct td_peer *p, uint64_t request_id, uint8_t *reply, size_t len,
+		     struct td_waiter *waiter);
+/* The peer of a waiting reply left (server.c, when it frees the queue). */
+void td_pending_detach(struct td_pending *pd);
+/* Shutdown: wait for the save in flight, save the rest, answer every write. */
+void td_commit_drain(struct td_daemon *d);
+/* Free a state copy's plans. */
+void td_agent_state_free(struct td_agent_state *st);
+/* Agent state: copy the accepted state into dst (plans allocated); TOGGLE_ENOMEM. */
+int td_agent_state_copy(struct td_agent_state *dst, const struct td_agent *a);
+
 /* store.c: one file per agent name under <dir>/agents/. */
 int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen);
-/* Writes the dirty entries only (an empty one's file is removed); TOGGLE_EIO with errno. */
+/*
+ * Writes the dirty entries only (an empty one's file is removed), all or
+ * nothing: every file is written and synced under a temporary name before
+ * any is renamed into place.  TOGGLE_EIO with errno.
+ */
 int td_store_save(struct td_store *s, const char *dir);
+/* The same in three steps, so that the file work can run on another thread:
+ * begin (loop: snapshot the dirty entries, they become clean), run (any
+ * thread: touches only the job), end (loop: 0 or TOGGLE_EIO with errno and
+ * the reason in err; frees the job). */
+struct td_store_job *td_store_job_begin(struct td_store *s, const char *dir);
+size_t td_store_job_entries(const struct td_store_job *j);
+void td_store_job_run(struct td_store_job *j);
+int td_store_job_end(struct td_store *s, struct td_store_job *j, char *err, size_t errlen);
+/* Drop a job that did not run: its entries are dirty again. */
+void td_store_job_cancel(struct td_store *s, struct td_store_job *j);
+/* Every entry back to what its file holds: pending changes dropped. */
+void td_store_rollback(struct td_store *s);
+/* The store key of an agent: its name for the daemon's own uid, name@uid for another. */
+int td_store_key(char *out, size_t len, const char *name, uint32_t uid);
 void td_store_free(struct td_store *s);
 struct td_desired *td_store_get(struct td_store *s, const char *name, bool create);
 int td_desired_set_standing(struct td_desired *dd, const char *spec);

@@ -520,6 +520,8 @@ static void setup(struct phase *ph)
 	cfg.catalog = ph->cat;
 	cfg.mode = ph->mode;
 	cfg.strict = !ph->fallback;
+	/* Its call model is the main exec's: the producer-free exec has its own proof (gpu_bare.cu). */
+	cfg.no_bare_exec = true;
 	cfg.backend = TOGGLE_BACKEND_CUDA;
 	r = toggle_agent_open(&cfg, &ph->agent);
 	if (r != TOGGLE_OK)

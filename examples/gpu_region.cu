@@ -16,10 +16,14 @@
  *     kernel count, and after N steps with random sets each region's
  *     kernels must all have stamped the step when its hook was in the
  *     step's set and all have left the sentinel otherwise, while every
- *     kernel outside a region stamped every step.  A region holding a
- *     cudaMemcpyAsync (and one holding a cudaMemsetAsync) must be refused
- *     with TOGGLE_ENOTKERNEL, record nothing, and its kernel must then run
- *     at every replay like any unrecorded kernel.
+ *     kernel outside a region stamped every step.  Then a region holding a
+ *     cudaMemcpyAsync, and one holding a cudaMemsetAsync, each captured
+ *     into its OWN graph (a kernel before it, a kernel and the copy inside
+ *     it), must be refused with TOGGLE_ENOTKERNEL and record nothing; that
+ *     graph then holds unrecorded work, so it is late: its bind and every
+ *     launch (sets all and none) must be refused with TOGGLE_ECAPTURE and
+ *     run nothing: no stamp, and the scratch buffer the copy would change
+ *     keeps its sentinel.
  *  2. toggle_copy_out (lazy, eager and device agents; device strict, so its
  *     graph is really toggled by the planner): a kernel in the graph writes
  *     a source pattern that depends on the step, then four copies: two
@@ -58,6 +62,9 @@
 #define MAX_SLOTS 64  /* stamp slots: one per kernel */
 #define MAX_DIAG  10  /* mismatch lines printed per leg */
 #define SENTINEL  0xa5
+#define SCRATCH_HALF 4096 /* refused regions: the memset writes the first half, the memcpy the second */
+#define SCRATCH_A 0x5a    /* sentinels of the two halves */
+#define SCRATCH_B 0x3c
 
 static const char *const type_names[N_TYPES] = {"resid_post", "attn_out", "mlp_out"};
 
@@ -228,7 +235,10 @@ static void region_end(struct region_leg *L, struct toggle_agent *a, int h, size
 		die("region of hook %d recorded %zu kernels, not %zu", h, n, want);
 }
 
-/* A region around a memcpy or memset: refused, nothing recorded; its kernel stays unrecorded. */
+/*
+ * A region around a kernel and a memcpy or memset: refused, nothing
+ * recorded; what it captured stays in the graph unrecorded (the graph is late).
+ */
 static void refused_region(struct region_leg *L, struct toggle_agent *a, bool memset_node)
 {
 	struct toggle_anomalies before, after;
@@ -238,10 +248,10 @@ static void refused_region(struct region_leg *L, struct toggle_agent *a, bool me
 	TG_CHECK(a, toggle_producer_begin(a, (CUstream)L->s0));
 	k_stamp(L, L->s0, -1);
 	if (memset_node)
-		CUDA_CHECK(cudaMemsetAsync(L->d_scratch, 0, 4096, L->s0));
+		CUDA_CHECK(cudaMemsetAsync(L->d_scratch, 0, SCRATCH_HALF, L->s0));
 	else
-		CUDA_CHECK(cudaMemcpyAsync((char *)L->d_scratch + 4096, L->d_scratch, 4096,
-					   cudaMemcpyDeviceToDevice, L->s0));
+		CUDA_CHECK(cudaMemcpyAsync((char *)L->d_scratch + SCRATCH_HALF, L->d_scratch,
+					   SCRATCH_HALF, cudaMemcpyDeviceToDevice, L->s0));
 	r = toggle_producer_end(a, (CUstream)L->s0, hook_of(0), NULL);
 	toggle_anomalies_get(a, &after);
 	if (r != TOGGLE_ENOTKERNEL)
@@ -282,10 +292,6 @@ static cudaGraph_t region_capture(struct region_leg *L, struct toggle_agent *a)
 			region_end(L, a, h, 2);
 		}
 		k_stamp(L, L->s0, -1); /* a layer kernel between regions */
-		if (h == 4)
-			refused_region(L, a, false);
-		if (h == 7)
-			refused_region(L, a, true);
 	}
 	CUDA_CHECK(cudaStreamEndCapture(L->s0, &graph));
 	TG_CHECK(a, toggle_capture_end(a));
@@ -295,6 +301,93 @@ static cudaGraph_t region_capture(struct region_leg *L, struct toggle_agent *a)
 		die("graph records %u nodes over %u hooks, not %zu over %d", gs.nodes,
 		    gs.hooks_covered, L->expect_nodes, N_REG);
 	return graph;
+}
+
+/*
+ * A refused region captured into its own graph: a kernel before it, then
+ * the region (a kernel and a memcpy or memset).  The region is refused and
+ * records nothing, so its work is in the graph unrecorded and the graph is
+ * late: bind and launches (whatever the set) are refused with
+ * TOGGLE_ECAPTURE, and nothing of it runs.  Returns the mismatches.
+ */
+static uint64_t refused_graph_run(struct region_leg *L, struct toggle_agent *a,
+				  enum toggle_mode mode, bool memset_node, long long first_step)
+{
+	const char *what = memset_node ? "memset" : "memcpy";
+	cudaGraph_t graph;
+	cudaGraphExec_t exec = NULL;
+	struct toggle_graph_status gs;
+	unsigned char *h_scratch;
+	uint64_t bad = 0;
+	int r;
+
+	CUDA_CHECK(cudaMallocHost(&h_scratch, 2 * SCRATCH_HALF));
+	L->n_slots = 0;
+	TG_CHECK(a, toggle_capture_begin(a));
+	CUDA_CHECK(cudaStreamBeginCapture(L->s0, cudaStreamCaptureModeGlobal));
+	k_stamp(L, L->s0, -1);
+	refused_region(L, a, memset_node);
+	CUDA_CHECK(cudaStreamEndCapture(L->s0, &graph));
+	TG_CHECK(a, toggle_capture_end(a));
+
+	TG_CHECK(a, toggle_graph_status(a, (CUgraph)graph, &gs));
+	if (gs.nodes != 0 || !strstr(gs.note, "producer region of hook 0:0") ||
+	    !strstr(gs.note, "not recorded")) {
+		printf("gpu-region: region-%s: %s graph: %u nodes recorded, note \"%s\" (want 0 "
+		       "and a note naming the region)\n", mode_name(mode), what, gs.nodes, gs.note);
+		bad++;
+	}
+	/* Nothing of it is recorded: instantiate makes an exec and binds nothing. */
+	r = toggle_graph_instantiate(a, (CUgraph)graph, &exec);
+	if (r != TOGGLE_OK && r != TOGGLE_ECAPTURE)
+		die("toggle_graph_instantiate(%s graph): %d (%s): %s", what, r, toggle_strerror(r),
+		    toggle_last_error(a));
+	if (!exec)
+		CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+	r = toggle_graph_bind(a, (CUgraph)graph, exec);
+	if (r != TOGGLE_ECAPTURE) {
+		printf("gpu-region: region-%s: %s graph: bind returned %d (%s), not "
+		       "TOGGLE_ECAPTURE\n", mode_name(mode), what, r, toggle_strerror(r));
+		bad++;
+	}
+	for (int s = 0; s < 4; s++) {
+		uint32_t want = s % 2 ? (1u << N_REG) - 1 : 0;
+		struct toggle_set set = set_of(want, N_REG);
+		int ran = 0;
+
+		TG_CHECK(a, toggle_set_enabled(a, &set));
+		TG_CHECK(a, toggle_step_begin(a, first_step + s, NULL));
+		CUDA_CHECK(cudaMemsetAsync(L->d_slots, 0xff, MAX_SLOTS * sizeof(long long), L->s0));
+		CUDA_CHECK(cudaMemsetAsync(L->d_scratch, SCRATCH_A, SCRATCH_HALF, L->s0));
+		CUDA_CHECK(cudaMemsetAsync((char *)L->d_scratch + SCRATCH_HALF, SCRATCH_B,
+					   SCRATCH_HALF, L->s0));
+		set_step<<<1, 1, 0, L->s0>>>(L->d_step, first_step + s);
+		CUDA_LAUNCHED();
+		r = toggle_graph_launch(a, (CUgraph)graph, exec, (CUstream)L->s0);
+		CUDA_CHECK(cudaMemcpyAsync(L->h_slots, L->d_slots, MAX_SLOTS * sizeof(long long),
+					   cudaMemcpyDeviceToHost, L->s0));
+		CUDA_CHECK(cudaMemcpyAsync(h_scratch, L->d_scratch, 2 * SCRATCH_HALF,
+					   cudaMemcpyDeviceToHost, L->s0));
+		CUDA_CHECK(cudaStreamSynchronize(L->s0));
+		for (int k = 0; k < L->n_slots; k++)
+			ran += L->h_slots[k] != -1;
+		for (int i = 0; i < 2 * SCRATCH_HALF; i++)
+			ran += h_scratch[i] != (i < SCRATCH_HALF ? SCRATCH_A : SCRATCH_B);
+		if (r != TOGGLE_ECAPTURE || ran) {
+			printf("gpu-region: region-%s: %s graph, set %s: launch returned %d (%s), %d "
+			       "stamps or scratch bytes changed (want TOGGLE_ECAPTURE and 0)\n",
+			       mode_name(mode), what, want ? "all" : "none", r, toggle_strerror(r),
+			       ran);
+			bad++;
+		}
+	}
+	printf("gpu-region: region-%s: %s region's own graph: %s (late: bind and launch "
+	       "refused, nothing ran; note: %s)\n", mode_name(mode), what, bad ? "FAIL" : "PASS",
+	       gs.note);
+	CUDA_CHECK(cudaGraphExecDestroy(exec));
+	CUDA_CHECK(cudaGraphDestroy(graph));
+	CUDA_CHECK(cudaFreeHost(h_scratch));
+	return bad;
 }
 
 static uint64_t region_leg_run(enum toggle_mode mode, long long steps, uint64_t seed)
@@ -315,7 +408,7 @@ static uint64_t region_leg_run(enum toggle_mode mode, long long steps, uint64_t 
 	CUDA_CHECK(cudaEventCreateWithFlags(&L.join_ev, cudaEventDisableTiming));
 	CUDA_CHECK(cudaMalloc(&L.d_step, sizeof(long long)));
 	CUDA_CHECK(cudaMalloc(&L.d_slots, MAX_SLOTS * sizeof(long long)));
-	CUDA_CHECK(cudaMalloc(&L.d_scratch, 8192));
+	CUDA_CHECK(cudaMalloc(&L.d_scratch, 2 * SCRATCH_HALF));
 	CUDA_CHECK(cudaMallocHost(&L.h_slots, MAX_SLOTS * sizeof(long long)));
 	CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -368,6 +461,9 @@ static uint64_t region_leg_run(enum toggle_mode mode, long long steps, uint64_t 
 
 	TG_CHECK(a, toggle_graph_bind(a, (CUgraph)graph, NULL));
 	CUDA_CHECK(cudaGraphExecDestroy(exec));
+	/* The refused regions, each in its own graph (the good graph is unbound now). */
+	mismatches += refused_graph_run(&L, a, mode, false, steps);
+	mismatches += refused_graph_run(&L, a, mode, true, steps + 4);
 	toggle_agent_close(a);
 	CUDA_CHECK(cudaGraphDestroy(graph));
 	CUDA_CHECK(cudaFree(L.d_step));

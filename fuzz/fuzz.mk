@@ -7,7 +7,7 @@ FUZZ_SECONDS ?= 20
 FUZZ_FLAGS = -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-Ilibtoggle/include -Ilibtoggle/src -Iproto -Iclient -I$(B)/gen \
 	-isystem $(CUDA_HOME)/include
-FUZZ_TARGETS := $(B)/fuzz/fuzz_frame $(B)/fuzz/fuzz_spec $(B)/fuzz/fuzz_pbwire
+FUZZ_TARGETS := $(B)/fuzz/fuzz_frame $(B)/fuzz/fuzz_spec $(B)/fuzz/fuzz_pbwire $(B)/fuzz/fuzz_shm
 
 $(B)/fuzz/fuzz_frame: fuzz/fuzz_frame.c proto/frame.c $(TGP_GEN_C) $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
@@ -20,6 +20,11 @@ $(B)/fuzz/fuzz_spec: fuzz/fuzz_spec.c libtoggle/src/hookset.c
 $(B)/fuzz/fuzz_pbwire: fuzz/fuzz_pbwire.c libtoggle/src/pbwire.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $^
+
+# The daemon's attach and reads of an agent region that the agent keeps rewriting.
+$(B)/fuzz/fuzz_shm: fuzz/fuzz_shm.c libtoggle/src/shm.c libtoggle/src/hookset.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -pthread -o $@ $^
 
 .PHONY: fuzz
 fuzz: $(FUZZ_TARGETS)

@@ -5,7 +5,12 @@
  * string table, carried as Error.code).
  *
  * Protocol versions:
- *   1 - first version (see toggle.proto); PlanEntry.after added since.
+ *   1 - first version (see toggle.proto).  Added compatibly since (optional
+ *       fields, old peers ignore them): PlanEntry.after (relative steps);
+ *       SetEnabledReply.skipped and Ack.skipped, the agents a default-target
+ *       command left out because their catalog refused it; StatusReply's save
+ *       errors; GraphInfo.tainted, GraphInfo.blocked (device mode's taint),
+ *       GraphInfo.bare_exec, GraphInfo.bare_running (the producer-free exec).
  */
 #ifndef TOGGLE_PROTO_H
 #define TOGGLE_PROTO_H

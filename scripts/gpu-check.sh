@@ -6,6 +6,8 @@
 #   gpu_devtaint device mode's injected device-side failure: tainted launch
 #               reported, 0 mismatches otherwise
 #   gpu_guard   issue #10: a failed upload, late producers, reused handles
+#   gpu_bare    issue #14: the producer-free exec (what ran, in which order,
+#               outputs equal to the main exec's), its figures
 #   torch_proof graphtoggle from PyTorch (python/tests/gpu/torch_proof.py)
 #   torch_engine_lazy, torch_engine_device  examples/torch_engine.py standalone
 # Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check); the
@@ -108,6 +110,7 @@ run_leg gpu_check "$@"
 run_leg gpu_region ${GPU_REGION_ARGS:-}
 run_leg gpu_devtaint
 run_leg gpu_guard
+run_leg gpu_bare
 # shellcheck disable=SC2086 # TORCH_PROOF_ARGS is a list of words
 run_py_leg torch_proof python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-}
 # the example engine standalone (nn.Module forward-hook producers, graphs per batch size
@@ -118,6 +121,8 @@ for mode in lazy device; do
 done
 
 printf '%s\n' "$results" | sed '/^$/d'
+# the producer-free exec's figures again, for pasting
+grep -h '^gpu-bare: figures:' "$B/gpu_bare.log" 2>/dev/null || true
 if [ "$status" -eq 0 ]; then
 	echo "gpu-check: no leg failed"
 else

@@ -66,6 +66,18 @@ static void fx_open(struct fx *f, enum toggle_mode mode)
 	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
 }
 
+/* Only the main exec: these tests count its node toggles, which the
+ * producer-free exec skips at empty sets (check_bare.c tests that one). */
+static void fx_open_main(struct fx *f, enum toggle_mode mode)
+{
+	memset(f, 0, sizeof(*f));
+	ck_assert_int_eq(toggle_sim_create(&f->sim), 0);
+	ck_assert_int_eq(toggle_sim_stream_create(f->sim, &f->stream), CUDA_SUCCESS);
+	struct toggle_config cfg = fx_config(f, mode);
+	cfg.no_bare_exec = true;
+	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
+}
+
 static void fx_close(struct fx *f)
 {
 	toggle_agent_close(f->agent);
@@ -183,7 +195,7 @@ static const char *const rebind_sets[] = {"none", "resid_post:1-3,mlp_out:7", "a
 START_TEST(test_rebind_resets_and_syncs)
 {
 	struct fx f;
-	fx_open(&f, _i / 3 ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	fx_open_main(&f, _i / 3 ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
 	struct toggle_set want = spec(rebind_sets[_i % 3]), ran;
 	fx_capture_bound(&f, 0);
 	ck_assert_int_eq(toggle_set_enabled(f.agent, &want), 0);
@@ -295,7 +307,7 @@ END_TEST
 START_TEST(test_changes_reach_every_node_of_a_hook)
 {
 	struct fx f;
-	fx_open(&f, TOGGLE_MODE_LAZY);
+	fx_open_main(&f, TOGGLE_MODE_LAZY);
 	ck_assert_int_eq(toggle_capture_begin(f.agent), 0);
 	ck_assert_int_eq(toggle_sim_stream_begin_capture(f.stream), CUDA_SUCCESS);
 	for (int copy = 0; copy < 2; copy++) /* two passes: each hook gets two nodes */
@@ -507,7 +519,18 @@ START_TEST(test_driver_failure_refuses_launch)
 	CUgraph g2;
 	ck_assert_int_eq(toggle_sim_stream_end_capture(f.stream, &g2), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_capture_end(f.agent), 0);
-	ck_assert_int_eq(toggle_graph_count(f.agent), 1);
+	/* Nothing recorded, but the producer is in g2: asked again, the stream named
+	 * g2, which is late and fails closed. */
+	ck_assert_int_eq(toggle_graph_count(f.agent), 2);
+	ck_assert_int_eq(toggle_graph_status(f.agent, g2, &gs), 0);
+	ck_assert_uint_eq(gs.nodes, 0);
+	ck_assert_ptr_nonnull(strstr(gs.note, "not recorded"));
+	CUgraphExec e2;
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&e2, g2), CUDA_SUCCESS);
+	launches = toggle_sim_calls(f.sim, TOGGLE_SIM_OP_GRAPH_LAUNCH);
+	ck_assert_int_eq(toggle_graph_launch(f.agent, g2, e2, f.stream), TOGGLE_ECAPTURE);
+	ck_assert_uint_eq(toggle_sim_calls(f.sim, TOGGLE_SIM_OP_GRAPH_LAUNCH), launches);
+	ck_assert_int_eq(toggle_sim_exec_destroy(e2), CUDA_SUCCESS);
 	fx_close(&f);
 }
 END_TEST

@@ -22,12 +22,15 @@
 #include <ftw.h>
 #include <grp.h>
 #include <poll.h>
+#include <sched.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -353,6 +356,7 @@ struct agent_opts {
 	bool steps;     /* false: register, capture, bind, then only sleep (never launches) */
 	int period_ms;  /* sleep between steps; 0 means 1 ms */
 	int64_t anomaly_at; /* > 0: at this step, record a producer outside any capture window */
+	uid_t uid;      /* > 0: the agent runs as this uid (and gid) */
 };
 
 static volatile sig_atomic_t child_stop;
@@ -451,6 +455,9 @@ _Noreturn static void agent_main(const struct env *e, const struct agent_opts *o
 	close_range(3, ~0u, 0); /* the test's sockets must not live on in the agent */
 	int lfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	if (lfd < 0)
+		_exit(AGENT_SETUP);
+	if (o->uid > 0 && (setgroups(0, NULL) != 0 || setgid((gid_t)o->uid) != 0 ||
+			   setuid(o->uid) != 0))
 		_exit(AGENT_SETUP);
 
 	struct toggle_sim *sim = NULL;
@@ -2327,6 +2334,806 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+/*
+ * Name squatting: an agent of another uid that registers under a root
+ * agent's name gets nothing of its saved state, and what is set for it is
+ * not what the root agent gets back after a restart (state keyed by name
+ * and uid).
+ */
+START_TEST(test_name_squatting)
+{
+	if (geteuid() != 0) {
+		printf("test_name_squatting: skipped: needs root to become uid %d\n", NOBODY);
+		return;
+	}
+	struct env e;
+	env_setup(&e);
+	ASSERT(chmod(e.dir, 0755) == 0, "chmod %s: %s", e.dir, strerror(errno));
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "shared", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	struct ainfo root_ai = agent_wait_listed(c, ap, 1);
+	struct spec root_set = canon("attn_out:1-2"), other_set = canon("resid_post:0");
+	Toggle__Selector root_sel = sel_id(root_ai.id);
+	set_applied(c, &root_sel, TOGGLE__SET_OP__REPLACE, "attn_out:1-2");
+
+	/* The same name from uid nobody: registered, but nothing of root's state restored. */
+	int b = agent_start(&e, &(struct agent_opts){.name = "shared", .group = "g", .steps = true,
+						     .uid = NOBODY});
+	struct agent_proc *bp = &e.agents[b];
+	struct ainfo nb;
+	uint64_t end = now_ms() + 10000;
+	for (;;) {
+		Toggle__Envelope *rep = NULL;
+		char err[ERRLEN];
+		Toggle__Selector ps = sel_pid((uint32_t)bp->pid);
+		int rc = rpc_list_agents(c, &ps, &rep, err);
+		bool found = rc == 0 && rep->agents->n_agents == 1 && rep->agents->agents[0]->step >= 1;
+		if (found)
+			ainfo_copy(&nb, rep->agents->agents[0]);
+		if (rep)
+			toggle__envelope__free_unpacked(rep, NULL);
+		if (found)
+			break;
+		agent_assert_alive(bp);
+		ASSERT(now_ms() < end, "the nobody agent did not register within 10 s");
+		sleep_ms(10);
+	}
+	ASSERT(nb.uid == NOBODY, "uid %u", nb.uid);
+	ASSERT(nb.control_version == 0, "the squatter got control version %llu (root's saved state)",
+	       (unsigned long long)nb.control_version);
+	ASSERT(strcmp(nb.enabled, root_set.s) != 0, "the squatter runs root's set %s", nb.enabled);
+
+	/* Root sets another set on the squatter's agent; root's own saved set stays. */
+	Toggle__Selector other_sel = sel_id(nb.id);
+	set_applied(c, &other_sel, TOGGLE__SET_OP__REPLACE, "resid_post:0");
+	tgc_close(c);
+	daemon_kill9(&e);
+	daemon_start(&e);
+	c = client(&e);
+	end = now_ms() + 5000;
+	for (;;) {
+		struct ainfo r, o;
+		Toggle__Selector rs = sel_pid((uint32_t)ap->pid), os = sel_pid((uint32_t)bp->pid);
+		Toggle__Envelope *rep = NULL, *rep2 = NULL;
+		char err[ERRLEN];
+		bool both = rpc_list_agents(c, &rs, &rep, err) == 0 && rep->agents->n_agents == 1 &&
+			    rpc_list_agents(c, &os, &rep2, err) == 0 && rep2->agents->n_agents == 1;
+		if (both) {
+			ainfo_copy(&r, rep->agents->agents[0]);
+			ainfo_copy(&o, rep2->agents->agents[0]);
+		}
+		if (rep)
+			toggle__envelope__free_unpacked(rep, NULL);
+		if (rep2)
+			toggle__envelope__free_unpacked(rep2, NULL);
+		if (both) {
+			ASSERT_STR(r.enabled, root_set.s, "root's agent after the restart");
+			ASSERT_STR(o.enabled, other_set.s, "the other uid's agent after the restart");
+			break;
+		}
+		agent_assert_alive(ap);
+		agent_assert_alive(bp);
+		ASSERT(now_ms() < end, "agents did not reconnect within 5 s");
+		sleep_ms(10);
+	}
+	/* Two keys: one per (name, uid). */
+	char path[PATH_MAX + 64], key[64];
+	snprintf(path, sizeof(path), "%s/agents.journal", e.state);
+	snprintf(key, sizeof(key), "\"name\":\"shared@%d\"", NOBODY);
+	ASSERT(file_contains(path, key), "%s has no entry %s", path, key);
+	ASSERT(file_contains(path, "\"name\":\"shared\""), "%s has no entry for root's", path);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/* ======================================================================== */
+/* Durability: a full disk                                                   */
+/* ======================================================================== */
+
+/* Lines of path that contain needle. */
+static int file_count(const char *path, const char *needle)
+{
+	char *text = file_read(path);
+	int n = 0;
+	for (const char *p = text; p && (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	free(text);
+	return n;
+}
+
+/* Write zeros to path until the file system is full. */
+static void disk_fill(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ASSERT(fd >= 0, "open %s: %s", path, strerror(errno));
+	static const char zeros[4096];
+	for (;;) {
+		ssize_t w = write(fd, zeros, sizeof(zeros));
+		if (w < 0 && errno == ENOSPC)
+			break;
+		ASSERT(w > 0, "filling %s: %s", path, strerror(errno));
+	}
+	close(fd);
+}
+
+/*
+ * A corrupt state file does not keep the daemon from starting: it is set
+ * aside (renamed, logged once) and the others are restored; --strict-state
+ * keeps the old refusal.
+ */
+START_TEST(test_corrupt_state_set_aside)
+{
+	struct env e;
+	env_setup(&e);
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "keeper", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	agent_wait_listed(c, ap, 1);
+	struct spec kept = canon("attn_out:3");
+	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:3");
+	tgc_close(c);
+	daemon_stop(&e);
+	char bad[PATH_MAX + 32];
+	snprintf(bad, sizeof(bad), "%s/agents/broken.json", e.state);
+	FILE *f = fopen(bad, "w");
+	ASSERT(f && fputs("{\"format\": 1, \"name\": ", f) >= 0 && fclose(f) == 0, "write %s", bad);
+
+	/* Strict: refused, as before. */
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_detach(parent);
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+			_exit(126);
+		execl(TOGGLED_BIN, "toggled", "--socket", e.sock, "--state-dir", e.state,
+		      "--strict-state", (char *)NULL);
+		_exit(127);
+	}
+	int st = 0;
+	ASSERT(wait_exit(pid, 20000, &st), "toggled --strict-state did not exit on a corrupt file");
+	ASSERT(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 127,
+	       "toggled --strict-state ended with %s", status_text(st));
+	ASSERT(access(bad, F_OK) == 0, "--strict-state moved the corrupt file");
+
+	/* Default: starts, sets the file aside, restores the rest. */
+	daemon_start(&e);
+	ASSERT(access(bad, F_OK) != 0, "the corrupt file is still in place");
+	ASSERT(file_count(e.dlog, "broken.json: ") == 1 && file_count(e.dlog, "set aside as") == 1,
+	       "the corrupt file was not logged once");
+	c = client(&e);
+	uint64_t t0 = now_ms();
+	struct ainfo ai;
+	while (!agent_lookup(c, ap->name, &ai, NULL)) {
+		agent_assert_alive(ap);
+		ASSERT(now_ms() - t0 < 5000, "agent did not reconnect within 5 s");
+		sleep_ms(10);
+	}
+	ASSERT_STR(ai.enabled, kept.s, "restored standing set");
+	tgc_close(c);
+	/* The next start does not log it again. */
+	daemon_alive(&e, "restart");
+	daemon_stop(&e);
+	daemon_start(&e);
+	ASSERT(file_count(e.dlog, "set aside as") == 1, "the set-aside file was logged again");
+	env_teardown(&e);
+}
+END_TEST
+
+/*
+ * Replies leave in request order per connection, a write's after its save:
+ * pipelined writes and reads (one spec that fails among them) on one
+ * connection while two other connections pipeline writes to the same agent;
+ * the last acknowledged set is what the agent ends up with.
+ */
+START_TEST(test_pipelined_order)
+{
+	struct env e;
+	env_setup(&e);
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "order", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	agent_wait_listed(c, ap, 1);
+	enum { N = 120, OTHERS = 2 };
+	struct raw r[1 + OTHERS];
+	for (int k = 0; k <= OTHERS; k++) {
+		raw_open(&r[k], &e);
+		raw_hello(&r[k]);
+	}
+	static const char *const specs[3] = {"attn_out:0", "resid_post:1-2", "attn_out:3"};
+	Toggle__SetEnabledRequest se = TOGGLE__SET_ENABLED_REQUEST__INIT;
+	Toggle__StatusRequest st = TOGGLE__STATUS_REQUEST__INIT;
+	Toggle__ListAgentsRequest la = TOGGLE__LIST_AGENTS_REQUEST__INIT;
+	se.op = TOGGLE__SET_OP__REPLACE;
+	for (uint64_t i = 0; i < N; i++) {
+		for (int k = 0; k <= OTHERS; k++) {
+			Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+			env.id = 1000 + i;
+			if (k == 0 && i % 3 == 1) {
+				env.body_case = i % 2 ? TOGGLE__ENVELOPE__BODY_STATUS
+						      : TOGGLE__ENVELOPE__BODY_LIST_AGENTS;
+				if (i % 2)
+					env.status = &st;
+				else
+					env.list_agents = &la;
+			} else {
+				se.spec = (char *)(uintptr_t)(k == 0 && i == 50 ? "no_such_hook:1"
+										 : specs[(i + (uint64_t)k) % 3]);
+				env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
+				env.set_enabled = &se;
+			}
+			raw_send_env(&r[k], &env, -1);
+		}
+	}
+	for (int k = 0; k <= OTHERS; k++) {
+		for (uint64_t i = 0; i < N; i++) {
+			Toggle__Envelope *rep = NULL;
+			int got = raw_recv(&r[k], &rep, RPC_TIMEOUT_MS);
+			ASSERT(got == 1, "connection %d: no reply %llu", k, (unsigned long long)i);
+			ASSERT(rep->id == 1000 + i, "connection %d: reply %llu where %llu was due", k,
+			       (unsigned long long)rep->id, (unsigned long long)(1000 + i));
+			Toggle__Envelope__BodyCase want =
+				k == 0 && i % 3 == 1 ? (i % 2 ? TOGGLE__ENVELOPE__BODY_STATUS_REPLY
+							      : TOGGLE__ENVELOPE__BODY_AGENTS)
+				: k == 0 && i == 50 ? TOGGLE__ENVELOPE__BODY_ERROR
+						    : TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY;
+			ASSERT(rep->body_case == want, "connection %d, reply %llu: body %d, expected %d", k,
+			       (unsigned long long)i, (int)rep->body_case, (int)want);
+			toggle__envelope__free_unpacked(rep, NULL);
+		}
+	}
+	/* One more acknowledged set from connection 0, after everything: it holds. */
+	char err[ERRLEN];
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	se.spec = (char *)(uintptr_t)"resid_post:3";
+	env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
+	env.set_enabled = &se;
+	int rc = raw_call(&r[0], &env, -1, TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY, err);
+	ASSERT_CODE(rc, 0, err);
+	struct ainfo ai = agent_info(c, ap->name);
+	ASSERT_STR(ai.enabled, canon("resid_post:3").s, "enabled after the pipelined writes");
+	for (int k = 0; k <= OTHERS; k++)
+		raw_close(&r[k]);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/*
+ * The state directory on a small tmpfs (a private mount namespace: it goes
+ * away with the test process), then filled: every write is refused with
+ * TOGGLE_EIO and the reason, nothing of it reaches the agent or the saved
+ * state, the failure is counted in status and logged once; once there is
+ * room again writes go through, and a kill -9 loses none of them.
+ */
+START_TEST(test_full_disk)
+{
+	if (geteuid() != 0) {
+		printf("test_full_disk: skipped: needs root for a tmpfs of its own\n");
+		return;
+	}
+	ASSERT(unshare(CLONE_NEWNS) == 0, "unshare: %s", strerror(errno));
+	ASSERT(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0, "mount private: %s",
+	       strerror(errno));
+	struct env e;
+	env_setup(&e);
+	daemon_alive(&e, "start"); /* serving: its signal handlers are in place */
+	daemon_stop(&e);
+	ASSERT(mkdir(e.state, 0700) == 0 || errno == EEXIST, "mkdir: %s", strerror(errno));
+	ASSERT(mount("tmpfs", e.state, "tmpfs", 0, "size=512k,mode=0700") == 0, "mount tmpfs: %s",
+	       strerror(errno));
+	daemon_start(&e);
+	char err[ERRLEN], filler[PATH_MAX + 16], text[1024];
+	snprintf(filler, sizeof(filler), "%s/filler", e.state);
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "engine", .group = "g", .steps = true});
+	struct agent_proc *ap = &e.agents[a];
+	agent_wait_listed(c, ap, 1);
+	struct spec later = canon("resid_post:0");
+	uint64_t v0 = set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:1-2");
+	static const char *const specs[1] = {"resid_post:3"};
+	static const int64_t far[1] = {100000};
+	int64_t base = plan_ahead(c, ap->name, far, specs, 1);
+	char want_plan[SPEC_LEN + 32];
+	snprintf(want_plan, sizeof(want_plan), "+100000=%s;", canon(specs[0]).s);
+
+	disk_fill(filler);
+	/*
+	 * Writes may still fit in the journal's last block: each one either is
+	 * acknowledged (then durable) or refused; within a few dozen the block
+	 * is full and they are refused.
+	 */
+	static const char *const alt[2] = {"attn_out:0", "attn_out:1-2"};
+	const char *last_ok = "attn_out:1-2";
+	uint64_t v1 = v0;
+	int tries = 0, rc;
+	for (;; tries++) {
+		ASSERT(tries < 400, "400 writes acknowledged on a full disk");
+		Toggle__Envelope *rep = NULL;
+		rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, alt[tries & 1], WAIT_MS, &rep, err);
+		if (rc == 0) {
+			last_ok = alt[tries & 1];
+			v1 = rep->set_enabled_reply->versions[0]->version;
+		}
+		if (rep)
+			toggle__envelope__free_unpacked(rep, NULL);
+		if (rc != 0)
+			break;
+	}
+	ASSERT_CODE(rc, TOGGLE_EIO, err);
+	printf("test_full_disk: %d writes acknowledged after the fill, then EIO\n", tries);
+	struct spec good = canon(last_ok);
+	int64_t full_at = agent_last_step(ap);
+	/* Every kind of write: refused with EIO and why, several times over. */
+	for (int i = 0; i < 4; i++) {
+		Toggle__Envelope *rep = NULL;
+		rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:0", i & 1 ? WAIT_MS : 0,
+				 &rep, err);
+		if (rep)
+			toggle__envelope__free_unpacked(rep, NULL);
+		ASSERT_CODE(rc, TOGGLE_EIO, err);
+		ASSERT(strstr(err, "No space left on device") && strstr(err, "/agents.journal"),
+		       "EIO without the reason: %s", err);
+	}
+	int64_t steps2[1] = {base + 200000};
+	rc = rpc_plan(c, NULL, steps2, specs, 1, err);
+	ASSERT_CODE(rc, TOGGLE_EIO, err);
+	rc = rpc_clear_plan(c, NULL, err);
+	ASSERT_CODE(rc, TOGGLE_EIO, err);
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__ADD, "resid_post:1", 0, NULL, err);
+	ASSERT_CODE(rc, TOGGLE_EIO, err);
+
+	/* Nothing of it applied: the accepted state, the lane and the agent keep the old set. */
+	struct ainfo ai = agent_info(c, ap->name);
+	ASSERT_STR(ai.enabled, good.s, "enabled after refused writes");
+	ASSERT(ai.control_version == v1, "control version %llu after refused writes, was %llu",
+	       (unsigned long long)ai.control_version, (unsigned long long)v1);
+	plan_text(c, base, text, sizeof(text));
+	ASSERT_STR(text, want_plan, "show_plan after refused writes");
+	int64_t now = agent_last_step(ap);
+	struct alog l;
+	alog_wait(ap, now + 20, 10000, &l);
+	for (int64_t st = full_at; st <= now + 20; st++)
+		alog_expect(&l, ap, st, good.s);
+	alog_free(&l);
+
+	/* Counted in status, with the reason; logged once, not once per write. */
+	Toggle__Envelope *rep = NULL;
+	rc = rpc_status(c, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->status_reply->has_save_errors && rep->status_reply->save_errors >= 1,
+	       "status counts %llu failed saves", (unsigned long long)rep->status_reply->save_errors);
+	ASSERT(rep->status_reply->save_error &&
+	       strstr(rep->status_reply->save_error, "No space left on device"),
+	       "status gives no reason: %s",
+	       rep->status_reply->save_error ? rep->status_reply->save_error : "(none)");
+	toggle__envelope__free_unpacked(rep, NULL);
+	int logged = file_count(e.dlog, "cannot save the desired state");
+	ASSERT(logged == 1, "the failure was logged %d times, expected once", logged);
+
+	/* Room again: the next write goes through and is applied. */
+	ASSERT(unlink(filler) == 0, "unlink: %s", strerror(errno));
+	uint64_t v2 = set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:0");
+	ASSERT(v2 > v1, "version %llu after %llu", (unsigned long long)v2, (unsigned long long)v1);
+	ASSERT(file_count(e.dlog, "saved under") == 1, "the recovery was not logged once");
+	rc = rpc_status(c, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(!rep->status_reply->save_error, "status still failing: %s",
+	       rep->status_reply->save_error);
+	toggle__envelope__free_unpacked(rep, NULL);
+	tgc_close(c);
+
+	/* kill -9: what was acknowledged comes back, what was refused does not. */
+	daemon_kill9(&e);
+	daemon_start(&e);
+	c = client(&e);
+	uint64_t t0 = now_ms();
+	while (!agent_lookup(c, ap->name, &ai, NULL)) {
+		agent_assert_alive(ap);
+		ASSERT(now_ms() - t0 < 5000, "agent did not reconnect within 5 s");
+		sleep_ms(10);
+	}
+	ASSERT_STR(ai.enabled, later.s, "restored standing set");
+	plan_text(c, base, text, sizeof(text));
+	ASSERT_STR(text, want_plan, "show_plan after the restart");
+	tgc_close(c);
+	for (int i = 0; i < e.n_agents; i++)
+		agent_stop(&e, i);
+	daemon_stop(&e);
+	ASSERT(umount2(e.state, MNT_DETACH) == 0, "umount: %s", strerror(errno));
+	env_teardown(&e);
+}
+END_TEST
+
+/* ======================================================================== */
+/* Issue 11: a hostile local user                                           */
+/* ======================================================================== */
+
+/* Item 1: the agent rewrites its header's lane offsets while registering. */
+struct offset_flipper {
+	volatile uint64_t *ctl_off, *st_off;
+	uint64_t good_ctl, good_st;
+	volatile int stop;
+};
+
+static void *offsets_flip(void *arg)
+{
+	struct offset_flipper *f = arg;
+	const uint64_t far = (uint64_t)1 << 40;
+	while (!__atomic_load_n(&f->stop, __ATOMIC_RELAXED)) {
+		__atomic_store_n(f->ctl_off, far, __ATOMIC_RELAXED);
+		__atomic_store_n(f->st_off, far, __ATOMIC_RELAXED);
+		for (volatile int i = 0; i < 64; i++)
+			;
+		__atomic_store_n(f->ctl_off, f->good_ctl, __ATOMIC_RELAXED);
+		__atomic_store_n(f->st_off, f->good_st, __ATOMIC_RELAXED);
+		for (volatile int i = 0; i < 64; i++)
+			;
+	}
+	return NULL;
+}
+
+START_TEST(test_shm_offsets_rewritten_while_registering)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct toggle_shm shm;
+	int rc = toggle_shm_create(&shm, err, ERRLEN);
+	ASSERT_CODE(rc, 0, err);
+	struct offset_flipper f = {.ctl_off = &shm.hdr->control_offset,
+				   .st_off = &shm.hdr->status_offset,
+				   .good_ctl = shm.hdr->control_offset,
+				   .good_st = shm.hdr->status_offset};
+	pthread_t t;
+	ASSERT(pthread_create(&t, NULL, offsets_flip, &f) == 0, "pthread_create");
+	int accepted = 0, refused = 0;
+	/* docs/reliability.md runs it longer: TG_HOSTILE_REGISTRATIONS=N. */
+	const char *env_n = getenv("TG_HOSTILE_REGISTRATIONS");
+	int rounds = env_n && atoi(env_n) > 0 ? atoi(env_n) : 2000;
+	for (int i = 0; i < rounds; i++) {
+		struct raw r;
+		raw_open(&r, &e);
+		raw_hello(&r);
+		/* Every registration is answered (accepted, or refused as ESHM): never a crash. */
+		rc = raw_register(&r, "shifty", NT, NL, shm.fd, err);
+		ASSERT(rc == 0 || rc == TOGGLE_ESHM, "registration %d: %s: %s", i, toggle_strerror(rc),
+		       err);
+		if (rc == 0)
+			accepted++;
+		else
+			refused++;
+		raw_close(&r);
+	}
+	__atomic_store_n(&f.stop, 1, __ATOMIC_RELAXED);
+	pthread_join(t, NULL);
+	daemon_alive(&e, "registrations of a region whose offsets kept changing");
+	printf("hostile registrations: %d, accepted %d, refused %d, daemon alive\n", rounds, accepted,
+	       refused);
+	ASSERT(accepted > 0 && refused > 0, "%d accepted, %d refused: the race was not exercised",
+	       accepted, refused);
+	toggle_shm_unmap(&shm);
+	env_teardown(&e);
+}
+END_TEST
+
+/* Item 8: a RegisterAgent whose name is patched after packing (byte at, to). */
+static int raw_register_patched(struct raw *r, const char *name, char at, char to, int pass_fd,
+				char *err)
+{
+	Toggle__RegisterAgent m = TOGGLE__REGISTER_AGENT__INIT;
+	m.name = (char *)(uintptr_t)name;
+	m.n_hook_types = NT;
+	m.hook_types = (char **)(uintptr_t)type_names;
+	m.n_layers = NL;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.id = ++r->next_id;
+	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_AGENT;
+	env.register_agent = &m;
+	uint8_t *buf;
+	size_t len;
+	ASSERT_CODE(tgp_frame_encode(&env, &buf, &len), 0, "tgp_frame_encode");
+	uint8_t *hit = memmem(buf, len, name, strlen(name));
+	ASSERT(hit, "name not found in the packed frame");
+	uint8_t *c = memchr(hit, at, strlen(name));
+	ASSERT(c, "no '%c' in the name", at);
+	*c = (uint8_t)to;
+	raw_write(r, buf, len, pass_fd);
+	free(buf);
+	Toggle__Envelope *rep = NULL;
+	int got = raw_recv(r, &rep, RPC_TIMEOUT_MS);
+	ASSERT(got == 1, "no reply to a patched RegisterAgent");
+	int rc = 0;
+	err[0] = '\0';
+	if (rep->body_case == TOGGLE__ENVELOPE__BODY_ERROR) {
+		rc = rep->error->code;
+		snprintf(err, ERRLEN, "%s", rep->error->message);
+	}
+	toggle__envelope__free_unpacked(rep, NULL);
+	return rc;
+}
+
+START_TEST(test_names_dot_and_nul_refused)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct toggle_shm shm;
+	int rc = toggle_shm_create(&shm, err, ERRLEN);
+	ASSERT_CODE(rc, 0, err);
+	struct tgc *c = client(&e);
+	static const char *const dots[] = {".", ".."};
+	for (int i = 0; i < 2; i++) {
+		struct raw r;
+		raw_open(&r, &e);
+		raw_hello(&r);
+		rc = raw_register(&r, dots[i], NT, NL, shm.fd, err);
+		ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+		raw_close(&r);
+		ASSERT(!agent_lookup(c, dots[i], NULL, NULL), "agent '%s' was registered", dots[i]);
+	}
+	/* "a\0/../../x": C would read it as "a". */
+	{
+		struct raw r;
+		raw_open(&r, &e);
+		raw_hello(&r);
+		rc = raw_register_patched(&r, "a#/../../x", '#', '\0', shm.fd, err);
+		ASSERT_CODE(rc, TOGGLE_EINVAL, err);
+		ASSERT(strstr(err, "NUL"), "the error does not say why: %s", err);
+		ASSERT(!agent_lookup(c, "a", NULL, NULL), "'a\\0/../../x' was registered as 'a'");
+		/* The connection stays usable: the refusal was for this request only. */
+		rc = raw_register(&r, "after-nul", NT, NL, shm.fd, err);
+		ASSERT_CODE(rc, 0, err);
+		raw_close(&r);
+	}
+	tgc_close(c);
+	toggle_shm_unmap(&shm);
+	daemon_alive(&e, "names with dots and NUL bytes");
+	env_teardown(&e);
+}
+END_TEST
+
+/*
+ * Item 11: a client that queries the agent between the daemon's status polls
+ * must not make watchers miss SET_APPLIED.  Each round sets without waiting,
+ * queries until the agent applied it (each query reads the status lane), and
+ * then the watcher must still hear of that version.
+ */
+START_TEST(test_events_survive_queries)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *w = client(&e), *c = client(&e);
+	int rc = rpc_watch(w, NULL, err);
+	ASSERT_CODE(rc, 0, err);
+	int a = agent_start(&e, &(struct agent_opts){.name = "queried", .steps = true});
+	agent_wait_listed(c, &e.agents[a], 1);
+	for (int round = 0; round < 10; round++) {
+		Toggle__Envelope *rep = NULL;
+		rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, round % 2 ? "attn_out:*" : "resid_post:*", 0,
+			     &rep, err);
+		ASSERT_CODE(rc, 0, err);
+		ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY &&
+		       rep->set_enabled_reply->n_versions == 1, "set reply");
+		uint64_t v = rep->set_enabled_reply->versions[0]->version;
+		toggle__envelope__free_unpacked(rep, NULL);
+		uint64_t end = now_ms() + 10000;
+		while (agent_info(c, "queried").applied_version < v)
+			ASSERT(now_ms() < end, "round %d: version %llu not applied in 10 s", round,
+			       (unsigned long long)v);
+		struct evinfo ev;
+		do
+			ev = event_wait(w, TOGGLE__EVENT_KIND__SET_APPLIED, "queried", 3000);
+		while (ev.version < v);
+		ASSERT(ev.version == v, "round %d: SET_APPLIED %llu, set %llu", round,
+		       (unsigned long long)ev.version, (unsigned long long)v);
+	}
+	tgc_close(w);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/*
+ * Item 5: an agent with a foreign catalog (here: no attn_out hooks) must not
+ * make the operator's default-target set and plan fail for everyone: it is
+ * left out and named; an explicit selector naming it still fails.
+ */
+START_TEST(test_default_target_not_poisoned)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct tgc *c = client(&e);
+	int a = agent_start(&e, &(struct agent_opts){.name = "native", .steps = true});
+	struct ainfo native = agent_wait_listed(c, &e.agents[a], 1);
+	struct toggle_shm shm;
+	int rc = toggle_shm_create(&shm, err, ERRLEN);
+	ASSERT_CODE(rc, 0, err);
+	struct raw r;
+	raw_open(&r, &e);
+	raw_hello(&r);
+	rc = raw_register(&r, "foreign", 1, 1, shm.fd, err); /* resid_post:0 only */
+	ASSERT_CODE(rc, 0, err);
+	struct ainfo foreign = agent_info(c, "foreign");
+
+	Toggle__Envelope *rep = NULL;
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:*", WAIT_MS, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	const Toggle__SetEnabledReply *sr = rep->set_enabled_reply;
+	ASSERT(sr->n_versions == 1 && sr->versions[0]->agent_id == native.id,
+	       "set went to %zu agents (first %llu), expected only native %llu", sr->n_versions,
+	       sr->n_versions ? (unsigned long long)sr->versions[0]->agent_id : 0ull,
+	       (unsigned long long)native.id);
+	ASSERT(sr->n_skipped == 1 && strstr(sr->skipped[0], "foreign") &&
+	       strstr(sr->skipped[0], "attn_out"), "skipped: %zu '%s'", sr->n_skipped,
+	       sr->n_skipped ? sr->skipped[0] : "");
+	toggle__envelope__free_unpacked(rep, NULL);
+	ASSERT_STR(agent_info(c, "native").enabled, "attn_out:*", "native's set");
+	ASSERT(agent_info(c, "foreign").control_version == foreign.control_version,
+	       "the foreign agent's lane was written");
+
+	/* A plan to the default target: the same. */
+	int64_t step = agent_info(c, "native").step + 100000;
+	Toggle__PlanEntry pe = TOGGLE__PLAN_ENTRY__INIT, *pep = &pe;
+	pe.step = step;
+	pe.spec = (char *)(uintptr_t)"attn_out:0";
+	Toggle__SubmitPlanRequest pm = TOGGLE__SUBMIT_PLAN_REQUEST__INIT;
+	pm.n_entries = 1;
+	pm.entries = &pep;
+	rc = rpc(c, TOGGLE__ENVELOPE__BODY_SUBMIT_PLAN, &pm, &rep, err);
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_ACK && rep->ack->n_skipped == 1 &&
+	       strstr(rep->ack->skipped[0], "foreign"), "plan: foreign not named as skipped");
+	toggle__envelope__free_unpacked(rep, NULL);
+
+	/* Named explicitly, it still refuses (all or nothing). */
+	Toggle__Selector sel = sel_id(foreign.id);
+	rc = rpc_set(c, &sel, TOGGLE__SET_OP__REPLACE, "attn_out:*", 0, NULL, err);
+	ASSERT_CODE(rc, TOGGLE_ESPEC, err);
+	ASSERT(strstr(err, "foreign"), "the error does not name the agent: %s", err);
+	/* A spec nobody accepts fails naming an agent, as before. */
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "no_such_hook:*", 0, NULL, err);
+	ASSERT_CODE(rc, TOGGLE_ESPEC, err);
+	raw_close(&r);
+	toggle_shm_unmap(&shm);
+	tgc_close(c);
+	env_teardown(&e);
+}
+END_TEST
+
+/* Item 5: a daemon started with a configuration file (text) in the env's directory. */
+static void env_setup_conf(struct env *e, const char *text)
+{
+	memset(e, 0, sizeof(*e));
+	snprintf(e->dir, sizeof(e->dir), "/tmp/tgd-XXXXXX");
+	ASSERT(mkdtemp(e->dir) != NULL, "mkdtemp: %s", strerror(errno));
+	snprintf(e->sock, sizeof(e->sock), "%s/s.sock", e->dir);
+	snprintf(e->state, sizeof(e->state), "%s/state", e->dir);
+	snprintf(e->dlog, sizeof(e->dlog), "%s/toggled.log", e->dir);
+	g_env = e;
+	char conf[PATH_MAX];
+	snprintf(conf, sizeof(conf), "%s/toggled.conf", e->dir);
+	FILE *f = fopen(conf, "we");
+	ASSERT(f && fputs(text, f) >= 0 && fclose(f) == 0, "writing %s", conf);
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_detach(parent);
+		int fd = open(e->dlog, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || null < 0 || dup2(null, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+			_exit(126);
+		close_range(3, ~0u, 0);
+		execl(TOGGLED_BIN, "toggled", "--socket", e->sock, "--state-dir", e->state, "-c", conf,
+		      "-v", (char *)NULL);
+		_exit(127);
+	}
+	e->daemon = pid;
+	uint64_t end = now_ms() + 10000;
+	while (!socket_accepts(e->sock)) {
+		int st;
+		if (waitpid(e->daemon, &st, WNOHANG) == e->daemon) {
+			e->daemon = 0;
+			ASSERT(0, "toggled ended during start-up with %s", status_text(st));
+		}
+		ASSERT(now_ms() < end, "toggled does not accept on %s after 10 s", e->sock);
+		sleep_ms(10);
+	}
+}
+
+static int raw_register_group(struct raw *r, const char *name, const char *group, int fd,
+			      char *err)
+{
+	Toggle__RegisterAgent m = TOGGLE__REGISTER_AGENT__INIT;
+	m.name = (char *)(uintptr_t)name;
+	m.group = (char *)(uintptr_t)group;
+	m.n_hook_types = NT;
+	m.hook_types = (char **)(uintptr_t)type_names;
+	m.n_layers = NL;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_AGENT;
+	env.register_agent = &m;
+	return raw_call(r, &env, fd, TOGGLE__ENVELOPE__BODY_REGISTER_REPLY, err);
+}
+
+/* uid 65534: refused in group prod (tied to uid 4242), admitted in lab (open). */
+_Noreturn static void group_child(const struct env *e)
+{
+	char err[ERRLEN];
+	struct toggle_shm shm;
+	if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0)
+		_exit(10);
+	if (toggle_shm_create(&shm, err, ERRLEN) != 0)
+		_exit(11);
+	struct raw r;
+	raw_open(&r, e);
+	raw_hello(&r);
+	if (raw_register_group(&r, "squatter", "prod", shm.fd, err) != TOGGLE_EPERM)
+		_exit(12);
+	if (!strstr(err, "agent_group"))
+		_exit(13);
+	if (raw_register_group(&r, "labrat", "lab", shm.fd, err) != 0)
+		_exit(14);
+	raw_close(&r);
+	_exit(0);
+}
+
+START_TEST(test_agent_group_tied_to_uid)
+{
+	if (geteuid() != 0) {
+		printf("test_agent_group_tied_to_uid: skipped: needs root to become uid %d\n", NOBODY);
+		return;
+	}
+	struct env e;
+	env_setup_conf(&e, "agent_group = prod: 4242, @no-such-group-here\n");
+	ASSERT(chmod(e.dir, 0755) == 0, "chmod %s: %s", e.dir, strerror(errno));
+	char err[ERRLEN];
+	struct toggle_shm shm;
+	int rc = toggle_shm_create(&shm, err, ERRLEN);
+	ASSERT_CODE(rc, 0, err);
+	struct raw r;
+	raw_open(&r, &e);
+	raw_hello(&r);
+	rc = raw_register_group(&r, "rooted", "prod", shm.fd, err); /* root may */
+	ASSERT_CODE(rc, 0, err);
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_detach(parent);
+		group_child(&e);
+	}
+	int st = 0;
+	bool done = wait_exit(pid, 20000, &st);
+	if (!done) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	static const char *const why[] = {
+		[10] = "cannot become nobody", [11] = "shm", [12] = "group prod was not refused with EPERM",
+		[13] = "the refusal does not name agent_group", [14] = "open group lab was refused",
+	};
+	int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	ASSERT(done && code == 0, "uid 65534 agent: %s (%s)", status_text(st),
+	       code > 0 && code < (int)(sizeof(why) / sizeof(why[0])) && why[code] ? why[code] : "?");
+	struct tgc *c = client(&e);
+	ASSERT(!agent_lookup(c, "squatter", NULL, NULL), "the squatter is registered");
+	tgc_close(c);
+	raw_close(&r);
+	toggle_shm_unmap(&shm);
+	env_teardown(&e);
+}
+END_TEST
+
 /* ======================================================================== */
 
 static TCase *add_tcase(Suite *s, const char *name)
@@ -2362,6 +3169,17 @@ static Suite *daemon_suite(void)
 	tc = add_tcase(s, "security");
 	tcase_add_test(tc, test_permission_denied);
 	tcase_add_test(tc, test_bad_input);
+	tc = add_tcase(s, "durability");
+	tcase_add_test(tc, test_full_disk);
+	tcase_add_test(tc, test_name_squatting);
+	tcase_add_test(tc, test_corrupt_state_set_aside);
+	tcase_add_test(tc, test_pipelined_order);
+	tc = add_tcase(s, "issue11");
+	tcase_add_test(tc, test_shm_offsets_rewritten_while_registering);
+	tcase_add_test(tc, test_names_dot_and_nul_refused);
+	tcase_add_test(tc, test_events_survive_queries);
+	tcase_add_test(tc, test_default_target_not_poisoned);
+	tcase_add_test(tc, test_agent_group_tied_to_uid);
 	return s;
 }
 

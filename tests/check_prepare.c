@@ -485,6 +485,55 @@ START_TEST(device_unlaunched_prepare_other_stream)
 }
 END_TEST
 
+/*
+ * The producer-free exec (issue 14): toggle_graph_launch runs it at a step
+ * whose set leaves the graph nothing, but a prepare's caller launches the
+ * main exec, which must then hold that set too.  _i: lazy, eager (device
+ * mode builds none).
+ */
+START_TEST(prepare_never_picks_the_bare_exec)
+{
+	struct pfx *f = pfx_open(modes[_i], true);
+	pfx_graphs(f);
+	ck_assert(gstatus(f, 0).bare_exec);
+	const uint32_t A = 0x0000ffu, B = 0x00ff00u;
+	step(f, 0, A);
+	ck_assert_int_eq(via_launch(f, 0, 0), 0);
+	step(f, 1, 0);
+	ck_assert_int_eq(via_launch(f, 0, 0), 0); /* the bare exec */
+	ck_assert(gstatus(f, 0).bare_running);
+	uint64_t switches = stats(f).bare_switches;
+	ck_assert_int_eq(via_prepare(f, 0, 0), 0); /* the main exec, brought to the empty set */
+	ck_assert_uint_eq(pfx_check(f), 3); /* first: what ran is the point */
+	ck_assert_uint_eq(f->expect[0][2], 0);
+	struct toggle_graph_status gs = gstatus(f, 0);
+	ck_assert(!gs.bare_running);
+	ck_assert_uint_eq(gs.bare_replays, 1);
+	ck_assert_uint_eq(gs.replays, 3);
+	ck_assert_uint_eq(stats(f).bare_switches, switches + 1);
+	ck_assert_int_eq(via_launch(f, 0, 1), 0); /* launch follows: the main exec, same set */
+	ck_assert_int_eq(via_prepare(f, 0, 1), 0);
+	ck_assert_uint_eq(pfx_check(f), 5);
+	for (int k = 1; k < 5; k++)
+		ck_assert_uint_eq(f->expect[0][k], 0);
+	/* Later steps: prepare keeps to the main exec, launch picks again. */
+	step(f, 2, B);
+	ck_assert_int_eq(via_prepare(f, 0, 0), 0);
+	step(f, 3, 0);
+	ck_assert_int_eq(via_launch(f, 0, 0), 0);
+	ck_assert(gstatus(f, 0).bare_running);
+	ck_assert_int_eq(via_prepare(f, 0, 0), 0);
+	ck_assert(!gstatus(f, 0).bare_running);
+	step(f, 4, 0);
+	ck_assert_int_eq(via_prepare(f, 0, 0), 0);
+	ck_assert(!gstatus(f, 0).bare_running);
+	ck_assert_uint_eq(pfx_check(f), 9);
+	ck_assert_uint_eq(f->expect[0][5], B);
+	ck_assert_uint_eq(gstatus(f, 0).bare_replays, 2);
+	pfx_close(f);
+}
+END_TEST
+
 /* ---- 3. refusals are launch's --------------------------------------------------- */
 
 #define N64(s) (sizeof(s) / sizeof(uint64_t))
@@ -779,6 +828,7 @@ static Suite *prepare_suite(void)
 	tcase_add_loop_test(tc, prepare_runs_the_set_streams, 0, 3);
 	tcase_add_loop_test(tc, prepare_without_launch_then_prepare, 0, 3);
 	tcase_add_loop_test(tc, device_unlaunched_prepare_other_stream, 0, 2);
+	tcase_add_loop_test(tc, prepare_never_picks_the_bare_exec, 0, 2);
 	tcase_add_loop_test(tc, refusals_host, 0, 2);
 	tcase_add_test(tc, refusals_device_strict);
 	tcase_add_loop_test(tc, refusals_driver_failure, 0, 2);

@@ -4,7 +4,12 @@
  * kernel, several, streams forked and joined inside it) and nothing else;
  * memcpy/memset nodes, an empty region, unjoined or escaping forks, nesting
  * and use outside a capture are refused with nothing recorded; abort drops
- * a region.  toggle_copy_out copies contiguous and strided rows and is
+ * a region.  A refused or aborted region whose capture gained nodes leaves
+ * them in the graph unrecorded: that graph fails closed (late: bind and
+ * launch refused, nothing runs) until captured again; one that gained
+ * nothing leaves the graph alone.  The same holds for toggle_copy_out and
+ * toggle_record_producer when the record fails after the launch.
+ * toggle_copy_out copies contiguous and strided rows and is
  * toggled like any producer in lazy, eager and device mode (ground truth
  * from the destination buffers, a sentinel written before every replay).
  * Side streams reused by every region (PyTorch's pattern) stay exact.
@@ -155,6 +160,93 @@ static struct toggle_anomalies anomalies(struct rfx *f)
 
 #define B(i) (1ull << (i))
 
+/*
+ * A refused region left kernels in f->graph unrecorded: the graph is late.
+ * Its note names the region's hook; bind, instantiate's bind and launch are
+ * refused with TOGGLE_ECAPTURE and nothing runs, whatever the set.
+ */
+static void assert_late(struct rfx *f, const char *note_has)
+{
+	struct toggle_set all;
+	toggle_set_fill(&all, toggle_agent_catalog(f->agent));
+	for (int set = 0; set < 2; set++) {
+		struct toggle_set none;
+		toggle_set_clear(&none);
+		ck_assert_int_eq(toggle_set_enabled(f->agent, set ? &all : &none), 0);
+		CUgraphExec ex = NULL;
+		ck_assert_int_eq(toggle_sim_graph_instantiate(&ex, f->graph), CUDA_SUCCESS);
+		for (int bind = 0; bind < 2; bind++) {
+			if (bind) {
+				ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, ex),
+						 TOGGLE_ECAPTURE);
+				ck_assert_ptr_nonnull(strstr(toggle_last_error(f->agent),
+							     "capture it again"));
+			}
+			uint64_t launches = toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_LAUNCH);
+			f->ran = 0;
+			int rc = toggle_graph_launch(f->agent, f->graph, ex, f->s[0]);
+			toggle_sim_synchronize(f->sim);
+			ck_assert_msg(rc == TOGGLE_ECAPTURE, "launch: %d, ran 0x%llx", rc,
+				      (unsigned long long)f->ran);
+			ck_assert_uint_eq(f->ran, 0);
+			ck_assert_uint_eq(toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_LAUNCH), launches);
+		}
+		ck_assert_int_eq(toggle_sim_exec_destroy(ex), CUDA_SUCCESS);
+	}
+	struct toggle_graph_status gs;
+	ck_assert_int_eq(toggle_graph_status(f->agent, f->graph, &gs), 0);
+	ck_assert_msg(strstr(gs.note, note_has) != NULL, "note '%s' lacks '%s'", gs.note, note_has);
+	ck_assert(!gs.bound);
+	/* toggle_graph_instantiate: a graph with producers recorded binds there, refused;
+	 * without, its exec is unbound; its launch is refused either way. */
+	CUgraphExec ex = NULL;
+	int rc = toggle_graph_instantiate(f->agent, f->graph, &ex);
+	ck_assert_msg(rc == (gs.nodes ? TOGGLE_ECAPTURE : 0), "instantiate: %d", rc);
+	ck_assert_ptr_nonnull(ex);
+	f->ran = 0;
+	ck_assert_int_eq(toggle_graph_launch(f->agent, f->graph, ex, f->s[0]), TOGGLE_ECAPTURE);
+	toggle_sim_synchronize(f->sim);
+	ck_assert_uint_eq(f->ran, 0);
+	ck_assert_int_eq(toggle_sim_exec_destroy(ex), CUDA_SUCCESS);
+}
+
+/*
+ * The late graph is destroyed and captured again properly, into the same
+ * handle (the driver may reuse it): the new capture's record is clean, binds,
+ * and toggles its region exactly.
+ */
+static void recapture_works(struct rfx *f)
+{
+	CUgraph late = f->graph;
+	toggle_sim_set_handle_reuse(f->sim, true);
+	ck_assert_int_eq(toggle_sim_graph_destroy(late), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_capture_begin(f->agent), 0);
+	ck_assert_int_eq(toggle_sim_stream_begin_capture(f->s[0]), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_launch_kernel(f->s[0], kern_fn, &f->k[30]), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_producer_begin(f->agent, f->s[0]), 0);
+	ck_assert_int_eq(toggle_sim_launch_kernel(f->s[0], kern_fn, &f->k[31]), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_launch_kernel(f->s[0], kern_fn, &f->k[32]), CUDA_SUCCESS);
+	size_t n = 0;
+	ck_assert_int_eq(toggle_producer_end(f->agent, f->s[0], (struct toggle_hook){2, 3}, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_int_eq(toggle_sim_stream_end_capture(f->s[0], &f->graph), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_capture_end(f->agent), 0);
+	toggle_sim_set_handle_reuse(f->sim, false);
+	ck_assert_ptr_eq(f->graph, late);
+	struct toggle_graph_status gs;
+	ck_assert_int_eq(toggle_graph_status(f->agent, f->graph, &gs), 0);
+	ck_assert_str_eq(gs.note, "");
+	ck_assert_uint_eq(gs.nodes, 2);
+	instantiate(f);
+	ck_assert_uint_eq(run_with(f, NULL, 0), B(30));
+	ck_assert_uint_eq(run_with(f, (struct toggle_hook[]){{2, 3}}, 1), B(30) | B(31) | B(32));
+	ck_assert_uint_eq(run_with(f, NULL, 0), B(30));
+	toggle_sim_synchronize(f->sim);
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, NULL), 0);
+	ck_assert_int_eq(toggle_sim_exec_destroy(f->exec), CUDA_SUCCESS);
+	f->exec = NULL;
+}
+
 /* ---- regions ------------------------------------------------------------------ */
 
 START_TEST(region_one_kernel)
@@ -293,7 +385,11 @@ START_TEST(region_side_stream_reused)
 }
 END_TEST
 
-/* A fork inside the region not joined before its end: refused, nothing recorded. */
+/*
+ * A fork inside the region not joined before its end: refused, nothing
+ * recorded, and the graph, which holds the region's kernels unrecorded,
+ * fails closed until it is captured again.
+ */
 START_TEST(region_unjoined_fork_refused)
 {
 	struct rfx f;
@@ -311,9 +407,8 @@ START_TEST(region_unjoined_fork_refused)
 	edge(&f, 1, 0, 1);
 	end(&f);
 	ck_assert_uint_eq(recorded(&f), 0);
-	/* Nothing recorded: the graph is unrelated and runs everything. */
-	ck_assert_int_eq(toggle_sim_graph_instantiate(&f.exec, f.graph), CUDA_SUCCESS);
-	ck_assert_uint_eq(run_with(&f, NULL, 0), B(1) | B(2) | B(3));
+	assert_late(&f, "region of hook 0:0 (3 nodes)");
+	recapture_works(&f);
 	rfx_close(&f);
 }
 END_TEST
@@ -341,7 +436,11 @@ START_TEST(region_fork_from_before)
 }
 END_TEST
 
-/* Two regions open at once on two streams of one capture: each sees the other's work. */
+/*
+ * Two regions open at once on two streams of one capture: each sees the
+ * other's work.  The refused one leaves its kernel unrecorded at that point,
+ * so the graph fails closed even though the other region takes it in later.
+ */
 START_TEST(region_two_streams_one_capture_refused)
 {
 	struct rfx f;
@@ -358,13 +457,16 @@ START_TEST(region_two_streams_one_capture_refused)
 	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(0, 0), NULL), 0); /* joined: k1, k2 */
 	end(&f);
 	ck_assert_uint_eq(recorded(&f), 2);
-	instantiate(&f);
-	ck_assert_uint_eq(run_with(&f, NULL, 0), B(0));
+	assert_late(&f, "region of hook 0:1 (2 nodes)");
+	recapture_works(&f);
 	rfx_close(&f);
 }
 END_TEST
 
-/* memcpy and memset nodes refuse the whole region, with how to make the copy a kernel. */
+/*
+ * memcpy and memset nodes refuse the whole region, with how to make the copy
+ * a kernel; the region's kernels are in the graph unrecorded: it fails closed.
+ */
 START_TEST(region_copy_nodes_refused)
 {
 	struct rfx f;
@@ -389,15 +491,16 @@ START_TEST(region_copy_nodes_refused)
 		ck_assert_uint_eq(anomalies(&f).record_not_kernel, nk + 1);
 		ck_assert_uint_eq(recorded(&f), 0);
 	}
-	/* The region is closed: a later one on the same stream records normally. */
+	/* The region is closed: a later one on the same stream records normally... */
 	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
 	kernel(&f, 0, 3);
 	ck_assert_uint_eq(region_end(&f, 0, hk(0, 0)), 1);
 	end(&f);
 	ck_assert_uint_eq(recorded(&f), 1);
-	instantiate(&f);
-	ck_assert_uint_eq(run_with(&f, NULL, 0), B(1) | B(2));
-	ck_assert_uint_eq(run_with(&f, (struct toggle_hook[]){hk(0, 0)}, 1), B(1) | B(2) | B(3));
+	/* ... but the refused regions' kernels 1 and 2 would run at every replay. */
+	assert_late(&f, "region of hook 0:0 (3 nodes) was captured but not recorded: a node that "
+		    "is not a kernel");
+	recapture_works(&f);
 	rfx_close(&f);
 }
 END_TEST
@@ -414,6 +517,49 @@ START_TEST(region_without_kernel_refused)
 	ck_assert_uint_eq(anomalies(&f).record_not_kernel, nk + 1);
 	end(&f);
 	ck_assert_uint_eq(recorded(&f), 0);
+	/* Nothing was captured in the region: the graph is left alone (unrelated, runs). */
+	ck_assert_int_eq(toggle_graph_status(f.agent, f.graph, &(struct toggle_graph_status){0}),
+			 TOGGLE_ENOENT);
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&f.exec, f.graph), CUDA_SUCCESS);
+	ck_assert_uint_eq(run_with(&f, NULL, 0), B(0));
+	rfx_close(&f);
+}
+END_TEST
+
+/*
+ * Refusals of regions that captured nothing (gained no node) leave the graph
+ * alone: an empty region, one closed with a hook outside the catalog, after
+ * the window closed, or aborted.  The graph's recorded producers toggle as
+ * usual.
+ */
+START_TEST(region_refused_empty_leaves_graph_alone)
+{
+	struct rfx f;
+	rfx_open(&f, TOGGLE_MODE_LAZY, false);
+	begin(&f);
+	kernel(&f, 0, 0);
+	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
+	kernel(&f, 0, 1);
+	ck_assert_uint_eq(region_end(&f, 0, hk(0, 1)), 1);
+	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
+	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(0, 2), NULL), TOGGLE_ENOTKERNEL);
+	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
+	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(NT, 0), NULL), TOGGLE_ERANGE);
+	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
+	toggle_producer_abort(f.agent, f.s[0]);
+	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
+	ck_assert_int_eq(toggle_capture_end(f.agent), 0);
+	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(0, 3), NULL), TOGGLE_ECAPTURE);
+	ck_assert_int_eq(toggle_capture_begin(f.agent), 0);
+	kernel(&f, 0, 2);
+	end(&f);
+	struct toggle_graph_status gs;
+	ck_assert_int_eq(toggle_graph_status(f.agent, f.graph, &gs), 0);
+	ck_assert_str_eq(gs.note, "");
+	ck_assert_uint_eq(gs.nodes, 1);
+	instantiate(&f);
+	ck_assert_uint_eq(run_with(&f, NULL, 0), B(0) | B(2));
+	ck_assert_uint_eq(run_with(&f, (struct toggle_hook[]){hk(0, 1)}, 1), B(0) | B(1) | B(2));
 	rfx_close(&f);
 }
 END_TEST
@@ -433,7 +579,8 @@ START_TEST(region_outside_a_capture)
 	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(0, 0), NULL), TOGGLE_EINVAL);
 	ck_assert_int_eq(toggle_capture_end(f.agent), 0);
 
-	/* The window closes between begin and end: refused, nothing recorded. */
+	/* The window closes between begin and end: refused, nothing recorded, and k1
+	 * is in the graph unrecorded: it fails closed. */
 	begin(&f);
 	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
 	kernel(&f, 0, 1);
@@ -442,6 +589,8 @@ START_TEST(region_outside_a_capture)
 	ck_assert_uint_eq(anomalies(&f).record_outside_window, 2);
 	ck_assert_int_eq(toggle_sim_stream_end_capture(f.s[0], &f.graph), CUDA_SUCCESS);
 	ck_assert_uint_eq(recorded(&f), 0);
+	assert_late(&f, "region of hook 0:0 (1 nodes) was captured but not recorded: no capture "
+		    "window");
 
 	/* The capture ends between begin and end: refused. */
 	begin(&f);
@@ -451,13 +600,15 @@ START_TEST(region_outside_a_capture)
 	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(0, 0), NULL), TOGGLE_ECAPTURE);
 	ck_assert_uint_eq(anomalies(&f).record_not_capturing, 2);
 	ck_assert_uint_eq(recorded(&f), 0);
-	/* A hook outside the catalog. */
+	/* A hook outside the catalog: refused, and the graph fails closed. */
 	ck_assert_int_eq(toggle_sim_stream_begin_capture(f.s[0]), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
 	kernel(&f, 0, 1);
 	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(NT, 0), NULL), TOGGLE_ERANGE);
 	end(&f);
 	ck_assert_uint_eq(recorded(&f), 0);
+	assert_late(&f, "region of hook 3:0 (1 nodes) was captured but not recorded: hook outside");
+	recapture_works(&f);
 	rfx_close(&f);
 }
 END_TEST
@@ -502,8 +653,7 @@ START_TEST(region_abort)
 	rfx_open(&f, TOGGLE_MODE_LAZY, false);
 	begin(&f);
 	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
-	kernel(&f, 0, 1);
-	toggle_producer_abort(f.agent, f.s[0]);
+	toggle_producer_abort(f.agent, f.s[0]); /* nothing captured in it */
 	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(0, 0), NULL), TOGGLE_EINVAL);
 	toggle_producer_abort(f.agent, f.s[0]); /* nothing open: nothing happens */
 	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0); /* no longer "nested" */
@@ -511,7 +661,6 @@ START_TEST(region_abort)
 	ck_assert_uint_eq(region_end(&f, 0, hk(0, 0)), 1);
 	/* A region left open when its capture ended is replaced by the next capture's. */
 	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
-	kernel(&f, 0, 3);
 	end(&f);
 	CUgraph first = f.graph;
 	begin(&f);
@@ -522,14 +671,42 @@ START_TEST(region_abort)
 	ck_assert_uint_eq(recorded(&f), 1);
 	CUgraph second = f.graph;
 	f.graph = first;
-	ck_assert_uint_eq(recorded(&f), 1); /* k2 only: k1 was aborted, k3's region never ended */
+	ck_assert_uint_eq(recorded(&f), 1); /* k2 */
 	instantiate(&f);
-	ck_assert_uint_eq(run_with(&f, NULL, 0), B(1) | B(3));
-	ck_assert_uint_eq(run_with(&f, (struct toggle_hook[]){hk(0, 0)}, 1), B(1) | B(2) | B(3));
+	ck_assert_uint_eq(run_with(&f, NULL, 0), 0);
+	ck_assert_uint_eq(run_with(&f, (struct toggle_hook[]){hk(0, 0)}, 1), B(2));
 	f.graph = second;
 	instantiate(&f);
 	ck_assert_uint_eq(run_with(&f, NULL, 0), 0);
 	ck_assert_uint_eq(run_with(&f, (struct toggle_hook[]){hk(0, 1)}, 1), B(4));
+	rfx_close(&f);
+}
+END_TEST
+
+/*
+ * Aborting a region whose capture gained kernels drops the region, but its
+ * kernels are in the graph unrecorded: the graph fails closed (the
+ * project's rule), until captured again.
+ */
+START_TEST(region_abort_with_kernels_fails_closed)
+{
+	struct rfx f;
+	rfx_open(&f, TOGGLE_MODE_LAZY, false);
+	begin(&f);
+	kernel(&f, 0, 0);
+	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
+	kernel(&f, 0, 1);
+	kernel(&f, 0, 2);
+	toggle_producer_abort(f.agent, f.s[0]);
+	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(0, 0), NULL), TOGGLE_EINVAL);
+	/* A later region of the same capture still records, the graph stays late. */
+	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
+	kernel(&f, 0, 3);
+	ck_assert_uint_eq(region_end(&f, 0, hk(0, 1)), 1);
+	end(&f);
+	ck_assert_uint_eq(recorded(&f), 1);
+	assert_late(&f, "region (aborted) (2 nodes)");
+	recapture_works(&f);
 	rfx_close(&f);
 }
 END_TEST
@@ -548,6 +725,10 @@ START_TEST(region_overlapping_record_refused)
 	ck_assert_ptr_nonnull(strstr(toggle_last_error(f.agent), "already recorded"));
 	end(&f);
 	ck_assert_uint_eq(recorded(&f), 1);
+	/* k2 is in the graph unrecorded. */
+	assert_late(&f, "region of hook 0:1 (2 nodes) was captured but not recorded: a node "
+		    "recorded already");
+	recapture_works(&f);
 	rfx_close(&f);
 }
 END_TEST
@@ -576,7 +757,13 @@ START_TEST(region_in_device_mode_falls_back)
 }
 END_TEST
 
-/* A failing driver call in the walk refuses the region and records nothing. */
+/*
+ * A failing driver call in the walk refuses the region and records nothing;
+ * the region's kernels are in the graph: it fails closed.  _i: 0 the type
+ * query fails, 1 the capture query at end fails (the graph is asked again),
+ * 2 the capture query fails twice (cannot tell what the region gained:
+ * fail closed all the same).
+ */
 START_TEST(region_driver_failure_records_nothing)
 {
 	struct rfx f;
@@ -585,12 +772,22 @@ START_TEST(region_driver_failure_records_nothing)
 	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
 	kernel(&f, 0, 1);
 	kernel(&f, 0, 2);
-	/* the second node's type query fails */
-	toggle_sim_fail(f.sim, TOGGLE_SIM_OP_NODE_GET_TYPE, 1, 1, CUDA_ERROR_INVALID_VALUE);
+	if (_i == 0) /* the second node's type query fails */
+		toggle_sim_fail(f.sim, TOGGLE_SIM_OP_NODE_GET_TYPE, 1, 1, CUDA_ERROR_INVALID_VALUE);
+	else
+		toggle_sim_fail(f.sim, TOGGLE_SIM_OP_GET_CAPTURE_INFO, 0, (uint64_t)_i,
+				CUDA_ERROR_INVALID_VALUE);
 	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(0, 0), NULL), TOGGLE_ECUDA);
+	ck_assert_ptr_nonnull(strstr(toggle_last_error(f.agent),
+				     _i ? "cuStreamGetCaptureInfo" : "cuGraphNodeGetType"));
 	end(&f);
 	ck_assert_uint_eq(recorded(&f), 0);
 	ck_assert_uint_eq(anomalies(&f).driver_errors, 1);
+	assert_late(&f, _i == 0   ? "region of hook 0:0 (2 nodes) was captured but not recorded"
+			: _i == 1 ? "region of hook 0:0 (2 nodes) was captured but not recorded: "
+				    "cuStreamGetCaptureInfo failed"
+				  : "region of hook 0:0 may have captured nodes");
+	recapture_works(&f);
 	rfx_close(&f);
 }
 END_TEST
@@ -806,6 +1003,52 @@ START_TEST(copy_out_outside_capture)
 }
 END_TEST
 
+/*
+ * A producer launched into a capture whose record then fails leaves its
+ * kernel in the graph unrecorded: the graph fails closed like any late
+ * producer.  _i % 3: 0 toggle_copy_out, the node's type query fails; 1
+ * toggle_copy_out, the capture query after the launch fails (and when asked
+ * again); 2 toggle_record_producer after a plain launch, the type query
+ * fails.  _i / 3: lazy, device mode.
+ */
+START_TEST(copy_out_record_failure_fails_closed)
+{
+	struct rfx f;
+	int how = _i % 3;
+	enum toggle_mode mode = _i / 3 ? TOGGLE_MODE_DEVICE : TOGGLE_MODE_LAZY;
+	rfx_open(&f, mode, false);
+	struct cbuf b;
+	cbuf_alloc(&f, &b);
+	struct toggle_copy cc = copy_contig(&b);
+	begin(&f);
+	kernel(&f, 0, 0);
+	if (how == 1)
+		toggle_sim_fail(f.sim, TOGGLE_SIM_OP_GET_CAPTURE_INFO, 1, 2, CUDA_ERROR_INVALID_VALUE);
+	else
+		toggle_sim_fail(f.sim, TOGGLE_SIM_OP_NODE_GET_TYPE, 0, 1, CUDA_ERROR_INVALID_VALUE);
+	uint64_t launches = toggle_sim_calls(f.sim, TOGGLE_SIM_OP_LAUNCH_KERNEL_EX);
+	if (how == 2) {
+		kernel(&f, 0, 1);
+		ck_assert_int_eq(toggle_record_producer(f.agent, f.s[0], hk(0, 2)), TOGGLE_ECUDA);
+	} else {
+		ck_assert_int_eq(toggle_copy_out(f.agent, f.s[0], hk(0, 2), &cc), TOGGLE_ECUDA);
+		/* the kernel was launched into the capture before the record failed */
+		ck_assert_uint_eq(toggle_sim_calls(f.sim, TOGGLE_SIM_OP_LAUNCH_KERNEL_EX),
+				  launches + 1);
+	}
+	end(&f);
+	ck_assert_uint_eq(toggle_sim_graph_node_count(f.graph), 2);
+	ck_assert_uint_eq(recorded(&f), 0);
+	memset(b.dst_c, 0xab, CONTIG);
+	assert_late(&f, "producer hook 0:2 was launched into its capture but not recorded");
+	ck_assert(contig_is(&b, false));
+	if (mode == TOGGLE_MODE_LAZY)
+		recapture_works(&f);
+	cbuf_free(&f, &b);
+	rfx_close(&f);
+}
+END_TEST
+
 /* Bad copies are refused before anything is launched or recorded. */
 START_TEST(copy_out_bad_input)
 {
@@ -841,6 +1084,25 @@ START_TEST(copy_out_bad_input)
 	end(&f);
 	ck_assert_uint_eq(toggle_sim_graph_node_count(f.graph), 0);
 	ck_assert_uint_eq(toggle_graph_count(f.agent), 0);
+	cbuf_free(&f, &b);
+	rfx_close(&f);
+}
+END_TEST
+
+/* A NULL agent: TOGGLE_EINVAL (abort does nothing), as for every other call. */
+START_TEST(region_null_agent)
+{
+	struct rfx f;
+	rfx_open(&f, TOGGLE_MODE_LAZY, false);
+	struct cbuf b;
+	cbuf_alloc(&f, &b);
+	struct toggle_copy cc = copy_contig(&b);
+	size_t n = 99;
+	ck_assert_int_eq(toggle_producer_begin(NULL, f.s[0]), TOGGLE_EINVAL);
+	ck_assert_int_eq(toggle_producer_end(NULL, f.s[0], hk(0, 0), &n), TOGGLE_EINVAL);
+	ck_assert_uint_eq(n, 0);
+	toggle_producer_abort(NULL, f.s[0]);
+	ck_assert_int_eq(toggle_copy_out(NULL, f.s[0], hk(0, 0), &cc), TOGGLE_EINVAL);
 	cbuf_free(&f, &b);
 	rfx_close(&f);
 }
@@ -956,18 +1218,22 @@ static Suite *region_suite(void)
 	tcase_add_test(tc, region_two_streams_one_capture_refused);
 	tcase_add_test(tc, region_copy_nodes_refused);
 	tcase_add_test(tc, region_without_kernel_refused);
+	tcase_add_test(tc, region_refused_empty_leaves_graph_alone);
 	tcase_add_test(tc, region_outside_a_capture);
 	tcase_add_test(tc, region_nested_refused);
 	tcase_add_test(tc, region_abort);
+	tcase_add_test(tc, region_abort_with_kernels_fails_closed);
 	tcase_add_test(tc, region_overlapping_record_refused);
 	tcase_add_test(tc, region_in_device_mode_falls_back);
-	tcase_add_test(tc, region_driver_failure_records_nothing);
+	tcase_add_loop_test(tc, region_driver_failure_records_nothing, 0, 3);
+	tcase_add_test(tc, region_null_agent);
 	tcase_add_test(tc, sim_fork_join_rules);
 	suite_add_tcase(s, tc);
 	TCase *tc2 = tcase_create("copy_out");
 	tcase_add_loop_test(tc2, copy_out_toggled, TOGGLE_MODE_LAZY, TOGGLE_MODE_DEVICE + 1);
 	tcase_add_test(tc2, copy_out_outside_capture);
 	tcase_add_test(tc2, copy_out_bad_input);
+	tcase_add_loop_test(tc2, copy_out_record_failure_fails_closed, 0, 6);
 	suite_add_tcase(s, tc2);
 	TCase *tc3 = tcase_create("layout");
 	tcase_add_test(tc3, layout_matches_the_compiler);

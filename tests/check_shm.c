@@ -199,6 +199,74 @@ START_TEST(test_seqlock_never_torn)
 }
 END_TEST
 
+/*
+ * The agent rewrites the header's lane offsets while the daemon attaches
+ * (issue 11, item 1): every attach that succeeds must place its lanes where
+ * the validated layout says, whatever the mapping holds by then.  Before the
+ * fix the offsets were re-read from the mapping after the check.
+ */
+struct flipper {
+	struct toggle_shm shm;
+	atomic_int stop;
+	uint64_t good_ctl, good_st;
+	uint64_t flips;
+};
+
+static void *offset_flipper(void *arg)
+{
+	struct flipper *f = arg;
+	const uint64_t far = (uint64_t)1 << 40;
+	while (!atomic_load(&f->stop)) {
+		__atomic_store_n(&f->shm.hdr->control_offset, far, __ATOMIC_RELAXED);
+		__atomic_store_n(&f->shm.hdr->status_offset, far, __ATOMIC_RELAXED);
+		for (volatile int i = 0; i < 64; i++)
+			;
+		__atomic_store_n(&f->shm.hdr->control_offset, f->good_ctl, __ATOMIC_RELAXED);
+		__atomic_store_n(&f->shm.hdr->status_offset, f->good_st, __ATOMIC_RELAXED);
+		for (volatile int i = 0; i < 64; i++)
+			;
+		f->flips++;
+	}
+	return NULL;
+}
+
+START_TEST(test_attach_ignores_offsets_rewritten_after_check)
+{
+	struct flipper f = {0};
+	char err[256];
+	ck_assert_int_eq(toggle_shm_create(&f.shm, err, sizeof(err)), 0);
+	f.good_ctl = f.shm.hdr->control_offset;
+	f.good_st = f.shm.hdr->status_offset;
+	pthread_t w;
+	ck_assert_int_eq(pthread_create(&w, NULL, offset_flipper, &f), 0);
+	unsigned attached = 0, refused = 0;
+	struct timespec t0, now;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (attached >= 20000 || now.tv_sec - t0.tv_sec >= 3)
+			break;
+		struct toggle_shm d;
+		if (toggle_shm_attach(f.shm.fd, &d, err, sizeof(err)) != 0) {
+			refused++;
+			continue;
+		}
+		attached++;
+		ck_assert_ptr_eq(d.ctl, (char *)d.base + f.good_ctl);
+		ck_assert_ptr_eq(d.st, (char *)d.base + f.good_st);
+		/* Usable: a control write lands inside the mapping. */
+		struct toggle_shm_control_view v = {.version = attached};
+		toggle_shm_control_write(d.ctl, &v);
+		toggle_shm_unmap(&d);
+	}
+	atomic_store(&f.stop, 1);
+	pthread_join(w, NULL);
+	ck_assert_uint_gt(attached, 100); /* the check passed often enough to mean something */
+	ck_assert_uint_gt(refused, 0);    /* and the rewriting really ran during the attaches */
+	toggle_shm_unmap(&f.shm);
+}
+END_TEST
+
 static Suite *shm_suite(void)
 {
 	Suite *s = suite_create("shm");
@@ -208,6 +276,7 @@ static Suite *shm_suite(void)
 	tcase_add_test(tc, test_attach_refuses_bad_regions);
 	tcase_add_test(tc, test_status_counts_bounded);
 	tcase_add_test(tc, test_seqlock_never_torn);
+	tcase_add_test(tc, test_attach_ignores_offsets_rewritten_after_check);
 	suite_add_tcase(s, tc);
 	return s;
 }

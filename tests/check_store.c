@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <grp.h>
 #include <jansson.h>
 #include <pwd.h>
@@ -14,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -446,12 +449,12 @@ START_TEST(test_save_cost_follows_changes)
 }
 END_TEST
 
-/* ---- store: saving fails cleanly, one entry at a time -------------------- */
+/* ---- store: a save is all or nothing, and fails cleanly ------------------ */
 
 START_TEST(test_save_failure_keeps_entry_dirty)
 {
 	struct td_store s = { 0 };
-	char p[192], err[256] = "";
+	char p[192], err[256] = "", file_tmp[192];
 	make_tmpdir();
 	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
 	fill_store(&s);
@@ -460,7 +463,13 @@ START_TEST(test_save_failure_keeps_entry_dirty)
 	struct td_desired *a = td_store_get(&s, "alpha", false), *b = td_store_get(&s, "beta", false);
 	struct td_desired *g = td_store_get(&s, GAMMA, false);
 
-	/* alpha's tmp path is a directory: alpha fails, beta and gamma are still saved. */
+	/*
+	 * alpha's tmp path is a directory: alpha fails, and so does the save of
+	 * beta and gamma (all or nothing: one save holds whole commands, which
+	 * may span agents); no file changed, no tmp file left.
+	 */
+	char *beta0 = read_entry("beta"), *gamma0 = read_entry(GAMMA);
+	ino_t b0 = entry_ino("beta"), g0 = entry_ino(GAMMA);
 	ck_assert_int_eq(mkdir(in_agents(p, sizeof(p), "alpha.json.tmp"), 0700), 0);
 	ck_assert_int_eq(td_desired_set_standing(a, "changed"), 0);
 	ck_assert_int_eq(td_desired_set_standing(b, "beta-changed"), 0);
@@ -472,17 +481,23 @@ START_TEST(test_save_failure_keeps_entry_dirty)
 	ck_assert_uint_eq(s.saves, 1);
 	ck_assert(s.dirty); /* still something to save */
 	ck_assert(a->dirty);
-	ck_assert(!b->dirty);
-	ck_assert(!g->dirty);
+	ck_assert(b->dirty);
+	ck_assert(g->dirty);
 	char *after = read_entry("alpha");
 	ck_assert_str_eq(before, after);
 	free(after);
 	after = read_entry("beta");
-	ck_assert_ptr_nonnull(strstr(after, "\"beta-changed\""));
+	ck_assert_str_eq(after, beta0);
 	free(after);
 	after = read_entry(GAMMA);
-	ck_assert_ptr_nonnull(strstr(after, "\"gamma-changed\""));
+	ck_assert_str_eq(after, gamma0);
 	free(after);
+	ck_assert_uint_eq(entry_ino("beta"), b0);
+	ck_assert_uint_eq(entry_ino(GAMMA), g0);
+	ck_assert(!exists(in_agents(file_tmp, sizeof(file_tmp), "beta.json.tmp")));
+	ck_assert(!exists(in_agents(file_tmp, sizeof(file_tmp), GAMMA ".json.tmp")));
+	free(beta0);
+	free(gamma0);
 	ino_t b1 = entry_ino("beta");
 
 	/* A link planted at the tmp path is not written through; beta is not rewritten. */
@@ -517,15 +532,386 @@ START_TEST(test_save_failure_keeps_entry_dirty)
 	ck_assert_int_eq(rmdir(file), 0);
 	ck_assert_int_eq(rename(old, file), 0);
 
-	/* Once the obstacle is gone, the next save goes through. */
+	/* Once the obstacle is gone, the next save goes through, all three entries. */
 	ck_assert_int_eq(td_store_save(&s, tdir), 0);
 	ck_assert(!a->dirty);
+	ck_assert(!b->dirty);
+	ck_assert(!g->dirty);
 	ck_assert(!s.dirty);
-	ck_assert_uint_eq(entry_ino("beta"), b1);
 	after = read_entry("alpha");
 	ck_assert_ptr_nonnull(strstr(after, "\"changed\""));
 	free(after);
+	after = read_entry("beta");
+	ck_assert_ptr_nonnull(strstr(after, "\"beta-changed\""));
+	free(after);
+	after = read_entry(GAMMA);
+	ck_assert_ptr_nonnull(strstr(after, "\"gamma-changed\""));
+	free(after);
 	free(before);
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/* ---- store: saving in three steps (the daemon's group commit) ------------ */
+
+/*
+ * A change made while a job runs is not in it: it stays dirty for the next
+ * one, and the entry's saved value is the job's.  A rollback goes back to
+ * what the files hold.
+ */
+START_TEST(test_job_group_commit)
+{
+	struct td_store s = { 0 };
+	char err[256] = "";
+	make_tmpdir();
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	fill_store(&s);
+	struct td_store_job *j = td_store_job_begin(&s, tdir);
+	ck_assert_ptr_nonnull(j);
+	ck_assert_uint_eq(td_store_job_entries(j), 3);
+	ck_assert(!s.dirty); /* everything is in the job */
+	struct td_desired *a = td_store_get(&s, "alpha", false), *b = td_store_get(&s, "beta", false);
+	ck_assert(!a->dirty);
+	/* Accepted while the job runs: the next job's. */
+	ck_assert_int_eq(td_desired_set_standing(a, "later"), 0);
+	ck_assert(a->dirty && s.dirty);
+	td_store_job_run(j);
+	ck_assert_int_eq(td_store_job_end(&s, j, err, sizeof(err)), 0);
+	ck_assert(a->dirty && s.dirty && !b->dirty);
+	ck_assert_str_eq(a->saved_standing, "resid_post:0-3,attn_out:*");
+	ck_assert_str_eq(a->standing, "later");
+	char *text = read_entry("alpha");
+	ck_assert_ptr_nonnull(strstr(text, "\"resid_post:0-3,attn_out:*\""));
+	free(text);
+
+	/* Roll back: the unsaved change is dropped, nothing is left to save. */
+	ck_assert_int_eq(td_desired_set_plans(b, NULL, NULL, 0), 0);
+	td_store_rollback(&s);
+	ck_assert_str_eq(a->standing, "resid_post:0-3,attn_out:*");
+	ck_assert_uint_eq(a->n_plans, 2);
+	ck_assert_uint_eq(b->n_plans, 2);
+	ck_assert_str_eq(b->plan_specs[0], "mlp_out:2");
+	ck_assert(!a->dirty && !b->dirty && !s.dirty);
+
+	/* Nothing dirty: an empty job, which succeeds without touching a file. */
+	ino_t a0 = entry_ino("alpha");
+	j = td_store_job_begin(&s, tdir);
+	ck_assert_uint_eq(td_store_job_entries(j), 0);
+	td_store_job_run(j);
+	ck_assert_int_eq(td_store_job_end(&s, j, err, sizeof(err)), 0);
+	ck_assert_uint_eq(entry_ino("alpha"), a0);
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/* Write zeros to path until ENOSPC (or EFBIG under RLIMIT_FSIZE). */
+static void fill_disk(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	static const char zeros[4096];
+	for (;;) {
+		ssize_t w = write(fd, zeros, sizeof(zeros));
+		if (w < 0 && (errno == ENOSPC || errno == EFBIG))
+			break;
+		ck_assert_msg(w > 0, "filling %s: %s", path, strerror(errno));
+	}
+	close(fd);
+}
+
+/*
+ * A full disk: the save fails with the reason, changes no file and leaves no
+ * tmp file; the entries stay dirty and a rollback returns them to what the
+ * files hold; with room again the next save goes through.  As root on a
+ * tmpfs of its own (a private mount namespace); otherwise RLIMIT_FSIZE
+ * makes every write past 64 bytes fail (EFBIG), a full disk as a process
+ * sees it.
+ */
+START_TEST(test_save_full_disk)
+{
+	struct td_store s = { 0 };
+	char err[512] = "", filler[128], p[192];
+	make_tmpdir();
+	bool tmpfs = geteuid() == 0 && unshare(CLONE_NEWNS) == 0 &&
+		     mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+		     mount("tmpfs", tdir, "tmpfs", 0, "size=256k,mode=0700") == 0;
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	fill_store(&s);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	char *alpha0 = read_entry("alpha"), *beta0 = read_entry("beta");
+	struct td_desired *a = td_store_get(&s, "alpha", false), *b = td_store_get(&s, "beta", false);
+	ck_assert_int_eq(td_desired_set_standing(a, "alpha-on-a-full-disk"), 0);
+	ck_assert_int_eq(td_desired_set_standing(b, "beta-on-a-full-disk"), 0);
+	struct rlimit old_lim;
+	ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+	if (tmpfs) {
+		fill_disk(in_dir(filler, sizeof(filler), "filler"));
+	} else {
+		signal(SIGXFSZ, SIG_IGN);
+		struct rlimit lim = { 64, old_lim.rlim_max };
+		ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	}
+	struct td_store_job *j = td_store_job_begin(&s, tdir);
+	ck_assert_ptr_nonnull(j);
+	td_store_job_run(j);
+	errno = 0;
+	ck_assert_int_eq(td_store_job_end(&s, j, err, sizeof(err)), TOGGLE_EIO);
+	ck_assert_int_eq(errno, tmpfs ? ENOSPC : EFBIG);
+	ck_assert_msg(strstr(err, tmpfs ? "No space left on device" : "File too large") &&
+		      strstr(err, ".json.tmp"), "unclear reason: %s", err);
+	ck_assert_uint_eq(s.save_errors, 1);
+	ck_assert(a->dirty && b->dirty && s.dirty);
+	char *text = read_entry("alpha");
+	ck_assert_str_eq(text, alpha0);
+	free(text);
+	text = read_entry("beta");
+	ck_assert_str_eq(text, beta0);
+	free(text);
+	ck_assert(!exists(in_agents(p, sizeof(p), "alpha.json.tmp")));
+	ck_assert(!exists(in_agents(p, sizeof(p), "beta.json.tmp")));
+	/* The daemon's answer to a failed save: back to what the files hold. */
+	td_store_rollback(&s);
+	ck_assert_str_eq(a->standing, "resid_post:0-3,attn_out:*");
+	ck_assert_ptr_null(b->standing);
+	ck_assert(!a->dirty && !b->dirty && !s.dirty);
+
+	/* Room again: the next change is saved. */
+	if (tmpfs)
+		ck_assert_int_eq(unlink(filler), 0);
+	else
+		ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old_lim), 0);
+	ck_assert_int_eq(td_desired_set_standing(a, "alpha-later"), 0);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	text = read_entry("alpha");
+	ck_assert_ptr_nonnull(strstr(text, "\"alpha-later\""));
+	free(text);
+	free(alpha0);
+	free(beta0);
+	td_store_free(&s);
+	if (tmpfs)
+		ck_assert_int_eq(umount2(tdir, MNT_DETACH), 0);
+	remove_tmpdir();
+}
+END_TEST
+
+/* ---- store: the journal --------------------------------------------------- */
+
+static off_t file_size(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+static void append_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "a");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_ge(fputs(text, f), 0);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/*
+ * Saves append one record each; a new store replays them over the files; a
+ * torn last record is cut off; a corrupt one is refused, or set aside with
+ * what came before kept; past journal_max a checkpoint writes the files and
+ * empties the journal.
+ */
+START_TEST(test_journal)
+{
+	struct td_store s = { 0 }, r = { 0 };
+	char err[512] = "", jpath[128], p[192];
+	make_tmpdir();
+	in_dir(jpath, sizeof(jpath), "agents.journal");
+	s.journal = true;
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	fill_store(&s);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ck_assert(!entry_exists("alpha") && !entry_exists("beta"));
+	off_t one = file_size(jpath);
+	ck_assert_int_gt(one, 0);
+	ck_assert_uint_eq(s.jsize, (uint64_t)one);
+	struct td_desired *a = td_store_get(&s, "alpha", false);
+	ck_assert(a->in_journal);
+	ck_assert_int_eq(td_desired_set_standing(a, "alpha-2"), 0);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	off_t two = file_size(jpath);
+	ck_assert_int_gt(two, one);
+
+	/* Replayed in order: the later record wins. */
+	r.journal = true;
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_uint_eq(r.n, 3);
+	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "alpha-2");
+	ck_assert_uint_eq(td_store_get(&r, "alpha", false)->n_plans, 2);
+	ck_assert_uint_eq(td_store_get(&r, "beta", false)->plan_steps[1], 123456789012LL);
+	ck_assert_str_eq(td_store_get(&r, "beta", false)->plan_specs[1],
+			 "resid_post:* \"q\" \xc3\xa9\x01");
+	ck_assert_str_eq(td_store_get(&r, GAMMA, false)->standing, "");
+	ck_assert(td_store_get(&r, "beta", false)->in_journal);
+	ck_assert_uint_eq(r.jsize, (uint64_t)two);
+	td_store_free(&r);
+
+	/* A torn last record (no newline: its save never completed) is cut off. */
+	append_text(jpath, "{\"entries\":[{\"format\":1,\"name\":\"alpha\",\"enabled\":\"torn\"");
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "alpha-2");
+	ck_assert_int_eq(file_size(jpath), two);
+	td_store_free(&r);
+
+	/* A complete record that is not valid: refused (strict) ... */
+	append_text(jpath, "{\"format\":1,\"entries\":[{\"format\":1,\"name\":\"alpha\",\"plans\":7}]}\n"
+			   "{\"format\":1,\"entries\":[{\"format\":1,\"name\":\"alpha\",\"enabled\":\"after\"}]}\n");
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert_msg(strstr(err, "agents.journal: record 3") && strstr(err, "plans"),
+		      "unclear error: %s", err);
+	ck_assert_int_gt(file_size(jpath), two);
+	/* ... or set aside: the records before it kept, the journal cut there. */
+	r.quarantine = true;
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "alpha-2");
+	ck_assert_int_eq(file_size(jpath), two);
+	ck_assert_uint_eq(r.quarantined, 1);
+	DIR *dp = opendir(tdir);
+	ck_assert_ptr_nonnull(dp);
+	int aside = 0;
+	for (struct dirent *de; (de = readdir(dp));)
+		aside += strncmp(de->d_name, "agents.journal.corrupt-", 23) == 0;
+	closedir(dp);
+	ck_assert_int_eq(aside, 1);
+	/* Two entries with one name in one record: corrupt as well. */
+	append_text(jpath, "{\"format\":1,\"entries\":[{\"format\":1,\"name\":\"x\"},"
+			   "{\"format\":1,\"name\":\"x\",\"enabled\":\"y\"}]}\n");
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert_msg(strstr(err, "\"x\" twice"), "unclear error: %s", err);
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_ptr_null(td_store_get(&r, "x", false));
+
+	/* Past journal_max: the next save is a checkpoint. */
+	ck_assert(!r.journal); /* td_store_free cleared it */
+	r.journal = true;
+	r.journal_max = 1;
+	struct td_desired *b = td_store_get(&r, "beta", false);
+	ck_assert_int_eq(td_desired_set_standing(b, "beta-2"), 0);
+	ck_assert_int_eq(td_store_save(&r, tdir), 0);
+	ck_assert_uint_eq(r.checkpoints, 1);
+	ck_assert_int_eq(file_size(jpath), 0);
+	ck_assert_uint_eq(r.jsize, 0);
+	ck_assert(!td_store_get(&r, "alpha", false)->in_journal);
+	char *text = read_entry("alpha");
+	ck_assert_ptr_nonnull(strstr(text, "\"alpha-2\""));
+	free(text);
+	text = read_entry("beta");
+	ck_assert_ptr_nonnull(strstr(text, "\"beta-2\""));
+	free(text);
+	ck_assert(entry_exists(GAMMA));
+	ck_assert(!exists(in_agents(p, sizeof(p), "alpha.json.tmp")));
+	/* And the journal goes on from empty. */
+	ck_assert_int_eq(td_desired_set_standing(b, "beta-3"), 0);
+	ck_assert_int_eq(td_store_save(&r, tdir), 0);
+	ck_assert_int_gt(file_size(jpath), 0);
+	td_store_free(&s);
+	s.journal = true;
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	ck_assert_str_eq(td_store_get(&s, "beta", false)->standing, "beta-3");
+	ck_assert_str_eq(td_store_get(&s, "alpha", false)->standing, "alpha-2");
+	td_store_free(&s);
+	td_store_free(&r);
+	remove_tmpdir();
+}
+END_TEST
+
+/* ---- store: keys of name and uid (issue 11, item 7) ----------------------- */
+
+START_TEST(test_store_keys)
+{
+	struct td_store s = { 0 }, r = { 0 };
+	char key[TD_MAX_KEY], err[256] = "";
+	uint32_t me = (uint32_t)geteuid(), other = me == 65534 ? 1000 : 65534;
+	/* The daemon's own uid keeps the plain name (the files of earlier versions). */
+	ck_assert_int_eq(td_store_key(key, sizeof(key), "svc", me), 0);
+	ck_assert_str_eq(key, "svc");
+	ck_assert_int_eq(td_store_key(key, sizeof(key), "svc", other), 0);
+	char want[32];
+	snprintf(want, sizeof(want), "svc@%u", other);
+	ck_assert_str_eq(key, want);
+	char *longest = repeat('n', TGP_MAX_NAME - 1);
+	ck_assert_int_eq(td_store_key(key, sizeof(key), longest, 4294967295u == me ? 0 : 4294967295u), 0);
+	ck_assert_int_eq(td_store_key(key, sizeof(key), "a/b", other), TOGGLE_EINVAL);
+	/* One spelling per key: every other form is refused. */
+	static const char *const bad[] = {
+		"svc@", "@5", "svc@01", "svc@4294967296", "svc@5@6", "svc@-1", "svc@ 5", ".@5",
+		"..@5", "svc@12345678901",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(td_store_get(&s, bad[i], true) == NULL, "case %zu accepted", i);
+	ck_assert_ptr_nonnull(td_store_get(&s, "svc@0", true));
+	/* Two uids, one name: two entries, two files, loaded back apart. */
+	make_tmpdir();
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	ck_assert_int_eq(td_desired_set_standing(td_store_get(&s, "svc", true), "mine"), 0);
+	ck_assert_int_eq(td_desired_set_standing(td_store_get(&s, want, true), "theirs"), 0);
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	ck_assert(entry_exists("svc") && entry_exists(want));
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_uint_eq(r.n, 2);
+	ck_assert_str_eq(td_store_get(&r, "svc", false)->standing, "mine");
+	ck_assert_str_eq(td_store_get(&r, want, false)->standing, "theirs");
+	free(longest);
+	td_store_free(&r);
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/* ---- store: a corrupt file is set aside (issue 11, item 9) --------------- */
+
+START_TEST(test_quarantine)
+{
+	struct td_store s = { 0 };
+	char err[512] = "", p[192];
+	make_tmpdir();
+	make_agents_dir();
+	write_entry("good", "{\"format\": 1, \"name\": \"good\", \"enabled\": \"x\"}");
+	write_entry("broken", "{\"format\": 1,\n  \"name\": ,}\n");
+	/* Valid up to its plans: nothing of it may be loaded. */
+	write_entry("half", "{\"format\": 1, \"name\": \"half\", \"enabled\": \"y\", \"plans\": 3}");
+	write_text(in_agents(p, sizeof(p), "a b.json"), "{}");
+	s.quarantine = true;
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	ck_assert(s.quarantine); /* kept across the load */
+	ck_assert_uint_eq(s.n, 1);
+	ck_assert_str_eq(td_store_get(&s, "good", false)->standing, "x");
+	ck_assert_ptr_null(td_store_get(&s, "half", false));
+	ck_assert_uint_eq(s.quarantined, 3);
+	ck_assert(!entry_exists("broken") && !entry_exists("half"));
+	ck_assert(!exists(in_agents(p, sizeof(p), "a b.json")));
+	/* Set aside under a name the next load skips, with the content kept. */
+	DIR *dp = opendir(in_dir(p, sizeof(p), "agents"));
+	ck_assert_ptr_nonnull(dp);
+	int aside = 0;
+	for (struct dirent *de; (de = readdir(dp));) {
+		if (!strstr(de->d_name, ".json.corrupt-"))
+			continue;
+		aside++;
+		if (strncmp(de->d_name, "broken.json.corrupt-", 20) == 0) {
+			char q[PATH_MAX];
+			char *text = read_text(in_agents(q, sizeof(q), de->d_name));
+			ck_assert_str_eq(text, "{\"format\": 1,\n  \"name\": ,}\n");
+			free(text);
+		}
+	}
+	closedir(dp);
+	ck_assert_int_eq(aside, 3);
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	ck_assert_uint_eq(s.n, 1);
+	ck_assert_uint_eq(s.quarantined, 0);
+	/* The strict behaviour is still there (quarantine off). */
+	write_entry("broken", "{");
+	s.quarantine = false;
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert(entry_exists("broken"));
 	td_store_free(&s);
 	remove_tmpdir();
 }
@@ -1272,6 +1658,11 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_get_bound);
 	tcase_add_test(tc, test_get_bad_names);
 	tcase_add_test(tc, test_setters);
+	tcase_add_test(tc, test_job_group_commit);
+	tcase_add_test(tc, test_save_full_disk);
+	tcase_add_test(tc, test_store_keys);
+	tcase_add_test(tc, test_journal);
+	tcase_add_test(tc, test_quarantine);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("auth");

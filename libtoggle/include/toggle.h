@@ -62,6 +62,9 @@ struct toggle_config {
 	enum toggle_backend backend;
 	struct toggle_sim *sim; /* required with TOGGLE_BACKEND_SIM */
 	const char *socket_path; /* daemon socket; NULL or "" = standalone */
+	/* No producer-free exec per bound graph (saves its device and host
+	 * memory; see toggle_graph_status.bare_exec).  Default: built. */
+	bool no_bare_exec;
 };
 
 struct toggle_agent;
@@ -209,7 +212,9 @@ int toggle_capture_planner(struct toggle_agent *agent, CUstream stream);
  * recorded.  Runtime API users get a CUfunction from a __global__ function
  * with cudaGetFuncBySymbol().  On a stream that is not capturing the kernel
  * just runs (eager execution: nothing to record); into a capture outside a
- * capture window it is refused before the launch (TOGGLE_ECAPTURE).
+ * capture window it is refused before the launch (TOGGLE_ECAPTURE).  A
+ * record that fails after the launch (a driver query failed, no room)
+ * marks the graph late, as toggle_record_producer does.
  */
 int toggle_launch_producer(struct toggle_agent *agent, const CUlaunchConfig *config,
 			   CUfunction fn, void **params, struct toggle_hook hook);
@@ -309,7 +314,8 @@ int toggle_graph_launch(struct toggle_agent *agent, CUgraph graph, CUgraphExec e
  * enqueued on stream, after a join when the previous launch was on another
  * stream), and the launch accounted (replays, last step, the launch index
  * device mode's taint report uses) as if it had happened.  Unrelated graphs:
- * 0, nothing done.
+ * 0, nothing done.  Never the producer-free exec (the caller launches exec):
+ * a graph running it is switched back to exec, brought to the set.
  *
  * The promise: after a 0 the caller launches exactly exec on exactly stream,
  * once, right after, before any other toggle_graph_prepare/launch of that
@@ -346,12 +352,18 @@ struct toggle_graph_status {
 	enum toggle_mode mode;   /* how its producers are toggled: DEVICE or the host mode */
 	bool device_fallback;    /* a device-mode agent toggles it on the host: see note */
 	bool uploaded;           /* device mode: its exec was uploaded at bind */
-	char note[128];          /* why it is not in device mode, or "" */
+	char note[128];          /* why it is not in device mode, why it is late, or "" */
 	/* Device mode: launches that ran another set than their step's (see toggle_taint). */
 	uint64_t tainted_launches; /* reported for this capture */
 	int64_t tainted_step;      /* step of the latest, -1 = none or unknown */
 	bool tainted;              /* the latest tainted launch was not yet followed by a clean one */
 	bool blocked;              /* strict agent: launches refused until a clean apply or a bind */
+	/* The producer-free exec: a second exec of the graph without its
+	 * producers, built at bind, launched at steps whose set enables none of
+	 * the graph's hooks (host modes; not for a graph in device mode). */
+	bool bare_exec;          /* it has one */
+	bool bare_running;       /* its launches run it (the current set fits) */
+	uint64_t bare_replays;   /* launches that ran it, across execs */
 };
 
 struct toggle_anomalies {
@@ -384,6 +396,9 @@ struct toggle_stats {
 				      * a record reused by a new capture */
 	uint64_t version;            /* version of the current set */
 	int64_t step;                /* current step, -1 before the first */
+	uint64_t bare_builds;        /* producer-free execs built (at bind) */
+	uint64_t bare_build_failures; /* builds that failed: the main exec runs every step */
+	uint64_t bare_switches;      /* picks of the bare exec or back to the main one */
 };
 
 struct toggle_registry_check {
@@ -427,13 +442,23 @@ void toggle_current_set(const struct toggle_agent *agent, struct toggle_set *out
  * node recorded already: TOGGLE_EINVAL.  Refused outside a capture window or
  * on a stream that is not capturing (TOGGLE_ECAPTURE), counted as anomalies
  * like toggle_record_producer (record_outside_window, record_not_capturing,
- * record_not_kernel).  On refusal nothing of the region is recorded.  End
- * closes the region whether it records or refuses.
+ * record_not_kernel).  On refusal nothing of the region is recorded, but
+ * what the capture gained since begin stays in the graph and would run
+ * whatever the set: when the capture is still the region's and gained nodes
+ * (or a driver query failed, so that it cannot tell), the graph is marked
+ * "late" like after a refused toggle_record_producer (note names the hook;
+ * bind and launches refused with TOGGLE_ECAPTURE until captured again).  A
+ * region that gained nothing leaves the graph alone.  End closes the region
+ * whether it records or refuses.
  */
 int toggle_producer_begin(struct toggle_agent *agent, CUstream stream);
 int toggle_producer_end(struct toggle_agent *agent, CUstream stream, struct toggle_hook hook,
 			size_t *n_recorded /* may be NULL */);
-/* Drop an open region of stream without recording anything. */
+/*
+ * Drop an open region of stream without recording anything.  If its capture
+ * gained nodes, they are in the graph unrecorded: the graph is marked late
+ * (fails closed until captured again), as for a refused region.
+ */
 void toggle_producer_abort(struct toggle_agent *agent, CUstream stream);
 
 /*

@@ -86,6 +86,8 @@ struct toggle_shm_graph {
 #define TOGGLE_SHM_GRAPH_FALLBACK 8u /* a device-mode agent toggles it on the host */
 #define TOGGLE_SHM_GRAPH_TAINTED 16u /* its latest tainted launch not yet followed by a clean one */
 #define TOGGLE_SHM_GRAPH_BLOCKED 32u /* strict agent: its launches are refused until then */
+#define TOGGLE_SHM_GRAPH_BARE 64u    /* has a producer-free exec */
+#define TOGGLE_SHM_GRAPH_BARE_RUNNING 128u /* its launches run the producer-free exec */
 
 enum toggle_shm_anomaly {
 	TOGGLE_SHM_AN_RECORD_OUTSIDE_WINDOW,
@@ -138,7 +140,13 @@ struct toggle_shm_status {
 	struct toggle_shm_graph graphs[TOGGLE_SHM_MAX_GRAPHS];
 };
 
-/* A mapping of the region, on either side. */
+/*
+ * A mapping of the region, on either side.  size, ctl and st come from a
+ * layout this library built or validated from a private copy; hdr points at
+ * the mapped header, which the agent can rewrite at any moment: the daemon
+ * never reads it (nor anything else of the mapping except through the lane
+ * readers below, which copy once and bound every count).
+ */
 struct toggle_shm {
 	int fd;
 	size_t size;

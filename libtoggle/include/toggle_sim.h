@@ -128,6 +128,31 @@ CUresult toggle_sim_graph_exec_get_id(CUgraphExec exec, unsigned *id);
  */
 void toggle_sim_set_handle_reuse(struct toggle_sim *sim, bool on);
 
+/*
+ * Clones and graph edits (what libtoggle's producer-free exec uses):
+ * cuGraphClone, cuGraphNodeFindInClone, cuGraphNodeGetDependencies (12.3
+ * form), cuGraphDestroyNode, cuGraphAddDependencies (12.3 form).  A clone
+ * has explicit edges; an exec of it runs its nodes in a topological order
+ * that, among the nodes ready at each point, takes the last one in the
+ * clone's order, so an order that rests on a missing edge shows.  Model
+ * limits: only a clone's nodes can be destroyed or given dependencies, only
+ * while no exec of it lives (else CUDA_ERROR_NOT_SUPPORTED), and edge data
+ * must be the default.  As the driver: an existing dependency is
+ * CUDA_ERROR_INVALID_VALUE, and so is destroying a device-updatable node.
+ */
+CUresult toggle_sim_graph_clone(CUgraph *clone_out, CUgraph original);
+CUresult toggle_sim_graph_node_find_in_clone(CUgraphNode *node_out, CUgraphNode original,
+					     CUgraph clone);
+CUresult toggle_sim_graph_node_get_dependencies(CUgraphNode node, CUgraphNode *deps,
+						CUgraphEdgeData *edges, size_t *n);
+CUresult toggle_sim_graph_destroy_node(CUgraphNode node);
+CUresult toggle_sim_graph_add_dependencies(CUgraph graph, const CUgraphNode *from,
+					   const CUgraphNode *to, const CUgraphEdgeData *edges,
+					   size_t n);
+/* Graphs and execs alive in this simulator (leak checks). */
+unsigned toggle_sim_graph_count(const struct toggle_sim *sim);
+unsigned toggle_sim_exec_count(const struct toggle_sim *sim);
+
 /* ---- device mode's parts ------------------------------------------------- */
 
 /* The driver version the backend reports (default 13000, i.e. 13.0). */
@@ -225,6 +250,9 @@ enum toggle_sim_op {
 	TOGGLE_SIM_OP_EVENT_RECORD,
 	TOGGLE_SIM_OP_STREAM_WAIT_EVENT,
 	TOGGLE_SIM_OP_DEVICE_SET_ENABLED, /* device-side calls, counted when they run */
+	TOGGLE_SIM_OP_GRAPH_CLONE,
+	TOGGLE_SIM_OP_DESTROY_NODE,
+	TOGGLE_SIM_OP_ADD_DEPENDENCIES,
 	TOGGLE_SIM_OP_COUNT
 };
 

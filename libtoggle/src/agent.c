@@ -114,6 +114,7 @@ int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out
 		rc = agent_load_backend(a, cfg);
 	if (rc == 0 && a->mode == TOGGLE_MODE_DEVICE)
 		rc = agent_start_device(a);
+	a->bare_on = rc == 0 && !cfg->no_bare_exec && tg_cu_bare_ready(&a->cu);
 	if (rc == 0) {
 		a->plans = calloc(TOGGLE_MAX_PLAN, sizeof(*a->plans));
 		rc = a->plans ? tg_registry_init(a) : TOGGLE_ENOMEM;

@@ -18,6 +18,7 @@ struct tg_conn;
 #define TG_MAP_SLOTS (2 * TOGGLE_MAX_GRAPHS)
 #define TG_STEP_BOUNDS 16 /* steps a device-mode graph remembers its launches of */
 #define TG_IDENT_NODES 8 /* recorded nodes kept to recognise a graph (tg_graph_replaced) */
+#define TG_NOTE_LEN 128  /* a graph's note: toggle_graph_status.note */
 #define TG_MAP_MASK  (TG_MAP_SLOTS - 1)
 
 /* Per-node state cache of the bound exec. */
@@ -37,6 +38,16 @@ enum tg_dev {
 	TG_DEV_REFUSED,       /* strict agent: bind refused; note says why */
 };
 
+/* A graph's producer-free exec (bare.c). */
+struct tg_bare {
+	CUgraphExec exec;         /* NULL: none (not built, off, or the build failed) */
+	CUgraphExec parked;       /* one dropped inside a capture window: destroyed later */
+	uint32_t wlo, whi;        /* set words that hold the graph's covered hooks */
+	uint64_t replays;         /* launches that ran a bare exec before `since` */
+	uint64_t since;           /* g->replays when the running bare exec was picked */
+	bool failed;              /* the last build failed: the main exec runs every step */
+};
+
 struct tg_graph {
 	CUgraph graph;
 	uint64_t capture_id;      /* capture that recorded the nodes */
@@ -50,6 +61,8 @@ struct tg_graph {
 	struct toggle_set covered;
 	uint32_t hooks_covered;
 	CUgraphExec exec;
+	CUgraphExec run;          /* what its launches run while applied_version holds:
+				   * exec, or the producer-free bare exec (bare.c) */
 	bool bound;
 	bool stale;
 	uint64_t applied_version; /* version of the set exec holds; 0 = none */
@@ -64,7 +77,7 @@ struct tg_graph {
 	CUgraphNode planner_node;
 	uint32_t n_devnodes;      /* nodes recorded with a device handle */
 	enum tg_dev dev;
-	char note[128];           /* why not device mode */
+	char note[TG_NOTE_LEN];   /* why not device mode, or why late */
 	bool dev_setup;           /* descriptor and arrays written for this capture */
 	CUgraphExec uploaded_exec; /* exec uploaded by the last bind, NULL = none */
 	CUdeviceptr dev_mem;      /* nodes, mask, state */
@@ -107,6 +120,9 @@ struct tg_graph {
 	/* A producer launched into this capture could not be recorded (note says
 	 * which and why): bind and launches are refused until it is captured again. */
 	bool late;
+
+	/* The producer-free exec (bare.c): exec's graph without its producers. */
+	struct tg_bare bare;
 };
 
 struct tg_plan {
@@ -155,6 +171,7 @@ struct toggle_agent {
 	enum toggle_mode mode;
 	bool strict;
 	struct tg_device dev;
+	bool bare_on;             /* build producer-free execs (toggle_config.no_bare_exec) */
 
 	/* Desired state. */
 	struct toggle_set standing;
@@ -274,6 +291,16 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode);
 /* A record refused with `why`: if stream is capturing, its graph fails closed (late). */
 void tg_record_refused(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, int why);
+/* The same for a producer launched into capture `id` of graph (NULL: nothing). */
+void tg_record_refused_in(struct toggle_agent *a, CUgraph graph, uint64_t id,
+			  struct toggle_hook hook, int why);
+/*
+ * Mark the record of graph (capture `id`) late, with note (the first reason
+ * stays); nodes are nodes of that capture, kept to recognise a new graph
+ * behind the handle.  Leaves the error text alone.
+ */
+void tg_graph_mark_late(struct toggle_agent *a, CUgraph graph, uint64_t id, const char *note,
+			const CUgraphNode *nodes, size_t n);
 /* The record of the graph capture `id` is building (a reused handle's is cleared). */
 struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uint64_t id);
 /* Record n kernel nodes of capture `id` under one hook: all of them or none. */
@@ -286,6 +313,18 @@ void tg_copyout_close(struct toggle_agent *a);
 
 /* replay.c */
 int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g);
+
+/* bare.c: the producer-free exec, built at bind, picked when the set changes. */
+void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g);  /* (re)build for g->exec */
+void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g);  /* unbind, forget, new capture */
+void tg_bare_free(struct toggle_agent *a, struct tg_graph *g);  /* agent close */
+/* Point g->run at the exec the current set needs; true (and g holds the
+ * current version) when it is the bare one, which needs no node set. */
+bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g);
+/* Back to the main exec, out of date (toggle_graph_prepare: the caller launches it). */
+void tg_bare_leave(struct toggle_agent *a, struct tg_graph *g);
+bool tg_bare_running(const struct tg_graph *g);
+uint64_t tg_bare_replays(const struct tg_graph *g);
 
 /* device.c */
 int tg_device_open(struct toggle_agent *a);       /* 0, or a reason in a->err */

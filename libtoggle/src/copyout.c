@@ -120,6 +120,8 @@ static unsigned copy_width(uint64_t dst, uint64_t src, uint64_t row_bytes, uint6
 int toggle_copy_out(struct toggle_agent *a, CUstream stream, struct toggle_hook hook,
 		    const struct toggle_copy *copy)
 {
+	if (!a)
+		return TOGGLE_EINVAL;
 	if (!copy)
 		return tg_fail(a, TOGGLE_EINVAL, "toggle_copy_out: copy is NULL");
 	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers)

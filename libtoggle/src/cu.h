@@ -65,6 +65,16 @@ struct tg_cu {
 	CUresult (*graph_get_nodes)(CUgraph, CUgraphNode *, size_t *);
 	/* Loading the copy kernel while a capture may be open (copyout.c). */
 	CUresult (*thread_exchange_capture_mode)(CUstreamCaptureMode *);
+	/* The producer-free exec (bare.c; NULL where the driver lacks them:
+	 * no such exec is built then).  graph_instantiate,
+	 * graph_node_get_dependent_nodes and graph_node_get_dependencies above too. */
+	CUresult (*graph_clone)(CUgraph *, CUgraph);
+	CUresult (*graph_node_find_in_clone)(CUgraphNode *, CUgraphNode, CUgraph);
+	CUresult (*graph_destroy_node)(CUgraphNode);
+	CUresult (*graph_add_dependencies)(CUgraph, const CUgraphNode *, const CUgraphNode *,
+					   const CUgraphEdgeData *, size_t);
+	CUresult (*graph_destroy)(CUgraph);
+	CUresult (*graph_exec_destroy)(CUgraphExec);
 	/* Reached through the helpers below only. */
 	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
 	CUresult (*mem_free)(CUdeviceptr);
@@ -98,6 +108,8 @@ const char *tg_cu_errstr(const struct tg_cu *cu, CUresult r);
 
 /* Whether device mode's entry points are all there; *missing names one that is not. */
 bool tg_cu_device_ready(const struct tg_cu *cu, const char **missing);
+/* Whether the producer-free exec's entry points are all there (bare.c). */
+bool tg_cu_bare_ready(const struct tg_cu *cu);
 
 /* Handle-less entry points: the simulator gets its instance, the driver the current context. */
 CUresult tg_cu_mem_alloc(const struct tg_cu *cu, CUdeviceptr *p, size_t n);

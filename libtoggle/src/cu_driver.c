@@ -148,6 +148,13 @@ int tg_cu_load_driver(struct tg_cu *cu, char *err, size_t errlen)
 		{"cuMemFreeHost", (void **)&cu->mem_free_host},
 		{"cuMemHostGetDevicePointer", (void **)&cu->mem_host_get_device_pointer},
 		{"cuCtxSynchronize", (void **)&cu->ctx_synchronize},
+		/* The producer-free exec's (12.3 forms with edge data). */
+		{"cuGraphClone", (void **)&cu->graph_clone},
+		{"cuGraphNodeFindInClone", (void **)&cu->graph_node_find_in_clone},
+		{"cuGraphDestroyNode", (void **)&cu->graph_destroy_node},
+		{"cuGraphAddDependencies", (void **)&cu->graph_add_dependencies},
+		{"cuGraphDestroy", (void **)&cu->graph_destroy},
+		{"cuGraphExecDestroy", (void **)&cu->graph_exec_destroy},
 	};
 	for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
 		(void)tg_resolve(&rs, opt[i].name, opt[i].slot);
@@ -211,6 +218,22 @@ bool tg_cu_device_ready(const struct tg_cu *cu, const char **missing)
 	};
 	return tg_cu_check(direct, sizeof(direct) / sizeof(direct[0]), missing) &&
 	       (cu->sim || tg_cu_check(helpers, sizeof(helpers) / sizeof(helpers[0]), missing));
+}
+
+bool tg_cu_bare_ready(const struct tg_cu *cu)
+{
+	const struct tg_cu_need need[] = {
+		{"cuGraphClone", TG_FN(cu->graph_clone)},
+		{"cuGraphNodeFindInClone", TG_FN(cu->graph_node_find_in_clone)},
+		{"cuGraphNodeGetDependencies", TG_FN(cu->graph_node_get_dependencies)},
+		{"cuGraphNodeGetDependentNodes", TG_FN(cu->graph_node_get_dependent_nodes)},
+		{"cuGraphDestroyNode", TG_FN(cu->graph_destroy_node)},
+		{"cuGraphAddDependencies", TG_FN(cu->graph_add_dependencies)},
+		{"cuGraphInstantiateWithFlags", TG_FN(cu->graph_instantiate)},
+		{"cuGraphDestroy", TG_FN(cu->graph_destroy)},
+		{"cuGraphExecDestroy", TG_FN(cu->graph_exec_destroy)},
+	};
+	return tg_cu_check(need, sizeof(need) / sizeof(need[0]), NULL);
 }
 
 void tg_cu_unload(struct tg_cu *cu)

@@ -319,7 +319,10 @@ int toggle_launch_producer(struct toggle_agent *a, const CUlaunchConfig *config,
 	if (a->dev.on)
 		devnode = (uint64_t)(uintptr_t)attrs[cfg.numAttrs - 1].value.deviceUpdatableKernelNode.devNode;
 #endif
-	return tg_record(a, config->hStream, hook, devnode);
+	rc = tg_record(a, config->hStream, hook, devnode);
+	if (rc) /* the kernel is in this capture whatever tg_record could find out: fail closed */
+		tg_record_refused_in(a, graph, id, hook, rc);
+	return rc;
 }
 
 #if CUDA_VERSION >= 12040

@@ -33,6 +33,7 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_config, backend),
 	TG_FIELD(toggle_config, sim),
 	TG_FIELD(toggle_config, socket_path),
+	TG_FIELD(toggle_config, no_bare_exec),
 
 	TG_TYPE(toggle_plan_entry),
 	TG_FIELD(toggle_plan_entry, step),
@@ -56,6 +57,9 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_graph_status, tainted_step),
 	TG_FIELD(toggle_graph_status, tainted),
 	TG_FIELD(toggle_graph_status, blocked),
+	TG_FIELD(toggle_graph_status, bare_exec),
+	TG_FIELD(toggle_graph_status, bare_running),
+	TG_FIELD(toggle_graph_status, bare_replays),
 
 	TG_TYPE(toggle_anomalies),
 	TG_FIELD(toggle_anomalies, record_outside_window),
@@ -84,6 +88,9 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_stats, reuse_fences),
 	TG_FIELD(toggle_stats, version),
 	TG_FIELD(toggle_stats, step),
+	TG_FIELD(toggle_stats, bare_builds),
+	TG_FIELD(toggle_stats, bare_build_failures),
+	TG_FIELD(toggle_stats, bare_switches),
 
 	TG_TYPE(toggle_copy),
 	TG_FIELD(toggle_copy, dst),

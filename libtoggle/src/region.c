@@ -16,7 +16,11 @@
  * gained; fewer means work launched in the region is not ordered before its
  * end (a stream forked inside and not joined back, or another stream
  * capturing into the same graph meanwhile) and the region is refused, as it
- * is for any memcpy or memset node.  On refusal nothing is recorded.
+ * is for any memcpy or memset node.  On refusal nothing is recorded, but
+ * whatever the capture gained since begin stays in the graph and would run
+ * at every replay whatever the set: that graph is marked late (fails closed
+ * until captured again) unless the region gained nothing (region_refused).
+ * An aborted region is treated the same way.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,10 +104,74 @@ static int region_graph_nodes(struct toggle_agent *a, CUgraph graph, const char 
 	return 0;
 }
 
+/* How many nodes the region's capture gained, when it cannot be told from inside end. */
+#define REGION_GAINED_UNKNOWN SIZE_MAX
+
+/*
+ * A region closed without recording.  Whatever its capture gained since
+ * begin stays in the graph, unrecorded: kernels that would run at every
+ * replay whatever the set.  So unless the capture gained nothing, or is no
+ * longer the region's (a graph the region never reached), its graph is
+ * marked late and fails closed until it is captured again (tg_graph_mark_late).
+ * gained REGION_GAINED_UNKNOWN: ask the stream; when even that fails, fail
+ * closed.  nodes: the region's nodes found so far (identity of the graph).
+ * Makes no tg_fail: the refusal's error text stays.
+ */
+static void region_refused(struct toggle_agent *a, const struct tg_region *r, CUstream stream,
+			   const char *hook_name, size_t gained, const char *why,
+			   const CUgraphNode *nodes, size_t n_nodes)
+{
+	bool known = true;
+	if (gained == REGION_GAINED_UNKNOWN) {
+		CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+		cuuint64_t id = 0;
+		CUgraph graph = NULL;
+		const CUgraphNode *front = NULL;
+		size_t n_front = 0, n = 0;
+		if (a->cu.stream_get_capture_info(stream, &st, &id, &graph, &front, NULL, &n_front) ==
+		    CUDA_SUCCESS) {
+			if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE || id != r->capture_id ||
+			    graph != r->graph)
+				return; /* the region's capture ended: its graph is out of reach */
+			if (a->cu.graph_get_nodes(graph, NULL, &n) == CUDA_SUCCESS)
+				gained = n >= r->n_old ? n - r->n_old : 0;
+			else
+				known = false;
+		} else {
+			known = false;
+		}
+	}
+	if (known && gained == 0)
+		return; /* nothing captured in the region: nothing runs unrecorded */
+	uint64_t id = r->capture_id;
+	if (!known) {
+		/* The capture may have ended and its handle gone to a newer capture's
+		 * graph: mark that record in place, never clear it (tg_graph_for_capture
+		 * would, and its producers would then run unrecorded). */
+		const struct tg_graph *g = tg_graph_find(a, r->graph);
+		if (g && !g->stale)
+			id = g->capture_id;
+	}
+	char note[TG_NOTE_LEN];
+	if (known)
+		snprintf(note, sizeof(note), "producer region %s (%zu nodes) was captured but not "
+			 "recorded: %s", hook_name, gained, why);
+	else
+		snprintf(note, sizeof(note), "producer region %s may have captured nodes that were "
+			 "not recorded: %s", hook_name, why);
+	/* Any node of the graph identifies it: the region's, else those from before it. */
+	if (n_nodes)
+		tg_graph_mark_late(a, r->graph, id, note, nodes, n_nodes);
+	else
+		tg_graph_mark_late(a, r->graph, id, note, r->old, r->n_old);
+}
+
 int toggle_producer_begin(struct toggle_agent *a, CUstream stream)
 {
 	static const char what[] = "opening a producer region";
 
+	if (!a)
+		return TOGGLE_EINVAL;
 	if (a->capture_depth == 0) {
 		a->anomalies.record_outside_window++;
 		return tg_fail(a, TOGGLE_ECAPTURE, "%s: no capture window is open", what);
@@ -143,9 +211,16 @@ int toggle_producer_begin(struct toggle_agent *a, CUstream stream)
 
 void toggle_producer_abort(struct toggle_agent *a, CUstream stream)
 {
-	struct tg_region *r = region_find(a, stream);
-	if (r)
-		region_drop(a, r);
+	struct tg_region *open = a ? region_find(a, stream) : NULL;
+	if (!open)
+		return;
+	/* Dropped, but what the capture gained since begin is in the graph. */
+	struct tg_region r = *open;
+	open->old = NULL;
+	region_drop(a, open);
+	region_refused(a, &r, stream, "(aborted)", REGION_GAINED_UNKNOWN,
+		       "toggle_producer_abort", NULL, 0);
+	free(r.old);
 }
 
 /* ---- the walk ----------------------------------------------------------------- */
@@ -338,6 +413,8 @@ int toggle_producer_end(struct toggle_agent *a, CUstream stream, struct toggle_h
 {
 	if (n_recorded)
 		*n_recorded = 0;
+	if (!a)
+		return TOGGLE_EINVAL;
 	struct tg_region *open = region_find(a, stream);
 	if (!open)
 		return tg_fail(a, TOGGLE_EINVAL, "closing a producer region: stream %p has none open "
@@ -350,16 +427,22 @@ int toggle_producer_end(struct toggle_agent *a, CUstream stream, struct toggle_h
 	struct walk w = {0};
 	CUgraphNode *kern = NULL;
 	int rc = 0;
-	char what[64];
+	char what[64], name[32];
 	snprintf(what, sizeof(what), "closing the region of hook %u:%u", hook.type, hook.layer);
+	snprintf(name, sizeof(name), "of hook %u:%u", hook.type, hook.layer);
+	/* On refusal: what the capture gained (unknown until counted) and why, for region_refused. */
+	size_t gained = REGION_GAINED_UNKNOWN;
+	const char *why = NULL;
 	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers) {
 		rc = tg_fail(a, TOGGLE_ERANGE, "hook %u:%u outside the catalog (%u types, %u layers)",
 			     hook.type, hook.layer, a->catalog.n_types, a->catalog.n_layers);
+		why = "hook outside the catalog";
 		goto out;
 	}
 	if (a->capture_depth == 0) {
 		a->anomalies.record_outside_window++;
 		rc = tg_fail(a, TOGGLE_ECAPTURE, "%s: no capture window is open", what);
+		why = "no capture window open at its end";
 		goto out;
 	}
 	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -367,43 +450,58 @@ int toggle_producer_end(struct toggle_agent *a, CUstream stream, struct toggle_h
 	CUgraph graph = NULL;
 	const CUgraphNode *front = NULL;
 	size_t n_front = 0, graph_nodes = 0;
-	if ((rc = region_capture_info(a, stream, what, &st, &id, &graph, &front, &n_front)))
+	if ((rc = region_capture_info(a, stream, what, &st, &id, &graph, &front, &n_front))) {
+		/* Not capturing any more: region_refused finds the graph out of reach. */
+		why = rc == TOGGLE_ECUDA ? "cuStreamGetCaptureInfo failed" : "its capture ended";
 		goto out;
+	}
 	if (id != r.capture_id || graph != r.graph) {
 		a->anomalies.record_not_capturing++;
 		rc = tg_fail(a, TOGGLE_ECAPTURE, "%s: the capture the region began in has ended",
 			     what);
-		goto out;
+		goto out; /* why NULL: that graph is out of reach (documented) */
 	}
-	if ((rc = region_graph_nodes(a, graph, what, &graph_nodes, NULL)))
-		goto out;
-	size_t gained = graph_nodes >= r.n_old ? graph_nodes - r.n_old : 0;
+	if ((rc = region_graph_nodes(a, graph, what, &graph_nodes, NULL))) {
+		why = "cuGraphGetNodes failed";
+		goto out; /* gained unknown: fail closed */
+	}
+	gained = graph_nodes >= r.n_old ? graph_nodes - r.n_old : 0;
 	/* front stays valid until the next capture call on stream: the walk makes none. */
 	rc = walk_region(a, &w, &r, front, n_front, gained, hook);
-	if (rc < 0)
+	if (rc < 0) {
+		why = toggle_strerror(rc);
 		goto out;
+	}
 	if (rc == 1 || w.qn != gained) {
 		rc = tg_fail(a, TOGGLE_EINVAL, "%s: the capture gained %zu nodes since "
 			     "toggle_producer_begin but %zu of them are ordered before the region's "
 			     "end on stream %p: join every stream forked in the region into it "
 			     "before toggle_producer_end (or capture nothing else into this graph "
 			     "meanwhile); nothing recorded", what, gained, w.qn, (void *)stream);
+		why = "work not joined before its end";
 		goto out;
 	}
 	size_t n_kernels = 0;
-	if ((rc = region_kernels(a, &w, hook, &kern, &n_kernels)))
+	if ((rc = region_kernels(a, &w, hook, &kern, &n_kernels))) {
+		why = rc == TOGGLE_ENOTKERNEL ? "a node that is not a kernel (memcpy, memset...)"
+					      : toggle_strerror(rc);
 		goto out;
+	}
 	if (n_kernels == 0) {
 		a->anomalies.record_not_kernel++;
 		rc = tg_fail(a, TOGGLE_ENOTKERNEL, "%s: the region holds no kernel node (%zu nodes)",
 			     what, gained);
+		goto out; /* why NULL: nothing in it runs (empty, event nodes) */
+	}
+	if ((rc = tg_record_nodes(a, graph, id, kern, n_kernels, hook))) {
+		why = rc == TOGGLE_EINVAL ? "a node recorded already" : toggle_strerror(rc);
 		goto out;
 	}
-	if ((rc = tg_record_nodes(a, graph, id, kern, n_kernels, hook)))
-		goto out;
 	if (n_recorded)
 		*n_recorded = n_kernels;
 out:
+	if (rc && why)
+		region_refused(a, &r, stream, name, gained, why, w.queue, w.qn);
 	free(r.old);
 	free(kern);
 	walk_free(&w);

@@ -36,8 +36,10 @@ static void graph_free(struct tg_graph *g)
 
 void tg_registry_free(struct toggle_agent *a)
 {
-	for (size_t i = 0; i < a->n_graphs; i++)
+	for (size_t i = 0; i < a->n_graphs; i++) {
+		tg_bare_free(a, a->graphs[i]);
 		graph_free(a->graphs[i]);
+	}
 	free(a->graphs);
 	a->graphs = NULL;
 	a->n_graphs = 0;
@@ -75,6 +77,7 @@ static struct tg_graph *graph_new(struct toggle_agent *a, CUgraph graph)
 static void graph_clear(struct toggle_agent *a, struct tg_graph *g)
 {
 	a->launches_retired += g->replays;
+	tg_bare_drop(a, g);
 	free(g->nodes);
 	free(g->state);
 	free(g->by_hook);
@@ -89,6 +92,7 @@ static void graph_clear(struct toggle_agent *a, struct tg_graph *g)
 	g->cap_words = keep.cap_words;
 	g->epoch = keep.epoch;
 	g->join = keep.join;
+	g->bare.parked = keep.bare.parked;
 }
 
 void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec)
@@ -184,6 +188,7 @@ static int record_find_node(struct toggle_agent *a, CUstream stream, struct togg
 	size_t ndeps = 0;
 	CUresult r = a->cu.stream_get_capture_info(stream, &st, &id, graph, &deps, NULL, &ndeps);
 	if (r != CUDA_SUCCESS) {
+		*graph = NULL; /* not named: a failed call's outputs mean nothing */
 		a->anomalies.driver_errors++;
 		return tg_fail(a, TOGGLE_ECUDA, "recording hook %u:%u: cuStreamGetCaptureInfo: %s",
 			       hook.type, hook.layer, tg_cu_errstr(&a->cu, r));
@@ -242,11 +247,27 @@ struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uin
 	return g;
 }
 
+void tg_graph_mark_late(struct toggle_agent *a, CUgraph graph, uint64_t id, const char *note,
+			const CUgraphNode *nodes, size_t n)
+{
+	struct tg_graph *g = tg_graph_for_capture(a, graph, id);
+	if (!g)
+		return; /* no room for a record: the refusal and its anomaly say so */
+	if (!g->late)
+		snprintf(g->note, sizeof(g->note), "%s", note);
+	g->late = true;
+	/* Nodes of this capture: a new graph behind the handle is recognised by their absence. */
+	for (size_t i = 0; i < n && g->n_ident < TG_IDENT_NODES; i++)
+		if (nodes[i])
+			g->ident[g->n_ident++] = nodes[i];
+}
+
 /*
  * A record was refused on a stream that may be capturing: the producer the
  * caller launched is in that capture's graph, unrecorded, and would run
  * whatever the set.  Mark the graph late so that it fails closed until it
- * is captured again.  graph NULL: ask the stream (the refusal came before).
+ * is captured again.  graph NULL: ask the stream (the refusal came before,
+ * or the query that would have named the graph failed).
  * Leaves the refusal's error text alone.
  */
 static void record_mark_late(struct toggle_agent *a, CUstream stream, CUgraph graph, uint64_t id,
@@ -264,21 +285,23 @@ static void record_mark_late(struct toggle_agent *a, CUstream stream, CUgraph gr
 		id = cid;
 		last = ndeps == 1 && deps ? deps[0] : NULL;
 	}
-	struct tg_graph *g = tg_graph_for_capture(a, graph, id);
-	if (!g)
-		return; /* no room for a record: the refusal and its anomaly say so */
-	if (!g->late)
-		snprintf(g->note, sizeof(g->note),
-			 "producer hook %u:%u was launched into its capture but not recorded (%s)",
-			 hook.type, hook.layer, toggle_strerror(why));
-	g->late = true;
-	if (last && g->n_ident < TG_IDENT_NODES)
-		g->ident[g->n_ident++] = last;
+	char note[TG_NOTE_LEN];
+	snprintf(note, sizeof(note),
+		 "producer hook %u:%u was launched into its capture but not recorded (%s)",
+		 hook.type, hook.layer, toggle_strerror(why));
+	tg_graph_mark_late(a, graph, id, note, &last, 1);
 }
 
 void tg_record_refused(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, int why)
 {
 	record_mark_late(a, stream, NULL, 0, hook, why);
+}
+
+void tg_record_refused_in(struct toggle_agent *a, CUgraph graph, uint64_t id,
+			  struct toggle_hook hook, int why)
+{
+	if (graph)
+		record_mark_late(a, NULL, graph, id, hook, why);
 }
 
 int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode)
@@ -302,9 +325,9 @@ int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, 
 	uint64_t id = 0;
 	rc = record_find_node(a, stream, hook, &graph, &node, &id);
 	if (rc) {
-		/* The capture named its graph unless the query failed or none was active. */
-		if (rc != TOGGLE_ECUDA && graph)
-			record_mark_late(a, stream, graph, id, hook, rc);
+		/* The capture named its graph unless the query failed or none was active;
+		 * NULL asks the stream again (a failed query may not fail twice). */
+		record_mark_late(a, stream, graph, id, hook, rc);
 		return rc;
 	}
 	struct tg_graph *g = tg_graph_for_capture(a, graph, id);
@@ -396,6 +419,7 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 		int rc = tg_device_bind(a, g, exec);
 		if (rc) {
 			tg_graph_reset_exec(g, NULL);
+			tg_bare_drop(a, g);
 			return rc;
 		}
 	}
@@ -404,6 +428,7 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 	tg_graph_reset_exec(g, exec); /* NULL unbinds: launches fail closed until a bind */
 	g->has_exec_id = has_eid;
 	g->exec_id = eid;
+	tg_bare_bind(a, g);
 	a->stats.rebinds += exec != NULL;
 	return 0;
 }
@@ -534,6 +559,9 @@ static void graph_status(const struct toggle_agent *a, const struct tg_graph *g,
 		.tainted_step = g->tainted ? g->tainted_step : -1,
 		.tainted = g->unclean,
 		.blocked = g->blocked,
+		.bare_exec = g->bare.exec != NULL,
+		.bare_running = tg_bare_running(g),
+		.bare_replays = tg_bare_replays(g),
 	};
 	memcpy(out->note, g->note, sizeof(out->note));
 }

@@ -200,7 +200,7 @@ static int launch_refuse(struct toggle_agent *a, int code)
  * (the record was dropped), launch it untouched; < 0: refuse.
  */
 static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec,
-			  CUstream stream)
+			  CUstream stream, bool own_exec)
 {
 	/* About to refuse or rebind: is it still the graph recorded under this handle? */
 	bool refuse = g->stale || g->late || g->dev == TG_DEV_REFUSED || !g->bound;
@@ -239,7 +239,9 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 		if (rc)
 			return rc;
 	}
-	if (g->applied_version != a->version) {
+	if (own_exec)
+		tg_bare_leave(a, g); /* the caller launches exec itself: never the bare one */
+	if (g->applied_version != a->version && (own_exec || !tg_bare_pick(a, g))) {
 		int rc = g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream) : tg_graph_sync(a, g);
 		if (rc && tg_graph_replaced(a, g)) {
 			/* Bound graph destroyed, its handle reused: not ours any more. */
@@ -309,9 +311,10 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 	/* Stale, late and unbound records hold exec NULL and version 0 (versions
 	 * start at 1), so these two compares are the whole fast-path guard. */
 	if (g && tg_graph_related(g) &&
-	    __builtin_expect(exec != g->exec || g->applied_version != a->version, 0)) {
+	    __builtin_expect(exec != g->exec || g->applied_version != a->version ||
+			     (!launch && g->run != g->exec), 0)) {
 		uint64_t words = a->stats.mask_words;
-		int rc = launch_prepare(a, g, exec, stream);
+		int rc = launch_prepare(a, g, exec, stream, !launch);
 		if (rc < 0)
 			return launch_refuse(a, rc);
 		if (!launch && rc == 0 && g->dev == TG_DEV_ACTIVE && a->stats.mask_words != words) {
@@ -338,9 +341,9 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 		return 0;
 	}
 	if (launch) {
-		r = a->cu.graph_launch(exec, stream);
+		r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
 		if (r != CUDA_SUCCESS)
-			return launch_failed(a, graph, exec, r);
+			return launch_failed(a, graph, g->run, r);
 	}
 	replay_account(a, g, stream);
 	if (a->shm.ctl)
@@ -361,20 +364,25 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->fast_version, 0))
 		return replay_slow(a, graph, exec, stream, true);
-	CUresult r = a->cu.graph_launch(exec, stream);
+	CUresult r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
 	if (__builtin_expect(r != CUDA_SUCCESS, 0))
-		return launch_failed(a, g->graph, g->exec, r); /* from g: fewer live registers */
+		return launch_failed(a, g->graph, g->run, r); /* from g: fewer live registers */
 	replay_account(a, g, stream); /* device mode orders its next mask write after it */
 	return 0;
 }
 
-/* toggle_graph_launch() without the cuGraphLaunch: same guard, same set. */
+/*
+ * toggle_graph_launch() without the cuGraphLaunch: same guard, same set.  The
+ * caller launches exec itself, never the producer-free one: a graph whose
+ * launches run the bare exec goes through the slow path, back to the main.
+ */
 int toggle_graph_prepare(struct toggle_agent *a, CUgraph graph, CUgraphExec exec, CUstream stream)
 {
 	if (__builtin_expect(!a, 0))
 		return TOGGLE_EINVAL;
 	struct tg_graph *g = tg_graph_find(a, graph);
-	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->fast_version, 0))
+	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->fast_version ||
+			     g->run != g->exec, 0))
 		return replay_slow(a, graph, exec, stream, false);
 	replay_account(a, g, stream);
 	return 0;
@@ -399,7 +407,7 @@ int toggle_apply_all(struct toggle_agent *a)
 		}
 		int rc = rebind ? tg_graph_bind_exec(a, g, g->exec) : 0;
 		if (rc == 0)
-			rc = tg_graph_sync(a, g);
+			rc = tg_bare_pick(a, g) ? 0 : tg_graph_sync(a, g);
 		if (rc && tg_graph_replaced(a, g)) {
 			tg_graph_drop(a, g); /* the handle names another graph now */
 			continue;

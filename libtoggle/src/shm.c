@@ -41,8 +41,16 @@ static void shm_layout(struct toggle_shm_header *h)
 	h->total_size = shm_align(h->status_offset + h->status_size);
 }
 
-static int shm_map(struct toggle_shm *shm, int fd, size_t size, char *err, size_t errlen)
+/*
+ * Map fd with the layout in *lay, a private copy that was built or validated
+ * beforehand.  The offsets come from that copy, never from the mapped header:
+ * the agent can rewrite the mapping at any moment, also between the daemon's
+ * check and this map (issue 11, item 1).
+ */
+static int shm_map(struct toggle_shm *shm, int fd, const struct toggle_shm_header *lay,
+		   char *err, size_t errlen)
 {
+	size_t size = (size_t)lay->total_size;
 	void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (base == MAP_FAILED) {
 		snprintf(err, errlen, "mmap of %zu bytes: %s", size, strerror(errno));
@@ -52,8 +60,8 @@ static int shm_map(struct toggle_shm *shm, int fd, size_t size, char *err, size_
 	shm->size = size;
 	shm->base = base;
 	shm->hdr = base;
-	shm->ctl = (struct toggle_shm_control *)((char *)base + shm->hdr->control_offset);
-	shm->st = (struct toggle_shm_status *)((char *)base + shm->hdr->status_offset);
+	shm->ctl = (struct toggle_shm_control *)((char *)base + lay->control_offset);
+	shm->st = (struct toggle_shm_status *)((char *)base + lay->status_offset);
 	return 0;
 }
 
@@ -79,7 +87,7 @@ int toggle_shm_create(struct toggle_shm *shm, char *err, size_t errlen)
 		close(fd);
 		return TOGGLE_ESHM;
 	}
-	int rc = shm_map(shm, fd, h.total_size, err, errlen);
+	int rc = shm_map(shm, fd, &h, err, errlen);
 	if (rc) {
 		close(fd);
 		return rc;
@@ -88,8 +96,12 @@ int toggle_shm_create(struct toggle_shm *shm, char *err, size_t errlen)
 	return 0;
 }
 
-/* Everything the daemon must know before trusting an agent's region. */
-static int shm_check_fd(int fd, size_t *size, char *err, size_t errlen)
+/*
+ * Everything the daemon must know before trusting an agent's region.  The
+ * header is copied once (pread) and compared with this library's own layout;
+ * on success *lay is that own layout, which the caller maps with.
+ */
+static int shm_check_fd(int fd, struct toggle_shm_header *lay, char *err, size_t errlen)
 {
 	struct stat sb;
 	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
@@ -131,7 +143,7 @@ static int shm_check_fd(int fd, size_t *size, char *err, size_t errlen)
 			 want.layout_version);
 		return TOGGLE_ESHM;
 	}
-	*size = want.total_size;
+	*lay = want;
 	return 0;
 }
 
@@ -139,8 +151,8 @@ int toggle_shm_attach(int fd, struct toggle_shm *shm, char *err, size_t errlen)
 {
 	memset(shm, 0, sizeof(*shm));
 	shm->fd = -1;
-	size_t size = 0;
-	int rc = shm_check_fd(fd, &size, err, errlen);
+	struct toggle_shm_header lay;
+	int rc = shm_check_fd(fd, &lay, err, errlen);
 	if (rc)
 		return rc;
 	int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -148,7 +160,7 @@ int toggle_shm_attach(int fd, struct toggle_shm *shm, char *err, size_t errlen)
 		snprintf(err, errlen, "dup of the shared memory fd: %s", strerror(errno));
 		return TOGGLE_ESHM;
 	}
-	rc = shm_map(shm, own, size, err, errlen);
+	rc = shm_map(shm, own, &lay, err, errlen);
 	if (rc)
 		close(own);
 	return rc;

@@ -71,6 +71,9 @@ struct sim_node {
 	struct sim_hdr devhdr;   /* the CUgraphDeviceNode handle, live when device-updatable */
 	struct sim_nodeset *set; /* the node set it belongs to */
 	unsigned index; /* position in its node set: an exec finds it in O(1) */
+	/* Clones (see "clones and graph edits" below). */
+	const struct sim_node *origin; /* the node it was cloned from (compared, never read) */
+	bool removed;                  /* cuGraphDestroyNode: no longer part of its graph */
 	CUgraphNodeType type;
 	toggle_sim_kernel_fn fn; /* kernel nodes of toggle_sim_launch_kernel */
 	void *arg;
@@ -98,6 +101,9 @@ struct sim_nodeset {
 	unsigned execs; /* live execs instantiated from it */
 	unsigned n, cap;
 	struct sim_node **v; /* pointers, so node addresses never move */
+	/* A clone can lose nodes and gain edges (see "clones and graph edits"). */
+	bool clone;
+	unsigned removed; /* nodes destroyed; they stay in v until the last reference goes */
 };
 
 struct sim_stream;
@@ -224,6 +230,11 @@ struct toggle_sim {
 	struct sim_exec *spare_exec;
 	unsigned last_graph_id, last_exec_id;
 };
+
+/* Clones and graph edits (the producer-free exec), defined at the end. */
+static CUresult sim_edges_order(const struct sim_nodeset *ns, struct sim_node ***out,
+				unsigned *live);
+static void sim_edges_apply(struct sim_nodeset *ns, struct sim_node **order);
 
 /* ---- objects and handles --------------------------------------------------- */
 
@@ -427,13 +438,18 @@ static struct sim_graph *sim_graph_new(struct toggle_sim *sim)
 
 static void sim_stream_leave_capture(struct sim_stream *st);
 
-/* Free a dead graph or exec's memory, or keep it for the next one (handle reuse). */
+/* Free a dead graph or exec's memory, or keep it for the next one (handle
+ * reuse): the last one destroyed, so that a clone destroyed inside the
+ * library (bare.c) does not take the handle the application's next graph
+ * would get. */
 static void sim_obj_release(struct toggle_sim *sim, void *obj, void **spare)
 {
-	if (sim->reuse && *spare == NULL)
+	if (sim->reuse) {
+		free(*spare);
 		*spare = obj;
-	else
+	} else {
 		free(obj);
+	}
 }
 
 static void sim_graph_free(struct sim_graph *g)
@@ -1081,16 +1097,24 @@ CUresult toggle_sim_graph_instantiate_with_flags(CUgraphExec *exec_out, CUgraph 
 	if (g == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
 	CUresult check = CUDA_SUCCESS;
+	struct sim_node **order = NULL; /* a clone's execution order (sim_edges_order) */
+	unsigned live = g->nodes->n;
 	if (exec_out == NULL || flags != 0)
 		check = CUDA_ERROR_INVALID_VALUE;
 	else if (g->devupd && g->nodes->execs > 0)
 		check = CUDA_ERROR_NOT_SUPPORTED; /* the driver: one exec at a time */
+	else if (g->nodes->clone)
+		check = sim_edges_order(g->nodes, &order, &live);
 	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_INSTANTIATE, check);
-	if (r != CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS) {
+		free(order);
 		return r;
+	}
+	sim_edges_apply(g->nodes, order);
 	struct sim_exec *ex = sim_exec_new(g);
 	if (ex == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	ex->n = live; /* a clone's destroyed nodes come last and are not part of it */
 	*exec_out = (CUgraphExec)ex;
 	return CUDA_SUCCESS;
 }
@@ -1130,7 +1154,7 @@ unsigned toggle_sim_graph_node_count(CUgraph graph)
 {
 	const struct sim_graph *g = sim_graph_of(graph);
 
-	return g != NULL ? g->nodes->n : 0;
+	return g != NULL ? g->nodes->n - g->nodes->removed : 0;
 }
 
 void toggle_sim_set_handle_reuse(struct toggle_sim *sim, bool on)
@@ -1785,6 +1809,308 @@ CUresult toggle_sim_stream_wait_event(CUstream stream, CUevent event, unsigned f
 	return CUDA_SUCCESS;
 }
 
+/* ---- clones and graph edits (the producer-free exec) ------------------------------------- */
+
+/*
+ * cuGraphClone copies a graph's nodes (new handles) and edges.  A clone's
+ * nodes can then be destroyed (their edges go with them) and dependencies
+ * added.  Instantiating a clone runs its nodes in a topological order that,
+ * among the nodes ready at each point, takes the last one in the clone's
+ * order: where a missing edge leaves two nodes unordered, the later one runs
+ * first, so an order that rests on a missing edge shows in what the kernels
+ * record.  Model limits (the driver has none of them): only a clone's nodes
+ * can be destroyed or given dependencies, and only while no exec of it
+ * lives (its execs share its node set); edge data must be the default.
+ */
+
+/* Append x to a node's edge list (deps: exact size; outs: with a capacity). */
+static bool sim_edges_link(struct sim_node *from, struct sim_node *to)
+{
+	struct sim_node **deps = realloc(to->deps, ((size_t)to->n_deps + 1) * sizeof(*deps));
+
+	if (deps == NULL)
+		return false;
+	to->deps = deps;
+	if (from->n_outs == from->cap_outs) {
+		unsigned cap = from->cap_outs ? 2 * from->cap_outs : 2;
+		struct sim_node **outs = realloc(from->outs, cap * sizeof(*outs));
+		if (outs == NULL)
+			return false;
+		from->outs = outs;
+		from->cap_outs = cap;
+	}
+	to->deps[to->n_deps++] = from;
+	from->outs[from->n_outs++] = to;
+	return true;
+}
+
+/* Remove every x from v[0..*n), keeping the order. */
+static void sim_edges_drop(struct sim_node **v, unsigned *n, const struct sim_node *x)
+{
+	unsigned k = 0;
+
+	for (unsigned i = 0; i < *n; i++)
+		if (v[i] != x)
+			v[k++] = v[i];
+	*n = k;
+}
+
+/* A node of a clone that is still part of it, or NULL. */
+static struct sim_node *sim_edges_node(CUgraphNode h)
+{
+	struct sim_node *nd = sim_node_of(h);
+
+	return nd != NULL && nd->set->clone && !nd->removed ? nd : NULL;
+}
+
+static bool sim_edges_has(const struct sim_node *to, const struct sim_node *from)
+{
+	for (unsigned i = 0; i < to->n_deps; i++)
+		if (to->deps[i] == from)
+			return true;
+	return false;
+}
+
+/* Whether edge data is absent or all default. */
+static bool sim_edges_default(const CUgraphEdgeData *e, size_t n)
+{
+	static const CUgraphEdgeData zero;
+
+	for (size_t i = 0; e != NULL && i < n; i++)
+		if (memcmp(&e[i], &zero, sizeof(zero)) != 0)
+			return false;
+	return true;
+}
+
+/* The execution order of a clone's nodes, destroyed ones last; NULL when
+ * an exec already fixed it (edits are refused while one lives). */
+static CUresult sim_edges_order(const struct sim_nodeset *ns, struct sim_node ***out,
+				unsigned *live)
+{
+	*out = NULL;
+	*live = ns->n - ns->removed;
+	if (ns->execs > 0)
+		return CUDA_SUCCESS;
+	struct sim_node **order = malloc(((size_t)ns->n + 1) * sizeof(*order));
+	unsigned *indeg = calloc((size_t)ns->n + 1, sizeof(*indeg));
+	bool *placed = calloc((size_t)ns->n + 1, sizeof(*placed));
+	if (order == NULL || indeg == NULL || placed == NULL) {
+		free(order);
+		free(indeg);
+		free(placed);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (unsigned i = 0; i < ns->n; i++)
+		indeg[i] = ns->v[i]->n_deps; /* destroying a node removed its edges */
+	unsigned k = 0;
+	for (;;) {
+		unsigned pick = ns->n;
+		for (unsigned i = ns->n; i-- > 0;) {
+			if (!ns->v[i]->removed && !placed[i] && indeg[i] == 0) {
+				pick = i;
+				break;
+			}
+		}
+		if (pick == ns->n)
+			break;
+		placed[pick] = true;
+		order[k++] = ns->v[pick];
+		for (unsigned j = 0; j < ns->v[pick]->n_outs; j++)
+			indeg[ns->v[pick]->outs[j]->index]--;
+	}
+	CUresult r = CUDA_SUCCESS;
+	if (k != *live) {
+		r = CUDA_ERROR_INVALID_VALUE; /* a cycle */
+		free(order);
+		order = NULL;
+	} else {
+		for (unsigned i = 0; i < ns->n; i++)
+			if (ns->v[i]->removed)
+				order[k++] = ns->v[i];
+	}
+	free(indeg);
+	free(placed);
+	*out = order;
+	return r;
+}
+
+static void sim_edges_apply(struct sim_nodeset *ns, struct sim_node **order)
+{
+	if (order == NULL)
+		return;
+	for (unsigned i = 0; i < ns->n; i++) {
+		ns->v[i] = order[i];
+		order[i]->index = i;
+	}
+	free(order);
+}
+
+/* A copy of nd for a clone's node set (its edges are added later). */
+static struct sim_node *sim_edges_copy(struct sim_nodeset *ns, const struct sim_node *nd)
+{
+	unsigned char *params = NULL;
+
+	if (nd->params != NULL) {
+		size_t bytes = 0;
+		for (unsigned i = 0; i < nd->func->n_params; i++)
+			bytes += nd->func->param_size[i];
+		params = malloc(bytes ? bytes : 1);
+		if (params == NULL)
+			return NULL;
+		memcpy(params, nd->params, bytes);
+	}
+	struct sim_node *c = sim_nodeset_add(ns, nd->hdr.sim, nd->type, nd->fn, nd->arg);
+	if (c == NULL) {
+		free(params);
+		return NULL;
+	}
+	c->func = nd->func;
+	c->params = params;
+	c->devupd = nd->devupd;
+	c->devhdr.magic = nd->devupd ? SIM_MAGIC : 0;
+	c->origin = nd;
+	return c;
+}
+
+CUresult toggle_sim_graph_clone(CUgraph *clone_out, CUgraph original)
+{
+	struct sim_graph *g = sim_graph_of(original);
+
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult check = clone_out == NULL ? CUDA_ERROR_INVALID_VALUE
+			 : g->capturing != NULL ? CUDA_ERROR_ILLEGAL_STATE : CUDA_SUCCESS;
+	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_GRAPH_CLONE, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	const struct sim_nodeset *src = g->nodes;
+	struct sim_graph *c = sim_graph_new(g->obj.hdr.sim);
+	struct sim_node **map = calloc((size_t)src->n + 1, sizeof(*map)); /* by source index */
+	bool ok = c != NULL && map != NULL;
+	if (ok)
+		c->nodes->clone = true;
+	for (unsigned i = 0; ok && i < src->n; i++)
+		if (!src->v[i]->removed)
+			ok = (map[i] = sim_edges_copy(c->nodes, src->v[i])) != NULL;
+	for (unsigned i = 0; ok && i < src->n; i++) {
+		const struct sim_node *nd = src->v[i];
+		for (unsigned j = 0; ok && !nd->removed && j < nd->n_deps; j++)
+			ok = sim_edges_link(map[nd->deps[j]->index], map[i]);
+	}
+	free(map);
+	if (!ok) {
+		if (c != NULL)
+			sim_graph_free(c);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	c->devupd = g->devupd;
+	*clone_out = (CUgraph)c;
+	return CUDA_SUCCESS;
+}
+
+/* Live objects on a list (leak checks: a clone or a bare exec left behind). */
+static unsigned sim_list_count(const struct sim_obj *head)
+{
+	unsigned n = 0;
+
+	for (const struct sim_obj *o = head->next; o != head; o = o->next)
+		n++;
+	return n;
+}
+
+unsigned toggle_sim_graph_count(const struct toggle_sim *sim)
+{
+	return sim != NULL ? sim_list_count(&sim->graphs) : 0;
+}
+
+unsigned toggle_sim_exec_count(const struct toggle_sim *sim)
+{
+	return sim != NULL ? sim_list_count(&sim->execs) : 0;
+}
+
+CUresult toggle_sim_graph_node_find_in_clone(CUgraphNode *node_out, CUgraphNode original,
+					     CUgraph clone)
+{
+	const struct sim_graph *c = sim_graph_of(clone);
+	const struct sim_node *o = sim_node_of(original);
+
+	if (node_out == NULL || c == NULL || o == NULL || o->hdr.sim != c->obj.hdr.sim)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < c->nodes->n; i++) {
+		if (c->nodes->v[i]->origin == o && !c->nodes->v[i]->removed) {
+			*node_out = (CUgraphNode)c->nodes->v[i];
+			return CUDA_SUCCESS;
+		}
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Driver rule: a device-updatable node cannot be destroyed. */
+CUresult toggle_sim_graph_destroy_node(CUgraphNode node)
+{
+	struct sim_node *nd = sim_node_of(node);
+
+	if (nd == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct sim_nodeset *ns = nd->set;
+	CUresult check = nd->devupd ? CUDA_ERROR_INVALID_VALUE
+			 : !ns->clone || ns->execs > 0 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
+	CUresult r = sim_gate(nd->hdr.sim, TOGGLE_SIM_OP_DESTROY_NODE, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	for (unsigned i = 0; i < nd->n_deps; i++)
+		sim_edges_drop(nd->deps[i]->outs, &nd->deps[i]->n_outs, nd);
+	for (unsigned i = 0; i < nd->n_outs; i++)
+		sim_edges_drop(nd->outs[i]->deps, &nd->outs[i]->n_deps, nd);
+	nd->n_deps = 0;
+	nd->n_outs = 0;
+	nd->removed = true;
+	nd->hdr.magic = 0;
+	ns->removed++;
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_graph_add_dependencies(CUgraph graph, const CUgraphNode *from,
+					   const CUgraphNode *to, const CUgraphEdgeData *edges,
+					   size_t n)
+{
+	struct sim_graph *g = sim_graph_of(graph);
+
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult check = CUDA_SUCCESS;
+	if (n > 0 && (from == NULL || to == NULL))
+		check = CUDA_ERROR_INVALID_VALUE;
+	else if (n > 0 && (!g->nodes->clone || g->nodes->execs > 0 || !sim_edges_default(edges, n)))
+		check = CUDA_ERROR_NOT_SUPPORTED;
+	for (size_t i = 0; check == CUDA_SUCCESS && i < n; i++) {
+		const struct sim_node *f = sim_edges_node(from[i]), *t = sim_edges_node(to[i]);
+		if (f == NULL || t == NULL || f->set != g->nodes || t->set != g->nodes || f == t ||
+		    sim_edges_has(t, f))
+			check = CUDA_ERROR_INVALID_VALUE; /* the driver: an existing edge is an error */
+		for (size_t j = 0; j < i; j++)
+			if (from[j] == from[i] && to[j] == to[i])
+				check = CUDA_ERROR_INVALID_VALUE;
+	}
+	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_ADD_DEPENDENCIES, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		struct sim_node *f = sim_edges_node(from[i]), *t = sim_edges_node(to[i]);
+		if (!sim_edges_link(f, t)) {
+			/* A failed call changes nothing: undo the edges added so far. */
+			while (i-- > 0) {
+				f = sim_edges_node(from[i]);
+				t = sim_edges_node(to[i]);
+				t->n_deps--;
+				f->n_outs--;
+			}
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
 /* ---- errors ------------------------------------------------------------------------------ */
 
 /* The driver's own texts, for the results the simulator returns or is often told to inject. */
@@ -1885,6 +2211,12 @@ void tg_cu_load_sim(struct tg_cu *cu, struct toggle_sim *sim)
 		cu->graph_get_id = toggle_sim_graph_get_id;
 		cu->graph_exec_get_id = toggle_sim_graph_exec_get_id;
 	}
+	cu->graph_clone = toggle_sim_graph_clone;
+	cu->graph_node_find_in_clone = toggle_sim_graph_node_find_in_clone;
+	cu->graph_destroy_node = toggle_sim_graph_destroy_node;
+	cu->graph_add_dependencies = toggle_sim_graph_add_dependencies;
+	cu->graph_destroy = toggle_sim_graph_destroy;
+	cu->graph_exec_destroy = toggle_sim_exec_destroy;
 	/* The handle-less ones are reached through tg_cu_*, which pass cu->sim. */
 	cu->planner_image = tg_planner_sim_image();
 	cu->driver_version = toggle_sim_driver_version(sim);

@@ -52,6 +52,7 @@ class Config(Structure):
         ("backend", c_int),
         ("sim", c_void_p),
         ("socket_path", c_char_p),
+        ("no_bare_exec", c_bool),
     ]
 
 
@@ -78,6 +79,9 @@ class GraphStatus(Structure):
         ("tainted_step", c_int64),
         ("tainted", c_bool),
         ("blocked", c_bool),
+        ("bare_exec", c_bool),
+        ("bare_running", c_bool),
+        ("bare_replays", c_uint64),
     ]
 
 
@@ -92,7 +96,8 @@ class Stats(Structure):
     _fields_ = [(n, c_uint64) for n in (
         "launches", "launches_unrelated", "launches_refused", "node_set_calls", "syncs",
         "rebinds", "uploads", "mask_writes", "mask_words", "stream_joins", "reuse_fences", "version")] + [
-        ("step", c_int64)]
+        ("step", c_int64)] + [(n, c_uint64) for n in (
+        "bare_builds", "bare_build_failures", "bare_switches")]
 
 
 class RegistryCheck(Structure):

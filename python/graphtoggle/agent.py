@@ -32,16 +32,19 @@ class Agent:
     """A libtoggle agent.
 
     Agent(name, hooks={"resid_post": 32, "mlp_out": 32}, mode="lazy"|"eager"|"device",
-          socket=None, group=None, strict=False, backend="cuda"|"sim", sim=None)
+          socket=None, group=None, strict=False, backend="cuda"|"sim", sim=None,
+          bare_exec=True)
 
     hooks: hook type -> layer count (libtoggle's catalog has one layer count, so the
     counts must be equal), or a sequence of type names with layers=N.
     backend "sim" runs on the in-tree simulator (graphtoggle.sim.Sim; one is created
     when sim is None and closed with the agent).
+    bare_exec=False: no producer-free exec per bound graph (toggle_config.no_bare_exec;
+    graph_status()'s bare_exec / bare_running say which exec a graph's launches run).
     """
 
     def __init__(self, name, hooks, mode="lazy", socket=None, group=None, strict=False,
-                 backend="cuda", sim=None, layers=None):
+                 backend="cuda", sim=None, layers=None, bare_exec=True):
         self._h = None
         self._lib = lib = _lib.lib()
         if not isinstance(name, str) or not name or len(name.encode()) >= _lib.MAX_NAME:
@@ -62,6 +65,8 @@ class Agent:
             raise InvalidArgumentError("layer count must be an int (hooks={'type': N} or layers=N)")
         if mode not in _MODES:
             raise InvalidArgumentError("mode must be one of %s, got %r" % (", ".join(_MODES), mode))
+        if not isinstance(bare_exec, bool):
+            raise InvalidArgumentError("bare_exec must be True or False, got %r" % (bare_exec,))
         if backend not in _BACKENDS:
             raise InvalidArgumentError("backend must be 'cuda' or 'sim', got %r" % (backend,))
         self.catalog = Catalog(names, n_layers)
@@ -74,7 +79,7 @@ class Agent:
             name=name.encode(), group=group.encode() if group else None,
             catalog=self.catalog._c, mode=_MODES[mode], strict=bool(strict),
             backend=_BACKENDS[backend], sim=sim.handle if sim is not None else None,
-            socket_path=socket.encode() if socket else None)
+            socket_path=socket.encode() if socket else None, no_bare_exec=not bare_exec)
         h = _lib.P()
         rc = lib.toggle_agent_open(_byref(cfg), _byref(h))
         if rc:

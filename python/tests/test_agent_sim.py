@@ -279,6 +279,47 @@ def test_reinstantiate_rebinds(agent):
     assert reg["graphs"] == 1 and reg["complete"]
 
 
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+@pytest.mark.parametrize("bare", [True, False])
+def test_bare_exec_keyword(mode, bare):
+    """bare_exec=True (the default) builds the producer-free exec at bind and its launches
+    run it while the set enables none of the graph's hooks; bare_exec=False never builds
+    one.  Ground truth: the producers' and layers' own logs; graph_status says which exec
+    ran."""
+    kwargs = {} if bare else dict(bare_exec=False)
+    with Agent("b", hooks=HOOKS, backend="sim", mode=mode, **kwargs) as a:
+        eng = Engine(a)
+        g, e = eng.capture()
+        st = a.graph_status(g)
+        assert st["bare_exec"] is bare and not st["bare_running"] and st["bare_replays"] == 0
+        assert a.stats()["bare_builds"] == (1 if bare else 0)
+        assert a.stats()["bare_build_failures"] == 0
+        layers = eng.layer_runs
+        a.set_enabled(None)
+        a.step(0)
+        assert eng.replay(g, e) == set()
+        assert eng.layer_runs == layers + 4  # every non-producer kernel ran, once
+        st = a.graph_status(g)
+        assert st["bare_running"] is bare and st["bare_replays"] == (1 if bare else 0)
+        a.set_enabled("attn_out:2")
+        a.step(1)
+        assert eng.replay(g, e) == {("attn_out", 2)}
+        st = a.graph_status(g)
+        assert not st["bare_running"] and st["bare_replays"] == (1 if bare else 0)
+        assert st["replays"] == 2
+        a.set_enabled(None)
+        a.step(2)
+        assert eng.replay(g, e) == set()
+        st = a.graph_status(g)
+        assert st["bare_running"] is bare and st["bare_replays"] == (2 if bare else 0)
+        assert a.stats()["bare_switches"] == (3 if bare else 0)
+
+
+def test_bare_exec_keyword_refused():
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="bare_exec"):
+        Agent("b", hooks=HOOKS, backend="sim", bare_exec="no")
+
+
 def test_status(agent):
     eng = Engine(agent, types=["resid_post"])
     g, e = eng.capture()

@@ -320,7 +320,8 @@ assert d['socket'] == '$SOCK' and d['state_dir'] == '$STATE', d
 assert d['may_write'] is True and d['uptime_ms'] >= 0, d
 assert set(d) == {'daemon_version', 'protocol_version', 'uptime_ms', 'agents', 'clients',
                   'requests', 'errors', 'denied', 'dropped_peers', 'socket', 'state_dir',
-                  'may_write'}, sorted(d)
+                  'may_write', 'save_errors', 'save_error'}, sorted(d)
+assert d['save_errors'] == 0 and d['save_error'] is None, d
 "
 
 # set (replace) and wait until the agent ran it at a replay
@@ -364,7 +365,7 @@ for k in ('agent_id', 'uid', 'connected_unix_ms', 'pending_plan'):
 "
 
 ctl graphs
-expect_rc 0 "graphs" && golden graphs 1 7 8 9 && expect_aligned "graphs"
+expect_rc 0 "graphs" && golden graphs 1 7 8 9 12 && expect_aligned "graphs"
 ctl --json graphs group:demo
 expect_rc 0 "graphs (json)" && pyjson "graphs (json)" "
 g = d['graphs']
@@ -375,6 +376,7 @@ for x in g:
     assert x['bound'] is True and x['stale'] is False, x
     assert x['graph'].startswith('0x') and x['exec'].startswith('0x'), x
     assert x['replays'] >= 1 and x['last_step'] >= 0, x
+    assert x['bare_exec'] is True and x['runs'] in ('main', 'bare'), x
 assert len({x['graph'] for x in g}) == 3
 "
 
@@ -417,6 +419,20 @@ expect_rc 4 "--wait timeout (json)" && expect_json_error "--wait timeout (json)"
 kill -CONT "$APID"
 ctl disable resid_post:9-10 --wait
 expect_rc 0 "disable after the timeout"
+
+# which exec the graphs run: the producer-free one while the set enables none of their hooks
+graphs_run() {
+	"$CTL" --socket "$SOCK" --json graphs | python3 -c "
+import json, sys
+g = json.load(sys.stdin)['graphs']
+sys.exit(0 if len(g) == 3 and all(x['runs'] == '$1' and x['bare_exec'] for x in g) else 1)"
+}
+ctl set none --wait
+expect_rc 0 "set none" && wait_for 5 "every graph runs its producer-free exec" graphs_run bare
+ctl graphs
+expect_rc 0 "graphs, bare" && expect_in out "bare" "graphs shows RUNS bare"
+ctl set resid_post:0-3,attn_out:5,mlp_out:31 --wait
+expect_rc 0 "set back" && wait_for 5 "every graph runs its main exec again" graphs_run main
 
 # a user who is not root, not the daemon's user, not in the operator group may read only
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then

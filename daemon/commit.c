@@ -1,0 +1,324 @@
+/*
+ * commit.c - saving the desired state off the loop, and answering a write
+ * only once what it changed is durable.
+ *
+ * Order: durable before visible.  A write handler checks the command
+ * against the accepted state, applies it there (the agent's ctl and plans,
+ * and the store's entries) and hands its reply here.  The check phase starts
+ * a save of everything accepted so far, one save at a time: the file work
+ * (write, fsync, rename, fsync of the directory) runs on libuv's thread pool
+ * while the loop keeps serving reads, pushes, accepts and watchers, and the
+ * writes accepted meanwhile wait for the next save (group commit).  When a
+ * save is done, each agent it holds gets that state on its control lane and
+ * the replies leave, in request order per peer (server.c holds their place
+ * in the peer's queue).  When it fails, every write not yet durable is
+ * answered TOGGLE_EIO with the reason, and the accepted state of every
+ * agent and store entry goes back to the durable one: nothing that could
+ * not be saved ever reaches an agent.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "toggled.h"
+
+#define COMMIT_RETRY_MS 1000 /* rewrite after a failed save left a file unsure */
+
+struct td_pending {
+	struct td_pending *next;
+	struct td_peer *peer;     /* NULL once the peer left */
+	struct td_out *slot;      /* its place in the peer's queue */
+	uint64_t request_id;
+	uint8_t *reply;           /* the encoded reply, or NULL when a waiter answers */
+	size_t len;
+	struct td_waiter *waiter; /* armed when the save succeeds */
+};
+
+void td_agent_state_free(struct td_agent_state *st)
+{
+	free(st->plans);
+	memset(st, 0, sizeof(*st));
+}
+
+/* Without memory for the plans, the rest is copied all the same (no plans). */
+int td_agent_state_copy(struct td_agent_state *dst, const struct td_agent *a)
+{
+	struct td_plan_entry *plans = a->n_plans ? malloc(a->n_plans * sizeof(*plans)) : NULL;
+	if (plans)
+		memcpy(plans, a->plans, a->n_plans * sizeof(*plans));
+	free(dst->plans);
+	dst->ctl = a->ctl;
+	dst->has_standing = a->has_standing;
+	dst->next_batch = a->next_batch;
+	dst->n_plans = plans ? a->n_plans : 0;
+	dst->plans = plans;
+	return a->n_plans && !plans ? TOGGLE_ENOMEM : 0;
+}
+
+/* The accepted state back to the durable one (a->plans holds TD_MAX_PENDING_PLAN). */
+static void agent_rollback(struct td_agent *a)
+{
+	const struct td_agent_state *d = &a->durable;
+	a->ctl = d->ctl;
+	a->has_standing = d->has_standing;
+	a->next_batch = d->next_batch;
+	a->n_plans = d->n_plans <= TD_MAX_PENDING_PLAN ? d->n_plans : TD_MAX_PENDING_PLAN;
+	if (a->n_plans)
+		memcpy(a->plans, d->plans, a->n_plans * sizeof(*a->plans));
+	a->unsaved = false;
+	if (a->saving)
+		td_agent_state_free(&a->saving_state);
+	a->saving = false;
+}
+
+static void pending_free(struct td_pending *pd)
+{
+	free(pd->reply);
+	if (pd->waiter)
+		td_waiter_free(pd->waiter);
+	free(pd);
+}
+
+static void on_retry(uv_timer_t *t);
+
+void td_commit_init(struct td_daemon *d)
+{
+	struct td_commit *c = &d->commit;
+	memset(c, 0, sizeof(*c));
+	c->queued_tail = &c->queued;
+	c->work.data = d;
+	uv_timer_init(d->loop, &c->retry);
+	c->retry.data = d;
+}
+
+void td_commit_reply(struct td_peer *p, uint64_t request_id, uint8_t *reply, size_t len,
+		     struct td_waiter *waiter)
+{
+	struct td_commit *c = &p->d->commit;
+	struct td_pending *pd = calloc(1, sizeof(*pd));
+	if (!pd || p->closing) {
+		/* The state is accepted all the same: the next save holds it. */
+		free(pd);
+		free(reply);
+		if (waiter)
+			td_waiter_free(waiter);
+		if (!p->closing)
+			td_peer_drop(p, "out of memory");
+		return;
+	}
+	pd->peer = p;
+	pd->request_id = request_id;
+	pd->reply = reply;
+	pd->len = len;
+	pd->waiter = waiter;
+	*c->queued_tail = pd;
+	c->queued_tail = &pd->next;
+	pd->slot = td_peer_hold(p, pd);
+	if (!pd->slot)
+		pd->peer = NULL; /* dropped (queue bound, memory): answered to nobody */
+}
+
+void td_pending_detach(struct td_pending *pd)
+{
+	pd->peer = NULL;
+	pd->slot = NULL;
+}
+
+static void answer_ok(struct td_daemon *d, struct td_pending *pd)
+{
+	if (!pd->peer) {
+		pending_free(pd);
+		return;
+	}
+	if (pd->waiter) {
+		struct td_waiter *w = pd->waiter;
+		pd->waiter = NULL;
+		w->next = d->waiters;
+		d->waiters = w;
+		td_peer_fill(pd->peer, pd->slot, NULL, 0);
+	} else {
+		td_peer_fill(pd->peer, pd->slot, pd->reply, pd->len);
+		pd->reply = NULL;
+	}
+	pending_free(pd);
+}
+
+static void answer_eio(struct td_daemon *d, struct td_pending *pd, const char *msg)
+{
+	d->commit.failed_writes++;
+	if (pd->peer) {
+		Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+		Toggle__Error err = TOGGLE__ERROR__INIT;
+		uint8_t *buf = NULL;
+		size_t len = 0;
+		env.id = pd->request_id;
+		env.body_case = TOGGLE__ENVELOPE__BODY_ERROR;
+		env.error = &err;
+		err.code = TOGGLE_EIO;
+		err.message = (char *)(uintptr_t)msg;
+		d->stats.errors++;
+		if (tgp_frame_encode(&env, &buf, &len) != 0)
+			buf = NULL, len = 0; /* the slot is released: the peer times out */
+		td_peer_fill(pd->peer, pd->slot, buf, len);
+	}
+	pending_free(pd);
+}
+
+static void commit_done(struct td_daemon *d, int rc, const char *reason)
+{
+	struct td_commit *c = &d->commit;
+	struct td_pending *list = c->inflight;
+	c->inflight = NULL;
+	if (rc == 0) {
+		/* Durable: now visible. */
+		for (struct td_agent *a = d->agents; a; a = a->next) {
+			if (!a->saving)
+				continue;
+			td_agent_state_free(&a->durable);
+			a->durable = a->saving_state;
+			memset(&a->saving_state, 0, sizeof(a->saving_state));
+			a->saving = false;
+			td_agent_write_control(a);
+		}
+		for (struct td_pending *pd = list, *next; pd; pd = next) {
+			next = pd->next;
+			answer_ok(d, pd);
+		}
+		if (c->failing)
+			log_info("state: saved under %s again (%llu saves had failed)",
+				 d->cfg.state_dir, (unsigned long long)c->failures);
+		c->failing = false;
+		c->reason[0] = '\0';
+		td_timer_update(d);
+		return;
+	}
+	/* Every write not yet durable fails, those accepted since the save began too:
+	 * they were checked against state that is now rolled back. */
+	c->failures++;
+	if (!c->failing)
+		log_warnx("state: cannot save the desired state: %s; writes are answered with "
+			  "TOGGLE_EIO and not applied until a save succeeds", reason);
+	c->failing = true;
+	snprintf(c->reason, sizeof(c->reason), "%s", reason);
+	char msg[400];
+	snprintf(msg, sizeof(msg), "desired state not saved, nothing applied: %s", reason);
+	for (struct td_agent *a = d->agents; a; a = a->next)
+		if (a->saving || a->unsaved)
+			agent_rollback(a);
+	td_store_rollback(&d->store);
+	struct td_pending *q = c->queued;
+	c->queued = NULL;
+	c->queued_tail = &c->queued;
+	for (int pass = 0; pass < 2; pass++)
+		for (struct td_pending *pd = pass ? q : list, *next; pd; pd = next) {
+			next = pd->next;
+			answer_eio(d, pd, msg);
+		}
+	/* A file the failed save replaced is written back to its saved value later. */
+	if (d->store.dirty && !c->stopping)
+		uv_timer_start(&c->retry, on_retry, COMMIT_RETRY_MS, 0);
+}
+
+static void work_run(uv_work_t *w)
+{
+	struct td_daemon *d = w->data;
+	td_store_job_run(d->commit.job);
+}
+
+static void work_done(uv_work_t *w, int status)
+{
+	struct td_daemon *d = w->data;
+	struct td_commit *c = &d->commit;
+	char reason[256] = "";
+	struct td_store_job *j = c->job;
+	c->job = NULL;
+	int rc = td_store_job_end(&d->store, j, reason, sizeof(reason));
+	if (status != 0 && rc == 0) {
+		rc = TOGGLE_EIO;
+		snprintf(reason, sizeof(reason), "the save did not run: %s", uv_strerror(status));
+	}
+	commit_done(d, rc, reason);
+}
+
+/* Snapshot what was accepted and save it: on the thread pool, or at once when no file changes. */
+static void commit_start(struct td_daemon *d, bool sync)
+{
+	struct td_commit *c = &d->commit;
+	uv_timer_stop(&c->retry);
+	struct td_store_job *j = td_store_job_begin(&d->store, d->cfg.state_dir);
+	bool ok = j != NULL;
+	for (struct td_agent *a = d->agents; ok && a; a = a->next) {
+		if (!a->unsaved)
+			continue;
+		if (td_agent_state_copy(&a->saving_state, a) != 0) {
+			ok = false;
+			break;
+		}
+		a->saving = true;
+		a->unsaved = false;
+	}
+	c->inflight = c->queued;
+	c->queued = NULL;
+	c->queued_tail = &c->queued;
+	if (!ok) {
+		char reason[64];
+		snprintf(reason, sizeof(reason), "out of memory");
+		if (j)
+			td_store_job_cancel(&d->store, j); /* its entries dirty again */
+		commit_done(d, TOGGLE_EIO, reason);
+		return;
+	}
+	if (sync || td_store_job_entries(j) == 0) {
+		char reason[256] = "";
+		td_store_job_run(j);
+		int rc = td_store_job_end(&d->store, j, reason, sizeof(reason));
+		commit_done(d, rc, reason);
+		return;
+	}
+	c->job = j;
+	int rc = uv_queue_work(d->loop, &c->work, work_run, work_done);
+	if (rc != 0) {
+		char reason[256] = "";
+		c->job = NULL;
+		td_store_job_run(j); /* no thread pool: do it here rather than lose it */
+		rc = td_store_job_end(&d->store, j, reason, sizeof(reason));
+		commit_done(d, rc, reason);
+	}
+}
+
+static void on_retry(uv_timer_t *t)
+{
+	struct td_daemon *d = t->data;
+	if (!d->commit.job && d->store.dirty && !d->commit.stopping)
+		commit_start(d, false);
+}
+
+/*
+ * Check phase.  A save starts when writes wait for one (or something is
+ * dirty and the last save did not fail: the retry timer handles that case,
+ * so a full disk is not hammered) and none is in flight.
+ */
+void td_commit_kick(struct td_daemon *d)
+{
+	struct td_commit *c = &d->commit;
+	if (c->job || c->stopping)
+		return;
+	if (c->queued || (d->store.dirty && !c->failing))
+		commit_start(d, false);
+}
+
+void td_commit_drain(struct td_daemon *d)
+{
+	struct td_commit *c = &d->commit;
+	c->stopping = true;
+	while (c->job)
+		uv_run(d->loop, UV_RUN_ONCE);
+	if (c->queued || d->store.dirty)
+		commit_start(d, true);
+	if (d->commit.failing)
+		log_warnx("state: the last desired state could not be saved at shutdown: %s",
+			  c->reason);
+	uv_timer_stop(&c->retry);
+	uv_close((uv_handle_t *)&c->retry, NULL);
+}

@@ -1,0 +1,110 @@
+/*
+ * paths.c - the directories toggled puts its socket and its state in must
+ * be its own (issue 11 item 6): a directory another user owns or may write
+ * could have been made in advance (the /tmp fallbacks of a non-root daemon)
+ * to take over the socket, be handed agents' memfds, or plant state.
+ *
+ * A trusted directory is owned by our uid or root and not writable by group
+ * or others; an ancestor may be writable by others only with the sticky bit
+ * (/tmp), which stops them from renaming what is in it.  Directories we
+ * create are made with mkdir, which fails on anything already there; what
+ * was there is then checked, never assumed.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "toggled.h"
+
+static const char *mode_what(mode_t m)
+{
+	if (S_ISREG(m)) return "a regular file";
+	if (S_ISLNK(m)) return "a symbolic link";
+	if (S_ISSOCK(m)) return "a socket";
+	if (S_ISFIFO(m)) return "a FIFO";
+	if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+	return "not a directory";
+}
+
+/* One directory: owner and write bits; leaf: the last component (no symlink, no sticky pass). */
+static int dir_trusted(const char *dir, bool leaf, bool sticky_leaf_ok, char *err, size_t errlen)
+{
+	struct stat sb;
+	if ((leaf ? lstat(dir, &sb) : stat(dir, &sb)) != 0) {
+		snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(sb.st_mode)) {
+		snprintf(err, errlen, "%s is %s, not a directory", dir, mode_what(sb.st_mode));
+		return -1;
+	}
+	if (sb.st_uid != geteuid() && sb.st_uid != 0) {
+		snprintf(err, errlen, "%s belongs to uid %u, not to uid %u (toggled) or root: another "
+			 "user may have made it; not using it", dir, (unsigned)sb.st_uid,
+			 (unsigned)geteuid());
+		return -1;
+	}
+	bool others_write = (sb.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+	bool sticky = (sb.st_mode & S_ISVTX) != 0;
+	if (others_write && !(sticky && (!leaf || sticky_leaf_ok))) {
+		snprintf(err, errlen, "%s is writable by %s (mode %04o): not using it", dir,
+			 sb.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(sb.st_mode & 07777));
+		return -1;
+	}
+	return 0;
+}
+
+int td_path_dir_trusted(const char *dir, bool sticky_leaf_ok, char *err, size_t errlen)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(dir);
+	if (n == 0 || n >= sizeof(buf)) {
+		snprintf(err, errlen, "directory path empty or too long");
+		return -1;
+	}
+	memcpy(buf, dir, n + 1);
+	while (n > 1 && buf[n - 1] == '/')
+		buf[--n] = '\0';
+	if (dir_trusted(buf, true, sticky_leaf_ok, err, errlen) != 0)
+		return -1;
+	/* The ancestors, from the nearest up (relative paths: up to the working directory's). */
+	for (char *slash = strrchr(buf, '/'); slash; slash = strrchr(buf, '/')) {
+		if (slash == buf) {
+			buf[1] = '\0';
+			return dir_trusted(buf, false, true, err, errlen);
+		}
+		*slash = '\0';
+		if (dir_trusted(buf, false, true, err, errlen) != 0)
+			return -1;
+	}
+	return dir_trusted(".", false, true, err, errlen);
+}
+
+int td_path_mkdirs(const char *dir, mode_t leaf_mode, char *err, size_t errlen)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(dir);
+	if (n == 0 || n >= sizeof(buf)) {
+		snprintf(err, errlen, "directory path empty or too long");
+		return -1;
+	}
+	memcpy(buf, dir, n + 1);
+	for (char *c = buf + 1; *c; c++) {
+		if (*c != '/')
+			continue;
+		*c = '\0';
+		if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+			snprintf(err, errlen, "cannot create %s: %s", buf, strerror(errno));
+			return -1;
+		}
+		*c = '/';
+	}
+	if (mkdir(buf, leaf_mode) != 0 && errno != EEXIST) {
+		snprintf(err, errlen, "cannot create %s: %s", buf, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
