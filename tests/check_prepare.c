@@ -458,7 +458,8 @@ END_TEST
  * the set unchanged (nothing left to write), a launch on stream 1, through
  * toggle_graph_launch or prepare + own launch.  That launch must wait for
  * stream 0's words: with the host ahead of the device, nothing else orders
- * it after them.  _i: 0 launch, 1 prepare.
+ * it after them.  Also through a chain of two unlaunched prepares on two
+ * streams.  _i: 0 launch, 1 prepare.
  */
 START_TEST(device_unlaunched_prepare_other_stream)
 {
@@ -480,6 +481,14 @@ START_TEST(device_unlaunched_prepare_other_stream)
 		pfx_check(f); /* first: what ran is the point */
 		ck_assert_uint_eq(j1, joins + 1);
 		ck_assert_uint_eq(j2, joins + 1);
+		/* A chain: words on stream 0, a prepare on stream 1 with nothing to
+		 * write (it only waits for stream 0), neither launched; the launch
+		 * on stream 2 must still come after stream 0's words. */
+		step(f, s0 + 2, sets[0]);
+		ck_assert_int_eq(prepare(f, 0, 0), 0);
+		ck_assert_int_eq(prepare(f, 0, 1), 0);
+		ck_assert_int_eq(_i ? via_prepare(f, 0, 2) : via_launch(f, 0, 2), 0);
+		pfx_check(f);
 	}
 	pfx_close(f);
 }

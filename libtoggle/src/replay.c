@@ -313,15 +313,17 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 	if (g && tg_graph_related(g) &&
 	    __builtin_expect(exec != g->exec || g->applied_version != a->version ||
 			     (!launch && g->run != g->exec), 0)) {
-		uint64_t words = a->stats.mask_words;
+		uint64_t words = a->stats.mask_words, joins = a->stats.stream_joins;
 		int rc = launch_prepare(a, g, exec, stream, !launch);
 		if (rc < 0)
 			return launch_refuse(a, rc);
-		if (!launch && rc == 0 && g->dev == TG_DEV_ACTIVE && a->stats.mask_words != words) {
-			/* Device mode: the words just enqueued on stream may never see the
-			 * promised launch there, and nothing else orders a launch on
-			 * another stream after them.  Off the fast path for the next
-			 * launch or prepare, whose sync joins when its stream differs. */
+		if (!launch && rc == 0 && g->dev == TG_DEV_ACTIVE &&
+		    (a->stats.mask_words != words || a->stats.stream_joins != joins)) {
+			/* Device mode: the words just enqueued on stream (or the wait
+			 * for an earlier stream's) may never see the promised launch
+			 * there, and nothing else orders a launch on another stream
+			 * after them.  Off the fast path for the next launch or
+			 * prepare, whose sync joins when its stream differs. */
 			g->prep_unordered = true;
 			g->applied_version = 0;
 		}
