@@ -315,8 +315,8 @@ static uint32_t pick(uint64_t *rng, uint32_t prev)
 
 /*
  * Random steps and sets (plans too), a few replays per step, each through
- * toggle_graph_launch, prepare + own launch, or a prepare left without its
- * launch followed by prepare + own launch.  streams > 1: random streams.
+ * toggle_graph_launch, prepare + own launch, or one or two prepares left
+ * without their launch followed by either.  streams > 1: random streams.
  * Device mode runs deferred (the host ahead of the device).
  */
 static void random_steps(enum toggle_mode mode, uint64_t seed, int streams, int steps)
@@ -347,12 +347,19 @@ static void random_steps(enum toggle_mode mode, uint64_t seed, int streams, int 
 			case 0:
 				ck_assert_int_eq(via_launch(f, g, si), 0);
 				break;
-			case 3: {
-				/* left without its launch: the next prepare must still be exact */
-				int sj = (int)(rng_next(&rng) % (uint64_t)streams);
-				ck_assert_int_eq(prepare(f, g, sj), 0);
-				unlaunched[g]++;
-			}
+			case 3:
+				/* one or two left without their launch, on random streams:
+				 * the next prepare must still be exact */
+				for (int k = 1 + (int)(rng_next(&rng) % 2); k > 0; k--) {
+					int sj = (int)(rng_next(&rng) % (uint64_t)streams);
+					ck_assert_int_eq(prepare(f, g, sj), 0);
+					unlaunched[g]++;
+				}
+				if (rng_next(&rng) % 2) { /* then toggle_graph_launch */
+					ck_assert_int_eq(via_launch(f, g, si), 0);
+					break;
+				}
+				/* then prepare + own launch */
 				/* fall through */
 			default:
 				ck_assert_int_eq(via_prepare(f, g, si), 0);
@@ -448,6 +455,9 @@ START_TEST(prepare_without_launch_then_prepare)
 	ck_assert_uint_eq(f->expect[0][2], B);
 	/* Accounted as launches: 1 + 3 prepares not launched + 2 launched. */
 	ck_assert_uint_eq(gstatus(f, 0).replays, 6);
+	/* The status says the exec holds the current set (device mode keeps
+	 * launches off the fast path meanwhile: not a set it lacks). */
+	ck_assert_uint_eq(gstatus(f, 0).applied_version, stats(f).version);
 	ck_assert_int_eq(gstatus(f, 0).last_step, 3);
 	pfx_close(f);
 }
@@ -459,7 +469,8 @@ END_TEST
  * toggle_graph_launch or prepare + own launch.  That launch must wait for
  * stream 0's words: with the host ahead of the device, nothing else orders
  * it after them.  Also through a chain of two unlaunched prepares on two
- * streams.  _i: 0 launch, 1 prepare.
+ * streams, and two on one stream (also with a set change and back between
+ * them).  _i: 0 launch, 1 prepare.
  */
 START_TEST(device_unlaunched_prepare_other_stream)
 {
@@ -488,6 +499,22 @@ START_TEST(device_unlaunched_prepare_other_stream)
 		ck_assert_int_eq(prepare(f, 0, 0), 0);
 		ck_assert_int_eq(prepare(f, 0, 1), 0);
 		ck_assert_int_eq(_i ? via_prepare(f, 0, 2) : via_launch(f, 0, 2), 0);
+		pfx_check(f);
+		/* Twice on one stream, neither launched (the second has nothing to
+		 * write or wait for), then a launch on another stream. */
+		step(f, s0 + 3, sets[1]);
+		ck_assert_int_eq(prepare(f, 0, 1), 0);
+		ck_assert_int_eq(prepare(f, 0, 1), 0);
+		ck_assert_int_eq(_i ? via_prepare(f, 0, 0) : via_launch(f, 0, 0), 0);
+		pfx_check(f);
+		/* The second on the same stream after a set change and back: a new
+		 * version, but nothing to write; then a launch on another stream. */
+		step(f, s0 + 4, sets[0]);
+		ck_assert_int_eq(prepare(f, 0, 2), 0);
+		step(f, s0 + 5, 0x0f0f0fu);
+		step(f, s0 + 6, sets[0]);
+		ck_assert_int_eq(prepare(f, 0, 2), 0);
+		ck_assert_int_eq(via_launch(f, 0, 1), 0);
 		pfx_check(f);
 	}
 	pfx_close(f);

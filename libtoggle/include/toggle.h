@@ -323,7 +323,8 @@ int toggle_graph_launch(struct toggle_agent *agent, CUgraph graph, CUgraphExec e
  * toggle_graph_prepare() or toggle_graph_launch() of that graph before the
  * exec is launched: that call is exact again, on any stream (device mode:
  * after a prepare that wrote mask words or waited for another stream, the
- * next call on another stream first waits for the prepare's stream), but the unlaunched prepare stays counted as a
+ * graph's next launch, and a prepare on another stream, first wait for the
+ * prepare's stream when theirs differs), but the unlaunched prepare stays counted as a
  * replay, and in device mode the taint report's launch-to-step map is off
  * by one launch for that graph.  Otherwise (the exec launched again without
  * a prepare, or on another stream than the prepare's) the launch runs

@@ -294,6 +294,21 @@ static inline void replay_account(struct toggle_agent *a, struct tg_graph *g, CU
 }
 
 /*
+ * Device mode: the mask words a prepare just enqueued on its stream (or its
+ * wait for an earlier stream's) may never see the promised launch there, and
+ * nothing else orders a launch on another stream after them (launches of one
+ * exec are serialised by the driver, but these are not launches).  Launches
+ * leave the fast path until one has waited for that stream (tg_device_sync
+ * joins); prepares on that same stream stay fast through prep_version.
+ */
+static void replay_unordered(struct tg_graph *g)
+{
+	g->prep_unordered = true;
+	g->prep_version = g->applied_version;
+	g->applied_version = 0;
+}
+
+/*
  * Every launch or prepare that is not a plain replay of an up-to-date exec:
  * the guard, the exec brought to the set on stream, the accounting.  One
  * function for both, so that toggle_graph_prepare() + cuGraphLaunch and
@@ -318,15 +333,9 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 		if (rc < 0)
 			return launch_refuse(a, rc);
 		if (!launch && rc == 0 && g->dev == TG_DEV_ACTIVE &&
-		    (a->stats.mask_words != words || a->stats.stream_joins != joins)) {
-			/* Device mode: the words just enqueued on stream (or the wait
-			 * for an earlier stream's) may never see the promised launch
-			 * there, and nothing else orders a launch on another stream
-			 * after them.  Off the fast path for the next launch or
-			 * prepare, whose sync joins when its stream differs. */
-			g->prep_unordered = true;
-			g->applied_version = 0;
-		}
+		    (a->stats.mask_words != words || a->stats.stream_joins != joins ||
+		     g->prep_unordered))
+			replay_unordered(g);
 	}
 	if (!g || !tg_graph_related(g)) {
 		/* Unrelated to us (or a planner without producers): launched untouched;
@@ -344,8 +353,14 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 	}
 	if (launch) {
 		r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
-		if (r != CUDA_SUCCESS)
+		if (r != CUDA_SUCCESS) {
+			if (g->prep_unordered && g->applied_version)
+				replay_unordered(g); /* still unordered: keep launches slow */
 			return launch_failed(a, graph, g->run, r);
+		}
+		/* after last_stream's mask work (a join when stream differs): ordered */
+		g->prep_unordered = false;
+		g->prep_version = 0;
 	}
 	replay_account(a, g, stream);
 	if (a->shm.ctl)
@@ -383,8 +398,12 @@ int toggle_graph_prepare(struct toggle_agent *a, CUgraph graph, CUgraphExec exec
 	if (__builtin_expect(!a, 0))
 		return TOGGLE_EINVAL;
 	struct tg_graph *g = tg_graph_find(a, graph);
-	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->fast_version ||
-			     g->run != g->exec, 0))
+	if (__builtin_expect(!g || exec != g->exec || g->run != g->exec, 0))
+		return replay_slow(a, graph, exec, stream, false);
+	/* Up to date; or (device mode) up to date for a prepare on the stream
+	 * of the last one, whose mask work is not known to be launched yet. */
+	if (__builtin_expect(g->applied_version != a->fast_version &&
+			     (g->prep_version != a->fast_version || stream != g->last_stream), 0))
 		return replay_slow(a, graph, exec, stream, false);
 	replay_account(a, g, stream);
 	return 0;
