@@ -16,7 +16,10 @@
  *     write a small file, fsync, rename, fsync the directory (what one save
  *     of one agent costs the daemon), so figures compare across machines.
  *
- * Usage: bench_daemon --toggled PATH [--requests N] [--seconds S]
+ * Usage: bench_daemon --toggled PATH [--requests N] [--seconds S] [--config FILE]
+ *        [--rows reads]
+ * --config passes a toggled.conf to the daemon (frames_per_turn, say);
+ * --rows reads measures the disk and the reads table only.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -75,7 +78,7 @@ static void die(const char *what)
 	exit(1);
 }
 
-static void daemon_start(struct bench *b, const char *bin)
+static void daemon_start(struct bench *b, const char *bin, const char *conf)
 {
 	const char *tmp = getenv("TMPDIR");
 	snprintf(b->dir, sizeof(b->dir), "%s/tg-bench-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
@@ -86,7 +89,11 @@ static void daemon_start(struct bench *b, const char *bin)
 	b->daemon = fork();
 	if (b->daemon == 0) {
 		freopen("/dev/null", "w", stderr);
-		execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, (char *)NULL);
+		if (conf)
+			execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, "-c", conf,
+			      (char *)NULL);
+		else
+			execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, (char *)NULL);
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {
@@ -145,9 +152,10 @@ static void agents_attach(struct bench *b, struct tgc *c, size_t n)
 	if (daemon_agents(c) < n)
 		die("agents did not register");
 	for (size_t i = 0; i < n; i++) {
-		struct tg_conn_state cs;
-		tg_conn_state(b->agents[i]->conn, &cs); /* ids follow registration order, not ours */
-		b->ids[i] = cs.agent_id;
+		struct toggle_conn_info ci; /* ids follow registration order, not ours */
+		if (toggle_conn_get(b->agents[i], &ci) != 0 || ci.agent_id == 0)
+			die("agent id");
+		b->ids[i] = ci.agent_id;
 	}
 }
 
@@ -400,7 +408,8 @@ static void reads_under_load(struct bench *b, int agents, int writers, double se
 
 int main(int argc, char **argv)
 {
-	const char *bin = NULL;
+	const char *bin = NULL, *conf = NULL;
+	bool reads_only = false; /* --rows reads: the disk and the reads table only */
 	size_t n_req = 5000;
 	double seconds = 2;
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -410,16 +419,23 @@ int main(int argc, char **argv)
 			n_req = (size_t)atol(argv[i + 1]);
 		else if (!strcmp(argv[i], "--seconds"))
 			seconds = atof(argv[i + 1]);
+		else if (!strcmp(argv[i], "--config"))
+			conf = argv[i + 1];
+		else if (!strcmp(argv[i], "--rows") && !strcmp(argv[i + 1], "reads"))
+			reads_only = true;
+		else
+			bin = NULL, i = argc; /* unknown: usage */
 	}
 	if (!bin || n_req < 10 || seconds <= 0) {
-		fprintf(stderr, "usage: bench_daemon --toggled PATH [--requests N] [--seconds S]\n");
+		fprintf(stderr, "usage: bench_daemon --toggled PATH [--requests N] [--seconds S] "
+			"[--config FILE] [--rows reads]\n");
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
 	struct bench b = {0};
 	if (toggle_sim_create(&b.sim))
 		die("sim");
-	daemon_start(&b, bin);
+	daemon_start(&b, bin, conf);
 	struct tgc *c;
 	char err[256];
 	if (tgc_connect(b.sock, 2000, &c, err, sizeof(err)))
@@ -434,14 +450,19 @@ int main(int argc, char **argv)
 	static const size_t counts[] = {1, 16, 256};
 	for (size_t i = 0; i < 3; i++) {
 		agents_attach(&b, c, counts[i]);
-		latency(&b, c, n_req);
+		if (!reads_only)
+			latency(&b, c, n_req);
 	}
-	printf("daemon: requests per second (%.0f s each, %zu agents attached)\n", seconds, b.n_agents);
-	printf("  %8s %8s %12s %12s\n", "clients", "request", "sequential", "pipelined32");
-	for (int clients = 1; clients <= 8; clients += 7)
-		for (int w = 0; w < 2; w++)
-			printf("  %8d %8s %12.0f %12.0f\n", clients, w ? "set" : "status",
-			       throughput(&b, clients, w, 1, seconds), throughput(&b, clients, w, 32, seconds));
+	if (!reads_only) {
+		printf("daemon: requests per second (%.0f s each, %zu agents attached)\n", seconds,
+		       b.n_agents);
+		printf("  %8s %8s %12s %12s\n", "clients", "request", "sequential", "pipelined32");
+		for (int clients = 1; clients <= 8; clients += 7)
+			for (int w = 0; w < 2; w++)
+				printf("  %8d %8s %12.0f %12.0f\n", clients, w ? "set" : "status",
+				       throughput(&b, clients, w, 1, seconds),
+				       throughput(&b, clients, w, 32, seconds));
+	}
 	printf("daemon: reads one at a time, alone and under 8 clients pipelining sets to %zu agents "
 	       "(%.0f s each, microseconds)\n", b.n_agents, seconds);
 	printf("  %8s %10s %10s %10s %10s %10s %12s\n", "request", "alone50", "alone99", "loaded50",
