@@ -51,6 +51,10 @@ class stream:  # noqa: N801  (torch.cuda.stream context manager)
         _C._current.pop()
 
 
+# torch.cuda.default_generators: one per device (the fake has device 0)
+default_generators = (_C.default_generator,)
+
+
 def manual_seed(seed):
     _C.default_generator.manual_seed(seed)
 
