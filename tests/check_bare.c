@@ -419,6 +419,15 @@ START_TEST(test_bare_per_graph_switch)
 	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
 	ck_assert(!gstatus(f).bare_exec);
 	ck_assert_uint_eq(gstatus(f).bare_replays, 1);
+	/* on again, then a prepare (the caller launches the main exec) at an all-off set:
+	 * set_bare(true) makes the next launch pick the bare exec at the same set */
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, true), 0);
+	ck_assert_int_eq(toggle_graph_prepare(f->agent, f->graph, f->exec, f->stream), 0);
+	ck_assert(!gstatus(f).bare_running);
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, true), 0);
+	launch_check(f, &none);
+	ck_assert(gstatus(f).bare_running);
+	ck_assert_uint_eq(gstatus(f).bare_replays, 2);
 	/* unknown graph, NULL agent */
 	ck_assert_int_eq(toggle_graph_set_bare(f->agent, (CUgraph)&none, true), TOGGLE_ENOENT);
 	ck_assert_int_eq(toggle_graph_set_bare(NULL, f->graph, true), TOGGLE_EINVAL);

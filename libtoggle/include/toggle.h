@@ -145,6 +145,10 @@ int toggle_graph_bind(struct toggle_agent *agent, CUgraph graph, CUgraphExec exe
  * toggle_config.no_bare_exec).  Takes effect now for a bound graph (off
  * destroys its bare exec, on builds one: an instantiation, not for the
  * replay path) and stays through rebinds until the graph is captured again.
+ * On (also when it already was) makes the next toggle_graph_launch pick the
+ * exec again: after a toggle_graph_prepare, launches at an unchanged set keep
+ * running the main exec (the prepare brought it to the set) until the set
+ * changes.
  */
 int toggle_graph_set_bare(struct toggle_agent *agent, CUgraph graph, bool on);
 /* Drop a graph; later launches of it through this agent fail closed (ESTALE). */

@@ -298,15 +298,18 @@ int toggle_graph_set_bare(struct toggle_agent *a, CUgraph graph, bool on)
 	if (g->stale)
 		return tg_fail(a, TOGGLE_ESTALE, "graph %p was forgotten; capture it again",
 			       (void *)graph);
-	if (g->bare_off == !on)
-		return 0;
+	bool changed = g->bare_off != !on;
 	g->bare_off = !on;
 	if (!g->bound)
 		return 0; /* decided at the bind */
-	/* Running the bare exec now: back to the main one, whose nodes hold an older set. */
-	tg_bare_leave(a, g);
-	tg_bare_bind(a, g); /* drops the old one; builds one when on */
-	if (on)
-		g->applied_version = 0; /* the next launch's slow path picks it */
+	if (changed) {
+		/* Running the bare exec now: back to the main one, whose nodes hold an older set. */
+		tg_bare_leave(a, g);
+		tg_bare_bind(a, g); /* drops the old one; builds one when on */
+	}
+	/* The next launch's slow path picks (a launch after a prepare at an unchanged set
+	 * would run the main exec on the fast path: the prepare synced it). */
+	if (on && g->bare.exec && !tg_bare_running(g))
+		g->applied_version = 0;
 	return 0;
 }

@@ -573,3 +573,23 @@ def test_random_ops_keyword_checked(agent):
             pass
         assert gtt.patched() is agent
     assert gtt.patched() is None
+
+
+@pytest.mark.parametrize("how", ["patch", "capture"])
+def test_random_ops_false_constant_all_off(agent, how):
+    """The engine's usual case: every step all off from the first replay on (the set never
+    changes).  The check replay (torch's own, after a prepare) must not leave the launches
+    that follow on the main exec: from the second replay on, the bare exec runs."""
+    m = Model(agent)
+    g, owner = _capture_how(agent, m, how, False)
+    graph = g.raw_cuda_graph()
+    agent.set_enabled("none")
+    for step in range(4):
+        agent.step(step)
+        del m.ran[:]
+        _replay_how(agent, g, how)
+        assert m.ran == []
+        assert agent.graph_status(graph)["bare_running"] is (step > 0), step
+    assert agent.graph_status(graph)["bare_replays"] == 3
+    if owner:
+        owner.end()
