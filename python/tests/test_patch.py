@@ -405,34 +405,41 @@ def test_random_ops_false_runs_the_bare_exec(how, mode):
     (the check), then all-off steps launch the bare exec through toggle_graph_launch and
     every step's producers follow its set; torch's generator is never advanced."""
     with Agent("bare-patch", hooks=HOOKS, backend="sim", sim=SIM, mode=mode) as a:
-        m = Model(a)
-        g, owner = _capture_how(a, m, how, False)
-        graph = g.raw_cuda_graph()
+        try:
+            _runs_the_bare_exec(a, how)
+        finally:
+            gtt.unpatch()  # whatever a failure left
+
+
+def _runs_the_bare_exec(a, how):
+    m = Model(a)
+    g, owner = _capture_how(a, m, how, False)
+    graph = g.raw_cuda_graph()
+    st = a.graph_status(graph)
+    assert st["bare_exec"] and not st["bare_running"]
+    assert a.stats()["bare_builds"] == 1
+    offset = torch._C.default_generator.offset
+    bare = 0
+    for step, spec in enumerate(WALK):
+        a.set_enabled(spec)
+        eff = a.step(step)
+        layers = m.layers
+        del m.ran[:]
+        _replay_how(a, g, how)
+        assert set(m.ran) == eff.to_set(), (step, spec)
+        assert m.layers == layers + 3  # the rest of the graph runs, whichever exec
         st = a.graph_status(graph)
-        assert st["bare_exec"] and not st["bare_running"]
-        assert a.stats()["bare_builds"] == 1
-        offset = torch._C.default_generator.offset
-        bare = 0
-        for step, spec in enumerate(WALK):
-            a.set_enabled(spec)
-            eff = a.step(step)
-            layers = m.layers
-            del m.ran[:]
-            _replay_how(a, g, how)
-            assert set(m.ran) == eff.to_set(), (step, spec)
-            assert m.layers == layers + 3  # the rest of the graph runs, whichever exec
-            st = a.graph_status(graph)
-            # step 0 is the check (torch's own replay, the main exec); later all-off steps
-            # run the bare exec
-            fits = spec == "none" and step > 0
-            assert st["bare_running"] is fits, (step, spec)
-            bare += fits
-            assert st["bare_replays"] == bare
-        assert bare == 4
-        assert a.stats()["launches"] == len(WALK)
-        assert torch._C.default_generator.offset == offset
-        if owner:
-            owner.end()
+        # step 0 is the check (torch's own replay, the main exec); later all-off steps
+        # run the bare exec
+        fits = spec == "none" and step > 0
+        assert st["bare_running"] is fits, (step, spec)
+        bare += fits
+        assert st["bare_replays"] == bare
+    assert bare == 4
+    assert a.stats()["launches"] == len(WALK)
+    assert torch._C.default_generator.offset == offset
+    if owner:
+        owner.end()
 
 
 @pytest.mark.parametrize("how", ["patch", "capture"])
