@@ -316,6 +316,7 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	d->n_agents++;
 	p->agent = a;
 	agent_restore(a);
+	td_cluster_agent_joined(a);
 	*id = a->id;
 	log_info("agent %s (id %llu, pid %u, uid %u, group '%s') registered: %u hook types x %u layers",
 		 a->name, (unsigned long long)a->id, a->pid, a->uid, a->group, a->cat.n_types,

@@ -6,8 +6,8 @@
 TD_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 TD_OBJ := $(TD_SRC:%.c=$(B)/%.o)
 TD_SAN_OBJ := $(TD_SRC:%.c=$(B)/san/%.o)
-TD_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv jansson)
-TD_LIBS = $$(pkg-config --libs libuv jansson) $(TGP_LIBS)
+TD_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv jansson libcurl)
+TD_LIBS = $$(pkg-config --libs libuv jansson libcurl) $(TGP_LIBS) -lpthread
 
 all: $(B)/toggled
 

@@ -36,6 +36,9 @@ static void usage(FILE *f)
 		"                             every writer with SO_PEERCRED)\n"
 		"  -f, --foreground           stay in the foreground (toggled never forks; accepted\n"
 		"                             for compatibility)\n"
+		"  -e, --etcd URL[,URL...]    join a cluster through etcd (docs/cluster.md)\n"
+		"  -C, --cluster NAME         the cluster's name (with --etcd)\n"
+		"  -H, --host-id ID           this host's id in the cluster (with --etcd)\n"
 		"  -v, --verbose              debug logging\n"
 		"  -V, --version              print the version and exit\n"
 		"  -h, --help                 this text\n");
@@ -105,9 +108,15 @@ static int config_load(struct td_config *cfg, const char *path, char *err, size_
 			} else {
 				cfg->max_queue = (size_t)v;
 			}
+		} else if (strcmp(key, "etcd") == 0 && strlen(val) < sizeof(cfg->etcd)) {
+			snprintf(cfg->etcd, sizeof(cfg->etcd), "%s", val);
+		} else if (strcmp(key, "cluster") == 0 && strlen(val) < sizeof(cfg->cluster)) {
+			snprintf(cfg->cluster, sizeof(cfg->cluster), "%s", val);
+		} else if (strcmp(key, "host_id") == 0 && strlen(val) < sizeof(cfg->host_id)) {
+			snprintf(cfg->host_id, sizeof(cfg->host_id), "%s", val);
 		} else {
 			snprintf(err, errlen, "%s:%d: unknown key '%s' or bad value (keys: operator_group, "
-				 "verbose, max_queue_bytes)", path, lineno, key);
+				 "verbose, max_queue_bytes, etcd, cluster, host_id)", path, lineno, key);
 			rc = -1;
 		}
 	}
@@ -153,13 +162,21 @@ static void on_hup(uv_signal_t *h, int signum)
 		return;
 	}
 	struct td_config next = d->cfg;
+	char etcd[sizeof(next.etcd)], cluster[sizeof(next.cluster)], host[sizeof(next.host_id)];
 	char err[512];
 	if (config_load(&next, d->cfg.config_path, err, sizeof(err)) != 0) {
 		log_warnx("SIGHUP: keeping the old configuration: %s", err);
 		return;
 	}
 	config_apply_cli(&next);
+	/* The cluster keys are read at start-up only. */
+	memcpy(etcd, d->cfg.etcd, sizeof(etcd));
+	memcpy(cluster, d->cfg.cluster, sizeof(cluster));
+	memcpy(host, d->cfg.host_id, sizeof(host));
 	d->cfg = next;
+	memcpy(d->cfg.etcd, etcd, sizeof(etcd));
+	memcpy(d->cfg.cluster, cluster, sizeof(cluster));
+	memcpy(d->cfg.host_id, host, sizeof(host));
 	log_set_verbose(d->cfg.verbose);
 	td_auth_reload(d);
 	/* Rights of connected peers follow the new configuration. */
@@ -178,6 +195,9 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		{"operator-group", required_argument, NULL, 'g'},
 		{"socket-mode", required_argument, NULL, 'm'},
 		{"foreground", no_argument, NULL, 'f'},
+		{"etcd", required_argument, NULL, 'e'},
+		{"cluster", required_argument, NULL, 'C'},
+		{"host-id", required_argument, NULL, 'H'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},
@@ -185,8 +205,9 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 	};
 	struct td_config *cfg = &d->cfg;
 	const char *sock = NULL, *state = NULL, *group = NULL;
+	const char *etcd = NULL, *cluster = NULL, *host = NULL;
 	int c;
-	while ((c = getopt_long(argc, argv, "s:d:c:g:m:fvVh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:d:c:g:m:e:C:H:fvVh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': sock = optarg; break;
 		case 'd': state = optarg; break;
@@ -202,6 +223,9 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 			cfg->socket_mode = (unsigned)m;
 			break;
 		}
+		case 'e': etcd = optarg; break;
+		case 'C': cluster = optarg; break;
+		case 'H': host = optarg; break;
 		case 'f': break;
 		case 'v': cfg->cli_verbose = true; break;
 		case 'V': printf("toggled %s (protocol %d)\n", TD_VERSION, TGP_PROTOCOL_VERSION); exit(0);
@@ -223,6 +247,17 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 	if (group)
 		snprintf(cfg->cli_group, sizeof(cfg->cli_group), "%s", group);
 	config_apply_cli(cfg);
+	const char *cl_opt[3] = {etcd, cluster, host};
+	char *cl_dst[3] = {cfg->etcd, cfg->cluster, cfg->host_id};
+	size_t cl_len[3] = {sizeof(cfg->etcd), sizeof(cfg->cluster), sizeof(cfg->host_id)};
+	for (int i = 0; i < 3; i++) {
+		if (cl_opt[i] && strlen(cl_opt[i]) >= cl_len[i]) {
+			fprintf(stderr, "toggled: --etcd, --cluster or --host-id value too long\n");
+			exit(2);
+		}
+		if (cl_opt[i])
+			snprintf(cl_dst[i], cl_len[i], "%s", cl_opt[i]);
+	}
 	if (sock) {
 		if (strlen(sock) >= sizeof(cfg->socket_path)) {
 			fprintf(stderr, "toggled: socket path longer than %zu bytes\n", sizeof(cfg->socket_path) - 1);
@@ -270,12 +305,15 @@ int main(int argc, char **argv)
 		uv_signal_start(sigs[i], nums[i] == SIGHUP ? on_hup : on_stop, nums[i]);
 	}
 	signal(SIGPIPE, SIG_IGN);
+	if (td_cluster_start(d, err, sizeof(err)) != 0)
+		fatalx("cluster: %s", err);
 	log_info("toggled %s listening on %s (state in %s, operator group '%s'%s)", TD_VERSION,
 		 d->cfg.socket_path, d->cfg.state_dir, d->cfg.operator_group,
 		 d->have_operator_gid ? "" : ", not found: only root and this user may write");
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
 	/* Shutdown: answer nothing more, save, close everything. */
+	td_cluster_stop(d);
 	if (d->store.dirty && td_store_save(&d->store, d->cfg.state_dir) != 0)
 		log_warn("saving the desired state at shutdown");
 	td_server_close(d);

@@ -37,6 +37,11 @@ struct td_config {
 	unsigned socket_mode;
 	int verbose;
 	size_t max_queue;
+	/* Cluster (cluster.c): etcd endpoints, cluster name, this host's id; set
+	 * at start-up only (a SIGHUP keeps them). */
+	char etcd[1024];
+	char cluster[64];
+	char host_id[64];
 	/* Given on the command line: they win over the file, also after SIGHUP. */
 	char cli_group[64];
 	bool cli_verbose;
@@ -119,6 +124,7 @@ struct td_waiter {
 };
 
 struct td_store;
+struct td_cluster;
 
 /*
  * Desired state of one agent name, as persisted in <state_dir>/agents/<name>.json
@@ -166,6 +172,7 @@ struct td_daemon {
 	bool have_operator_gid;
 	uint64_t start_ms;
 	struct td_stats stats;
+	struct td_cluster *cluster; /* NULL: not in a cluster */
 };
 
 uint64_t td_now_ms(void);
@@ -203,6 +210,11 @@ void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind k
 	      uint64_t version, int64_t step, const char *msg);
 void td_timer_update(struct td_daemon *d);
 void td_waiter_free(struct td_waiter *w);
+
+/* cluster.c: watch etcd, apply, publish (no-op without cfg.etcd). */
+int td_cluster_start(struct td_daemon *d, char *err, size_t errlen);
+void td_cluster_stop(struct td_daemon *d);
+void td_cluster_agent_joined(struct td_agent *a); /* the cluster's set for a new agent */
 
 /* store.c: one file per agent name under <dir>/agents/. */
 int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen);
