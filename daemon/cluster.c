@@ -461,7 +461,6 @@ static char *status_json(struct td_cluster *c)
 	lg.graphs = gp;
 	Toggle__StatusReply st;
 	rpc_fill_status(&st, d);
-	st.uptime_ms = 0; /* unchanged status, unchanged value: no write */
 	agents = b64_of(&la.base);
 	graphs = b64_of(&lg.base);
 	status = b64_of(&st.base);
