@@ -32,11 +32,24 @@
 #define CL_PUBLISH_MS  1000 /* status to etcd at most this often */
 #define CL_MAX_REJECTS 16   /* last rejections kept for the status */
 #define CL_MAX_SETS    4096 /* standing-set keys remembered */
+#define CL_MAX_PLANS   256  /* newest plan keys remembered for agents that join */
+#define CL_MAX_SEEN    4096 /* agent names and the revision they were served up to */
 
 struct cl_set {
 	char *key;
 	char *spec;
 	struct cluster_sel sel;
+	int64_t rev;
+};
+
+struct cl_plan_key {
+	char *key;
+	char *value;
+	int64_t rev;
+};
+
+struct cl_seen {
+	char name[TGP_MAX_NAME];
 	int64_t rev;
 };
 
@@ -56,8 +69,16 @@ struct td_cluster {
 	char rev_path[PATH_MAX];
 	int64_t applied_rev;   /* every key up to here is applied */
 	int64_t saved_rev;     /* what rev_path holds */
+	int64_t start_rev;     /* saved_rev at start: what the store's state reflects */
 	struct cl_set *sets;   /* the standing sets etcd holds now */
 	size_t n_sets;
+	/* Plans newer than start_rev, oldest first (a ring): an agent that
+	 * joins late (a host restarted before its agents reconnected) gets
+	 * those it has not been served. */
+	struct cl_plan_key plans[CL_MAX_PLANS];
+	size_t n_plans, first_plan;
+	struct cl_seen *seen; /* agents by name: served up to which revision */
+	size_t n_seen;
 	bool connected, down_logged;
 	uint64_t applied, rejected, resyncs;
 	struct cl_reject rejects[CL_MAX_REJECTS];
@@ -192,7 +213,9 @@ static void apply_set(struct td_cluster *c, const struct cl_set *s, struct td_ag
 	}
 }
 
-static void apply_plan(struct td_cluster *c, const char *key, int64_t rev, const char *value)
+/* A plan to the local agents it names (only to `only`, if not NULL). */
+static void apply_plan(struct td_cluster *c, const char *key, int64_t rev, const char *value,
+		       const struct td_agent *only)
 {
 	struct cluster_plan p;
 	char err[256];
@@ -222,6 +245,8 @@ static void apply_plan(struct td_cluster *c, const char *key, int64_t rev, const
 	/* Each agent on its own: late on one is rejected whole on that one. */
 	for (size_t i = 0; i < n; i++) {
 		struct td_ctl_err e;
+		if (only && v[i] != only)
+			continue;
 		if (td_ctl_plan(&v[i], 1, &m, &e))
 			reject(c, key, rev, v[i]->name, e.code, e.msg);
 		else
@@ -294,8 +319,57 @@ static struct cl_set *set_remember(struct td_cluster *c, const struct etcd_kv *k
 	return s;
 }
 
+static void plan_remember(struct td_cluster *c, const struct etcd_kv *kv)
+{
+	char *key = strdup(kv->key), *value = strdup(kv->value);
+	if (!key || !value) {
+		free(key);
+		free(value);
+		log_warnx("cluster: out of memory remembering plan %s", kv->key);
+		return;
+	}
+	struct cl_plan_key *p;
+	if (c->n_plans == CL_MAX_PLANS) { /* drop the oldest */
+		p = &c->plans[c->first_plan];
+		free(p->key);
+		free(p->value);
+		c->first_plan = (c->first_plan + 1) % CL_MAX_PLANS;
+	} else {
+		p = &c->plans[(c->first_plan + c->n_plans++) % CL_MAX_PLANS];
+	}
+	*p = (struct cl_plan_key){.key = key, .value = value, .rev = kv->mod_revision};
+}
+
+static struct cl_seen *seen_find(struct td_cluster *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_seen; i++)
+		if (!strcmp(c->seen[i].name, name))
+			return &c->seen[i];
+	return NULL;
+}
+
+/* Remember that the agents now connected have been served up to applied_rev. */
+static void seen_update(struct td_cluster *c, const struct td_agent *only)
+{
+	for (struct td_agent *a = c->d->agents; a; a = a->next) {
+		if (only && a != only)
+			continue;
+		struct cl_seen *s = seen_find(c, a->name);
+		if (!s && c->n_seen < CL_MAX_SEEN) {
+			struct cl_seen *nv = realloc(c->seen, (c->n_seen + 1) * sizeof(*nv));
+			if (!nv)
+				return;
+			c->seen = nv;
+			s = &c->seen[c->n_seen++];
+			snprintf(s->name, sizeof(s->name), "%s", a->name);
+		}
+		if (s)
+			s->rev = c->applied_rev;
+	}
+}
+
 /* One key, in revision order: remember it, and apply it if it is new to us. */
-static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply)
+static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply, bool apply_plans)
 {
 	enum cluster_key_kind kind;
 	struct cluster_sel sel;
@@ -321,8 +395,11 @@ static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply)
 		}
 		apply_set(c, s, v, n);
 		free(v);
-	} else if (kind == CLUSTER_KEY_PLAN && kv->value && apply) {
-		apply_plan(c, kv->key, kv->mod_revision, kv->value);
+	} else if (kind == CLUSTER_KEY_PLAN && kv->value) {
+		if (kv->mod_revision > c->start_rev)
+			plan_remember(c, kv);
+		if (apply && apply_plans)
+			apply_plan(c, kv->key, kv->mod_revision, kv->value, NULL);
 	}
 }
 
@@ -352,8 +429,12 @@ static void on_snapshot(struct td_cluster *c, struct etcd_batch *b)
 	for (size_t i = 0; i < b->n; i++)
 		order[i] = &b->kvs[i];
 	qsort(order, b->n, sizeof(*order), kv_rev_cmp);
+	/* A first start takes the standing sets, not the plans of the past. */
+	bool first = c->applied_rev == 0;
+	if (first)
+		c->start_rev = b->revision;
 	for (size_t i = 0; i < b->n; i++)
-		on_kv(c, order[i], b->resync && order[i]->mod_revision > c->applied_rev);
+		on_kv(c, order[i], b->resync && order[i]->mod_revision > c->applied_rev, !first);
 	free(order);
 	if (b->resync && b->revision > c->applied_rev)
 		c->applied_rev = b->revision;
@@ -380,36 +461,59 @@ static void on_batch(void *arg, struct etcd_batch *b)
 		break;
 	case ETCD_EVENTS:
 		for (size_t i = 0; i < b->n; i++) {
-			on_kv(c, &b->kvs[i], b->kvs[i].mod_revision > c->applied_rev);
+			on_kv(c, &b->kvs[i], b->kvs[i].mod_revision > c->applied_rev, true);
 			if (b->kvs[i].mod_revision > c->applied_rev)
 				c->applied_rev = b->kvs[i].mod_revision;
 		}
 		break;
 	}
 	etcd_batch_free(b);
+	seen_update(c, NULL);
 	persist(c);
 }
 
+static bool names_agent(struct td_cluster *c, const struct cluster_sel *sel, const struct td_agent *a)
+{
+	struct td_agent **v;
+	size_t n;
+	bool found = false;
+	if (local_agents(c, sel, &v, &n))
+		return false;
+	for (size_t k = 0; k < n; k++)
+		found |= v[k] == a;
+	free(v);
+	return found;
+}
+
+/*
+ * An agent joined: what the cluster changed since it was last served (since
+ * this daemon started, for an agent it has not seen: its saved state covers
+ * the rest) reaches it now: the newest standing set that names it, then the
+ * plans, in revision order.  A local change made since stays otherwise.
+ */
 void td_cluster_agent_joined(struct td_agent *a)
 {
 	struct td_cluster *c = a->d->cluster;
 	if (!c)
 		return;
-	/* The newest standing set that names this agent, if any. */
+	const struct cl_seen *seen = seen_find(c, a->name);
+	int64_t known = seen ? seen->rev : c->start_rev;
 	const struct cl_set *best = NULL;
 	for (size_t i = 0; i < c->n_sets; i++) {
 		const struct cl_set *s = &c->sets[i];
-		struct td_agent **v;
-		size_t n;
-		if ((best && s->rev <= best->rev) || local_agents(c, &s->sel, &v, &n))
-			continue;
-		for (size_t k = 0; k < n; k++)
-			if (v[k] == a)
-				best = s;
-		free(v);
+		if (s->rev > known && (!best || s->rev > best->rev) && names_agent(c, &s->sel, a))
+			best = s;
 	}
+	log_debug("cluster: agent %s joined, served up to revision %" PRId64 "%s%s", a->name, known,
+		  best ? "; newest set for it: " : "", best ? best->key : "");
 	if (best)
 		apply_set(c, best, &a, 1);
+	for (size_t i = 0; i < c->n_plans; i++) {
+		const struct cl_plan_key *p = &c->plans[(c->first_plan + i) % CL_MAX_PLANS];
+		if (p->rev > known && p->rev <= c->applied_rev)
+			apply_plan(c, p->key, p->rev, p->value, a);
+	}
+	seen_update(c, a);
 }
 
 /* ---- status ------------------------------------------------------------- */
@@ -544,7 +648,7 @@ int td_cluster_start(struct td_daemon *d, char *err, size_t errlen)
 		free(c);
 		return -1;
 	}
-	c->saved_rev = c->applied_rev;
+	c->saved_rev = c->start_rev = c->applied_rev;
 	if (etcd_watcher_start(&c->w, d->loop, cfg->etcd, c->desired, c->applied_rev, c->status_key,
 			       on_batch, c, err, errlen)) {
 		free(c);
@@ -565,6 +669,11 @@ static void on_timer_closed(uv_handle_t *h)
 	for (size_t i = 0; i < c->n_sets; i++)
 		set_free(&c->sets[i]);
 	free(c->sets);
+	for (size_t i = 0; i < c->n_plans; i++) {
+		free(c->plans[(c->first_plan + i) % CL_MAX_PLANS].key);
+		free(c->plans[(c->first_plan + i) % CL_MAX_PLANS].value);
+	}
+	free(c->seen);
 	free(c->last_published);
 	free(c);
 }

@@ -651,6 +651,10 @@ static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int
 		snprintf(err, errlen, "malformed range response from etcd");
 		return -1;
 	}
+	/* The header says etcd's revision now; a read at `at` shows the keys as
+	 * they were at `at`, and the watch must go on from there. */
+	if (at > 0)
+		b->revision = at;
 	b->kind = ETCD_SNAPSHOT;
 	b->resync = resync;
 	b->compacted = compacted;
