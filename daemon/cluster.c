@@ -89,7 +89,7 @@ struct td_cluster {
 
 /* ---- the saved revision ------------------------------------------------- */
 
-static int rev_load(const char *path, int64_t *rev)
+int cluster_rev_load(const char *path, int64_t *rev)
 {
 	*rev = 0;
 	FILE *f = fopen(path, "re");
@@ -109,7 +109,7 @@ static int rev_load(const char *path, int64_t *rev)
 }
 
 /* tmp, fsync, rename, fsync the directory: the old or the new value, never half. */
-static int rev_save(const char *path, int64_t rev)
+int cluster_rev_save(const char *path, int64_t rev)
 {
 	char tmp[PATH_MAX + 8], buf[32];
 	int n = snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -153,7 +153,7 @@ static void persist(struct td_cluster *c)
 			 c->applied_rev);
 		return;
 	}
-	if (rev_save(c->rev_path, c->applied_rev) != 0) {
+	if (cluster_rev_save(c->rev_path, c->applied_rev) != 0) {
 		log_warn("cluster: saving the applied revision to %s", c->rev_path);
 		return;
 	}
@@ -643,7 +643,7 @@ int td_cluster_start(struct td_daemon *d, char *err, size_t errlen)
 		return -1;
 	}
 	strcat(c->status_key, cfg->host_id);
-	if (rev_load(c->rev_path, &c->applied_rev) != 0) {
+	if (cluster_rev_load(c->rev_path, &c->applied_rev) != 0) {
 		snprintf(err, errlen, "%s: unreadable or not a revision", c->rev_path);
 		free(c);
 		return -1;

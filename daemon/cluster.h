@@ -79,4 +79,9 @@ struct cluster_plan {
 int cluster_plan_value_parse(const char *value, struct cluster_plan *p, char *err, size_t errlen);
 void cluster_plan_free(struct cluster_plan *p);
 
+/* cluster.c: the applied revision's file: missing is 0; written atomically
+ * (tmp, fsync, rename, fsync of the directory).  0, or -1 (errno). */
+int cluster_rev_load(const char *path, int64_t *rev);
+int cluster_rev_save(const char *path, int64_t rev);
+
 #endif

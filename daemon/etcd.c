@@ -139,10 +139,10 @@ int etcd_endpoints_parse(const char *text, char urls[][ETCD_MAX_URL], size_t *n,
 			}
 		memcpy(urls[*n], p, len);
 		urls[*n][len] = '\0';
+		p = e ? e + 1 : p + len;
 		while (len > 0 && urls[*n][len - 1] == '/')
 			urls[*n][--len] = '\0';
 		(*n)++;
-		p = e ? e + 1 : p + len;
 	}
 	if (*n == 0) {
 		snprintf(err, errlen, "no etcd endpoint given");
