@@ -20,10 +20,15 @@ etcd --name b --data-dir "$T/etcd" --listen-client-urls "$URL" --advertise-clien
 	--listen-peer-urls "http://127.0.0.1:$PPORT" --initial-advertise-peer-urls "http://127.0.0.1:$PPORT" \
 	--initial-cluster "b=http://127.0.0.1:$PPORT" >"$T/etcd.log" 2>&1 &
 EPID=$!
-trap 'kill $EPID 2>/dev/null; wait $EPID 2>/dev/null; rm -rf "$T"' EXIT
+stop() { kill "$EPID" 2>/dev/null || true; wait "$EPID" 2>/dev/null || true; rm -rf "$T"; }
+trap stop EXIT
 for _ in $(seq 100); do
 	ETCDCTL_API=3 etcdctl --endpoints "$URL" --command-timeout=1s endpoint health >/dev/null 2>&1 && break
 	sleep 0.1
 done
 echo "etcd $(etcd --version | sed -n 's/^etcd Version: //p') at $URL, data in $T; $(nproc) cores"
-TMPDIR=$base "$B/bench/bench_cluster" --toggled "$B/toggled" --etcd "$URL" "$@"
+rc=0
+TMPDIR=$base "$B/bench/bench_cluster" --toggled "$B/toggled" --etcd "$URL" "$@" || rc=$?
+stop
+trap - EXIT
+exit "$rc"
