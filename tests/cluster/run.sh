@@ -93,9 +93,24 @@ start_etcd() {
 	exit 1
 }
 
+# stop_pid PID WHAT: SIGTERM, then at most 10 s for it to exit (else -9 and
+# a failure); leaves its exit status in $STOP_RC.
+stop_pid() {
+	kill "$1" 2>/dev/null
+	for _ in $(seq 200); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.05
+	done
+	if kill -0 "$1" 2>/dev/null; then
+		fail "$2 did not exit within 10 s of SIGTERM"
+		kill -9 "$1" 2>/dev/null
+	fi
+	wait "$1" 2>/dev/null
+	STOP_RC=$?
+}
+
 stop_etcd() {
-	kill "$EPID"
-	wait "$EPID" 2>/dev/null
+	stop_pid "$EPID" etcd
 	EPID=
 }
 
@@ -302,11 +317,9 @@ for n in 1 2 3; do
 		fail "toggled h$n died (see $T/h$n/toggled.log)"
 		continue
 	fi
-	kill "${DPIDS[$n]}"
-	wait "${DPIDS[$n]}"
-	rc=$?
+	stop_pid "${DPIDS[$n]}" "toggled h$n"
 	DPIDS[$n]=
-	[ "$rc" = 0 ] || fail "toggled h$n exited $rc at SIGTERM (see $T/h$n/toggled.log)"
+	[ "$STOP_RC" = 0 ] || fail "toggled h$n exited $STOP_RC at SIGTERM (see $T/h$n/toggled.log)"
 	if grep -q "ERROR: AddressSanitizer\|runtime error:" "$T/h$n/toggled.log"; then
 		fail "sanitizer report in h$n's log"
 	fi
