@@ -27,10 +27,10 @@ bool cluster_name_ok(const char *s)
 	return true;
 }
 
-/* Decimal digits only, 1 to max. */
+/* Decimal digits only, 1 to max, no leading zero: one text per number. */
 static int parse_id(const char *s, uint64_t max, uint64_t *out)
 {
-	if (!*s || strlen(s) > 20)
+	if (!*s || *s == '0' || strlen(s) > 20)
 		return -1;
 	for (const char *p = s; *p; p++)
 		if (*p < '0' || *p > '9')

@@ -79,7 +79,9 @@ int etcd_b64_decode(const char *s, char **out, size_t *outlen, size_t max)
 		/* '=' only as the last one or two characters of the text. */
 		bool last = i + 4 == n;
 		if (v[0] < 0 || v[1] < 0 || (v[2] == -2 && (v[3] != -2 || !last)) ||
-		    (v[3] == -2 && !last) || v[2] == -1 || v[3] == -1) {
+		    (v[3] == -2 && !last) || v[2] == -1 || v[3] == -1 ||
+		    /* bits past the end must be zero: one text per value */
+		    (v[2] == -2 && (v[1] & 15)) || (v[2] >= 0 && v[3] == -2 && (v[2] & 3))) {
 			free(buf);
 			return -1;
 		}

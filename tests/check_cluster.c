@@ -64,6 +64,7 @@ START_TEST(test_selector_parse)
 		"", "All", "host:", "host:a/b", "group:", "group:x y", "agent:h1", "agent:h1/",
 		"agent:h1/0", "agent:/5", "agent:h1/5x", "agent:h1/-5", "pid:h1/4294967296",
 		"pid:h1/0", "agent:h1/99999999999999999999999", "bogus", "host:..",
+		"pid:h1/04", "agent:h1/007", /* one text per selector (fuzz_cluster) */
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		err[0] = '\0';
@@ -344,8 +345,9 @@ START_TEST(test_base64)
 	free(d);
 	ck_assert_int_eq(etcd_b64_decode(e, &d, &n, 255), -1); /* over max */
 	free(e);
+	/* ... and non-canonical texts: bits past the end set (fuzz_cluster found "II=="). */
 	static const char *const bad[] = {"Zg=", "Z===", "Zg==Zg==", "Z!==", "Zm9v\n", "=Zm9",
-					   "Zm=v", "Zm 9"};
+					   "Zm=v", "Zm 9", "II==", "Zh==", "Zm9=", "Zm8B="};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ck_assert_msg(etcd_b64_decode(bad[i], &d, &n, 100) == -1, "accepted '%s'", bad[i]);
 }
