@@ -10,6 +10,9 @@ set -eu
 # calls as its host compiler (without it: "cannot execute 'cc1plus'").
 pkgs="make gcc g++ libc6-dev pkg-config"
 pkgs="$pkgs libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev check python3 python3-pytest"
+# The cluster layer (docs/cluster.md): libcurl for the etcd client; etcd and
+# etcdctl for tests/cluster/run.sh, which fails without them.
+pkgs="$pkgs libcurl4-openssl-dev etcd-server etcd-client"
 case "${1:-build}" in
 build) ;;
 bench) pkgs="$pkgs valgrind gnuplot-nox" ;;
