@@ -50,8 +50,12 @@ struct td_ctl_err {
 
 /*
  * The validate-then-apply core of SetEnabled and SubmitPlan (rpc_control.c),
- * shared by the RPC handlers and the cluster layer: all targets or none.
- * 0, or a TOGGLE_E* code with *e filled.
+ * shared by the RPC handlers and the cluster layer: all targets or none,
+ * applied to the accepted state and marked for the next save; the control
+ * lanes are written by commit.c once that save succeeded.  Default-target
+ * filtering (rpc_default_filter) stays with the handlers.  td_ctl_plan
+ * with no targets checks the entries only.  0, or a TOGGLE_E* code with
+ * *e filled.
  */
 int td_ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op,
 	       struct td_ctl_err *e);
