@@ -91,6 +91,7 @@ struct td_cluster {
 	/* After a failed save: what was applied since durable_rev was rolled
 	 * back; new keys are only remembered until redo_timer re-applies them. */
 	bool redo_pending;
+	bool save_failing; /* logged once per run of failed saves */
 	uv_timer_t redo_timer;
 	/* The revision file is written on the thread pool, once durable_rev moved. */
 	uv_work_t rev_work;
@@ -227,6 +228,9 @@ static void on_saved(void *arg, int rc, const char *reason)
 		if (!c->redo_pending && rev > c->durable_rev) {
 			c->durable_rev = rev;
 			rev_write_start(c);
+			if (c->save_failing)
+				log_info("cluster: revisions up to %" PRId64 " saved again", rev);
+			c->save_failing = false;
 		}
 		cluster_free_if_done(c);
 		return;
@@ -237,9 +241,12 @@ static void on_saved(void *arg, int rc, const char *reason)
 	}
 	/* Rolled back (commit.c): what was applied after durable_rev is gone from
 	 * the agents' accepted state. The revision stays; re-apply it later. */
-	log_warnx("cluster: the desired state holding revisions %" PRId64 "..%" PRId64
-		  " was not saved (%s); %s stays at %" PRId64 ", re-applied in %d ms",
-		  c->durable_rev + 1, rev, reason ? reason : "?", c->rev_path, c->saved_rev, CL_REDO_MS);
+	if (!c->save_failing)
+		log_warnx("cluster: the desired state holding revisions %" PRId64 "..%" PRId64
+			  " was not saved (%s); %s stays at %" PRId64 ", re-applied every %d ms until "
+			  "a save succeeds", c->durable_rev + 1, rev, reason ? reason : "?", c->rev_path,
+			  c->saved_rev, CL_REDO_MS);
+	c->save_failing = true;
 	c->redo_pending = true;
 	c->notified_rev = c->durable_rev;
 	if (!c->stopping)
@@ -610,8 +617,8 @@ static void on_redo(uv_timer_t *t)
 	if (c->n_plans == CL_MAX_PLANS && c->plans[c->first_plan].rev > c->durable_rev + 1)
 		log_warnx("cluster: more than %d plans since revision %" PRId64 ": the oldest are "
 			  "re-applied only at the next restart", CL_MAX_PLANS, c->durable_rev);
-	log_info("cluster: re-applying revisions %" PRId64 "..%" PRId64 " after a failed save",
-		 c->durable_rev + 1, c->applied_rev);
+	log_debug("cluster: re-applying revisions %" PRId64 "..%" PRId64 " after a failed save",
+		  c->durable_rev + 1, c->applied_rev);
 	size_t i = 0, k = 0;
 	while (i < ns || k < c->n_plans) {
 		const struct cl_plan_key *p = k < c->n_plans ? &c->plans[(c->first_plan + k) % CL_MAX_PLANS] : NULL;
