@@ -126,11 +126,16 @@ class Decode:
 
     @staticmethod
     def compare(a, b):
-        """(max abs difference, bitwise equal, close) of two outputs (close: within 2% or
-        0.02 each, a few bf16 ulps: graphs captured apart may pick other kernels)."""
+        """(max abs difference, bitwise equal, close) of two outputs.  close: the
+        difference's norm within 1% of the reference's.  Graphs captured apart may
+        pick other kernels, and in bf16 one ulp at the residual stream's magnitude
+        is ~0.25 (seen on the H200: max |diff| 0.22-0.31, elementwise checks fail
+        where values cancel), so an elementwise tolerance cannot tell a rounding
+        difference from a wrong result; the norm can, and the producers' own
+        correctness is checked exactly on the monitor buffers."""
         af, bf = a.float(), b.float()
-        return (float((af - bf).abs().max().item()), bool(torch.equal(a, b)),
-                bool(torch.allclose(af, bf, rtol=0.02, atol=0.02)))
+        rel = float((af - bf).norm().item() / max(float(bf.norm().item()), 1e-6))
+        return (float((af - bf).abs().max().item()), bool(torch.equal(a, b)), rel <= 0.01)
 
     def warmup(self, bs):
         s = torch.cuda.Stream()  # torch's rule: warm up on a side stream before capture
