@@ -212,10 +212,8 @@ static int ctl_set_op(struct ctl_ctx *ctx, int argc, char **argv, Toggle__SetOp 
 	m.target = (Toggle__Selector *)(uintptr_t)ctl_target(ctx);
 	m.op = op;
 	m.spec = spec;
-	if (ctx->opt.wait) {
-		m.has_wait_ms = true;
+	if (ctx->opt.wait)
 		m.wait_ms = (uint32_t)ctx->opt.wait_ms;
-	}
 	Toggle__Envelope req = ctl_envelope(TOGGLE__ENVELOPE__BODY_SET_ENABLED, &m), *rep = NULL;
 	rc = ctl_connect(ctx);
 	if (!rc)

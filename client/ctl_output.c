@@ -102,7 +102,7 @@ const char *ctl_error_name(int code)
 		"ENOTKERNEL", "EUNBOUND", "ESTALE", "ELATE",     "ESPEC",     "ERANGE",
 		"ELIMIT",   "ENOTSUP",  "ENOENT",   "ESTEP",     "EPERM",     "EVERSION",
 		"EPROTO",   "ETIMEDOUT", "ENOAGENT", "EBUSY",    "ECONNECT",  "EIO",
-		"ESHM",
+		"ESHM",     "EUNIMPLEMENTED",
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == 1 - TOGGLE_ERROR_MIN,
 		       "one name per toggle_error code");
@@ -485,9 +485,9 @@ static void human_event(const Toggle__Event *e)
 	char *name = ctl_clean(e->agent_name);
 	printf("%s.%03u %-13s agent=%llu name=%s", when, (unsigned)(e->unix_ms % 1000),
 	       ctl_event_name(e->kind), (unsigned long long)e->agent_id, name);
-	if (e->has_version)
+	if (e->version)
 		printf(" version=%llu", (unsigned long long)e->version);
-	if (e->has_step && e->step >= 0)
+	if (e->step >= 0)
 		printf(" step=%lld", (long long)e->step);
 	if (e->message && e->message[0]) {
 		char *msg = ctl_clean(e->message);
@@ -744,8 +744,8 @@ static void json_event(const Toggle__Event *e)
 			"kind", ctl_event_name(e->kind),
 			"agent_id", ju64(e->agent_id),
 			"agent_name", jstr(e->agent_name),
-			"version", e->has_version ? ju64(e->version) : json_null(),
-			"step", e->has_step && e->step >= 0 ? ji64(e->step) : json_null(),
+			"version", ju64(e->version),
+			"step", e->step >= 0 ? ji64(e->step) : json_null(),
 			"message", jstr_or_null(e->message),
 			"unix_ms", ju64(e->unix_ms)),
 	      true);

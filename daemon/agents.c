@@ -357,9 +357,7 @@ void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind k
 	ev.kind = kind;
 	ev.agent_id = a->id;
 	ev.agent_name = (char *)(uintptr_t)a->name;
-	ev.has_version = true;
 	ev.version = version;
-	ev.has_step = true;
 	ev.step = step;
 	ev.message = (char *)(uintptr_t)msg;
 	ev.unix_ms = unix_ms();
@@ -415,6 +413,7 @@ void td_waiter_free(struct td_waiter *w)
 static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 {
 	const char *late[64];
+	uint64_t late_ids[64];
 	size_t n_late = 0, n_named = 0, n_gone = 0;
 	for (size_t i = 0; i < w->n; i++) {
 		struct td_agent *a = agent_by_id(d, w->agent_ids[i]);
@@ -422,14 +421,17 @@ static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 			continue;
 		n_late++;
 		n_gone += !a;
-		if (n_named < 64)
+		if (n_named < 64) {
+			late_ids[n_named] = w->agent_ids[i];
 			late[n_named++] = w->names[i];
+		}
 	}
 	if (n_gone) {
 		/* An agent that left will never apply it: say so now, not at the deadline. */
 		char msg[128];
 		snprintf(msg, sizeof(msg), "%zu of %zu agents left before applying the set", n_gone, w->n);
-		td_peer_send_error(w->peer, w->request_id, TOGGLE_ENOAGENT, msg, late, n_named);
+		td_peer_send_error_ids(w->peer, w->request_id, TOGGLE_ENOAGENT, msg, late, late_ids,
+				       n_named);
 		return true;
 	}
 	if (n_late && now < w->deadline_ms)
@@ -438,7 +440,8 @@ static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 		char msg[128];
 		snprintf(msg, sizeof(msg), "%zu of %zu agents did not apply the set at a replay in time",
 			 n_late, w->n);
-		td_peer_send_error(w->peer, w->request_id, TOGGLE_ETIMEDOUT, msg, late, n_named);
+		td_peer_send_error_ids(w->peer, w->request_id, TOGGLE_ETIMEDOUT, msg, late, late_ids,
+				       n_named);
 		return true;
 	}
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;

@@ -58,7 +58,7 @@ static int parse_for(struct td_peer *p, uint64_t id, const struct td_agent *a, c
 		snprintf(msg, sizeof(msg), "agent %s (id %llu): %s", a->name, (unsigned long long)a->id,
 			 err);
 		const char *names[1] = {a->name};
-		td_peer_send_error(p, id, rc, msg, names, 1);
+		td_peer_send_error_ids(p, id, rc, msg, names, &a->id, 1);
 	}
 	return rc;
 }
@@ -128,12 +128,18 @@ static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 {
 	const Toggle__SetEnabledRequest *m = req->set_enabled;
+	/* Unspecified is refused like an unknown op: a client that forgot op
+	 * must not replace the whole set by default. */
 	if (m->op != TOGGLE__SET_OP__REPLACE && m->op != TOGGLE__SET_OP__ADD &&
 	    m->op != TOGGLE__SET_OP__REMOVE) {
-		td_peer_send_error(p, req->id, TOGGLE_EINVAL, "unknown set operation", NULL, 0);
+		td_peer_send_error(p, req->id, TOGGLE_EINVAL,
+				   m->op == TOGGLE__SET_OP__SET_OP_UNSPECIFIED
+					   ? "set operation not given (SET_OP_UNSPECIFIED)"
+					   : "unknown set operation",
+				   NULL, 0);
 		return;
 	}
-	if (m->has_wait_ms && m->wait_ms > TGP_MAX_WAIT_MS) {
+	if (m->wait_ms > TGP_MAX_WAIT_MS) {
 		char msg[96];
 		snprintf(msg, sizeof(msg), "wait of %u ms is over the limit of %u ms", m->wait_ms,
 			 TGP_MAX_WAIT_MS);
@@ -171,7 +177,7 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 			td_agent_write_control(a);
 			td_agent_persist(a);
 		}
-		if (m->has_wait_ms && m->wait_ms > 0) {
+		if (m->wait_ms > 0) {
 			if (add_waiter(p, req->id, v, n, m->wait_ms))
 				td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
 		} else {
@@ -200,7 +206,7 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 				 "plan rejected: agent %s (id %llu) has already begun step %lld (entry for step %lld)",
 				 a->name, (unsigned long long)a->id, (long long)now,
 				 (long long)m->entries[k]->step);
-			td_peer_send_error(p, id, TOGGLE_ELATE, msg, names, 1);
+			td_peer_send_error_ids(p, id, TOGGLE_ELATE, msg, names, &a->id, 1);
 			return TOGGLE_ELATE;
 		}
 	}
@@ -210,7 +216,7 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 			 "agent %s (id %llu) has %llu plan entries not yet taken; %zu more do not fit (ring of %d)",
 			 a->name, (unsigned long long)a->id, (unsigned long long)used, m->n_entries,
 			 TOGGLE_SHM_PLAN_RING);
-		td_peer_send_error(p, id, TOGGLE_EBUSY, msg, names, 1);
+		td_peer_send_error_ids(p, id, TOGGLE_EBUSY, msg, names, &a->id, 1);
 		return TOGGLE_EBUSY;
 	}
 	return 0;

@@ -176,6 +176,9 @@ void td_server_close(struct td_daemon *d);
 void td_peer_send(struct td_peer *p, const Toggle__Envelope *env);
 void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
 			const char *const *agents, size_t n_agents);
+/* The same, naming the agents concerned by id too (ids[i] is agents[i]'s). */
+void td_peer_send_error_ids(struct td_peer *p, uint64_t id, int code, const char *msg,
+			    const char *const *agents, const uint64_t *ids, size_t n_agents);
 void td_peer_drop(struct td_peer *p, const char *why);
 
 /* dispatch.c */

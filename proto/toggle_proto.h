@@ -4,15 +4,18 @@
  * Messages: proto/toggle.proto.  Error codes: toggle_error.h (one enum, one
  * string table, carried as Error.code).
  *
- * Protocol versions:
- *   1 - first version (see toggle.proto).
+ * Protocol versions (what each changed: the head of toggle.proto):
+ *   1 - first version.
+ *   2 - contract v1: package graphtoggle.v1, proto3, *_UNSPECIFIED enum
+ *       zero values, ErrorCode enum, version range in Hello,
+ *       ERROR_CODE_UNIMPLEMENTED for unknown requests.
  */
 #ifndef TOGGLE_PROTO_H
 #define TOGGLE_PROTO_H
 
 #include "toggle_error.h"
 
-#define TGP_PROTOCOL_VERSION 1
+#define TGP_PROTOCOL_VERSION 2
 #define TGP_FRAME_HEADER     4            /* length, network byte order */
 #define TGP_MAX_FRAME        (1u << 20)   /* envelope bytes; larger is refused */
 #define TGP_MAX_SPEC         8192         /* bytes of one hook spec */

@@ -141,7 +141,6 @@ static void srv_event(struct fake *f, int fd, const char *name, uint64_t version
 	ev.kind = TOGGLE__EVENT_KIND__SET_APPLIED;
 	ev.agent_id = 1;
 	ev.agent_name = (char *)(uintptr_t)name;
-	ev.has_version = 1;
 	ev.version = version;
 	ev.unix_ms = 1;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;

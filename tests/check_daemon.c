@@ -808,7 +808,6 @@ static int rpc_set(struct tgc *c, Toggle__Selector *sel, Toggle__SetOp op, const
 	m.target = sel;
 	m.op = op;
 	m.spec = (char *)(uintptr_t)spec;
-	m.has_wait_ms = wait_ms > 0;
 	m.wait_ms = wait_ms;
 	return rpc(c, TOGGLE__ENVELOPE__BODY_SET_ENABLED, &m, rep, err);
 }
@@ -1215,7 +1214,7 @@ START_TEST(test_hello_version)
 	ASSERT(got == 1, "no answer to a Hello of version 99 (%d)", got);
 	ASSERT(rep->id == 77 && rep->body_case == TOGGLE__ENVELOPE__BODY_ERROR,
 	       "answer id %llu body %d", (unsigned long long)rep->id, (int)rep->body_case);
-	ASSERT(rep->error->code == TOGGLE_EVERSION, "code %d, expected EVERSION", rep->error->code);
+	ASSERT((int)rep->error->code == TOGGLE_EVERSION, "code %d, expected EVERSION", rep->error->code);
 	ASSERT(strstr(rep->error->message, "99"), "message does not name version 99: %s",
 	       rep->error->message);
 	toggle__envelope__free_unpacked(rep, NULL);
@@ -1679,7 +1678,6 @@ START_TEST(test_agent_kill9)
 	m.target = &by_id;
 	m.op = TOGGLE__SET_OP__REPLACE;
 	m.spec = (char *)(uintptr_t)"all";
-	m.has_wait_ms = true;
 	m.wait_ms = 600;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
@@ -1692,7 +1690,7 @@ START_TEST(test_agent_kill9)
 	int got = raw_recv(&r, &rep, 400);
 	ASSERT(got == 1, "no prompt answer to a wait on a killed agent (%d)", got);
 	ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_ERROR &&
-	       rep->error->code == TOGGLE_ENOAGENT && rep->error->n_agents == 1 &&
+	       (int)rep->error->code == TOGGLE_ENOAGENT && rep->error->n_agents == 1 &&
 	       strcmp(rep->error->agents[0], "idle-victim") == 0,
 	       "answer to a wait on a killed agent: body %d", (int)rep->body_case);
 	toggle__envelope__free_unpacked(rep, NULL);

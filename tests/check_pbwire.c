@@ -81,7 +81,7 @@ START_TEST(test_replies_decode_here)
 	char *agents[] = {"a", "b"};
 	env.body_case = TOGGLE__ENVELOPE__BODY_ERROR;
 	env.error = &err;
-	err.code = TOGGLE_EVERSION;
+	err.code = (Toggle__ErrorCode)TOGGLE_EVERSION;
 	err.message = "protocol version 2 is not spoken here";
 	err.n_agents = 2;
 	err.agents = agents;
@@ -89,6 +89,15 @@ START_TEST(test_replies_decode_here)
 	ck_assert_uint_eq(r.body, PBW_ENV_ERROR);
 	ck_assert_int_eq(r.error_code, TOGGLE_EVERSION);
 	ck_assert_str_eq(r.error_message, "protocol version 2 is not spoken here");
+	/* Contract v1: Error.agent_ids (packed repeated) is skipped, the rest read. */
+	uint64_t ids[] = {7, 1ull << 50};
+	err.n_agent_ids = 2;
+	err.agent_ids = ids;
+	err.code = TOGGLE__ERROR_CODE__ERROR_CODE_UNIMPLEMENTED;
+	decode_packed(&env, &r);
+	ck_assert_int_eq(r.error_code, TOGGLE_EUNIMPLEMENTED);
+	ck_assert_str_eq(r.error_message, "protocol version 2 is not spoken here");
+	err.n_agent_ids = 0;
 
 	Toggle__HelloReply hr = TOGGLE__HELLO_REPLY__INIT;
 	env.body_case = TOGGLE__ENVELOPE__BODY_HELLO_REPLY;
