@@ -147,7 +147,7 @@ static int encode_set(uint64_t req_id, uint64_t agent_id, int flip, uint8_t **bu
 	sel.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
 	sel.agent_id = agent_id;
 	se.target = &sel;
-	se.op = TOGGLE__SET_OP__REPLACE;
+	se.op = TOGGLE__SET_OP__SET_OP_REPLACE;
 	se.spec = flip ? "h0:1" : "h0:0";
 	env.id = req_id;
 	env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;

@@ -231,17 +231,17 @@ static int ctl_set_op(struct ctl_ctx *ctx, int argc, char **argv, Toggle__SetOp 
 
 int ctl_cmd_enable(struct ctl_ctx *ctx, int argc, char **argv)
 {
-	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__ADD, "enable");
+	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__SET_OP_ADD, "enable");
 }
 
 int ctl_cmd_disable(struct ctl_ctx *ctx, int argc, char **argv)
 {
-	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__REMOVE, "disable");
+	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__SET_OP_REMOVE, "disable");
 }
 
 int ctl_cmd_set(struct ctl_ctx *ctx, int argc, char **argv)
 {
-	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__REPLACE, "set");
+	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__SET_OP_REPLACE, "set");
 }
 
 /* ---- plans -------------------------------------------------------------- */

@@ -86,11 +86,11 @@ const char *ctl_mode_name(uint32_t mode)
 const char *ctl_event_name(int kind)
 {
 	switch (kind) {
-	case TOGGLE__EVENT_KIND__AGENT_JOINED: return "joined";
-	case TOGGLE__EVENT_KIND__AGENT_LEFT: return "left";
-	case TOGGLE__EVENT_KIND__SET_APPLIED: return "set_applied";
-	case TOGGLE__EVENT_KIND__PLAN_REJECTED: return "plan_rejected";
-	case TOGGLE__EVENT_KIND__ANOMALY: return "anomaly";
+	case TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_JOINED: return "joined";
+	case TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_LEFT: return "left";
+	case TOGGLE__EVENT_KIND__EVENT_KIND_SET_APPLIED: return "set_applied";
+	case TOGGLE__EVENT_KIND__EVENT_KIND_PLAN_REJECTED: return "plan_rejected";
+	case TOGGLE__EVENT_KIND__EVENT_KIND_ANOMALY: return "anomaly";
 	default: return "unknown";
 	}
 }

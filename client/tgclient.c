@@ -443,7 +443,7 @@ static int hello(struct tgc *c, int64_t deadline, char *err, size_t errlen)
 {
 	char name[TGC_NAME_MAX];
 	client_name(name, sizeof(name));
-	Toggle__Hello h = TOGGLE__HELLO__INIT;
+	Toggle__HelloRequest h = TOGGLE__HELLO_REQUEST__INIT;
 	h.protocol_version = TGP_PROTOCOL_VERSION;
 	h.min_protocol_version = TGP_PROTOCOL_VERSION;
 	h.client = name;

@@ -216,7 +216,7 @@ static void agent_restore(struct td_agent *a)
 		 a->name, (unsigned long long)a->id, (unsigned long long)a->ctl.version, a->n_plans);
 }
 
-static int agent_check_register(const Toggle__RegisterAgent *m, char *err, size_t errlen)
+static int agent_check_register(const Toggle__RegisterAgentRequest *m, char *err, size_t errlen)
 {
 	if (!name_ok(m->name)) {
 		snprintf(err, errlen, "bad agent name (expected [A-Za-z0-9_.-], 1-%d bytes)",
@@ -243,7 +243,7 @@ static int agent_check_register(const Toggle__RegisterAgent *m, char *err, size_
 	return toggle_catalog_validate(&cat, err, errlen);
 }
 
-int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_t *id, char *err,
+int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, uint64_t *id, char *err,
 		      size_t errlen)
 {
 	struct td_daemon *d = p->d;
@@ -320,7 +320,7 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	log_info("agent %s (id %llu, pid %u, uid %u, group '%s') registered: %u hook types x %u layers",
 		 a->name, (unsigned long long)a->id, a->pid, a->uid, a->group, a->cat.n_types,
 		 a->cat.n_layers);
-	td_event(d, a, TOGGLE__EVENT_KIND__AGENT_JOINED, a->ctl.version, agent_step(a), NULL);
+	td_event(d, a, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_JOINED, a->ctl.version, agent_step(a), NULL);
 	td_timer_update(d);
 	return 0;
 }
@@ -329,7 +329,7 @@ void td_agent_gone(struct td_agent *a)
 {
 	struct td_daemon *d = a->d;
 	log_info("agent %s (id %llu) left", a->name, (unsigned long long)a->id);
-	td_event(d, a, TOGGLE__EVENT_KIND__AGENT_LEFT, a->ctl.version, agent_step(a), NULL);
+	td_event(d, a, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_LEFT, a->ctl.version, agent_step(a), NULL);
 	if (a->prev)
 		a->prev->next = a->next;
 	else
@@ -374,12 +374,12 @@ static void agent_events(struct td_agent *a, uint64_t prev_applied, uint64_t pre
 {
 	struct toggle_shm_status *s = a->st;
 	if (s->version_applied != prev_applied && s->version_applied)
-		td_event(a->d, a, TOGGLE__EVENT_KIND__SET_APPLIED, s->version_applied, s->step, NULL);
+		td_event(a->d, a, TOGGLE__EVENT_KIND__EVENT_KIND_SET_APPLIED, s->version_applied, s->step, NULL);
 	if (s->plan_rejected != prev_rejected) {
 		char msg[128];
 		snprintf(msg, sizeof(msg), "plan batch %llu rejected: step %lld had already begun",
 			 (unsigned long long)s->plan_rejected_batch, (long long)s->plan_rejected_step);
-		td_event(a->d, a, TOGGLE__EVENT_KIND__PLAN_REJECTED, a->ctl.version,
+		td_event(a->d, a, TOGGLE__EVENT_KIND__EVENT_KIND_PLAN_REJECTED, a->ctl.version,
 			 s->plan_rejected_step, msg);
 	}
 	uint64_t sum = 0;
@@ -388,7 +388,7 @@ static void agent_events(struct td_agent *a, uint64_t prev_applied, uint64_t pre
 	if (sum != a->st_anomalies) {
 		char msg[64];
 		snprintf(msg, sizeof(msg), "%llu anomalies in all", (unsigned long long)sum);
-		td_event(a->d, a, TOGGLE__EVENT_KIND__ANOMALY, a->ctl.version, s->step, msg);
+		td_event(a->d, a, TOGGLE__EVENT_KIND__EVENT_KIND_ANOMALY, a->ctl.version, s->step, msg);
 		a->st_anomalies = sum;
 	}
 }

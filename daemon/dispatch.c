@@ -34,7 +34,7 @@ static const struct td_rpc rpc_table[] = {
 
 static void dispatch_hello(struct td_peer *p, const Toggle__Envelope *req)
 {
-	const Toggle__Hello *h = req->hello;
+	const Toggle__HelloRequest *h = req->hello;
 	/* The client speaks [min, max]; 0 as min means max only (protocol 1 clients). */
 	uint32_t max = h->protocol_version;
 	uint32_t min = h->min_protocol_version ? h->min_protocol_version : max;

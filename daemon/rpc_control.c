@@ -36,7 +36,7 @@ void rpc_register_agent(struct td_peer *p, const Toggle__Envelope *req)
 		return;
 	}
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__RegisterReply rep = TOGGLE__REGISTER_REPLY__INIT;
+	Toggle__RegisterAgentReply rep = TOGGLE__REGISTER_AGENT_REPLY__INIT;
 	env.id = req->id;
 	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_REPLY;
 	env.register_reply = &rep;
@@ -66,8 +66,8 @@ static int parse_for(struct td_peer *p, uint64_t id, const struct td_agent *a, c
 static void set_apply_op(struct toggle_set *cur, const struct toggle_set *arg, Toggle__SetOp op)
 {
 	switch (op) {
-	case TOGGLE__SET_OP__ADD: toggle_set_union(cur, arg); break;
-	case TOGGLE__SET_OP__REMOVE: toggle_set_subtract(cur, arg); break;
+	case TOGGLE__SET_OP__SET_OP_ADD: toggle_set_union(cur, arg); break;
+	case TOGGLE__SET_OP__SET_OP_REMOVE: toggle_set_subtract(cur, arg); break;
 	default: *cur = *arg; break;
 	}
 }
@@ -130,8 +130,8 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 	const Toggle__SetEnabledRequest *m = req->set_enabled;
 	/* Unspecified is refused like an unknown op: a client that forgot op
 	 * must not replace the whole set by default. */
-	if (m->op != TOGGLE__SET_OP__REPLACE && m->op != TOGGLE__SET_OP__ADD &&
-	    m->op != TOGGLE__SET_OP__REMOVE) {
+	if (m->op != TOGGLE__SET_OP__SET_OP_REPLACE && m->op != TOGGLE__SET_OP__SET_OP_ADD &&
+	    m->op != TOGGLE__SET_OP__SET_OP_REMOVE) {
 		td_peer_send_error(p, req->id, TOGGLE_EINVAL,
 				   m->op == TOGGLE__SET_OP__SET_OP_UNSPECIFIED
 					   ? "set operation not given (SET_OP_UNSPECIFIED)"

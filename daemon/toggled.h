@@ -189,7 +189,7 @@ bool td_auth_may_write(const struct td_daemon *d, uint32_t uid, uint32_t gid, ui
 void td_auth_reload(struct td_daemon *d);
 
 /* agents.c */
-int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_t *id,
+int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, uint64_t *id,
 		      char *err, size_t errlen);
 void td_agent_gone(struct td_agent *a);
 bool td_selector_match(const struct td_selector *s, const struct td_agent *a);

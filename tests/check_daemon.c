@@ -1126,7 +1126,7 @@ static int raw_call(struct raw *r, Toggle__Envelope *req, int pass_fd,
 
 static int raw_hello_version(struct raw *r, uint32_t version, char *err)
 {
-	Toggle__Hello h = TOGGLE__HELLO__INIT;
+	Toggle__HelloRequest h = TOGGLE__HELLO_REQUEST__INIT;
 	h.protocol_version = version;
 	h.client = (char *)(uintptr_t)"check_daemon-raw";
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -1167,7 +1167,7 @@ static void raw_expect_closed(struct raw *r, const char *after)
 static int raw_register(struct raw *r, const char *name, size_t n_types, uint32_t n_layers,
 			int pass_fd, char *err)
 {
-	Toggle__RegisterAgent m = TOGGLE__REGISTER_AGENT__INIT;
+	Toggle__RegisterAgentRequest m = TOGGLE__REGISTER_AGENT_REQUEST__INIT;
 	m.name = (char *)(uintptr_t)name;
 	m.n_hook_types = n_types;
 	m.hook_types = (char **)(uintptr_t)type_names;
@@ -1195,7 +1195,7 @@ START_TEST(test_hello_version)
 	ASSERT(tgc_daemon_version(c)[0] != '\0', "empty daemon version");
 
 	/* A Hello of protocol 99 on a live connection, packed by hand: EVERSION. */
-	Toggle__Hello h = TOGGLE__HELLO__INIT;
+	Toggle__HelloRequest h = TOGGLE__HELLO_REQUEST__INIT;
 	h.protocol_version = 99;
 	h.client = (char *)(uintptr_t)"check_daemon";
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -1382,13 +1382,13 @@ START_TEST(test_set_enabled)
 	struct spec s1 = canon("resid_post:0-1");
 	struct spec s2 = canon("resid_post:0-1,attn_out:3");
 	struct spec s3 = canon("resid_post:1,attn_out:3");
-	set_and_check(c, ap, TOGGLE__SET_OP__REPLACE, "resid_post:0-1", "none", s1.s);
-	set_and_check(c, ap, TOGGLE__SET_OP__ADD, "attn_out:3", s1.s, s2.s);
-	set_and_check(c, ap, TOGGLE__SET_OP__REMOVE, "resid_post:0", s2.s, s3.s);
+	set_and_check(c, ap, TOGGLE__SET_OP__SET_OP_REPLACE, "resid_post:0-1", "none", s1.s);
+	set_and_check(c, ap, TOGGLE__SET_OP__SET_OP_ADD, "attn_out:3", s1.s, s2.s);
+	set_and_check(c, ap, TOGGLE__SET_OP__SET_OP_REMOVE, "resid_post:0", s2.s, s3.s);
 
 	/* An unknown hook type: ESPEC naming the agent and the token; nothing changes. */
 	struct ainfo before = agent_info(c, ap->name);
-	int rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:0,bogus_type:1", WAIT_MS, NULL,
+	int rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "resid_post:0,bogus_type:1", WAIT_MS, NULL,
 			 err);
 	ASSERT_CODE(rc, TOGGLE_ESPEC, err);
 	ASSERT(strstr(err, "setter") && strstr(err, "bogus_type"),
@@ -1417,7 +1417,7 @@ START_TEST(test_wait_timeout)
 			&(struct agent_opts){.name = "idle-agent", .group = "g", .steps = false});
 	agent_wait_listed(c, &e.agents[a], -1);
 	uint64_t t0 = now_ms();
-	int rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "all", 200, NULL, err);
+	int rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "all", 200, NULL, err);
 	uint64_t dt = now_ms() - t0;
 	ASSERT_CODE(rc, TOGGLE_ETIMEDOUT, err);
 	ASSERT(strstr(err, "idle-agent"), "timeout does not name the agent: %s", err);
@@ -1461,7 +1461,7 @@ START_TEST(test_selectors)
 
 	Toggle__Selector g1 = sel_group("g1");
 	Toggle__Envelope *rep = NULL;
-	int rc = rpc_set(c, &g1, TOGGLE__SET_OP__REPLACE, "all", WAIT_MS, &rep, err);
+	int rc = rpc_set(c, &g1, TOGGLE__SET_OP__SET_OP_REPLACE, "all", WAIT_MS, &rep, err);
 	ASSERT_CODE(rc, 0, err);
 	ASSERT(rep->set_enabled_reply->n_versions == 1 &&
 	       rep->set_enabled_reply->versions[0]->agent_id == a.id,
@@ -1473,12 +1473,12 @@ START_TEST(test_selectors)
 
 	struct spec b_set = canon("attn_out:0"), a_set = canon("resid_post:2");
 	Toggle__Selector by_id = sel_id(b.id);
-	set_applied(c, &by_id, TOGGLE__SET_OP__REPLACE, "attn_out:0");
+	set_applied(c, &by_id, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:0");
 	ASSERT_STR(agent_info(c, "sel-a").enabled, "all", "sel-a after the id set");
 	ASSERT_STR(agent_info(c, "sel-b").enabled, b_set.s, "sel-b after the id set");
 
 	Toggle__Selector by_pid = sel_pid(a.pid);
-	set_applied(c, &by_pid, TOGGLE__SET_OP__REPLACE, "resid_post:2");
+	set_applied(c, &by_pid, TOGGLE__SET_OP__SET_OP_REPLACE, "resid_post:2");
 	ASSERT_STR(agent_info(c, "sel-a").enabled, a_set.s, "sel-a after the pid set");
 	ASSERT_STR(agent_info(c, "sel-b").enabled, b_set.s, "sel-b after the pid set");
 	assert_never_ran(&e.agents[ib], "all");
@@ -1488,7 +1488,7 @@ START_TEST(test_selectors)
 			 none_pid = sel_pid(1);
 	Toggle__Selector *nothing[3] = {&none_group, &none_id, &none_pid};
 	for (int k = 0; k < 3; k++) {
-		rc = rpc_set(c, nothing[k], TOGGLE__SET_OP__REPLACE, "none", 0, NULL, err);
+		rc = rpc_set(c, nothing[k], TOGGLE__SET_OP__SET_OP_REPLACE, "none", 0, NULL, err);
 		ASSERT_CODE(rc, TOGGLE_ENOAGENT, err);
 		rc = rpc_list_agents(c, nothing[k], NULL, err);
 		ASSERT_CODE(rc, TOGGLE_ENOAGENT, err);
@@ -1557,7 +1557,7 @@ START_TEST(test_plans)
 	struct agent_proc *ap = &e.agents[a];
 	agent_wait_listed(c, ap, 1);
 	struct spec standing = canon("resid_post:*");
-	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:*");
+	set_applied(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "resid_post:*");
 
 	/* Three entries 50 steps ahead: exactly those sets at exactly those steps. */
 	static const char *const specs[3] = {"attn_out:0", "attn_out:1", "all"};
@@ -1628,23 +1628,23 @@ START_TEST(test_watch)
 
 	int a = agent_start(&e, &(struct agent_opts){.name = "watched", .group = "g", .steps = true,
 						     .anomaly_at = 50});
-	struct evinfo joined = event_wait(w, TOGGLE__EVENT_KIND__AGENT_JOINED, "watched", 10000);
+	struct evinfo joined = event_wait(w, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_JOINED, "watched", 10000);
 	struct ainfo ai = agent_wait_listed(c, &e.agents[a], 1);
 	ASSERT(joined.agent_id == ai.id, "joined agent %llu, listed %llu",
 	       (unsigned long long)joined.agent_id, (unsigned long long)ai.id);
 
 	/* The agent's anomaly (a producer recorded outside a capture window) is
 	 * reported from its status lane. */
-	struct evinfo anomaly = event_wait(w, TOGGLE__EVENT_KIND__ANOMALY, "watched", 10000);
+	struct evinfo anomaly = event_wait(w, TOGGLE__EVENT_KIND__EVENT_KIND_ANOMALY, "watched", 10000);
 	ASSERT(anomaly.agent_id == ai.id, "ANOMALY for agent %llu", (unsigned long long)anomaly.agent_id);
 
-	uint64_t v = set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:*");
-	struct evinfo applied = event_wait(w, TOGGLE__EVENT_KIND__SET_APPLIED, "watched", 10000);
+	uint64_t v = set_applied(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:*");
+	struct evinfo applied = event_wait(w, TOGGLE__EVENT_KIND__EVENT_KIND_SET_APPLIED, "watched", 10000);
 	ASSERT(applied.version == v && applied.agent_id == ai.id, "SET_APPLIED version %llu, set %llu",
 	       (unsigned long long)applied.version, (unsigned long long)v);
 
 	agent_stop(&e, a);
-	struct evinfo left = event_wait(w, TOGGLE__EVENT_KIND__AGENT_LEFT, "watched", 10000);
+	struct evinfo left = event_wait(w, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_LEFT, "watched", 10000);
 	ASSERT(left.agent_id == ai.id, "left agent %llu", (unsigned long long)left.agent_id);
 	tgc_close(w);
 	tgc_close(c);
@@ -1676,7 +1676,7 @@ START_TEST(test_agent_kill9)
 	Toggle__Selector by_id = sel_id(idle.id);
 	Toggle__SetEnabledRequest m = TOGGLE__SET_ENABLED_REQUEST__INIT;
 	m.target = &by_id;
-	m.op = TOGGLE__SET_OP__REPLACE;
+	m.op = TOGGLE__SET_OP__SET_OP_REPLACE;
 	m.spec = (char *)(uintptr_t)"all";
 	m.wait_ms = 600;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -1703,10 +1703,10 @@ START_TEST(test_agent_kill9)
 	size_t total = 0;
 	ASSERT(agent_lookup(c, "bystander", NULL, &total) && total == 1, "%zu agents listed", total);
 	Toggle__Selector by_pid = sel_pid(victim.pid);
-	int rc = rpc_set(c, &by_pid, TOGGLE__SET_OP__REPLACE, "all", 0, NULL, err);
+	int rc = rpc_set(c, &by_pid, TOGGLE__SET_OP__SET_OP_REPLACE, "all", 0, NULL, err);
 	ASSERT_CODE(rc, TOGGLE_ENOAGENT, err);
 	struct spec s = canon("attn_out:1");
-	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:1");
+	set_applied(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:1");
 	ASSERT_STR(agent_info(c, "bystander").enabled, s.s, "bystander after the set");
 	rc = rpc_status(c, &rep, err);
 	ASSERT_CODE(rc, 0, err);
@@ -1732,7 +1732,7 @@ START_TEST(test_daemon_restart)
 	struct agent_proc *ap = &e.agents[a];
 	agent_wait_listed(c, ap, 1);
 	struct spec standing = canon("attn_out:1-2");
-	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:1-2");
+	set_applied(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:1-2");
 	static const char *const specs[2] = {"resid_post:3", "all"};
 	static const int64_t far[2] = {100000, 100001};
 	int64_t cur = plan_ahead(c, ap->name, far, specs, 2);
@@ -1827,7 +1827,7 @@ _Noreturn static void nobody_main(const struct env *e)
 		_exit(11);
 	if (tgc_may_write(c))
 		_exit(12);
-	if (rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "all", 0, NULL, err) != TOGGLE_EPERM)
+	if (rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "all", 0, NULL, err) != TOGGLE_EPERM)
 		_exit(13);
 	if (!strstr(err, "65534"))
 		_exit(14);
@@ -2039,7 +2039,7 @@ START_TEST(test_bad_input)
 
 	/* Limits of SetEnabled and SubmitPlan. */
 	struct tgc *c = client(&e);
-	rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "all", TGP_MAX_WAIT_MS + 1, NULL, err);
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "all", TGP_MAX_WAIT_MS + 1, NULL, err);
 	ASSERT_CODE(rc, TOGGLE_EINVAL, err);
 	int64_t steps[65];
 	const char *specs[65];

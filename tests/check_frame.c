@@ -111,7 +111,7 @@ static Toggle__Envelope error_env_of_size(Toggle__Error *e, size_t size)
 
 START_TEST(test_round_trip_hello)
 {
-	Toggle__Hello h = TOGGLE__HELLO__INIT;
+	Toggle__HelloRequest h = TOGGLE__HELLO_REQUEST__INIT;
 	h.protocol_version = TGP_PROTOCOL_VERSION;
 	h.client = "togglectl";
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -157,7 +157,7 @@ START_TEST(test_round_trip_set_enabled)
 	sel.agent_id = 42;
 	Toggle__SetEnabledRequest req = TOGGLE__SET_ENABLED_REQUEST__INIT;
 	req.target = &sel;
-	req.op = TOGGLE__SET_OP__ADD;
+	req.op = TOGGLE__SET_OP__SET_OP_ADD;
 	req.spec = "resid_post:0-31,attn_out:*";
 	req.wait_ms = 500;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -169,7 +169,7 @@ START_TEST(test_round_trip_set_enabled)
 	ck_assert_int_eq(out->body_case, TOGGLE__ENVELOPE__BODY_SET_ENABLED);
 	ck_assert_int_eq(got->target->sel_case, TOGGLE__SELECTOR__SEL_AGENT_ID);
 	ck_assert_uint_eq(got->target->agent_id, 42);
-	ck_assert_int_eq(got->op, TOGGLE__SET_OP__ADD);
+	ck_assert_int_eq(got->op, TOGGLE__SET_OP__SET_OP_ADD);
 	ck_assert_str_eq(got->spec, "resid_post:0-31,attn_out:*");
 	ck_assert_uint_eq(got->wait_ms, 500);
 	toggle__envelope__free_unpacked(out, NULL);
@@ -199,7 +199,7 @@ START_TEST(test_round_trip_plan_and_event)
 	toggle__envelope__free_unpacked(out, NULL);
 
 	Toggle__Event ev = TOGGLE__EVENT__INIT;
-	ev.kind = TOGGLE__EVENT_KIND__PLAN_REJECTED;
+	ev.kind = TOGGLE__EVENT_KIND__EVENT_KIND_PLAN_REJECTED;
 	ev.agent_id = 7;
 	ev.agent_name = "engine";
 	ev.step = 12;
@@ -209,7 +209,7 @@ START_TEST(test_round_trip_plan_and_event)
 	eenv.event = &ev;
 	out = round_trip(&eenv);
 	ck_assert_uint_eq(out->id, 0);
-	ck_assert_int_eq(out->event->kind, TOGGLE__EVENT_KIND__PLAN_REJECTED);
+	ck_assert_int_eq(out->event->kind, TOGGLE__EVENT_KIND__EVENT_KIND_PLAN_REJECTED);
 	ck_assert_str_eq(out->event->agent_name, "engine");
 	ck_assert_int_eq(out->event->step, 12);
 	ck_assert_uint_eq(out->event->version, 0); /* proto3: unset decodes as 0 */

@@ -30,7 +30,7 @@ START_TEST(test_register_decodes_in_protobuf_c)
 	ck_assert_ptr_nonnull(env);
 	ck_assert_uint_eq(env->id, 42);
 	ck_assert_int_eq(env->body_case, TOGGLE__ENVELOPE__BODY_REGISTER_AGENT);
-	const Toggle__RegisterAgent *m = env->register_agent;
+	const Toggle__RegisterAgentRequest *m = env->register_agent;
 	ck_assert_str_eq(m->name, "engine-0");
 	ck_assert_str_eq(m->group, "decode");
 	ck_assert_uint_eq(m->n_hook_types, 3);
@@ -67,7 +67,7 @@ START_TEST(test_replies_decode_here)
 {
 	struct pbw_reply r;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__RegisterReply rr = TOGGLE__REGISTER_REPLY__INIT;
+	Toggle__RegisterAgentReply rr = TOGGLE__REGISTER_AGENT_REPLY__INIT;
 	env.id = 9;
 	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_REPLY;
 	env.register_reply = &rr;
@@ -126,7 +126,7 @@ START_TEST(test_hostile_bytes)
 	struct pbw_reply r;
 	/* Truncations of a valid reply: never a crash, never a wrong success. */
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__RegisterReply rr = TOGGLE__REGISTER_REPLY__INIT;
+	Toggle__RegisterAgentReply rr = TOGGLE__REGISTER_AGENT_REPLY__INIT;
 	env.id = 300;
 	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_REPLY;
 	env.register_reply = &rr;

@@ -249,7 +249,7 @@ static int raw_recv(struct raw *r, Toggle__Envelope **env)
 
 static Toggle__Envelope *raw_hello(struct raw *r, uint32_t min, uint32_t max)
 {
-	Toggle__Hello h = TOGGLE__HELLO__INIT;
+	Toggle__HelloRequest h = TOGGLE__HELLO_REQUEST__INIT;
 	h.protocol_version = max;
 	h.min_protocol_version = min;
 	h.client = "check_proto";
@@ -430,7 +430,7 @@ START_TEST(test_error_names_agent_ids)
 		ck_assert_msg(id || now_ms() < end, "demo_agent did not register");
 		usleep(20000);
 	}
-	int rc = set_enabled(c, TOGGLE__SET_OP__REPLACE, "no_such_hook:1", &rep, err, sizeof(err));
+	int rc = set_enabled(c, TOGGLE__SET_OP__SET_OP_REPLACE, "no_such_hook:1", &rep, err, sizeof(err));
 	ck_assert_int_lt(rc, 0);
 	ck_assert_ptr_nonnull(rep);
 	ck_assert_int_eq(rep->body_case, TOGGLE__ENVELOPE__BODY_ERROR);
