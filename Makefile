@@ -3,6 +3,7 @@
 #   make check      build and run every Check test under ASan + UBSan
 #   make demo       the demo (see README)
 #   make gpu-check  build and run the GPU suite (skips cleanly without a GPU)
+#   make python     the Python package (python/graphtoggle, libtoggle.so beside it)
 #   make bench      host benchmarks
 #   make install    PREFIX=/usr/local DESTDIR=
 
@@ -30,7 +31,7 @@ LIB_LIBS := -ldl -lpthread
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 
-.PHONY: all lib check demo gpu-check bench install clean deps
+.PHONY: all lib check demo gpu-check bench install clean deps python check-python
 all: lib $(B)/examples/demo_agent
 
 lib: $(B)/libtoggle.a $(B)/libtoggle.so
@@ -65,6 +66,7 @@ $(B)/examples/demo_agent: $(B)/examples/demo_agent.o $(B)/examples/demo_cuda.o $
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@B=$(B) scripts/demo.sh
+	@B=$(B) scripts/demo-torch.sh
 
 # ---- tests ---------------------------------------------------------------
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
@@ -85,6 +87,20 @@ check-run: $(TEST_BIN)
 	  CK_DEFAULT_TIMEOUT=60 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    $$t || fail=1; \
 	done; exit $$fail
+
+# ---- Python package (python/): `pip install ./python` after `make python` -----
+python: $(B)/libtoggle.so
+	cp $(B)/libtoggle.so python/graphtoggle/libtoggle.so
+	@echo "python: python/graphtoggle is ready: pip install ./python, or PYTHONPATH=python"
+
+$(B)/libtoggle-san.so: $(LIB_SAN_OBJ)
+	$(CC) -shared $(SAN) -o $@ $^ $(LIB_LIBS)
+
+# pytest on the simulator backend, the fake torch and a real toggled (needs both
+# programs: built by daemon.mk and client.mk)
+check-python: $(B)/libtoggle-san.so $(B)/libtoggle.so $(B)/toggled $(B)/togglectl
+	@B=$(B) CC=$(CC) scripts/pytest.sh
+check-run: check-python
 
 # ---- device mode's planner, embedded when nvcc exists
 -include libtoggle/libtoggle.mk

@@ -3,14 +3,19 @@
 # producer's kernel) and the GPU programs, then run every leg on the GPU:
 #   gpu_check   lazy, eager and device phases, then timing figures
 #   gpu_region  producer regions and toggle_copy_out (lazy, eager, device)
-# Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check).
+#   torch_proof graphtoggle from PyTorch (python/tests/gpu/torch_proof.py)
+#   torch_engine_lazy, torch_engine_device  examples/torch_engine.py standalone
+# Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check); the
+# Python legs need a python3 with torch (they print SKIPPED without torch or
+# a GPU) and use $B/libtoggle.so and the package in python/.
 # Skips cleanly (exit 0) when nvcc is missing; each program skips when there
 # is no CUDA device.  Every leg runs even when an earlier one failed; one
 # "gpu-check: leg <name>: PASS|FAIL" line per leg at the end, and the exit
 # status is 1 if any leg failed (or did not build).
 #
 # Usage: scripts/gpu-check.sh [gpu_check args, e.g. --steps N --seed N]
-# Environment: GPU_REGION_ARGS (e.g. "--steps 500") for gpu_region.
+# Environment: GPU_REGION_ARGS (e.g. "--steps 500") for gpu_region,
+# TORCH_PROOF_ARGS (e.g. "--steps 10000 --bench") for torch_proof, PYTHON.
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
 set -eu
 
@@ -69,9 +74,43 @@ run_leg() {
 gpu-check: leg $name: $verdict"
 }
 
+# run_py_leg NAME SCRIPT ARGS...: a Python leg, noted like run_leg's.
+PYTHON=${PYTHON:-python3}
+run_py_leg() {
+	name=$1
+	shift
+	verdict=FAIL
+	if command -v "$PYTHON" >/dev/null 2>&1; then
+		echo "gpu-check: running $*"
+		rm -f "$B/$name.rc"
+		{
+			GRAPHTOGGLE_LIB="$PWD/$B/libtoggle.so" PYTHONUNBUFFERED=1 "$PYTHON" "$@"
+			echo $? >"$B/$name.rc"
+		} 2>&1 | tee "$B/$name.log"
+		if [ "$(cat "$B/$name.rc" 2>/dev/null)" = 0 ]; then
+			verdict=PASS
+			grep -q ': SKIPPED' "$B/$name.log" && verdict=SKIPPED
+		fi
+	else
+		echo "gpu-check: no $PYTHON for $name"
+		verdict=SKIPPED
+	fi
+	[ "$verdict" = FAIL ] && status=1
+	results="$results
+gpu-check: leg $name: $verdict"
+}
+
 run_leg gpu_check "$@"
 # shellcheck disable=SC2086 # GPU_REGION_ARGS is a list of words
 run_leg gpu_region ${GPU_REGION_ARGS:-}
+# shellcheck disable=SC2086 # TORCH_PROOF_ARGS is a list of words
+run_py_leg torch_proof python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-}
+# the example engine standalone (nn.Module forward-hook producers, graphs per batch size
+# captured by its own code under the patch), every replay checked
+for mode in lazy device; do
+	run_py_leg torch_engine_$mode examples/torch_engine.py --mode $mode --steps 3000 \
+		--check-every 1 --change-every 100
+done
 
 printf '%s\n' "$results" | sed '/^$/d'
 if [ "$status" -eq 0 ]; then

@@ -16,7 +16,7 @@ gpu_describe() {
 	echo "$TAG: nvcc: $("$NVCC" --version | grep -i 'release' | tail -n 1)"
 }
 
-# Leaves $B/libtoggle.a.
+# Leaves $B/libtoggle.a and $B/libtoggle.so (for the Python package).
 gpu_build_libtoggle() {
 	mkdir -p "$B/obj" "$B/gen"
 	rm -f "$B"/obj/*.o "$B"/gen/*
@@ -26,6 +26,7 @@ gpu_build_libtoggle() {
 		fail "build: $NVCC could not build libtoggle/src/planner.cu"
 	scripts/embed.sh "$B/gen/tg_planner.fatbin" "$B/gen/tg_planner_fatbin.h" \
 		tg_planner_fatbin_bytes || fail "build: could not embed the planner"
+	# the copy producer's kernel (toggle_copy_out), embedded the same way
 	"$NVCC" --fatbin -O3 \
 		-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
 		-Ilibtoggle/src -o "$B/gen/tg_copyout.fatbin" libtoggle/src/copyout.cu ||
@@ -40,8 +41,9 @@ gpu_build_libtoggle() {
 		extra=""
 		[ "$src" = libtoggle/src/planner_image.c ] && extra="-DTG_HAVE_PLANNER_FATBIN -I$B/gen"
 		[ "$src" = libtoggle/src/copyout_image.c ] && extra="-DTG_HAVE_COPYOUT_FATBIN -I$B/gen"
+		# -fPIC: the same objects make libtoggle.so for the Python package
 		# shellcheck disable=SC2086 # $extra is empty or two flags without spaces
-		"$CC" -std=c17 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror $extra \
+		"$CC" -std=c17 -D_GNU_SOURCE -O2 -g -fPIC -Wall -Wextra -Werror $extra \
 			-Ilibtoggle/include -Iproto -isystem "$CUDA_HOME/include" -c "$src" -o "$obj" ||
 			fail "build: $CC could not compile $src"
 		objs="$objs $obj"
@@ -50,4 +52,7 @@ gpu_build_libtoggle() {
 	rm -f "$B/libtoggle.a"
 	# shellcheck disable=SC2086 # $objs is a list of paths without spaces
 	ar rcs "$B/libtoggle.a" $objs || fail "build: ar could not make $B/libtoggle.a"
+	# shellcheck disable=SC2086
+	"$CC" -shared -Wl,-soname,libtoggle.so.0 -o "$B/libtoggle.so" $objs -ldl -lpthread ||
+		fail "build: $CC could not link $B/libtoggle.so"
 }

@@ -1,0 +1,29 @@
+"""A faithful fake of the parts of torch 2.11 that graphtoggle.torch patches and calls:
+torch.cuda.CUDAGraph (a Python class over torch._C._CUDAGraph whose __new__ passes
+keep_graph to a pybind11 __new__ that ignores it: the C++ object is built by
+_CUDAGraph.__init__), torch.cuda.graph, streams, is_current_stream_capturing, and
+torch._C._cuda_getCurrentRawStream.  The "device" is graphtoggle's CUDA simulator
+(torch.cuda.sim), so CI exercises the patch lifecycle without torch or a GPU: a
+kernel is sim.kernel(torch.cuda.current_stream().cuda_stream, fn).
+
+The Python layer (torch/cuda/graphs.py) copies the structure of torch 2.11's; the C++
+layer (_CUDAGraph here) follows its documented behaviour: keep_graph=False destroys the
+template at capture end after instantiating; keep_graph=True instantiates on demand;
+raw_cuda_graph() raises unless keep_graph; re-instantiation destroys the old exec.
+"""
+
+__version__ = "2.11.0+fake"
+FAKE = True
+
+from . import _C  # noqa: E402
+from . import cuda  # noqa: E402
+from . import nn  # noqa: E402
+from ._tensor import Tensor, contiguous_format, empty_like, float32, mul  # noqa: E402,F401
+
+
+class _CompilerConfig:
+    force_cudagraph_gc = False
+
+
+class compiler:  # noqa: N801  (torch.compiler.config.force_cudagraph_gc)
+    config = _CompilerConfig()

@@ -1,0 +1,92 @@
+"""The binding itself: library lookup, version and layout checks, the error table."""
+
+import ctypes
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import graphtoggle
+from graphtoggle import _lib, errors
+
+from conftest import REPO
+
+
+def test_layout_matches_library():
+    n = _lib.check_layout(_lib.lib())
+    # one entry per struct plus one per field of every mirror
+    want = sum(1 + len(m._fields_) for m in _lib.MIRRORS.values())
+    assert n >= want
+
+
+def test_layout_mismatch_is_refused(monkeypatch):
+    class WrongStats(ctypes.Structure):  # 'step' dropped: the kind of drift to catch
+        _fields_ = [f for f in _lib.Stats._fields_ if f[0] != "step"]
+    monkeypatch.setitem(_lib.MIRRORS, "toggle_stats", WrongStats)
+    with pytest.raises(_lib.LibraryError) as e:
+        _lib.check_layout(_lib.lib())
+    assert "toggle_stats.step: in C, missing in Python" in str(e.value)
+    assert "sizeof" in str(e.value)
+
+
+def test_layout_offset_mismatch_is_refused(monkeypatch):
+    class WrongHook(ctypes.Structure):
+        _fields_ = [("layer", ctypes.c_uint16), ("type", ctypes.c_uint16)]
+    monkeypatch.setitem(_lib.MIRRORS, "toggle_hook", WrongHook)
+    with pytest.raises(_lib.LibraryError, match=r"toggle_hook.type: size/offset 2/0 in C, 2/2"):
+        _lib.check_layout(_lib.lib())
+
+
+def _fresh_import(env, code="import graphtoggle; graphtoggle.library_path()"):
+    e = dict(os.environ)
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
+                          cwd=os.path.join(REPO, "python"))
+
+
+def test_missing_library_names_the_fix():
+    r = _fresh_import({"GRAPHTOGGLE_LIB": "/nonexistent/libtoggle.so"})
+    assert r.returncode != 0
+    assert "libtoggle.so not found" in r.stderr and "make python" in r.stderr
+    assert "GRAPHTOGGLE_LIB" in r.stderr
+
+
+def test_wrong_library_version_names_the_fix():
+    code = ("import graphtoggle._lib as L; L.API_MAJOR = 7\n"
+            "try:\n    L.lib()\nexcept L.LibraryError as e:\n    print('ERR', e)\n")
+    r = _fresh_import({}, code)
+    assert r.returncode == 0, r.stderr
+    assert "ERR" in r.stdout and "this package needs 7.1" in r.stdout
+    assert "make python" in r.stdout
+
+
+def test_version():
+    v = _lib.lib().toggle_version()
+    assert (v >> 16, v & 0xFFFF) == (_lib.API_MAJOR, _lib.API_MINOR)
+
+
+def test_error_table_equals_toggle_error_h():
+    text = open(os.path.join(REPO, "libtoggle", "include", "toggle_error.h")).read()
+    header = {m.group(1): int(m.group(2))
+              for m in re.finditer(r"^\s*(TOGGLE_E[A-Z]+)\s*=\s*(-\d+),", text, re.M)}
+    python = {name: code for code, name, _, _ in errors._CODES}
+    assert python == header
+    lib = _lib.lib()
+    for code, name, cls, _ in errors._CODES:
+        c = getattr(errors, cls)
+        assert c.code == code and c.code_name == name
+        assert issubclass(c, graphtoggle.GraphToggleError)
+        assert lib.toggle_strerror(code).decode() != "unknown error"
+    assert lib.toggle_strerror(min(python.values()) - 1).decode() == "unknown error"
+
+
+def test_error_for():
+    e = graphtoggle.error_for(-5, "no window")
+    assert isinstance(e, graphtoggle.CaptureError)
+    assert e.code == -5 and e.code_name == "TOGGLE_ECAPTURE" and e.detail == "no window"
+    assert str(e) == "TOGGLE_ECAPTURE: no window"
+    unknown = graphtoggle.error_for(-99, "x")
+    assert type(unknown) is graphtoggle.GraphToggleError and unknown.code == -99
+    assert isinstance(graphtoggle.error_for(-10, ""), ValueError)
