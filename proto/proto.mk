@@ -73,3 +73,19 @@ $(B)/tests/check_proto: $(B)/libtgproto-san.a $(TGP_GEN_H) $(B)/toggled-san $(B)
 $(B)/tests/check_proto: EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\" \
 	-DDEMO_AGENT_BIN=\"$(B)/examples/demo_agent\"
 $(B)/tests/check_proto: EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
+
+# graphtoggle.client's messages: protoc's Python output of toggle.proto,
+# generated at build time (python/graphtoggle/client/_wire.py says why), not
+# committed.  The protobuf-c import and option are for protoc-c only.
+PY_PB2 := python/graphtoggle/client/toggle_pb2.py
+.PHONY: python-client
+python-client: $(PY_PB2)
+all: $(PY_PB2)
+check-python: $(PY_PB2) $(B)/examples/demo_agent  # python/tests/test_client*.py
+$(PY_PB2): proto/toggle.proto
+	@scripts/deps.sh build
+	@mkdir -p $(B)/gen/py
+	sed -e '/^import "protobuf-c\/protobuf-c.proto";/d' -e '/^option (pb_c_file)/d' $< \
+	    > $(B)/gen/py/toggle.proto
+	protoc -I$(B)/gen/py --python_out=$(B)/gen/py $(B)/gen/py/toggle.proto
+	cp $(B)/gen/py/toggle_pb2.py $@
