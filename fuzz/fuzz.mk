@@ -5,7 +5,7 @@
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 20
 FUZZ_FLAGS = -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-	-Ilibtoggle/include -Ilibtoggle/src -Iproto -Iclient -isystem $(B)/gen \
+	-Ilibtoggle/include -Ilibtoggle/src -Iproto -Iclient -I$(B)/gen \
 	-isystem $(CUDA_HOME)/include
 FUZZ_TARGETS := $(B)/fuzz/fuzz_frame $(B)/fuzz/fuzz_spec $(B)/fuzz/fuzz_pbwire
 
