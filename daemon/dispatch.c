@@ -59,7 +59,7 @@ static void dispatch_hello(struct td_peer *p, const Toggle__Envelope *req)
 	td_peer_send(p, &env);
 }
 
-void td_dispatch(struct td_peer *p, Toggle__Envelope *req)
+static void dispatch_request(struct td_peer *p, Toggle__Envelope *req)
 {
 	p->d->stats.requests++;
 	/* proto3 has no required fields: a request without an id decodes as
@@ -111,4 +111,15 @@ void td_dispatch(struct td_peer *p, Toggle__Envelope *req)
 	}
 	log_debug("peer %llu: %s", (unsigned long long)p->id, rpc->name);
 	rpc->handler(p, req);
+}
+
+/* Every request, timed and counted by method and result for --metrics. */
+void td_dispatch(struct td_peer *p, Toggle__Envelope *req)
+{
+	struct td_daemon *d = p->d;
+	uint64_t t0 = d->metrics ? td_mono_ns() : 0;
+	d->rpc_code = 0;
+	dispatch_request(p, req);
+	if (d->metrics)
+		td_metrics_rpc(d, req, d->rpc_code, td_mono_ns() - t0);
 }

@@ -36,6 +36,9 @@ static void usage(FILE *f)
 		"                             every writer with SO_PEERCRED)\n"
 		"  -f, --foreground           stay in the foreground (toggled never forks; accepted\n"
 		"                             for compatibility)\n"
+		"  -M, --metrics ADDRESS      serve Prometheus /metrics on ADDRESS: PORT or\n"
+		"                             HOST:PORT (TCP, HOST 127.0.0.1 by default) or\n"
+		"                             /path (Unix socket); off by default\n"
 		"  -v, --verbose              debug logging\n"
 		"  -V, --version              print the version and exit\n"
 		"  -h, --help                 this text\n");
@@ -169,6 +172,8 @@ static void on_hup(uv_signal_t *h, int signum)
 		 d->cfg.config_path, d->cfg.operator_group, d->have_operator_gid ? "" : ", not found");
 }
 
+static const char *metrics_address; /* --metrics, NULL: off */
+
 static void parse_args(struct td_daemon *d, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -178,6 +183,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		{"operator-group", required_argument, NULL, 'g'},
 		{"socket-mode", required_argument, NULL, 'm'},
 		{"foreground", no_argument, NULL, 'f'},
+		{"metrics", required_argument, NULL, 'M'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},
@@ -186,7 +192,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 	struct td_config *cfg = &d->cfg;
 	const char *sock = NULL, *state = NULL, *group = NULL;
 	int c;
-	while ((c = getopt_long(argc, argv, "s:d:c:g:m:fvVh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:d:c:g:m:M:fvVh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': sock = optarg; break;
 		case 'd': state = optarg; break;
@@ -203,6 +209,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 			break;
 		}
 		case 'f': break;
+		case 'M': metrics_address = optarg; break;
 		case 'v': cfg->cli_verbose = true; break;
 		case 'V': printf("toggled %s (protocol %d)\n", TD_VERSION, TGP_PROTOCOL_VERSION); exit(0);
 		case 'h': usage(stdout); exit(0);
@@ -270,6 +277,8 @@ int main(int argc, char **argv)
 		uv_signal_start(sigs[i], nums[i] == SIGHUP ? on_hup : on_stop, nums[i]);
 	}
 	signal(SIGPIPE, SIG_IGN);
+	if (metrics_address && td_metrics_start(d, metrics_address, err, sizeof(err)) != 0)
+		fatalx("--metrics: %s", err);
 	log_info("toggled %s listening on %s (state in %s, operator group '%s'%s)", TD_VERSION,
 		 d->cfg.socket_path, d->cfg.state_dir, d->cfg.operator_group,
 		 d->have_operator_gid ? "" : ", not found: only root and this user may write");
@@ -278,6 +287,7 @@ int main(int argc, char **argv)
 	/* Shutdown: answer nothing more, save, close everything. */
 	if (d->store.dirty && td_store_save(&d->store, d->cfg.state_dir) != 0)
 		log_warn("saving the desired state at shutdown");
+	td_metrics_stop(d);
 	td_server_close(d);
 	while (d->waiters) {
 		struct td_waiter *w = d->waiters;

@@ -158,6 +158,7 @@ void td_peer_send_error_ids(struct td_peer *p, uint64_t id, int code, const char
 	err.n_agent_ids = ids ? n_agents : 0;
 	err.agent_ids = (uint64_t *)(uintptr_t)ids;
 	p->d->stats.errors++;
+	p->d->rpc_code = code; /* for --metrics */
 	td_peer_send(p, &env);
 }
 

@@ -5,7 +5,8 @@
  * (listener, peers, framing, write queues), dispatch.c (validation order,
  * permission, routing), rpc_query.c and rpc_control.c (handlers), agents.c
  * (registry, shared memory, status polling, events), store.c (persistence),
- * auth.c (SO_PEERCRED and the operator group).
+ * auth.c (SO_PEERCRED and the operator group), metrics.c (Prometheus
+ * /metrics on its own thread).
  */
 #ifndef TOGGLED_H
 #define TOGGLED_H
@@ -134,11 +135,19 @@ struct td_desired {
 	struct td_store *owner; /* the store it belongs to (set by td_store_get/load) */
 };
 
+/* A latency histogram (metrics.c): counts per bucket, the last one +Inf. */
+#define TD_HIST_BUCKETS 14
+struct td_hist {
+	uint64_t bucket[TD_HIST_BUCKETS + 1];
+	uint64_t count, sum_ns;
+};
+
 struct td_store {
 	struct td_desired *v;
 	size_t n;
 	bool dirty;
 	uint64_t saves, save_errors;
+	struct td_hist save_lat;
 };
 
 struct td_stats {
@@ -165,6 +174,8 @@ struct td_daemon {
 	bool have_operator_gid;
 	uint64_t start_ms;
 	struct td_stats stats;
+	struct td_metrics *metrics; /* NULL without --metrics */
+	int rpc_code;               /* result of the request being dispatched */
 };
 
 uint64_t td_now_ms(void);
@@ -183,6 +194,15 @@ void td_peer_drop(struct td_peer *p, const char *why);
 
 /* dispatch.c */
 void td_dispatch(struct td_peer *p, Toggle__Envelope *req);
+
+/* metrics.c: --metrics ADDRESS (its own thread; see the file's head). */
+#define TD_RPC_METHODS 12 /* request types with a label, and "other" */
+#define TD_RPC_CODES   27 /* OK, the 25 error codes, and "OTHER" */
+int td_metrics_start(struct td_daemon *d, const char *address, char *err, size_t errlen);
+void td_metrics_stop(struct td_daemon *d);
+void td_metrics_rpc(struct td_daemon *d, const Toggle__Envelope *req, int code, uint64_t ns);
+void td_hist_add(struct td_hist *h, uint64_t ns);
+uint64_t td_mono_ns(void);
 
 /* auth.c */
 bool td_auth_may_write(const struct td_daemon *d, uint32_t uid, uint32_t gid, uint32_t pid);

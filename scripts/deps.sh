@@ -4,7 +4,7 @@
 # Usage: scripts/deps.sh [build|bench]   (build: the libraries and Check; bench: + gnuplot)
 set -eu
 
-pkgs="libuv1-dev libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev libjansson-dev check pkg-config python3 python3-pytest protobuf-compiler python3-protobuf python3-prometheus-client"
+pkgs="libuv1-dev libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev libjansson-dev libmicrohttpd-dev check pkg-config python3 python3-pytest protobuf-compiler python3-protobuf python3-prometheus-client"
 case "${1:-build}" in
 build) ;;
 bench) pkgs="$pkgs valgrind gnuplot-nox" ;;
