@@ -9,6 +9,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -322,3 +323,16 @@ def test_watch_iterates_events(daemon, c):
                 break
         assert ev.agent_name == "eng-c"
         assert w.next(0.2) is None  # eng-a and eng-b are not in group gc
+
+
+def test_orchestrator_example(daemon):
+    """examples/orchestrator.py plans 30 steps of a group and sees them applied."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = os.path.join(here, "..", "..", "examples", "orchestrator.py")
+    r = subprocess.run([sys.executable, script, "--socket", daemon.sock, "--group", "ga",
+                        "--steps", "30", "--lead", "30", "--timeout", "30"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "planned eng-a steps" in r.stdout
+    assert "with another set" in r.stdout and ", 0 with another set" in r.stdout
+    assert "0 entries left" in r.stdout
