@@ -53,6 +53,43 @@ START_TEST(test_register_decodes_in_protobuf_c)
 }
 END_TEST
 
+/*
+ * proto3's canonical encoding: what pbwire sends re-packs, in protobuf-c, to
+ * exactly its own bytes, also for the simulator's lazy agent (mode 0, driver
+ * 0), whose zeros proto3 leaves out.  A daemon that checks this (a frame
+ * must re-pack to its own size) refused such a registration.
+ */
+START_TEST(test_encoding_is_canonical)
+{
+	static const char *const types[] = {"resid_post", "attn_out"};
+	struct pbw_register r = {.name = "sim-0", .group = _i ? "g" : NULL, .hook_types = types,
+				 .n_types = 2, .n_layers = 4, .mode = 0,
+				 .driver_version = 0, .shm_size = 4096};
+	uint8_t buf[4096], *re = NULL;
+	size_t relen = 0;
+	long n = pbw_frame_register(buf, sizeof(buf), 7, &r);
+	ck_assert_int_gt(n, 4);
+	Toggle__Envelope *env = toggle__envelope__unpack(NULL, (size_t)n - 4, buf + 4);
+	ck_assert_ptr_nonnull(env);
+	ck_assert_uint_eq(env->register_agent->mode, 0);
+	ck_assert_int_eq(env->register_agent->driver_version, 0);
+	ck_assert_int_eq(tgp_frame_encode(env, &re, &relen), 0);
+	ck_assert_uint_eq(relen, (size_t)n);
+	ck_assert_mem_eq(re, buf, relen);
+	free(re);
+	toggle__envelope__free_unpacked(env, NULL);
+
+	n = pbw_frame_hello(buf, sizeof(buf), 1, TGP_PROTOCOL_VERSION, "libtoggle");
+	env = toggle__envelope__unpack(NULL, (size_t)n - 4, buf + 4);
+	ck_assert_ptr_nonnull(env);
+	ck_assert_int_eq(tgp_frame_encode(env, &re, &relen), 0);
+	ck_assert_uint_eq(relen, (size_t)n);
+	ck_assert_mem_eq(re, buf, relen);
+	free(re);
+	toggle__envelope__free_unpacked(env, NULL);
+}
+END_TEST
+
 /* Pack with protobuf-c, decode with pbwire. */
 static void decode_packed(const Toggle__Envelope *env, struct pbw_reply *out)
 {
@@ -168,6 +205,7 @@ static Suite *pbwire_suite(void)
 	Suite *s = suite_create("pbwire");
 	TCase *tc = tcase_create("pbwire");
 	tcase_add_loop_test(tc, test_register_decodes_in_protobuf_c, 0, 2);
+	tcase_add_loop_test(tc, test_encoding_is_canonical, 0, 2);
 	tcase_add_test(tc, test_replies_decode_here);
 	tcase_add_test(tc, test_hostile_bytes);
 	suite_add_tcase(s, tc);
