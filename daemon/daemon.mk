@@ -6,8 +6,8 @@
 TD_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 TD_OBJ := $(TD_SRC:%.c=$(B)/%.o)
 TD_SAN_OBJ := $(TD_SRC:%.c=$(B)/san/%.o)
-TD_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv jansson)
-TD_LIBS = $$(pkg-config --libs libuv jansson) $(TGP_LIBS)
+TD_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv jansson libmicrohttpd)
+TD_LIBS = $$(pkg-config --libs libuv jansson libmicrohttpd) $(TGP_LIBS) -lpthread
 
 all: $(B)/toggled
 
@@ -50,3 +50,10 @@ $(B)/tests/check_pbwire: EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS)
 check-daemon-proc: $(B)/toggled $(B)/togglectl
 	@B=$(B) tests/daemon/run.sh
 check-run: check-daemon-proc
+
+# --metrics end to end: scraped with prometheus_client's parser, checked
+# against togglectl --json.
+.PHONY: check-metrics
+check-metrics: $(B)/toggled-san $(B)/togglectl $(B)/examples/demo_agent
+	@B=$(B) tests/metrics/run.sh
+check-run: check-metrics

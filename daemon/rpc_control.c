@@ -64,7 +64,7 @@ void rpc_register_agent(struct td_peer *p, const Toggle__Envelope *req)
 		return;
 	}
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__RegisterReply rep = TOGGLE__REGISTER_REPLY__INIT;
+	Toggle__RegisterAgentReply rep = TOGGLE__REGISTER_AGENT_REPLY__INIT;
 	env.id = req->id;
 	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_REPLY;
 	env.register_reply = &rep;
@@ -86,7 +86,7 @@ static int parse_for(struct td_peer *p, uint64_t id, const struct td_agent *a, c
 		snprintf(msg, sizeof(msg), "agent %s (id %llu): %s", a->name, (unsigned long long)a->id,
 			 err);
 		const char *names[1] = {a->name};
-		td_peer_send_error(p, id, rc, msg, names, 1);
+		td_peer_send_error_ids(p, id, rc, msg, names, &a->id, 1);
 	}
 	return rc;
 }
@@ -94,8 +94,8 @@ static int parse_for(struct td_peer *p, uint64_t id, const struct td_agent *a, c
 static void set_apply_op(struct toggle_set *cur, const struct toggle_set *arg, Toggle__SetOp op)
 {
 	switch (op) {
-	case TOGGLE__SET_OP__ADD: toggle_set_union(cur, arg); break;
-	case TOGGLE__SET_OP__REMOVE: toggle_set_subtract(cur, arg); break;
+	case TOGGLE__SET_OP__SET_OP_ADD: toggle_set_union(cur, arg); break;
+	case TOGGLE__SET_OP__SET_OP_REMOVE: toggle_set_subtract(cur, arg); break;
 	default: *cur = *arg; break;
 	}
 }
@@ -165,12 +165,18 @@ static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 {
 	const Toggle__SetEnabledRequest *m = req->set_enabled;
-	if (m->op != TOGGLE__SET_OP__REPLACE && m->op != TOGGLE__SET_OP__ADD &&
-	    m->op != TOGGLE__SET_OP__REMOVE) {
-		td_peer_send_error(p, req->id, TOGGLE_EINVAL, "unknown set operation", NULL, 0);
+	/* Unspecified is refused like an unknown op: a client that forgot op
+	 * must not replace the whole set by default. */
+	if (m->op != TOGGLE__SET_OP__SET_OP_REPLACE && m->op != TOGGLE__SET_OP__SET_OP_ADD &&
+	    m->op != TOGGLE__SET_OP__SET_OP_REMOVE) {
+		td_peer_send_error(p, req->id, TOGGLE_EINVAL,
+				   m->op == TOGGLE__SET_OP__SET_OP_UNSPECIFIED
+					   ? "set operation not given (SET_OP_UNSPECIFIED)"
+					   : "unknown set operation",
+				   NULL, 0);
 		return;
 	}
-	if (m->has_wait_ms && m->wait_ms > TGP_MAX_WAIT_MS) {
+	if (m->wait_ms > TGP_MAX_WAIT_MS) {
 		char msg[96];
 		snprintf(msg, sizeof(msg), "wait of %u ms is over the limit of %u ms", m->wait_ms,
 			 TGP_MAX_WAIT_MS);
@@ -214,7 +220,7 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 			a->has_standing = true;
 			td_agent_persist(a);
 		}
-		if (m->has_wait_ms && m->wait_ms > 0) {
+		if (m->wait_ms > 0) {
 			if (add_waiter(p, req->id, v, n, m->wait_ms, &sk)) {
 				td_commit_reply(p, req->id, NULL, 0, NULL); /* saved all the same */
 				td_peer_drop(p, "out of memory");
@@ -244,13 +250,13 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 	for (size_t k = 0; k < m->n_entries; k++) {
 		const Toggle__PlanEntry *en = m->entries[k];
 		/* now comes from the agent's memory: bound it before adding. */
-		if (en->has_after && (now < -1 || now > INT64_MAX - en->after)) {
+		if ((en->after != 0) && (now < -1 || now > INT64_MAX - en->after)) {
 			snprintf(msg, sizeof(msg), "agent %s (id %llu) reports step %lld: +%lld is out of range",
 				 a->name, (unsigned long long)a->id, (long long)now, (long long)en->after);
 			td_peer_send_error(p, id, TOGGLE_EINVAL, msg, names, 1);
 			return TOGGLE_EINVAL;
 		}
-		steps[k] = en->has_after ? now + en->after : en->step;
+		steps[k] = (en->after != 0) ? now + en->after : en->step;
 		for (size_t j = 0; j < k; j++) {
 			if (steps[j] != steps[k])
 				continue;
@@ -268,7 +274,7 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 			snprintf(msg, sizeof(msg),
 				 "plan rejected: agent %s (id %llu) has already begun step %lld (entry for step %lld)",
 				 a->name, (unsigned long long)a->id, (long long)now, (long long)steps[k]);
-			td_peer_send_error(p, id, TOGGLE_ELATE, msg, names, 1);
+			td_peer_send_error_ids(p, id, TOGGLE_ELATE, msg, names, &a->id, 1);
 			return TOGGLE_ELATE;
 		}
 	}
@@ -290,7 +296,7 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 			 "%zu more do not fit there (%d at a time): retry after its next step",
 			 a->name, (unsigned long long)a->id, (unsigned long long)used, m->n_entries,
 			 TOGGLE_SHM_PLAN_RING);
-		td_peer_send_error(p, id, TOGGLE_EBUSY, msg, names, 1);
+		td_peer_send_error_ids(p, id, TOGGLE_EBUSY, msg, names, &a->id, 1);
 		return TOGGLE_EBUSY;
 	}
 	return 0;
@@ -337,10 +343,10 @@ void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
 		const Toggle__PlanEntry *en = m->entries[k];
 		bool dup = false;
 		for (size_t j = 0; j < k; j++)
-			dup |= m->entries[j]->has_after == en->has_after &&
-				(en->has_after ? m->entries[j]->after == en->after
+			dup |= (m->entries[j]->after != 0) == (en->after != 0) &&
+				((en->after != 0) ? m->entries[j]->after == en->after
 					       : m->entries[j]->step == en->step);
-		if (en->has_after && (en->step != -1 || en->after < 1 || en->after > TGP_MAX_PLAN_AFTER ||
+		if ((en->after != 0) && (en->step != -1 || en->after < 1 || en->after > TGP_MAX_PLAN_AFTER ||
 				      dup)) {
 			if (dup || en->step != -1)
 				snprintf(msg, sizeof(msg), "plan entry %zu: relative step +%lld %s", k,
@@ -352,7 +358,7 @@ void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
 			td_peer_send_error(p, req->id, TOGGLE_EINVAL, msg, NULL, 0);
 			return;
 		}
-		if (!en->has_after && (en->step < 0 || dup)) {
+		if (en->after == 0 && (en->step < 0 || dup)) {
 			snprintf(msg, sizeof(msg), "plan entry %zu: step %lld is %s", k,
 				 (long long)en->step, dup ? "named twice" : "negative");
 			td_peer_send_error(p, req->id, TOGGLE_EINVAL, msg, NULL, 0);

@@ -84,7 +84,6 @@ static void fill_agent(Toggle__AgentInfo *m, struct td_agent *a)
 		pending += a->plans[i].step > m->step;
 	m->pending_plan = pending;
 	if (a->st->tainted_launches) {
-		m->has_tainted_launches = m->has_tainted_step = true;
 		m->tainted_launches = a->st->tainted_launches;
 		m->tainted_step = a->st->tainted_step;
 	}
@@ -177,10 +176,8 @@ void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req)
 				g[k].last_step = r->last_step;
 				g[k].bound = (r->flags & TOGGLE_SHM_GRAPH_BOUND) != 0;
 				g[k].stale = (r->flags & TOGGLE_SHM_GRAPH_STALE) != 0;
-				g[k].has_tainted = g[k].has_blocked = true;
 				g[k].tainted = (r->flags & TOGGLE_SHM_GRAPH_TAINTED) != 0;
 				g[k].blocked = (r->flags & TOGGLE_SHM_GRAPH_BLOCKED) != 0;
-				g[k].has_bare_exec = g[k].has_bare_running = true;
 				g[k].bare_exec = (r->flags & TOGGLE_SHM_GRAPH_BARE) != 0;
 				g[k].bare_running = (r->flags & TOGGLE_SHM_GRAPH_BARE_RUNNING) != 0;
 				gp[k] = &g[k];
@@ -212,7 +209,6 @@ void rpc_status(struct td_peer *p, const Toggle__Envelope *req)
 	rep.dropped_peers = d->stats.dropped_peers;
 	rep.socket = d->cfg.socket_path;
 	rep.state_dir = d->cfg.state_dir;
-	rep.has_save_errors = true;
 	rep.save_errors = d->commit.failures;
 	if (d->commit.failing)
 		rep.save_error = d->commit.reason;
