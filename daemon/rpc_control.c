@@ -253,7 +253,7 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 		if ((en->after != 0) && (now < -1 || now > INT64_MAX - en->after)) {
 			snprintf(msg, sizeof(msg), "agent %s (id %llu) reports step %lld: +%lld is out of range",
 				 a->name, (unsigned long long)a->id, (long long)now, (long long)en->after);
-			td_peer_send_error(p, id, TOGGLE_EINVAL, msg, names, 1);
+			td_peer_send_error_ids(p, id, TOGGLE_EINVAL, msg, names, &a->id, 1);
 			return TOGGLE_EINVAL;
 		}
 		steps[k] = (en->after != 0) ? now + en->after : en->step;
@@ -262,7 +262,7 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 				continue;
 			snprintf(msg, sizeof(msg), "plan entries %zu and %zu are both step %lld for agent %s (id %llu)",
 				 j, k, (long long)steps[k], a->name, (unsigned long long)a->id);
-			td_peer_send_error(p, id, TOGGLE_EINVAL, msg, names, 1);
+			td_peer_send_error_ids(p, id, TOGGLE_EINVAL, msg, names, &a->id, 1);
 			return TOGGLE_EINVAL;
 		}
 	}
@@ -287,7 +287,7 @@ static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
 			 "agent %s (id %llu) has %zu pending plan entries; %zu more would pass the limit "
 			 "of %d pending entries per agent",
 			 a->name, (unsigned long long)a->id, pending, m->n_entries, TD_MAX_PENDING_PLAN);
-		td_peer_send_error(p, id, TOGGLE_EBUSY, msg, names, 1);
+		td_peer_send_error_ids(p, id, TOGGLE_EBUSY, msg, names, &a->id, 1);
 		return TOGGLE_EBUSY;
 	}
 	if (used > TOGGLE_SHM_PLAN_RING || used + m->n_entries > TOGGLE_SHM_PLAN_RING) {
