@@ -54,6 +54,18 @@ static const struct {
 };
 #define TD_RPC_OTHER (TD_RPC_METHODS - 1)
 
+/* graphtoggle_agent_conn_state's states: enum toggle_conn_state 1..3, then "unknown"
+ * for 0 (an agent that predates the connection words) or anything else it wrote. */
+static const char *const conn_states[] = {"connecting", "connected", "reconnecting", "unknown"};
+#define CONN_STATES (sizeof(conn_states) / sizeof(conn_states[0]))
+
+static size_t conn_state_index(uint64_t state)
+{
+	return state >= TOGGLE_CONN_CONNECTING && state <= TOGGLE_CONN_RECONNECTING
+		       ? (size_t)(state - TOGGLE_CONN_CONNECTING)
+		       : CONN_STATES - 1;
+}
+
 static const char *const anomaly_kinds[TOGGLE_SHM_AN_COUNT] = {
 	"record_outside_window", "record_not_capturing", "record_not_kernel", "launch_unbound",
 	"launch_stale",          "driver_errors",        "late_plans",        "control_errors",
@@ -67,6 +79,7 @@ struct snap_agent {
 	int64_t step;
 	uint64_t control_version, applied_version, replays, plan_rejected, graphs;
 	uint64_t anomalies[TOGGLE_SHM_AN_COUNT];
+	struct toggle_shm_conn conn; /* the agent's own view of its connection (agent-written) */
 };
 
 struct snapshot {
@@ -173,6 +186,7 @@ static int snap_fill(struct td_metrics *m, struct snapshot *s)
 		o->plan_rejected = st->plan_rejected;
 		o->graphs = st->total_graphs;
 		memcpy(o->anomalies, st->anomalies, sizeof(o->anomalies));
+		o->conn = st->conn;
 	}
 	s->n_agents = n;
 	return 0;
@@ -354,6 +368,25 @@ static void render(FILE *f, const struct snapshot *s)
 	AGENT_SERIES(f, s, a, "graphtoggle_agent_graphs", "gauge",
 		     "Graphs the agent has",
 		     "} %llu\n", (unsigned long long)a->graphs);
+	/* The agent's side of the connection, from its status lane (docs/shm.md). */
+	put_help(f, "graphtoggle_agent_conn_state", "gauge",
+		 "The agent's own view of its connection to toggled: 1 for the state it reports "
+		 "(unknown: an agent without the status lane's connection words)");
+	for (size_t i = 0; i < s->n_agents; i++) {
+		const struct snap_agent *a = &s->agents[i];
+		size_t cur = conn_state_index(a->conn.state);
+		for (size_t k = 0; k < CONN_STATES; k++) {
+			fputs("graphtoggle_agent_conn_state", f);
+			agent_labels(f, a);
+			fprintf(f, ",state=\"%s\"} %d\n", conn_states[k], k == cur);
+		}
+	}
+	AGENT_SERIES(f, s, a, "graphtoggle_agent_conn_sessions_total", "counter",
+		     "Registrations the agent made with toggled, as it reports them (> 1: it reconnected)",
+		     "} %llu\n", (unsigned long long)a->conn.sessions);
+	AGENT_SERIES(f, s, a, "graphtoggle_agent_conn_failures_total", "counter",
+		     "Failed connection or registration attempts, as the agent reports them",
+		     "} %llu\n", (unsigned long long)a->conn.failures);
 	put_help(f, "graphtoggle_agent_anomalies_total", "counter", "The agent's anomaly counters by kind");
 	for (size_t i = 0; i < s->n_agents; i++) {
 		const struct snap_agent *a = &s->agents[i];

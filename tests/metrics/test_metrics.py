@@ -28,13 +28,16 @@ class Env:
         self.dir = tempfile.mkdtemp(prefix="graphtoggle-metrics.")
         self.sock = os.path.join(self.dir, "toggled.sock")
         self.logpath = os.path.join(self.dir, "toggled.log")
+        self.metrics = metrics.replace("DIR", self.dir)
+        self.agents = []
+        self.start()
+
+    def start(self):
         log = open(self.logpath, "w")
         self.proc = subprocess.Popen([TOGGLED, "--socket", self.sock, "--state-dir",
-                                      os.path.join(self.dir, "state"), "--metrics",
-                                      metrics.replace("DIR", self.dir)],
+                                      os.path.join(self.dir, "state"), "--metrics", self.metrics],
                                      stdout=log, stderr=log)
         log.close()
-        self.agents = []
         self.address = None
         end = time.monotonic() + 15
         while time.monotonic() < end and self.address is None:
@@ -104,6 +107,14 @@ class Env:
             for s in fam.samples:
                 out[(s.name, tuple(sorted(s.labels.items())))] = s.value
         return out
+
+    def restart(self, down_s):
+        """Stop toggled, leave its socket dead for down_s, start it again."""
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(30)
+        assert rc == 0, "toggled exited %d:\n%s" % (rc, open(self.logpath).read())
+        time.sleep(down_s)
+        self.start()
 
     def stop(self):
         for p in self.agents:
@@ -180,6 +191,42 @@ def test_agents_against_their_counters(env):
         assert value(m, "graphtoggle_agent_graphs", **L) == a["graphs"]
         assert value(m, "graphtoggle_agent_launches_refused_total", **L) == 0
         assert value(m, "graphtoggle_agent_late_plans_total", **L) == 0
+
+
+CONN_STATES = ("connecting", "connected", "reconnecting", "unknown")
+
+
+def conn_state(m, L):
+    """The one state whose series is 1 (each state has a series, exactly one is 1)."""
+    vals = {s: value(m, "graphtoggle_agent_conn_state", state=s, **L) for s in CONN_STATES}
+    assert sorted(vals.values()) == [0, 0, 0, 1], vals
+    return next(s for s, v in vals.items() if v == 1)
+
+
+def test_agent_conn_state(env):
+    """The agents' own connection words (status lane: state, sessions, failures)."""
+    agents = env.ctl_json("agents")["agents"]
+    m = env.scrape()
+    for a in agents:
+        L = agent_labels(a)
+        assert conn_state(m, L) == "connected"
+        assert value(m, "graphtoggle_agent_conn_sessions_total", **L) == 1
+        assert value(m, "graphtoggle_agent_conn_failures_total", **L) == 0
+    # toggled goes away for a while: each agent fails to reconnect, then registers again.
+    env.restart(0.5)
+    env.wait_agents(2)
+    end = time.monotonic() + 15
+    while True:
+        agents = env.ctl_json("agents")["agents"]
+        m = env.scrape()
+        Ls = [agent_labels(a) for a in agents]
+        if all(value(m, "graphtoggle_agent_conn_sessions_total", **L) == 2 for L in Ls):
+            break
+        assert time.monotonic() < end, "the agents' second session is not in the metrics"
+        time.sleep(0.02)
+    for L in Ls:
+        assert conn_state(m, L) == "connected"
+        assert value(m, "graphtoggle_agent_conn_failures_total", **L) >= 1
 
 
 def test_late_plan_counted(env):
