@@ -252,6 +252,61 @@ def test_newer_client_degrades(daemon):
     s.close()
 
 
+def _varint(n):
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _future_fields(first):
+    """Fields a newer schema would have, this one lacks: a varint and a string."""
+    return (_varint(first << 3) + _varint(300) +
+            _varint((first + 1) << 3 | 2) + _varint(6) + b"future")
+
+
+def test_newer_client_unknown_fields_accepted(daemon, c):
+    """A newer Python client's requests carry fields this daemon does not know (in the
+    request and in the envelope), in proto3's canonical form (zeros left out, a
+    oneof member sent as set).  toggled refuses a frame that does not re-pack to its
+    own length (issue 11's NUL-in-string guard); protobuf-c keeps unknown fields and
+    re-packs them, so these are served, not refused."""
+    a = c.agent("eng-a")
+    req = pb.SetEnabledRequest(target=client.selector(a.agent_id), op=pb.SET_OP_REPLACE,
+                               spec="attn_out:2")
+    extra = _future_fields(900)
+    req.MergeFromString(extra)  # protobuf keeps the unknown fields and sends them on
+    assert req.SerializeToString().endswith(extra)
+    rep = c.call("set_enabled", req, "set_enabled_reply")
+    assert [v.agent_id for v in rep.versions] == [a.agent_id]
+    listed = {x["name"]: x for x in daemon.ctl_json("agents")["agents"]}
+    assert listed["eng-a"]["enabled"] == "attn_out:2"
+    assert listed["eng-a"]["control_version"] == rep.versions[0].version
+
+    # The envelope too, and a selector whose oneof member is a zero (agent_id 0: no
+    # such agent, so NOAGENT, not "not canonically encoded").
+    from graphtoggle.client._wire import Reader, encode
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(daemon.sock)
+    rd = Reader(s)
+    for i, (field, msg, want) in enumerate((
+            ("hello", pb.HelloRequest(protocol_version=2, client="future"), "hello_reply"),
+            ("status", pb.StatusRequest(), "status_reply"),
+            ("list_agents", pb.ListAgentsRequest(target=pb.Selector(agent_id=0)), "error"))):
+        env = pb.Envelope(id=100 + i)
+        getattr(env, field).CopyFrom(msg)
+        env.MergeFromString(_future_fields(1000))
+        s.sendall(encode(env))
+        r = rd.next(10)
+        assert r.id == 100 + i and r.WhichOneof("body") == want, (field, r)
+        if want == "error":
+            assert r.error.code == pb.ERROR_CODE_NOAGENT, r.error
+    s.close()
+    assert c.status().agents == 2
+
+
 def test_plan_absolute_and_show(daemon, c):
     a = c.agent("eng-a")
     first = a.step + 300
