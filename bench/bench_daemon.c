@@ -19,7 +19,10 @@
  *     a loopback port), and the Status and SetEnabled round trips for a
  *     while without scraping, then with a scrape every second.
  *
- * Usage: bench_daemon --toggled PATH [--requests N] [--seconds S]
+ * Usage: bench_daemon --toggled PATH [--requests N] [--seconds S] [--config FILE]
+ *        [--rows reads]
+ * --config passes a toggled.conf to the daemon (frames_per_turn, say);
+ * --rows reads measures the disk and the reads table only.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -81,7 +84,7 @@ static void die(const char *what)
 	exit(1);
 }
 
-static void daemon_start(struct bench *b, const char *bin)
+static void daemon_start(struct bench *b, const char *bin, const char *conf)
 {
 	const char *tmp = getenv("TMPDIR");
 	snprintf(b->dir, sizeof(b->dir), "%s/tg-bench-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
@@ -101,8 +104,12 @@ static void daemon_start(struct bench *b, const char *bin)
 	b->daemon = fork();
 	if (b->daemon == 0) {
 		freopen("/dev/null", "w", stderr);
-		execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, "--metrics", b->metrics,
-		      (char *)NULL);
+		if (conf)
+			execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, "--metrics",
+			      b->metrics, "-c", conf, (char *)NULL);
+		else
+			execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, "--metrics",
+			      b->metrics, (char *)NULL);
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {
@@ -161,9 +168,8 @@ static void agents_attach(struct bench *b, struct tgc *c, size_t n)
 	if (daemon_agents(c) < n)
 		die("agents did not register");
 	for (size_t i = 0; i < n; i++) {
-		struct toggle_conn_info ci;
-		/* ids follow registration order, not ours */
-		if (toggle_conn_get(b->agents[i], &ci) != 0 || !ci.agent_id)
+		struct toggle_conn_info ci; /* ids follow registration order, not ours */
+		if (toggle_conn_get(b->agents[i], &ci) != 0 || ci.agent_id == 0)
 			die("agent id");
 		b->ids[i] = ci.agent_id;
 	}
@@ -546,7 +552,8 @@ static void metrics_bench(struct bench *b, struct tgc *c, double seconds)
 
 int main(int argc, char **argv)
 {
-	const char *bin = NULL;
+	const char *bin = NULL, *conf = NULL;
+	bool reads_only = false; /* --rows reads: the disk and the reads table only */
 	size_t n_req = 5000;
 	double seconds = 2;
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -556,16 +563,23 @@ int main(int argc, char **argv)
 			n_req = (size_t)atol(argv[i + 1]);
 		else if (!strcmp(argv[i], "--seconds"))
 			seconds = atof(argv[i + 1]);
+		else if (!strcmp(argv[i], "--config"))
+			conf = argv[i + 1];
+		else if (!strcmp(argv[i], "--rows") && !strcmp(argv[i + 1], "reads"))
+			reads_only = true;
+		else
+			bin = NULL, i = argc; /* unknown: usage */
 	}
 	if (!bin || n_req < 10 || seconds <= 0) {
-		fprintf(stderr, "usage: bench_daemon --toggled PATH [--requests N] [--seconds S]\n");
+		fprintf(stderr, "usage: bench_daemon --toggled PATH [--requests N] [--seconds S] "
+			"[--config FILE] [--rows reads]\n");
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
 	struct bench b = {0};
 	if (toggle_sim_create(&b.sim))
 		die("sim");
-	daemon_start(&b, bin);
+	daemon_start(&b, bin, conf);
 	struct tgc *c;
 	char err[256];
 	if (tgc_connect(b.sock, 2000, &c, err, sizeof(err)))
@@ -580,14 +594,19 @@ int main(int argc, char **argv)
 	static const size_t counts[] = {1, 16, 256};
 	for (size_t i = 0; i < 3; i++) {
 		agents_attach(&b, c, counts[i]);
-		latency(&b, c, n_req);
+		if (!reads_only)
+			latency(&b, c, n_req);
 	}
-	printf("daemon: requests per second (%.0f s each, %zu agents attached)\n", seconds, b.n_agents);
-	printf("  %8s %8s %12s %12s\n", "clients", "request", "sequential", "pipelined32");
-	for (int clients = 1; clients <= 8; clients += 7)
-		for (int w = 0; w < 2; w++)
-			printf("  %8d %8s %12.0f %12.0f\n", clients, w ? "set" : "status",
-			       throughput(&b, clients, w, 1, seconds), throughput(&b, clients, w, 32, seconds));
+	if (!reads_only) {
+		printf("daemon: requests per second (%.0f s each, %zu agents attached)\n", seconds,
+		       b.n_agents);
+		printf("  %8s %8s %12s %12s\n", "clients", "request", "sequential", "pipelined32");
+		for (int clients = 1; clients <= 8; clients += 7)
+			for (int w = 0; w < 2; w++)
+				printf("  %8d %8s %12.0f %12.0f\n", clients, w ? "set" : "status",
+				       throughput(&b, clients, w, 1, seconds),
+				       throughput(&b, clients, w, 32, seconds));
+	}
 	printf("daemon: reads one at a time, alone and under 8 clients pipelining sets to %zu agents "
 	       "(%.0f s each, microseconds)\n", b.n_agents, seconds);
 	printf("  %8s %10s %10s %10s %10s %10s %12s\n", "request", "alone50", "alone99", "loaded50",
@@ -601,7 +620,8 @@ int main(int argc, char **argv)
 	}
 	disk_save_latency(&b, 500, &d50, &d99);
 	printf("disk: one save again, at the end: p50 %.1f us, p99 %.1f us\n", d50, d99);
-	metrics_bench(&b, c, seconds);
+	if (!reads_only)
+		metrics_bench(&b, c, seconds);
 	tgc_close(c);
 	for (size_t i = 0; i < b.n_agents; i++)
 		toggle_agent_close(b.agents[i]);

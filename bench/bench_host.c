@@ -2,7 +2,8 @@
  * bench_host.c - libtoggle's host-side costs, measured (never asserted).
  *
  *   hotpath: what toggle_graph_launch() adds to a launch when nothing
- *            changed, against calling the same launch entry point directly.
+ *            changed, against calling the same launch entry point directly;
+ *            and toggle_graph_prepare() followed by that direct launch.
  *            The driver's launch is replaced by an empty function so only
  *            libtoggle's work is left in the difference.
  *   apply:   changing k hooks on a graph of n producers: driver calls made
@@ -11,7 +12,7 @@
  *            of the launch that switches between the producer-free exec and
  *            the main one, against the same steps with that exec turned off.
  *
- * Usage: bench_host hotpath|apply|switch [--reps R] [--iters N] [--mode agent|direct]
+ * Usage: bench_host hotpath|apply|switch [--reps R] [--iters N] [--mode agent|direct|prepare]
  * Prints a table of medians over R repetitions (see bench/run.sh).
  */
 #include <stdio.h>
@@ -119,12 +120,19 @@ static void rig_close(struct rig *r)
 /* The direct call goes through a volatile pointer, as the agent's table does. */
 static CUresult (*volatile direct_launch)(CUgraphExec, CUstream) = empty_launch;
 
-static double run_hotpath(struct rig *r, int direct, long iters)
+enum hot_how { HOT_AGENT, HOT_DIRECT, HOT_PREPARE };
+
+static double run_hotpath(struct rig *r, enum hot_how how, long iters)
 {
 	double t0 = now_ns();
-	if (direct) {
+	if (how == HOT_DIRECT) {
 		for (long i = 0; i < iters; i++)
 			direct_launch(r->exec, r->stream);
+	} else if (how == HOT_PREPARE) {
+		/* the caller's own launch after toggle_graph_prepare (torch's replay) */
+		for (long i = 0; i < iters; i++)
+			if (toggle_graph_prepare(r->agent, r->graph, r->exec, r->stream) == 0)
+				direct_launch(r->exec, r->stream);
 	} else {
 		for (long i = 0; i < iters; i++)
 			toggle_graph_launch(r->agent, r->graph, r->exec, r->stream);
@@ -144,22 +152,28 @@ static int bench_hotpath(int reps, long iters, const char *mode)
 	toggle_graph_launch(r.agent, r.graph, r.exec, r.stream); /* sync once on the sim */
 	r.agent->cu.graph_launch = empty_launch;                   /* then time only libtoggle */
 	if (mode) { /* one variant only: for instruction counts under callgrind */
-		run_hotpath(&r, strcmp(mode, "direct") == 0, iters);
+		run_hotpath(&r, !strcmp(mode, "direct") ? HOT_DIRECT :
+				!strcmp(mode, "prepare") ? HOT_PREPARE : HOT_AGENT, iters);
 		rig_close(&r);
 		return 0;
 	}
 	double *agent = calloc((size_t)reps, sizeof(double)), *direct = calloc((size_t)reps, sizeof(double));
+	double *prep = calloc((size_t)reps, sizeof(double));
 	for (int i = 0; i < reps; i++) {
-		direct[i] = run_hotpath(&r, 1, iters);
-		agent[i] = run_hotpath(&r, 0, iters);
+		direct[i] = run_hotpath(&r, HOT_DIRECT, iters);
+		agent[i] = run_hotpath(&r, HOT_AGENT, iters);
+		prep[i] = run_hotpath(&r, HOT_PREPARE, iters);
 	}
-	double ma = median(agent, reps), md = median(direct, reps);
+	double ma = median(agent, reps), md = median(direct, reps), mp = median(prep, reps);
 	printf("hotpath: %d reps x %ld launches, graph of 96 producers, nothing changed\n", reps, iters);
 	printf("  %-34s %8.2f ns/launch\n", "direct launch (baseline)", md);
 	printf("  %-34s %8.2f ns/launch\n", "toggle_graph_launch", ma);
 	printf("  %-34s %8.2f ns/launch\n", "added by libtoggle (median diff)", ma - md);
+	printf("  %-34s %8.2f ns/launch\n", "toggle_graph_prepare + launch", mp);
+	printf("  %-34s %8.2f ns/launch\n", "added by prepare (median diff)", mp - md);
 	free(agent);
 	free(direct);
+	free(prep);
 	rig_close(&r);
 	return 0;
 }
@@ -280,7 +294,7 @@ int main(int argc, char **argv)
 	long iters = 2000000;
 	const char *mode = NULL;
 	if (argc < 2) {
-		fprintf(stderr, "usage: bench_host hotpath|apply|switch [--reps R] [--iters N] [--mode agent|direct]\n");
+		fprintf(stderr, "usage: bench_host hotpath|apply|switch [--reps R] [--iters N] [--mode agent|direct|prepare]\n");
 		return 2;
 	}
 	for (int i = 2; i + 1 < argc; i += 2) {

@@ -21,9 +21,11 @@ ir() {
 if command -v valgrind >/dev/null 2>&1; then
 	a1=$(ir agent 100000) a2=$(ir agent 200000)
 	d1=$(ir direct 100000) d2=$(ir direct 200000)
-	awk -v a1="$a1" -v a2="$a2" -v d1="$d1" -v d2="$d2" 'BEGIN {
-		a = (a2 - a1) / 100000; d = (d2 - d1) / 100000
-		printf "hotpath instructions (callgrind): direct %.1f, toggle_graph_launch %.1f, added %.1f per launch\n", d, a, a - d }'
+	p1=$(ir prepare 100000) p2=$(ir prepare 200000)
+	awk -v a1="$a1" -v a2="$a2" -v d1="$d1" -v d2="$d2" -v p1="$p1" -v p2="$p2" 'BEGIN {
+		a = (a2 - a1) / 100000; d = (d2 - d1) / 100000; p = (p2 - p1) / 100000
+		printf "hotpath instructions (callgrind): direct %.1f, toggle_graph_launch %.1f, added %.1f per launch\n", d, a, a - d
+		printf "hotpath instructions (callgrind): toggle_graph_prepare + direct launch %.1f, added %.1f per launch\n", p, p - d }'
 else
 	echo "hotpath instructions: valgrind not installed, skipped"
 fi

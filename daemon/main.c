@@ -110,6 +110,7 @@ static const struct config_num config_nums[] = {
 	{"max_peers_per_uid", 0, TD_MAX_PEERS_LIMIT, offsetof(struct td_config, max_peers_per_uid), false},
 	{"hello_timeout_ms", 0, 3600000, offsetof(struct td_config, hello_timeout_ms), false},
 	{"idle_timeout_ms", 0, 86400000, offsetof(struct td_config, idle_timeout_ms), false},
+	{"frames_per_turn", 1, 65536, offsetof(struct td_config, frames_per_turn), false},
 };
 
 static bool config_name_ok(const char *s)
@@ -216,7 +217,7 @@ static int config_line(struct td_config *cfg, char *s, const char *path, int lin
 	}
 	snprintf(err, errlen, "%s:%d: unknown key '%s' or bad value (keys: operator_group, verbose, "
 		 "max_queue_bytes, max_peers, reserved_peers, max_peers_per_uid, hello_timeout_ms, "
-		 "idle_timeout_ms, agent_group)", path, lineno, key);
+		 "idle_timeout_ms, frames_per_turn, agent_group)", path, lineno, key);
 	return -1;
 }
 
@@ -469,6 +470,7 @@ int main(int argc, char **argv)
 	d->cfg.max_peers_per_uid = TD_MAX_PEERS_PER_UID;
 	d->cfg.hello_timeout_ms = TD_HELLO_TIMEOUT_MS;
 	d->cfg.idle_timeout_ms = TD_IDLE_TIMEOUT_MS;
+	d->cfg.frames_per_turn = TD_FRAMES_PER_TURN;
 	d->reserve_fd = -1;
 	snprintf(d->cfg.operator_group, sizeof(d->cfg.operator_group), "toggle");
 	d->listen_fd = -1;

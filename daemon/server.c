@@ -37,6 +37,8 @@
 #define FLUSH_IOV  64  /* frames per sendmsg: one wake-up of a pipelining client, not 64 */
 
 static void peer_on_io(uv_poll_t *h, int status, int events);
+static void on_backlog(uv_idle_t *h);
+static void backlog_remove(struct td_peer *p);
 
 /* true when a repeated warning may be logged now; *suppressed says how many were not. */
 static bool ratelog_ok(struct td_ratelog *r, uint64_t *suppressed)
@@ -121,6 +123,8 @@ void td_peer_drop(struct td_peer *p, const char *why)
 	if (p->next)
 		p->next->prev = p->prev;
 	d->n_peers--;
+	if (p->backlogged)
+		backlog_remove(p);
 	peer_out_last_words(p);
 	peer_out_free(p);
 	if (p->pending_fd >= 0)
@@ -347,29 +351,62 @@ static int peer_next_frame(struct td_peer *p, Toggle__Envelope **env, uint32_t *
 	return tgp_reader_next(&p->rd, env);
 }
 
-static void peer_read(struct td_peer *p)
+/* Would tgp_reader_next hand out something now: a complete frame, or the stream's error? */
+static bool reader_ready(const struct tgp_reader *rd)
 {
-	uint8_t buf[READ_CHUNK];
-	size_t room = tgp_reader_room(&p->rd);
-	ssize_t n = peer_recv(p, buf, room < sizeof(buf) ? room : sizeof(buf));
-	if (n == -2) {
-		td_peer_drop(p, "more than one file descriptor passed");
-		return;
+	size_t pending = tgp_reader_pending(rd);
+	return rd->err ||
+	       (pending >= TGP_FRAME_HEADER && pending - TGP_FRAME_HEADER >= reader_frame_len(rd));
+}
+
+static void backlog_add(struct td_peer *p)
+{
+	struct td_daemon *d = p->d;
+	p->backlogged = true;
+	p->backlog_turn = d->turn;
+	p->backlog_next = NULL;
+	if (d->backlog_tail)
+		d->backlog_tail->backlog_next = p;
+	else
+		d->backlog_head = p;
+	d->backlog_tail = p;
+	uv_idle_start(&d->backlog_idle, on_backlog);
+}
+
+static void backlog_remove(struct td_peer *p)
+{
+	struct td_daemon *d = p->d;
+	struct td_peer *prev = NULL;
+	for (struct td_peer *q = d->backlog_head; q; prev = q, q = q->backlog_next) {
+		if (q != p)
+			continue;
+		if (prev)
+			prev->backlog_next = p->backlog_next;
+		else
+			d->backlog_head = p->backlog_next;
+		if (d->backlog_tail == p)
+			d->backlog_tail = prev;
+		break;
 	}
-	if (n < 0) {
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			td_peer_drop(p, strerror(errno));
-		return;
-	}
-	if (n == 0) {
-		td_peer_drop(p, p->agent ? "agent disconnected" : NULL);
-		return;
-	}
-	int rc = tgp_reader_feed(&p->rd, buf, (size_t)n);
+	p->backlogged = false;
+	p->backlog_next = NULL;
+}
+
+/*
+ * Handle this turn's share of the peer's buffered frames, in order.  With
+ * frames left over the peer joins the backlog and its socket is not read
+ * until they are handled: a client pipelining thousands of requests gets
+ * frames_per_turn of them handled per loop turn, like every other peer,
+ * so a request from another client waits for a bounded amount of work.
+ */
+static void peer_frames(struct td_peer *p)
+{
+	unsigned share = p->d->cfg.frames_per_turn;
 	Toggle__Envelope *env;
-	int got;
+	int got = 0;
 	uint32_t flen;
-	while (!p->closing && (got = peer_next_frame(p, &env, &flen)) == 1) {
+	while (!p->closing && share > 0 && (got = peer_next_frame(p, &env, &flen)) == 1) {
+		share--;
 		p->active_ms = td_now_ms();
 		/* protobuf-c keeps a string's bytes past a NUL, but C reads it up to the
 		 * NUL: "a\0/../x" would act as "a".  Such a frame re-packs shorter. */
@@ -391,13 +428,68 @@ static void peer_read(struct td_peer *p)
 	}
 	if (p->closing)
 		return;
-	if (got < 0 || (rc && rc != TOGGLE_EBUSY)) {
-		int e = got < 0 ? got : rc;
+	if (got < 0) {
 		p->d->stats.frames_refused++;
 		log_warnx("peer %llu (pid %u): bad frame: %s; closing", (unsigned long long)p->id,
-			  p->pid, toggle_strerror(e));
+			  p->pid, toggle_strerror(got));
 		td_peer_drop(p, NULL);
+		return;
 	}
+	if (share == 0 && reader_ready(&p->rd))
+		backlog_add(p);
+}
+
+/*
+ * Idle phase (it keeps the loop from blocking in poll while there is a
+ * backlog): one share for each peer that was on the backlog when the turn
+ * began, in order; one that still has frames goes to the back for the next
+ * turn.  uv_poll would not report these frames: they are already read.
+ */
+static void on_backlog(uv_idle_t *h)
+{
+	struct td_daemon *d = h->data;
+	d->turn++;
+	struct td_peer *p;
+	while ((p = d->backlog_head) && p->backlog_turn != d->turn) {
+		backlog_remove(p);
+		peer_frames(p);
+	}
+	if (!d->backlog_head)
+		uv_idle_stop(h);
+}
+
+static void peer_read(struct td_peer *p)
+{
+	/* Buffered frames first (and a passed fd must stay with its frame). */
+	if (p->backlogged)
+		return;
+	uint8_t buf[READ_CHUNK];
+	size_t room = tgp_reader_room(&p->rd);
+	ssize_t n = peer_recv(p, buf, room < sizeof(buf) ? room : sizeof(buf));
+	if (n == -2) {
+		td_peer_drop(p, "more than one file descriptor passed");
+		return;
+	}
+	if (n < 0) {
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			td_peer_drop(p, strerror(errno));
+		return;
+	}
+	if (n == 0) {
+		td_peer_drop(p, p->agent ? "agent disconnected" : NULL);
+		return;
+	}
+	/* A bad header is a sticky error that tgp_reader_next reports after the
+	 * frames before it; an error that is not (no memory) loses these bytes. */
+	int rc = tgp_reader_feed(&p->rd, buf, (size_t)n);
+	if (rc && rc != TOGGLE_EBUSY && !p->rd.err) {
+		p->d->stats.frames_refused++;
+		log_warnx("peer %llu (pid %u): cannot buffer its frames: %s; closing",
+			  (unsigned long long)p->id, p->pid, toggle_strerror(rc));
+		td_peer_drop(p, NULL);
+		return;
+	}
+	peer_frames(p);
 }
 
 static void peer_on_io(uv_poll_t *h, int status, int events)
@@ -733,7 +825,8 @@ int td_server_listen(struct td_daemon *d, int activated_fd)
 	if (uv_poll_init(d->loop, &d->listen_poll, d->listen_fd) != 0 ||
 	    uv_timer_init(d->loop, &d->listen_timer) != 0 ||
 	    uv_timer_init(d->loop, &d->peer_timer) != 0 ||
-	    uv_check_init(d->loop, &d->flush_check) != 0) {
+	    uv_check_init(d->loop, &d->flush_check) != 0 ||
+	    uv_idle_init(d->loop, &d->backlog_idle) != 0) {
 		log_warnx("cannot set up the listener's loop handles");
 		return -1;
 	}
@@ -741,6 +834,7 @@ int td_server_listen(struct td_daemon *d, int activated_fd)
 	d->listen_timer.data = d;
 	d->peer_timer.data = d;
 	d->flush_check.data = d;
+	d->backlog_idle.data = d;
 	uv_poll_start(&d->listen_poll, UV_READABLE, on_listen);
 	uv_check_start(&d->flush_check, on_check);
 	peer_timer_start(d);
@@ -771,6 +865,8 @@ void td_server_close(struct td_daemon *d)
 	d->reserve_fd = -1;
 	uv_check_stop(&d->flush_check);
 	uv_close((uv_handle_t *)&d->flush_check, NULL);
+	uv_idle_stop(&d->backlog_idle);
+	uv_close((uv_handle_t *)&d->backlog_idle, NULL);
 	if (d->socket_owned)
 		unlink(d->cfg.socket_path);
 }

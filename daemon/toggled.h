@@ -35,6 +35,7 @@
 #define TD_MAX_GROUP_RULES  32          /* agent_group lines in toggled.conf */
 #define TD_GROUP_MEMBERS    8           /* uids or @unix groups per agent_group line */
 #define TD_LOG_EVERY_MS     10000       /* repeated warnings: one line per this, with a count */
+#define TD_FRAMES_PER_TURN  8           /* default frames_per_turn: frames of one peer per loop turn */
 #define TD_POLL_IDLE_MS     10          /* status-lane polling for events */
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
 /* Pending plan entries (steps not begun) per agent: the agent's own limit. */
@@ -68,6 +69,7 @@ struct td_config {
 	unsigned hello_timeout_ms;   /* a peer must say hello within this; 0: no deadline */
 	unsigned idle_timeout_ms;    /* a client that is not an agent, not watching and not
 				      * waiting is dropped after this long silent; 0: never */
+	unsigned frames_per_turn;    /* frames of one peer handled per loop turn (fairness) */
 	/* Groups tied to uids or unix groups (issue 11 item 5); others are open to all. */
 	struct td_group_rule group_rules[TD_MAX_GROUP_RULES];
 	size_t n_group_rules;
@@ -120,6 +122,11 @@ struct td_peer {
 	bool watching;
 	struct td_selector watch_sel;
 	struct td_agent *agent; /* the agent this connection registered */
+	/* On the daemon's backlog: complete frames are buffered beyond this
+	 * turn's share; the socket is not read until they are handled. */
+	bool backlogged;
+	uint64_t backlog_turn;         /* the turn it joined the backlog in */
+	struct td_peer *backlog_next;
 };
 
 struct td_plan_entry {
@@ -277,6 +284,11 @@ struct td_daemon {
 	uv_timer_t peer_timer; /* hello deadlines and idle timeouts */
 	struct td_ratelog log_refused, log_accept;
 	uv_check_t flush_check;
+	/* Peers with frames left after their share of a turn, served in the
+	 * idle phase of the next (server.c): FIFO, one share each per turn. */
+	uv_idle_t backlog_idle;
+	struct td_peer *backlog_head, *backlog_tail;
+	uint64_t turn;
 	uv_timer_t status_timer;
 	uv_signal_t sig_term, sig_int, sig_hup;
 	struct td_peer *peers;

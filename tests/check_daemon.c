@@ -2601,6 +2601,123 @@ START_TEST(test_pipelined_order)
 END_TEST
 
 /*
+ * Fairness (issue 17): a client pipelining a flood of requests must not
+ * starve another client's request.  The daemon is stopped while the flood
+ * (well within one read of the socket) and then a probe are queued, so both
+ * wait when it resumes and the flood's socket is reported first.  A status
+ * reply carries the daemon's request count when it was handled: the probe
+ * must be handled before the flood's last frame, which a loop that handles
+ * all it read from one peer before the next never does.  Then a flood over
+ * several reads: every reply, in order, none lost.
+ */
+static void env_setup_conf(struct env *e, const char *text);
+
+static uint64_t status_requests(const Toggle__Envelope *rep, const char *what)
+{
+	ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_STATUS_REPLY, "%s: body %d", what,
+	       (int)rep->body_case);
+	return rep->status_reply->requests;
+}
+
+static void status_flood(struct raw *r, uint64_t first_id, size_t n)
+{
+	Toggle__StatusRequest st = TOGGLE__STATUS_REQUEST__INIT;
+	uint8_t *all = NULL;
+	size_t len = 0;
+	for (size_t i = 0; i < n; i++) {
+		Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+		env.id = first_id + i;
+		env.body_case = TOGGLE__ENVELOPE__BODY_STATUS;
+		env.status = &st;
+		uint8_t *buf;
+		size_t blen;
+		ASSERT_CODE(tgp_frame_encode(&env, &buf, &blen), 0, "tgp_frame_encode");
+		uint8_t *grown = realloc(all, len + blen);
+		ASSERT(grown, "out of memory");
+		all = grown;
+		memcpy(all + len, buf, blen);
+		len += blen;
+		free(buf);
+	}
+	raw_write(r, all, len, -1);
+	free(all);
+}
+
+/* The flood's n replies, in order; returns the request count of the last. */
+static uint64_t status_flood_replies(struct raw *r, uint64_t first_id, size_t n)
+{
+	uint64_t last = 0;
+	for (size_t i = 0; i < n; i++) {
+		Toggle__Envelope *rep = NULL;
+		int got = raw_recv(r, &rep, RPC_TIMEOUT_MS);
+		ASSERT(got == 1, "flood: no reply %zu of %zu", i, n);
+		ASSERT(rep->id == first_id + i, "flood: reply %llu where %llu was due",
+		       (unsigned long long)rep->id, (unsigned long long)(first_id + i));
+		uint64_t req = status_requests(rep, "flood");
+		ASSERT(req > last, "flood: request count %llu after %llu", (unsigned long long)req,
+		       (unsigned long long)last);
+		last = req;
+		toggle__envelope__free_unpacked(rep, NULL);
+	}
+	return last;
+}
+
+static void flood_and_probe(struct env *e)
+{
+	enum { FLOOD = 2000, BIG_FLOOD = 10000 };
+	struct raw flood, probe;
+	raw_open(&probe, e);
+	raw_hello(&probe);
+	raw_open(&flood, e);
+	raw_hello(&flood);
+	sleep_ms(100); /* the daemon back in its poll with both sockets drained */
+	ASSERT(kill(e->daemon, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+	int st;
+	ASSERT(waitpid(e->daemon, &st, WUNTRACED) == e->daemon && WIFSTOPPED(st),
+	       "the daemon did not stop");
+	status_flood(&flood, 1000, FLOOD);
+	Toggle__StatusRequest sr = TOGGLE__STATUS_REQUEST__INIT;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.id = 7;
+	env.body_case = TOGGLE__ENVELOPE__BODY_STATUS;
+	env.status = &sr;
+	raw_send_env(&probe, &env, -1);
+	ASSERT(kill(e->daemon, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
+
+	Toggle__Envelope *rep = NULL;
+	ASSERT(raw_recv(&probe, &rep, RPC_TIMEOUT_MS) == 1, "probe: no reply");
+	ASSERT(rep->id == 7, "probe: reply id %llu", (unsigned long long)rep->id);
+	uint64_t at_probe = status_requests(rep, "probe");
+	toggle__envelope__free_unpacked(rep, NULL);
+	uint64_t at_last = status_flood_replies(&flood, 1000, FLOOD);
+	ASSERT(at_probe < at_last,
+	       "the probe waited for the whole flood of %d frames from another client: handled as "
+	       "request %llu, the flood's last as %llu", FLOOD, (unsigned long long)at_probe,
+	       (unsigned long long)at_last);
+
+	/* Over several reads and beyond the socket's buffer: nothing lost or reordered. */
+	status_flood(&flood, 100000, BIG_FLOOD);
+	status_flood_replies(&flood, 100000, BIG_FLOOD);
+	char err[ERRLEN];
+	ASSERT_CODE(raw_status(&probe, err), 0, err);
+	raw_close(&flood);
+	raw_close(&probe);
+}
+
+START_TEST(test_flood_does_not_starve)
+{
+	struct env e;
+	env_setup(&e);
+	flood_and_probe(&e);
+	env_teardown(&e);
+	/* The share is configurable: one frame per peer per turn. */
+	env_setup_conf(&e, "frames_per_turn = 1\n");
+	flood_and_probe(&e);
+	env_teardown(&e);
+}
+END_TEST
+
+/*
  * The state directory on a small tmpfs (a private mount namespace: it goes
  * away with the test process), then filled: every write is refused with
  * TOGGLE_EIO and the reason, nothing of it reaches the agent or the saved
@@ -3171,6 +3288,8 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_name_squatting);
 	tcase_add_test(tc, test_corrupt_state_set_aside);
 	tcase_add_test(tc, test_pipelined_order);
+	tc = add_tcase(s, "fairness");
+	tcase_add_test(tc, test_flood_does_not_starve);
 	tc = add_tcase(s, "issue11");
 	tcase_add_test(tc, test_shm_offsets_rewritten_while_registering);
 	tcase_add_test(tc, test_names_dot_and_nul_refused);

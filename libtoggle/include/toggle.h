@@ -305,6 +305,36 @@ int toggle_step_begin(struct toggle_agent *agent, int64_t step, struct toggle_se
 int toggle_graph_launch(struct toggle_agent *agent, CUgraph graph, CUgraphExec exec,
 			CUstream stream);
 
+/*
+ * toggle_graph_launch() without its cuGraphLaunch, for a caller that must
+ * launch the exec itself (torch's CUDAGraph::replay runs its generators'
+ * replay prologue, then launches its own exec).  Same guard (same refusals,
+ * errors and counters), exec brought to the step's set exactly as a launch
+ * on stream would (host modes: node sets; device mode: the mask words
+ * enqueued on stream, after a join when the previous launch was on another
+ * stream), and the launch accounted (replays, last step, the launch index
+ * device mode's taint report uses) as if it had happened.  Unrelated graphs:
+ * 0, nothing done.  Never the producer-free exec (the caller launches exec):
+ * a graph running it is switched back to exec, brought to the set.
+ *
+ * The promise: after a 0 the caller launches exactly exec on exactly stream,
+ * once, right after, before any other toggle_graph_prepare/launch of that
+ * graph.  A prepare not followed by its launch must be followed by another
+ * toggle_graph_prepare() or toggle_graph_launch() of that graph before the
+ * exec is launched: that call is exact again, on any stream (device mode:
+ * after a prepare that wrote mask words or waited for another stream, the
+ * graph's next launch, and a prepare on another stream, first wait for the
+ * prepare's stream when theirs differs), but the unlaunched prepare stays counted as a
+ * replay, and in device mode the taint report's launch-to-step map is off
+ * by one launch for that graph.  Otherwise (the exec launched again without
+ * a prepare, or on another stream than the prepare's) the launch runs
+ * whatever set the exec last held, and in device mode is not ordered after
+ * the mask words: the three lanes may disagree.  Refused (< 0): do not
+ * launch; nothing was accounted.
+ */
+int toggle_graph_prepare(struct toggle_agent *agent, CUgraph graph, CUgraphExec exec,
+			 CUstream stream);
+
 /* Bring every bound exec to the current set now (a quiescent point). */
 int toggle_apply_all(struct toggle_agent *agent);
 
@@ -352,7 +382,8 @@ struct toggle_anomalies {
 };
 
 struct toggle_stats {
-	uint64_t launches;           /* toggle_graph_launch calls that launched */
+	uint64_t launches;           /* toggle_graph_launch calls that launched, and
+				      * toggle_graph_prepare calls that prepared */
 	uint64_t launches_unrelated; /* of which graphs without producers */
 	uint64_t launches_refused;
 	uint64_t node_set_calls;     /* cuGraphNodeSetEnabled calls made */

@@ -88,6 +88,13 @@ struct tg_graph {
 	uint64_t epoch;           /* epoch the device holds or will hold */
 	bool epoch_pending;       /* epoch still to be written before the next launch */
 	CUevent join;             /* orders a write on a new stream after the last one */
+	/* Device mode after toggle_graph_prepare (replay.c): last_stream holds mask
+	 * work (words, or a wait for another stream) that no launch through the
+	 * agent followed.  While set, applied_version is 0 (launches take the slow
+	 * path, which waits for last_stream when theirs differs) and prep_version
+	 * is what the mask holds for a prepare on last_stream (its fast path). */
+	bool prep_unordered;
+	uint64_t prep_version;
 	bool upload_pending;      /* host toggled a device-updatable node (fallback): upload
 				   * before the next launch, as the driver requires */
 
@@ -248,6 +255,13 @@ static inline struct tg_graph *tg_graph_find(const struct toggle_agent *a, CUgra
 void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec);
 
 /* A record that is not passed through as unrelated: producers, forgotten, or late. */
+/* The version of the set g's exec holds, for status (applied_version is 0
+ * while a prepare's mask work is unordered, to keep launches off the fast path). */
+static inline uint64_t tg_graph_held_version(const struct tg_graph *g)
+{
+	return g->prep_unordered && !g->applied_version ? g->prep_version : g->applied_version;
+}
+
 static inline bool tg_graph_related(const struct tg_graph *g)
 {
 	return g->n_nodes || g->stale || g->late;
@@ -319,6 +333,8 @@ void tg_bare_free(struct toggle_agent *a, struct tg_graph *g);  /* agent close *
 /* Point g->run at the exec the current set needs; true (and g holds the
  * current version) when it is the bare one, which needs no node set. */
 bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g);
+/* Back to the main exec, out of date (toggle_graph_prepare: the caller launches it). */
+void tg_bare_leave(struct toggle_agent *a, struct tg_graph *g);
 bool tg_bare_running(const struct tg_graph *g);
 uint64_t tg_bare_replays(const struct tg_graph *g);
 

@@ -75,6 +75,20 @@ bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 	return bare;
 }
 
+/*
+ * The caller launches the main exec itself (toggle_graph_prepare): back to
+ * it.  It holds the set it last synced (g->synced), not necessarily the
+ * current one: out of date until the sync that follows.
+ */
+void tg_bare_leave(struct toggle_agent *a, struct tg_graph *g)
+{
+	if (!tg_bare_running(g))
+		return;
+	bare_stop(g);
+	a->stats.bare_switches++;
+	g->applied_version = 0;
+}
+
 static void bare_destroy(struct toggle_agent *a, CUgraphExec *exec)
 {
 	if (!*exec)

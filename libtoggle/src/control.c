@@ -206,7 +206,7 @@ void tg_status_publish(struct toggle_agent *a)
 			.exec = (uint64_t)(uintptr_t)(g->bound ? g->exec : NULL),
 			.nodes = g->n_nodes,
 			.hooks_covered = g->hooks_covered,
-			.applied_version = g->applied_version,
+			.applied_version = tg_graph_held_version(g),
 			.replays = g->replays,
 			.last_step = g->last_step,
 			.flags = (g->bound ? TOGGLE_SHM_GRAPH_BOUND : 0) |

@@ -670,6 +670,7 @@ static void dev_taint(struct toggle_agent *a, struct tg_graph *g, const struct t
 	if (a->strict && launch >= g->exec_first && g->bound) {
 		g->blocked = true;
 		g->applied_version = 0; /* off the fast path: its next launch is refused */
+		g->prep_version = 0;    /* and its next prepare */
 	}
 }
 
@@ -714,6 +715,7 @@ static void dev_poll(struct toggle_agent *a, struct tg_graph *g)
 			if (a->strict && g->bound) {
 				g->blocked = true;
 				g->applied_version = 0;
+				g->prep_version = 0;
 			}
 			/* Their runs are unknown but not later than the last launch made:
 			 * only a clean launch after that one clears the taint. */
@@ -836,12 +838,19 @@ int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
 		if (nops == TG_BATCH_MAX)
 			rc = dev_flush(a, g, stream, &nops, &joined);
 	}
+	if (rc == 0 && g->prep_unordered && !joined) {
+		/* A prepare's mask work with maybe no launch after it: a launch on
+		 * another stream is ordered after it even with nothing to write. */
+		rc = dev_join(a, g, stream);
+		joined = true;
+	}
 	if (rc == 0)
 		rc = dev_flush(a, g, stream, &nops, &joined);
 	if (rc) {
 		/* Some words may be enqueued: write them all next time. */
 		g->shadow_valid = false;
 		g->applied_version = 0;
+		g->prep_version = 0;
 		return rc;
 	}
 	if (any) {

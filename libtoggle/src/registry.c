@@ -100,6 +100,8 @@ void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec)
 	g->exec = exec;
 	g->bound = exec != NULL;
 	g->applied_version = 0;
+	g->prep_unordered = false; /* the new exec's first sync writes every word */
+	g->prep_version = 0;
 	g->last_step = -1;
 	memset(g->state, TG_NODE_UNKNOWN, g->n_nodes);
 	g->synced_valid = false;
@@ -150,6 +152,7 @@ static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook, u
 	/* A node added after binding is in an unknown state: force a sync, and
 	 * decide device mode again (the next launch rebinds). */
 	g->applied_version = 0;
+	g->prep_version = 0;
 	if (g->dev != TG_DEV_UNDECIDED) {
 		g->dev = TG_DEV_UNDECIDED;
 		g->dev_setup = false;
@@ -546,7 +549,7 @@ static void graph_status(const struct toggle_agent *a, const struct tg_graph *g,
 		.exec = g->bound ? g->exec : NULL,
 		.nodes = g->n_nodes,
 		.hooks_covered = g->hooks_covered,
-		.applied_version = g->applied_version,
+		.applied_version = tg_graph_held_version(g),
 		.replays = g->replays,
 		.last_step = g->last_step,
 		.bound = g->bound,

@@ -200,7 +200,7 @@ static int launch_refuse(struct toggle_agent *a, int code)
  * (the record was dropped), launch it untouched; < 0: refuse.
  */
 static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec,
-			  CUstream stream)
+			  CUstream stream, bool own_exec)
 {
 	/* About to refuse or rebind: is it still the graph recorded under this handle? */
 	bool refuse = g->stale || g->late || g->dev == TG_DEV_REFUSED || !g->bound;
@@ -239,7 +239,9 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 		if (rc)
 			return rc;
 	}
-	if (g->applied_version != a->version && !tg_bare_pick(a, g)) {
+	if (own_exec)
+		tg_bare_leave(a, g); /* the caller launches exec itself: never the bare one */
+	if (g->applied_version != a->version && (own_exec || !tg_bare_pick(a, g))) {
 		int rc = g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream) : tg_graph_sync(a, g);
 		if (rc && tg_graph_replaced(a, g)) {
 			/* Bound graph destroyed, its handle reused: not ours any more. */
@@ -281,9 +283,41 @@ __attribute__((noinline, cold)) static int launch_failed(struct toggle_agent *a,
 					(void *)graph, (void *)exec, tg_cu_errstr(&a->cu, r)));
 }
 
-/* Every launch that is not a plain replay of an up-to-date exec. */
-__attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, CUgraph graph,
-							CUgraphExec exec, CUstream stream)
+/* The launch of g's exec happened, or (toggle_graph_prepare) is promised:
+ * one more launch index (device mode's taint report maps runs to steps
+ * with it), and the stream the next mask write must be ordered after. */
+static inline void replay_account(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
+{
+	g->replays++;
+	g->last_step = a->step;
+	g->last_stream = stream;
+}
+
+/*
+ * Device mode: the mask words a prepare just enqueued on its stream (or its
+ * wait for an earlier stream's) may never see the promised launch there, and
+ * nothing else orders a launch on another stream after them (launches of one
+ * exec are serialised by the driver, but these are not launches).  Launches
+ * leave the fast path until one has waited for that stream (tg_device_sync
+ * joins); prepares on that same stream stay fast through prep_version.
+ */
+static void replay_unordered(struct tg_graph *g)
+{
+	g->prep_unordered = true;
+	g->prep_version = g->applied_version;
+	g->applied_version = 0;
+}
+
+/*
+ * Every launch or prepare that is not a plain replay of an up-to-date exec:
+ * the guard, the exec brought to the set on stream, the accounting.  One
+ * function for both, so that toggle_graph_prepare() + cuGraphLaunch and
+ * toggle_graph_launch() cannot drift apart; `launch` says whether to call
+ * cuGraphLaunch here (prepare: the caller does, right after).
+ */
+__attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, CUgraph graph,
+							CUgraphExec exec, CUstream stream,
+							bool launch)
 {
 	if (a->shm.ctl)
 		launch_control_before(a);
@@ -292,13 +326,22 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
 	/* Stale, late and unbound records hold exec NULL and version 0 (versions
 	 * start at 1), so these two compares are the whole fast-path guard. */
 	if (g && tg_graph_related(g) &&
-	    __builtin_expect(exec != g->exec || g->applied_version != a->version, 0)) {
-		int rc = launch_prepare(a, g, exec, stream);
+	    __builtin_expect(exec != g->exec || g->applied_version != a->version ||
+			     (!launch && g->run != g->exec), 0)) {
+		uint64_t words = a->stats.mask_words, joins = a->stats.stream_joins;
+		int rc = launch_prepare(a, g, exec, stream, !launch);
 		if (rc < 0)
 			return launch_refuse(a, rc);
+		if (!launch && rc == 0 && g->dev == TG_DEV_ACTIVE &&
+		    (a->stats.mask_words != words || a->stats.stream_joins != joins ||
+		     g->prep_unordered))
+			replay_unordered(g);
 	}
 	if (!g || !tg_graph_related(g)) {
-		/* Unrelated to us (or a planner without producers): launched untouched. */
+		/* Unrelated to us (or a planner without producers): launched untouched;
+		 * a prepare has nothing to do. */
+		if (!launch)
+			return 0;
 		r = a->cu.graph_launch(exec, stream);
 		if (r != CUDA_SUCCESS) {
 			a->anomalies.driver_errors++;
@@ -308,12 +351,18 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
 		a->stats.launches_unrelated++;
 		return 0;
 	}
-	r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
-	if (r != CUDA_SUCCESS)
-		return launch_failed(a, graph, g->run, r);
-	g->replays++;
-	g->last_step = a->step;
-	g->last_stream = stream;
+	if (launch) {
+		r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
+		if (r != CUDA_SUCCESS) {
+			if (g->prep_unordered && g->applied_version)
+				replay_unordered(g); /* still unordered: keep launches slow */
+			return launch_failed(a, graph, g->run, r);
+		}
+		/* after last_stream's mask work (a join when stream differs): ordered */
+		g->prep_unordered = false;
+		g->prep_version = 0;
+	}
+	replay_account(a, g, stream);
 	if (a->shm.ctl)
 		launch_control_after(a);
 	return 0;
@@ -323,7 +372,7 @@ __attribute__((noinline, cold)) static int launch_slow(struct toggle_agent *a, C
  * The hot path: a known graph whose bound exec holds the current set, with no
  * daemon-lane work pending (tg_fast_update).  Stale and unbound records hold
  * exec NULL and version 0 (versions start at 1), so the two compares are the
- * whole guard.  Anything else, and any failure, goes through launch_slow().
+ * whole guard.  Anything else, and any failure, goes through replay_slow().
  */
 int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec, CUstream stream)
 {
@@ -331,13 +380,32 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 		return TOGGLE_EINVAL;
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->fast_version, 0))
-		return launch_slow(a, graph, exec, stream);
+		return replay_slow(a, graph, exec, stream, true);
 	CUresult r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
 	if (__builtin_expect(r != CUDA_SUCCESS, 0))
 		return launch_failed(a, g->graph, g->run, r); /* from g: fewer live registers */
-	g->replays++;
-	g->last_step = a->step;
-	g->last_stream = stream; /* device mode orders its next mask write after this launch */
+	replay_account(a, g, stream); /* device mode orders its next mask write after it */
+	return 0;
+}
+
+/*
+ * toggle_graph_launch() without the cuGraphLaunch: same guard, same set.  The
+ * caller launches exec itself, never the producer-free one: a graph whose
+ * launches run the bare exec goes through the slow path, back to the main.
+ */
+int toggle_graph_prepare(struct toggle_agent *a, CUgraph graph, CUgraphExec exec, CUstream stream)
+{
+	if (__builtin_expect(!a, 0))
+		return TOGGLE_EINVAL;
+	struct tg_graph *g = tg_graph_find(a, graph);
+	if (__builtin_expect(!g || exec != g->exec || g->run != g->exec, 0))
+		return replay_slow(a, graph, exec, stream, false);
+	/* Up to date; or (device mode) up to date for a prepare on the stream
+	 * of the last one, whose mask work is not known to be launched yet. */
+	if (__builtin_expect(g->applied_version != a->fast_version &&
+			     (g->prep_version != a->fast_version || stream != g->last_stream), 0))
+		return replay_slow(a, graph, exec, stream, false);
+	replay_account(a, g, stream);
 	return 0;
 }
 

@@ -186,6 +186,7 @@ _PROTOS = {
     "toggle_plan_clear": (None, [P]),
     "toggle_step_begin": (c_int, [P, c_int64, POINTER(Set)]),
     "toggle_graph_launch": (c_int, [P, P, P, P]),
+    "toggle_graph_prepare": (c_int, [P, P, P, P]),
     "toggle_apply_all": (c_int, [P]),
     "toggle_graph_count": (c_size_t, [P]),
     "toggle_graph_list": (c_size_t, [P, POINTER(GraphStatus), c_size_t]),

@@ -99,6 +99,7 @@ class Agent:
         self._last_set = None
         # the per-step path: bound functions and a prebuilt reference, no lookups
         self._launch = lib.toggle_graph_launch
+        self._prepare = lib.toggle_graph_prepare
         self._step_begin = lib.toggle_step_begin
         self._set_enabled = lib.toggle_set_enabled
         self._cset_ref = _byref(self._cset)
@@ -352,6 +353,14 @@ class Agent:
         rc = self._launch(self._h, graph, exec_, stream)
         if rc:
             self._raise(rc, "launch")
+
+    def prepare(self, graph, exec_, stream):
+        """toggle_graph_prepare: launch's guard, set and accounting without the launch.  The
+        caller then launches exactly exec_ on stream, once (torch's own replay does).  When
+        it raises, nothing was prepared: launch nothing."""
+        rc = self._prepare(self._h, graph, exec_, stream)
+        if rc:
+            self._raise(rc, "prepare")
 
     def replay(self, g, stream=None):
         """Guarded replay of a torch.cuda.CUDAGraph captured with agent.capture(g)."""

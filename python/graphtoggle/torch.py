@@ -152,13 +152,22 @@ def _wrap_instance(g, st):
 
 def replay(agent, g, stream=None):
     """Guarded replay of a graph captured with agent.capture(g) (no patch needed):
-    toggle_graph_launch on torch's current stream.  Unrelated graphs replay untouched."""
+    toggle_graph_prepare on torch's current stream (or stream, made current for the
+    replay), then torch's own replay, whose generator prologue gives random ops new numbers
+    at each replay.  Unrelated graphs replay untouched."""
     st = _owner_of(g)
     if st is None or st.agent is not agent or st.graph is None:
         g.replay()
         return
-    agent.launch(st.graph, st.exec, _current_stream(st.device) if stream is None else
-                 getattr(stream, "cuda_stream", stream))
+    if stream is None:
+        agent.prepare(st.graph, st.exec, _current_stream(st.device))
+        g.replay()  # torch's own: g's class, or the patch passing a graph not its own
+        return
+    torch = _torch()
+    s = stream if hasattr(stream, "cuda_stream") else torch.cuda.ExternalStream(stream)
+    with torch.cuda.stream(s):  # torch's replay launches on the current stream
+        agent.prepare(st.graph, st.exec, _current_stream(st.device))
+        g.replay()
 
 
 # ---- the class patch ------------------------------------------------------------------
@@ -383,20 +392,23 @@ def _make_methods(orig):
             st.exec = exec_
 
     def replay(self):
-        # Graphs with producers launch through toggle_graph_launch, not torch's replay:
-        # torch's Philox prologue does not run, so random ops in them repeat their numbers
-        # (docs/python.md, known limitation).
+        # Graphs with producers: toggle_graph_prepare on torch's current stream (the guard,
+        # the step's set, the accounting), then torch's own replay, which runs its
+        # generators' replay prologue (Philox seed/offset: random ops get new numbers at
+        # each replay) and launches this exec on that same stream.  Refused: raises, and
+        # torch's replay is not called.
         st = self.__dict__.get("_graphtoggle")
         if st is None or st.graph is None or st.session is not _state.session:
             return o_replay(self)  # unrelated, or of an ended session: torch's own
         if st.exec is None:
             self.instantiate()
         a = st.agent
-        # the agent's launch inlined (one Python frame less on the hot path)
-        rc = a._launch(a._h or a._agent(), st.graph, st.exec,
-                       (_raw_stream or _stream_fn())(st.device))
+        # the agent's prepare inlined (one Python frame less on the hot path)
+        rc = a._prepare(a._h or a._agent(), st.graph, st.exec,
+                        (_raw_stream or _stream_fn())(st.device))
         if rc:
-            a._raise(rc, "launch")
+            a._raise(rc, "prepare")
+        return o_replay(self)
 
     def reset(self):
         st = _owner_of(self)

@@ -209,9 +209,74 @@ def test_unbound_producer_graph_fails_closed(agent):
         # the patch's replay launches with the exec it knows: libtoggle rebinds it (a
         # different exec than bound); a graph whose template the agent forgot fails closed
         agent.forget(g.raw_cuda_graph())
-        with pytest.raises(graphtoggle.StaleError):
+        offset = torch._C.default_generator.offset
+        with pytest.raises(graphtoggle.StaleError, match="prepare"):
             g.replay()
         assert m.ran == [] and m.layers == layers
+        # refused before torch's replay: its generator prologue did not run either
+        assert torch._C.default_generator.offset == offset
+
+
+def _capture_random(m, producers):
+    out = {}
+
+    def forward():
+        m.forward(producers=producers)
+        out["a"] = torch.rand(6)
+        m.forward(producers=False)
+        out["b"] = torch.rand(3)
+    return forward, out
+
+
+@pytest.mark.parametrize("how", ["patch", "capture"])
+def test_random_ops_advance_like_torch(agent, how):
+    """torch.rand in a graph with producers draws new numbers at each replay, the very
+    numbers torch's own replay draws from the same seed (issue 9 follow-up: the patch used
+    to launch through toggle_graph_launch, skipping torch's generator prologue, so every
+    replay repeated the first one's numbers)."""
+    m = Model(agent)
+    # torch's own: no patch, no producers, same random ops
+    torch.manual_seed(1234)
+    ref = torch.cuda.CUDAGraph(keep_graph=True)
+    fwd, ref_out = _capture_random(m, producers=False)
+    with torch.cuda.graph(ref):
+        fwd()
+    want = []
+    for _ in range(4):
+        ref.replay()
+        want.append(tuple(ref_out["a"].data) + tuple(ref_out["b"].data))
+    assert len(set(want)) == 4  # torch's replays draw new numbers
+
+    torch.manual_seed(1234)
+    fwd, out = _capture_random(m, producers=True)
+    if how == "patch":
+        owner = gtt.patch(agent)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fwd()
+    else:
+        g = torch.cuda.CUDAGraph(keep_graph=True)
+        with agent.capture(g):
+            fwd()
+    assert agent.graph_status(g.raw_cuda_graph())["nodes"] == 6
+    got = []
+    for step, spec in enumerate(["all", "none", "mlp_out:1", "all"]):
+        agent.set_enabled(spec)
+        eff = agent.step(step)
+        del m.ran[:]
+        if how == "patch":
+            g.replay()
+        elif step < 2:
+            agent.replay(g)
+        else:  # on a given stream: a Stream, then a raw handle (made current for torch)
+            s = torch.cuda.Stream()
+            agent.replay(g, stream=s if step == 2 else s.cuda_stream)
+        assert set(m.ran) == eff.to_set()  # the producers still follow the step's set
+        got.append(tuple(out["a"].data) + tuple(out["b"].data))
+    assert got == want
+    assert agent.stats()["launches"] == 4
+    if how == "patch":
+        owner.end()
 
 
 

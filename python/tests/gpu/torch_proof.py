@@ -19,7 +19,12 @@ counters:
  3. the patch lifecycle on torch 2.11: two owners, exact restore of the class, keep_graph
     respected after the last owner, graphs of an ended session replay as torch's own and
     are never adopted by a later session; a destroyed graph is forgotten.
- 4. figures (with --bench): host time of agent.step() + guarded replay against
+ 4. random ops (torch.rand, dropout, torch.randn) in a graph with producers draw new
+    numbers at each replay, the same sequence as torch's own replay from the same seed,
+    through the patch (lazy, device) and agent.capture / agent.replay (eager): the guarded
+    replay is toggle_graph_prepare + torch's own replay, whose generator prologue runs.
+    Prints the patched replay's host time against torch's own replay.
+ 5. figures (with --bench): host time of agent.step() + guarded replay against
     g.replay(); a change of k hooks against the C calls alone; GPU time per replay
     without producers, producers off, all on; torch recapture of the same model.
 
@@ -55,6 +60,7 @@ TYPES = ["resid_post", "attn_out", "mlp_out"]
 SIZES = [1, 2, 4, 8, 16, 32]
 SENT = 1.0e30
 FAILS = []
+RNG_MODES = ("lazy", "eager", "device")  # rng_check's agents
 
 
 def fail(msg):
@@ -466,12 +472,15 @@ def bench(args):
                 j = [0, agent.current_step]
                 import ctypes as _c
 
+                c_replay = torch._C._CUDAGraph.replay  # torch's C++ replay, no Python layer
+
                 def change_c():
                     j[0] ^= 1
                     j[1] += 1
                     lib.toggle_set_enabled(h, _c.byref(cflip[j[0]]))
                     lib.toggle_step_begin(h, j[1], _c.byref(out))
-                    lib.toggle_graph_launch(h, st.graph, st.exec, stream)
+                    lib.toggle_graph_prepare(h, st.graph, st.exec, stream)
+                    c_replay(g)
                 # alternating bursts; the C calls keep their own step counter ahead
                 def change_py():
                     agent._step = j[1]
@@ -507,7 +516,7 @@ def bench(args):
               "%.2f); agent.step() alone %.2f us" % (mode, h_gt, h_gt - h_torch, h_torch, h_step))
         for k, (py, c) in changes.items():
             print("torch-proof: %-6s change of %3d hooks per step: Python %.2f us, C calls via "
-                  "ctypes %.2f us (+%.2f)" % (mode, k, py, c, py - c))
+                  "ctypes and torch's C++ replay %.2f us (+%.2f)" % (mode, k, py, c, py - c))
         print("torch-proof: %-6s GPU us/replay: producers off %.2f, all on %.2f"
               % (mode, g_off, g_on))
     print("torch-proof: GPU us/replay: torch graph without producers %.2f, torch graph with "
@@ -516,31 +525,102 @@ def bench(args):
           "(min %.2f)" % (statistics.median(rec), min(rec)))
 
 
-def rng_note():
-    """Informational (docs/python.md, known limitation): does a random op in a graph with
-    producers give new numbers at each patched replay?  torch's own replay advances the
-    Philox offset; the guarded replay launches the exec itself."""
-    x = torch.ones(4, device="cuda")
-    buf = torch.empty(4, device="cuda")
-    r = torch.empty(8, device="cuda")
-    agent = Agent("rng-note", hooks={"h": 1})
-    with gtt.patch(agent):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            torch.rand(8, device="cuda", out=r)
-            with agent.producer(("h", 0)):
-                torch.mul(x, 1.0, out=buf)
-        agent.step()
-        seen = []
-        for _ in range(3):
-            g.replay()
+def _draws(replay, r1, r2, n):
+    seen = []
+    for _ in range(n):
+        replay()
+        torch.cuda.synchronize()
+        seen.append((r1.clone(), r2.clone()))
+    return seen
+
+
+def rng_check(args):
+    """Random ops in a graph with producers (torch.rand, as dropout and sampling draw) must
+    give new numbers at each replay, exactly torch's own: same seed, same sequence as the
+    same random ops in a graph replayed by unpatched torch.  Through the patch (lazy,
+    device) and agent.capture / agent.replay (eager).  The patched replay calls
+    toggle_graph_prepare and then torch's own replay, whose generator prologue advances the
+    Philox offset (issue 9 follow-up: launching through toggle_graph_launch skipped it and
+    the numbers repeated).  Also prints the patched replay's host time."""
+    n = 5
+    x = torch.ones(64, device="cuda")
+    r1 = torch.empty(8, device="cuda")
+    r2 = torch.empty(3, 5, device="cuda")
+    buf = torch.empty(64, device="cuda")
+
+    def body(produce):
+        torch.rand(8, device="cuda", out=r1)
+        y = torch.tanh(x * 0.5)
+        if produce:
+            produce(y)
+        torch.nn.functional.dropout(y, p=0.5, training=True)
+        torch.randn(3, 5, device="cuda", out=r2)
+
+    # torch's own: no patch, no agent
+    torch.manual_seed(args.seed + 99)
+    ref = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(ref):
+        body(None)
+    want = _draws(ref.replay, r1, r2, n)
+    for i in range(1, n):
+        if torch.equal(want[i][0], want[i - 1][0]):
+            fail("rng: torch's own replay repeated its numbers (the reference is broken)")
+
+    results = {}
+    for how in RNG_MODES:
+        agent = Agent("rng-" + how, hooks={"h": 1}, mode=how, strict=(how == "device"))
+        if how == "device":
+            produce = (lambda y, a=agent: a.copy_out(y, buf, ("h", 0)))
+        else:
+            produce = (lambda y, a=agent: _mul_producer(a, y, buf, ("h", 0)))
+        owner = gtt.patch(agent) if how != "eager" else None
+        try:
+            torch.manual_seed(args.seed + 99)
+            if owner is not None:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    body(produce)
+                replay = g.replay
+            else:
+                g = torch.cuda.CUDAGraph(keep_graph=True)
+                with agent.capture(g):
+                    body(produce)
+                replay = (lambda a=agent, gg=g: a.replay(gg))
+            if not agent.graph_status(g.raw_cuda_graph())["bound"]:
+                fail("rng %s: the graph has no bound producers" % how)
+            agent.set_enabled("all")
+            agent.step()
+            got = _draws(replay, r1, r2, n)
+            same = all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+                       for a, b in zip(got, want))
+            fresh = all(not torch.equal(got[i][0], got[i - 1][0]) for i in range(1, n))
+            if not fresh:
+                fail("rng %s: torch.rand in a graph with producers repeats its numbers "
+                     "between replays" % how)
+            if not same:
+                fail("rng %s: random ops in a graph with producers differ from torch's own "
+                     "replay with the same seed" % how)
+            if agent.stats()["launches"] != n:
+                fail("rng %s: %d launches accounted for %d replays"
+                     % (how, agent.stats()["launches"], n))
+            results[how] = fresh and same
+            if how == "lazy":
+                # the patched replay's host time (unchanged set: prepare's fast path +
+                # torch's own replay) against torch's own replay of the reference graph
+                for _ in range(50):
+                    g.replay()
+                h_ref, h_patched = host_us_pair(ref.replay, g.replay)
+                print("torch-proof: host time per replay: patched g.replay() %.2f us, "
+                      "torch's own %.2f us (+%.2f: toggle_graph_prepare and the patch)"
+                      % (h_patched, h_ref, h_patched - h_ref), flush=True)
+        finally:
+            if owner is not None:
+                owner.end()
             torch.cuda.synchronize()
-            seen.append(r.clone())
-    fresh = not torch.equal(seen[0], seen[1]) and not torch.equal(seen[1], seen[2])
-    print("torch-proof: note: torch.rand in a graph with producers %s at each patched replay%s"
-          % ("changes" if fresh else "repeats its numbers",
-             "" if fresh else " (known limitation, docs/python.md)"))
-    agent.close()
+            agent.close()
+    print("torch-proof: random ops in graphs with producers: %s"
+          % ", ".join("%s %s" % (k, "new numbers each replay, torch's own sequence" if v
+                                 else "WRONG") for k, v in results.items()), flush=True)
 
 
 def _mul_producer(agent, a, buf, hook):
@@ -561,7 +641,7 @@ def main():
         graphtoggle.library_path()), flush=True)
     try:
         mism = prove(args)
-        rng_note()
+        rng_check(args)
         if args.bench:
             bench(args)
     except Exception:

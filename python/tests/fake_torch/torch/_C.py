@@ -17,6 +17,42 @@ def _cuda_getCurrentRawStream(device):  # noqa: N802  (torch's own name)
     return current_stream().cuda_stream
 
 
+class Generator:
+    """The default CUDA generator's Philox state as torch 2.11 keeps it: a seed, and an
+    offset that eager random ops advance by their increment, and each graph replay by its
+    graph's whole increment (in CUDAGraph::replay's prologue, before the launch)."""
+
+    def __init__(self, seed=67280421310721):
+        self.seed = seed
+        self.offset = 0
+
+    def manual_seed(self, seed):
+        self.seed = int(seed)
+        self.offset = 0
+        return self
+
+
+default_generator = Generator()
+
+
+class _CaptureRng:
+    """A captured graph's generator state (torch's graph-safe state): the seed and base
+    offset its random kernels read when they run, written by each replay's prologue, and the
+    whole-graph increment that capture summed over its random ops."""
+
+    def __init__(self, gen):
+        self.seed = gen.seed
+        self.base = gen.offset
+        self.increment = 0
+
+    def prologue(self, gen):
+        # at::CUDAGeneratorState::replay_prologue: the graph's offset for this replay is the
+        # generator's offset, which then moves past everything this replay draws
+        self.seed = gen.seed
+        self.base = gen.offset
+        gen.offset += self.increment
+
+
 class _CUDAGraph:
     """The C++ CUDAGraph (at::cuda::CUDAGraph) of torch 2.11, as far as it is observable."""
 
@@ -30,6 +66,7 @@ class _CUDAGraph:
         self._exec = None
         self._stream = None
         self._capturing = False
+        self._rng = None
 
     def capture_begin(self, pool=None, capture_error_mode="global"):
         from .cuda import current_stream
@@ -41,6 +78,8 @@ class _CUDAGraph:
         s._capturing = True
         self._stream = s
         self._capturing = True
+        # the default generator registers its state with the capture (torch.rand reads it)
+        self._rng = s._rng = _CaptureRng(default_generator)
 
     def capture_end(self):
         from .cuda import current_stream
@@ -49,6 +88,7 @@ class _CUDAGraph:
             raise RuntimeError("Capture must end on the same stream it began on.")
         self._graph = sim().end_capture(s.cuda_stream)
         s._capturing = False
+        s._rng = None
         self._capturing = False
         if not self._keep:
             self._exec = sim().instantiate(self._graph)
@@ -66,6 +106,8 @@ class _CUDAGraph:
         from .cuda import current_stream
         if self._exec is None:
             self.instantiate()
+        if self._rng is not None:
+            self._rng.prologue(default_generator)  # before the launch, as torch's replay
         sim().launch(self._exec, current_stream().cuda_stream)
 
     def reset(self):

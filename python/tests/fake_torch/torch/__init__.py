@@ -2,9 +2,12 @@
 torch.cuda.CUDAGraph (a Python class over torch._C._CUDAGraph whose __new__ passes
 keep_graph to a pybind11 __new__ that ignores it: the C++ object is built by
 _CUDAGraph.__init__), torch.cuda.graph, streams, is_current_stream_capturing, and
-torch._C._cuda_getCurrentRawStream.  The "device" is graphtoggle's CUDA simulator
-(torch.cuda.sim), so CI exercises the patch lifecycle without torch or a GPU: a
-kernel is sim.kernel(torch.cuda.current_stream().cuda_stream, fn).
+torch._C._cuda_getCurrentRawStream, and the default generator's replay prologue
+(torch.manual_seed, torch.rand: captured random ops draw new numbers at each replay
+only because CUDAGraph::replay advances the generator's offset before it launches).
+The "device" is graphtoggle's CUDA simulator (torch.cuda.sim), so CI exercises the
+patch lifecycle without torch or a GPU: a kernel is
+sim.kernel(torch.cuda.current_stream().cuda_stream, fn).
 
 The Python layer (torch/cuda/graphs.py) copies the structure of torch 2.11's; the C++
 layer (_CUDAGraph here) follows its documented behaviour: keep_graph=False destroys the
@@ -18,7 +21,12 @@ FAKE = True
 from . import _C  # noqa: E402
 from . import cuda  # noqa: E402
 from . import nn  # noqa: E402
-from ._tensor import Tensor, contiguous_format, empty_like, float32, mul  # noqa: E402,F401
+from ._tensor import Tensor, contiguous_format, empty_like, float32, mul, rand  # noqa: E402,F401
+
+
+def manual_seed(seed):
+    """Seeds the (one) default CUDA generator, offset back to 0."""
+    return _C.default_generator.manual_seed(seed)
 
 
 class _CompilerConfig:

@@ -47,6 +47,48 @@ def mul(x, k, out):
     return out
 
 
+def _philox(seed, offset, n):
+    """n floats in [0, 1) from (seed, offset): a stand-in for Philox, same inputs, same
+    numbers (splitmix64 of seed and counter)."""
+    out = []
+    for i in range(n):
+        z = (seed * 0x9E3779B97F4A7C15 + offset + i) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        out.append(((z ^ (z >> 31)) >> 11) / float(1 << 53))
+    return out
+
+
+def _increment(n):
+    # torch rounds a kernel's Philox offset increment up to a multiple of 4
+    return (n + 3) // 4 * 4
+
+
+def rand(*shape):
+    """torch.rand on the fake device.  Eager: numbers from the default generator, whose
+    offset advances.  Captured: a kernel reading the graph's generator state when it runs
+    (the seed and base offset each replay's prologue writes) at this op's offset inside the
+    graph, so each replay draws new numbers only if the prologue ran."""
+    from . import _C, cuda
+    shape = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+    out = Tensor(shape)
+    n = out.numel()
+    s = cuda.current_stream()
+    rng = getattr(s, "_rng", None) if s._capturing else None
+    if rng is None:
+        g = _C.default_generator
+        out.data[:] = _philox(g.seed, g.offset, n)
+        g.offset += _increment(n)
+        return out
+    intra = rng.increment
+    rng.increment += _increment(n)
+
+    def kernel():
+        out.data[:] = _philox(rng.seed, rng.base + intra, n)
+    _C.sim().kernel(s.cuda_stream, kernel)
+    return out
+
+
 class _Handle:
     def __init__(self, hooks, key):
         self.hooks, self.key = hooks, key

@@ -7,6 +7,7 @@ class Stream:
     def __init__(self, device=None, priority=0):
         self.cuda_stream = _C.sim().stream()
         self._capturing = False
+        self._rng = None  # the capturing graph's generator state (torch._C._CaptureRng)
 
     def __eq__(self, other):
         return isinstance(other, Stream) and other.cuda_stream == self.cuda_stream
@@ -16,6 +17,15 @@ class Stream:
 
     def synchronize(self):
         pass
+
+
+class ExternalStream(Stream):
+    """A stream made elsewhere, by its raw handle."""
+
+    def __init__(self, stream_ptr, device=None):
+        self.cuda_stream = stream_ptr
+        self._capturing = False
+        self._rng = None
 
 
 _default = None
@@ -39,6 +49,10 @@ class stream:  # noqa: N801  (torch.cuda.stream context manager)
 
     def __exit__(self, *exc):
         _C._current.pop()
+
+
+def manual_seed(seed):
+    _C.default_generator.manual_seed(seed)
 
 
 def current_device():
