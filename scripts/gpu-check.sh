@@ -10,6 +10,11 @@
 #               outputs equal to the main exec's), its figures
 #   torch_proof graphtoggle from PyTorch (python/tests/gpu/torch_proof.py)
 #   torch_engine_lazy, torch_engine_device  examples/torch_engine.py standalone
+#   torch_decode_bench  only with TORCH_DECODE_BENCH=1: issue #14's PyTorch
+#               target, a bf16 LLM-shaped decode step: floor, producers off
+#               (disabled nodes), off through the producer-free exec
+#               (random_ops=False), all on (python/tests/gpu/torch_decode_bench.py;
+#               ~12 GiB of GPU memory, ~30-60 s)
 # Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check); the
 # Python legs need a python3 with torch (they print SKIPPED without torch or
 # a GPU) and use $B/libtoggle.so and the package in python/.
@@ -20,7 +25,8 @@
 #
 # Usage: scripts/gpu-check.sh [gpu_check args, e.g. --steps N --seed N]
 # Environment: GPU_REGION_ARGS (e.g. "--steps 500") for gpu_region,
-# TORCH_PROOF_ARGS (e.g. "--steps 10000 --bench") for torch_proof, PYTHON.
+# TORCH_PROOF_ARGS (e.g. "--steps 10000 --bench") for torch_proof, PYTHON,
+# TORCH_DECODE_BENCH=1 (and TORCH_DECODE_BENCH_ARGS, e.g. "--batches 1,4,8").
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
 set -eu
 
@@ -120,9 +126,17 @@ for mode in lazy device; do
 		--check-every 1 --change-every 100
 done
 
+if [ "${TORCH_DECODE_BENCH:-0}" = 1 ]; then
+	# shellcheck disable=SC2086 # TORCH_DECODE_BENCH_ARGS is a list of words
+	run_py_leg torch_decode_bench python/tests/gpu/torch_decode_bench.py \
+		${TORCH_DECODE_BENCH_ARGS:-}
+fi
+
 printf '%s\n' "$results" | sed '/^$/d'
 # the producer-free exec's figures again, for pasting
 grep -h '^gpu-bare: figures:' "$B/gpu_bare.log" 2>/dev/null || true
+[ "${TORCH_DECODE_BENCH:-0}" = 1 ] &&
+	grep -h '^torch-decode-bench: table:' "$B/torch_decode_bench.log" 2>/dev/null || true
 if [ "$status" -eq 0 ]; then
 	echo "gpu-check: no leg failed"
 else

@@ -381,6 +381,60 @@ START_TEST(test_bare_off_switch)
 }
 END_TEST
 
+/* toggle_graph_set_bare: off before the bind builds nothing; on while bound builds it and the
+ * next all-off launch runs it; off while it runs destroys it and the main exec (re-synced) runs
+ * the step's set; the choice survives a rebind. */
+START_TEST(test_bare_per_graph_switch)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture(f);
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, false), 0);
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
+	ck_assert(!gstatus(f).bare_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1);
+	struct toggle_set none = spec("none"), some = spec("resid_post:1");
+	step(f, 1, &none);
+	launch_check(f, &none);
+	ck_assert(!gstatus(f).bare_running);
+	/* on, while bound, mid-step: built now, run from the next launch */
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, true), 0);
+	ck_assert(gstatus(f).bare_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
+	launch_check(f, &none);
+	ck_assert(gstatus(f).bare_running);
+	ck_assert_uint_eq(gstatus(f).bare_replays, 1);
+	/* off while the bare exec runs: gone, the main exec runs the set that follows */
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, false), 0);
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(!gs.bare_exec);
+	ck_assert(!gs.bare_running);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1);
+	launch_check(f, &none);
+	step(f, 2, &some);
+	launch_check(f, &some);
+	step(f, 3, &none);
+	launch_check(f, &none);
+	ck_assert(!gstatus(f).bare_running);
+	/* the choice survives a rebind */
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
+	ck_assert(!gstatus(f).bare_exec);
+	ck_assert_uint_eq(gstatus(f).bare_replays, 1);
+	/* on again, then a prepare (the caller launches the main exec) at an all-off set:
+	 * set_bare(true) makes the next launch pick the bare exec at the same set */
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, true), 0);
+	ck_assert_int_eq(toggle_graph_prepare(f->agent, f->graph, f->exec, f->stream), 0);
+	ck_assert(!gstatus(f).bare_running);
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, true), 0);
+	launch_check(f, &none);
+	ck_assert(gstatus(f).bare_running);
+	ck_assert_uint_eq(gstatus(f).bare_replays, 2);
+	/* unknown graph, NULL agent */
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, (CUgraph)&none, true), TOGGLE_ENOENT);
+	ck_assert_int_eq(toggle_graph_set_bare(NULL, f->graph, true), TOGGLE_EINVAL);
+	bfx_close(f);
+}
+END_TEST
+
 static const enum toggle_sim_op build_ops[] = {
 	TOGGLE_SIM_OP_GRAPH_CLONE, TOGGLE_SIM_OP_DESTROY_NODE, TOGGLE_SIM_OP_ADD_DEPENDENCIES,
 	TOGGLE_SIM_OP_INSTANTIATE,
@@ -864,6 +918,7 @@ static Suite *bare_suite(void)
 	tcase_add_loop_test(tc, test_bare_rebind_and_reinstantiate, 0, 2);
 	tcase_add_test(tc, test_bare_forget_and_close);
 	tcase_add_loop_test(tc, test_bare_off_switch, 0, 2);
+	tcase_add_loop_test(tc, test_bare_per_graph_switch, 0, 2);
 	tcase_add_loop_test(tc, test_bare_build_failure_keeps_main, 0,
 			    (int)(sizeof(build_ops) / sizeof(build_ops[0])));
 	tcase_add_loop_test(tc, test_bare_switch_failures_run_no_wrong_set, 0, 2);

@@ -136,6 +136,21 @@ int toggle_record_producer(struct toggle_agent *agent, CUstream stream, struct t
  * every step_begin): bind the new exec first, or unbind with exec = NULL.
  */
 int toggle_graph_bind(struct toggle_agent *agent, CUgraph graph, CUgraphExec exec);
+/*
+ * Whether this graph gets a producer-free exec (docs/libtoggle.md), for
+ * callers that know how its exec will be launched: off for a graph only ever
+ * launched by the caller after toggle_graph_prepare (the bare exec would
+ * never run: PyTorch's own replay), on again for one launched through
+ * toggle_graph_launch.  Default: on (when the agent builds them at all,
+ * toggle_config.no_bare_exec).  Takes effect now for a bound graph (off
+ * destroys its bare exec, on builds one: an instantiation, not for the
+ * replay path) and stays through rebinds until the graph is captured again.
+ * On (also when it already was) makes the next toggle_graph_launch pick the
+ * exec again: after a toggle_graph_prepare, launches at an unchanged set keep
+ * running the main exec (the prepare brought it to the set) until the set
+ * changes.
+ */
+int toggle_graph_set_bare(struct toggle_agent *agent, CUgraph graph, bool on);
 /* Drop a graph; later launches of it through this agent fail closed (ESTALE). */
 int toggle_graph_forget(struct toggle_agent *agent, CUgraph graph);
 

@@ -125,6 +125,8 @@ struct tg_graph {
 	/* A producer launched into this capture could not be recorded (note says
 	 * which and why): bind and launches are refused until it is captured again. */
 	bool late;
+	/* toggle_graph_set_bare(false): no producer-free exec for this graph. */
+	bool bare_off;
 
 	/* The producer-free exec (bare.c): exec's graph without its producers. */
 	struct tg_bare bare;

@@ -242,10 +242,10 @@ static int bare_build(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *o
 	return rc;
 }
 
-/* Whether g gets a bare exec: host-toggled, with producers, agent not opted out. */
+/* Whether g gets a bare exec: host-toggled, with producers, agent and graph not opted out. */
 static bool bare_wanted(const struct toggle_agent *a, const struct tg_graph *g)
 {
-	return a->bare_on && g->bound && g->n_nodes > 0 && g->dev != TG_DEV_ACTIVE &&
+	return a->bare_on && !g->bare_off && g->bound && g->n_nodes > 0 && g->dev != TG_DEV_ACTIVE &&
 	       g->n_devnodes == 0 && !g->planner_node;
 }
 
@@ -285,4 +285,31 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 	}
 	g->bare.exec = exec;
 	a->stats.bare_builds++;
+}
+
+int toggle_graph_set_bare(struct toggle_agent *a, CUgraph graph, bool on)
+{
+	if (!a)
+		return TOGGLE_EINVAL;
+	struct tg_graph *g = tg_graph_find(a, graph);
+	if (!g || !tg_graph_related(g))
+		return tg_fail(a, TOGGLE_ENOENT, "graph %p has no recorded producers (no bare exec "
+			       "to decide about)", (void *)graph);
+	if (g->stale)
+		return tg_fail(a, TOGGLE_ESTALE, "graph %p was forgotten; capture it again",
+			       (void *)graph);
+	bool changed = g->bare_off != !on;
+	g->bare_off = !on;
+	if (!g->bound)
+		return 0; /* decided at the bind */
+	if (changed) {
+		/* Running the bare exec now: back to the main one, whose nodes hold an older set. */
+		tg_bare_leave(a, g);
+		tg_bare_bind(a, g); /* drops the old one; builds one when on */
+	}
+	/* The next launch's slow path picks (a launch after a prepare at an unchanged set
+	 * would run the main exec on the fast path: the prepare synced it). */
+	if (on && g->bare.exec && !tg_bare_running(g))
+		g->applied_version = 0;
+	return 0;
 }

@@ -187,6 +187,7 @@ _PROTOS = {
     "toggle_step_begin": (c_int, [P, c_int64, POINTER(Set)]),
     "toggle_graph_launch": (c_int, [P, P, P, P]),
     "toggle_graph_prepare": (c_int, [P, P, P, P]),
+    "toggle_graph_set_bare": (c_int, [P, P, c_bool]),
     "toggle_apply_all": (c_int, [P]),
     "toggle_graph_count": (c_size_t, [P]),
     "toggle_graph_list": (c_size_t, [P, POINTER(GraphStatus), c_size_t]),

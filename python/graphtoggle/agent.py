@@ -33,18 +33,22 @@ class Agent:
 
     Agent(name, hooks={"resid_post": 32, "mlp_out": 32}, mode="lazy"|"eager"|"device",
           socket=None, group=None, strict=False, backend="cuda"|"sim", sim=None,
-          bare_exec=True)
+          bare_exec=None)
 
     hooks: hook type -> layer count (libtoggle's catalog has one layer count, so the
     counts must be equal), or a sequence of type names with layers=N.
     backend "sim" runs on the in-tree simulator (graphtoggle.sim.Sim; one is created
     when sim is None and closed with the agent).
-    bare_exec=False: no producer-free exec per bound graph (toggle_config.no_bare_exec;
-    graph_status()'s bare_exec / bare_running say which exec a graph's launches run).
+    bare_exec: the producer-free exec per bound graph (graph_status()'s bare_exec /
+    bare_running say which exec a graph's launches run).  None (default): only where a
+    replay can run it: every graph bound through bind/instantiate (launched with
+    launch()), and torch graphs replayed through toggle_graph_launch (random_ops=False);
+    not for torch graphs replayed by prepare + torch's own replay (the default), which
+    never run it.  True: every bound graph.  False: none (toggle_config.no_bare_exec).
     """
 
     def __init__(self, name, hooks, mode="lazy", socket=None, group=None, strict=False,
-                 backend="cuda", sim=None, layers=None, bare_exec=True):
+                 backend="cuda", sim=None, layers=None, bare_exec=None):
         self._h = None
         self._lib = lib = _lib.lib()
         if not isinstance(name, str) or not name or len(name.encode()) >= _lib.MAX_NAME:
@@ -65,8 +69,9 @@ class Agent:
             raise InvalidArgumentError("layer count must be an int (hooks={'type': N} or layers=N)")
         if mode not in _MODES:
             raise InvalidArgumentError("mode must be one of %s, got %r" % (", ".join(_MODES), mode))
-        if not isinstance(bare_exec, bool):
-            raise InvalidArgumentError("bare_exec must be True or False, got %r" % (bare_exec,))
+        if bare_exec is not None and not isinstance(bare_exec, bool):
+            raise InvalidArgumentError("bare_exec must be None, True or False, got %r"
+                                       % (bare_exec,))
         if backend not in _BACKENDS:
             raise InvalidArgumentError("backend must be 'cuda' or 'sim', got %r" % (backend,))
         self.catalog = Catalog(names, n_layers)
@@ -79,7 +84,7 @@ class Agent:
             name=name.encode(), group=group.encode() if group else None,
             catalog=self.catalog._c, mode=_MODES[mode], strict=bool(strict),
             backend=_BACKENDS[backend], sim=sim.handle if sim is not None else None,
-            socket_path=socket.encode() if socket else None, no_bare_exec=not bare_exec)
+            socket_path=socket.encode() if socket else None, no_bare_exec=bare_exec is False)
         h = _lib.P()
         rc = lib.toggle_agent_open(_byref(cfg), _byref(h))
         if rc:
@@ -93,6 +98,7 @@ class Agent:
         self.name = name
         self.backend = backend
         self.requested_mode = mode
+        self.bare_exec = bare_exec
         self._step = -1
         self._cset = _lib.Set()
         self._last_raw = None
@@ -335,6 +341,13 @@ class Agent:
         if rc:
             self._raise(rc, "bind")
 
+    def set_bare(self, graph, on):
+        """toggle_graph_set_bare: whether graph gets a producer-free exec (now if bound, and
+        through rebinds).  Off for graphs only launched after prepare(), which never run it."""
+        rc = self._lib.toggle_graph_set_bare(self._agent(), graph, bool(on))
+        if rc:
+            self._raise(rc, "set_bare")
+
     def forget(self, graph):
         rc = self._lib.toggle_graph_forget(self._agent(), graph)
         if rc:
@@ -362,10 +375,11 @@ class Agent:
         if rc:
             self._raise(rc, "prepare")
 
-    def replay(self, g, stream=None):
-        """Guarded replay of a torch.cuda.CUDAGraph captured with agent.capture(g)."""
+    def replay(self, g, stream=None, random_ops=None):
+        """Guarded replay of a torch.cuda.CUDAGraph captured with agent.capture(g)
+        (graphtoggle.torch.replay: random_ops=False launches through toggle_graph_launch)."""
         from .torch import replay
-        replay(self, g, stream)
+        replay(self, g, stream, random_ops)
 
     def attach(self, modules, **kwargs):
         """Producers on nn.Module forward hooks: graphtoggle.torch.attach(self, ...)."""

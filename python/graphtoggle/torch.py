@@ -92,18 +92,34 @@ def _kept(g):
     return True
 
 
+def _check_random_ops(random_ops):
+    if not isinstance(random_ops, bool):
+        raise InvalidArgumentError("random_ops must be True or False, got %r" % (random_ops,))
+    return random_ops
+
+
 @contextmanager
-def capture(agent, g, pool=None, stream=None, capture_error_mode="global"):
+def capture(agent, g, pool=None, stream=None, capture_error_mode="global", random_ops=True):
     """Drop-in for torch.cuda.graph(g, ...): opens the agent's capture window (the planner
     first in device mode), and after capture instantiates g and binds it when producers
     were recorded.  g must be torch.cuda.CUDAGraph(keep_graph=True): libtoggle toggles
-    nodes of the template graph, which torch otherwise destroys after instantiation."""
+    nodes of the template graph, which torch otherwise destroys after instantiation.
+
+    random_ops=False: the caller says g has no random ops (torch.rand, dropout, sampling:
+    nothing that reads torch's CUDA generator).  Its replays (agent.replay) are then
+    toggle_graph_launch on torch's current stream, which runs the producer-free exec at
+    steps that enable none of g's hooks, instead of torch's own replay.  The first such
+    replay checks the promise (see replay())."""
+    _check_random_ops(random_ops)
     torch = _torch()
     st = _owner_of(g)
     if st is not None and st.session is _state.session:
         # a graph of the active patch: the patched methods do everything
         with torch.cuda.graph(g, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
             yield g
+        st.random_ops = random_ops and st.random_ops
+        if not st.random_ops and st.graph is not None:
+            _want_bare(st)
         return
     if not _kept(g):
         raise InvalidArgumentError(
@@ -118,9 +134,13 @@ def capture(agent, g, pool=None, stream=None, capture_error_mode="global"):
         agent.capture_end()
     graph = g.raw_cuda_graph()
     if agent.has_producers(graph):
+        st = _GraphState(agent, None, graph)
+        st.random_ops = random_ops
+        _want_bare(st)  # before the bind: decided once, kept through rebinds
         g.instantiate()
         agent.bind(graph, g.raw_cuda_graph_exec())
-        st = g._graphtoggle = _GraphState(agent, None, graph, g.raw_cuda_graph_exec())
+        st.exec = g.raw_cuda_graph_exec()
+        g._graphtoggle = st
         st.device = torch.cuda.current_device()
         st.finalizer = weakref.finalize(g, _forget, weakref.ref(agent), graph)
         _wrap_instance(g, st)
@@ -150,24 +170,110 @@ def _wrap_instance(g, st):
     g.reset = reset
 
 
-def replay(agent, g, stream=None):
-    """Guarded replay of a graph captured with agent.capture(g) (no patch needed):
-    toggle_graph_prepare on torch's current stream (or stream, made current for the
-    replay), then torch's own replay, whose generator prologue gives random ops new numbers
-    at each replay.  Unrelated graphs replay untouched."""
+def replay(agent, g, stream=None, random_ops=None):
+    """Guarded replay of a graph captured with agent.capture(g) (no patch needed), on
+    torch's current stream (or stream, made current for the replay).  Unrelated graphs
+    replay untouched.
+
+    random_ops (default: what capture or patch said for g, True unless told otherwise):
+    True: toggle_graph_prepare, then torch's own replay, whose generator prologue gives
+    random ops new numbers at each replay.  False: the caller says g has no random ops:
+    toggle_graph_launch, which runs the producer-free exec at steps that enable none of
+    g's hooks.  The first replay with False is torch's own (prepare + torch's replay) and
+    checks the promise: if torch's default generator advanced, g has random ops and
+    InvalidArgumentError is raised after that (correct) replay; later replays of g with
+    False are refused before anything runs."""
     st = _owner_of(g)
     if st is None or st.agent is not agent or st.graph is None:
         g.replay()
         return
+    ro = st.random_ops if random_ops is None else _check_random_ops(random_ops)
     if stream is None:
-        agent.prepare(st.graph, st.exec, _current_stream(st.device))
-        g.replay()  # torch's own: g's class, or the patch passing a graph not its own
+        _replay(st, g, ro)
         return
     torch = _torch()
     s = stream if hasattr(stream, "cuda_stream") else torch.cuda.ExternalStream(stream)
     with torch.cuda.stream(s):  # torch's replay launches on the current stream
-        agent.prepare(st.graph, st.exec, _current_stream(st.device))
-        g.replay()
+        _replay(st, g, ro)
+
+
+def _torch_replay(st, g):
+    """torch's own replay of g: its class's, or the one the patch saved for its graphs."""
+    if st.session is not None and st.session is _state.session:
+        return _state.o_replay(g)
+    return g.replay()
+
+
+def _replay(st, g, random_ops):
+    if st.exec is None:
+        g.instantiate()  # the patch's: binds
+    a = st.agent
+    stream = (_raw_stream or _stream_fn())(st.device)
+    if random_ops:
+        rc = a._prepare(a._h or a._agent(), st.graph, st.exec, stream)
+        if rc:
+            a._raise(rc, "prepare")
+        return _torch_replay(st, g)
+    if st.no_random:
+        rc = a._launch(a._h or a._agent(), st.graph, st.exec, stream)
+        if rc:
+            a._raise(rc, "launch")
+        return None
+    return _probe(st, lambda: _torch_replay(st, g), stream)
+
+
+def _gen_offset(device):
+    """The Philox offset of device's default CUDA generator (torch.cuda.default_generators),
+    None where this torch has no way to read it."""
+    try:
+        return _torch().cuda.default_generators[device].get_offset()
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        return None
+
+
+def _probe(st, torch_replay, stream):
+    """The first replay of a graph with random_ops=False: torch's own (correct whatever the
+    graph holds), checking that torch's default generator did not advance.  torch 2.11
+    registers that generator with every capture and advances it at each replay by the
+    graph's whole increment, which is 0 exactly when no random op read it (CUDAGraph::
+    replay's generator prologue); nothing else in torch's Python API says whether a graph
+    drew random numbers.  A generator the caller registered (register_generator_state) is
+    not seen: for those, random_ops=False stays the caller's promise."""
+    a = st.agent
+    if st.random_used:
+        raise InvalidArgumentError(
+            "replay(random_ops=False) refused: this graph has random ops (torch's generator "
+            "advanced at its first such replay); replay it with random_ops=True (the default)")
+    before = _gen_offset(st.device)
+    rc = a._prepare(a._h or a._agent(), st.graph, st.exec, stream)
+    if rc:
+        a._raise(rc, "prepare")
+    torch_replay()
+    after = _gen_offset(st.device)
+    if before is not None and after != before:
+        st.random_used = True
+        _want_bare(st)  # it will never run: drop it
+        raise InvalidArgumentError(
+            "random_ops=False, but this graph has random ops: torch's default generator "
+            "advanced by %d at this replay, which ran through torch's own replay (correct, new "
+            "random numbers); later replays with random_ops=False are refused: replay it with "
+            "random_ops=True (the default), or capture the random ops outside the graph"
+            % (after - before))
+    st.no_random = True
+    _want_bare(st)  # built now if it was not at the bind (random_ops=False given at replay)
+    return None
+
+
+def _want_bare(st):
+    """Decide st's producer-free exec (toggle_graph_set_bare): only where a replay can run
+    it, i.e. graphs replayed through toggle_graph_launch (random_ops=False, not found to
+    draw random numbers), unless the agent was opened with bare_exec=True (every graph)
+    or False (none: libtoggle builds none whatever the graph says)."""
+    a = st.agent
+    if a.bare_exec is False:
+        return
+    a.set_bare(st.graph, a.bare_exec is True or
+               ((not st.random_ops or st.no_random) and not st.random_used))
 
 
 # ---- the class patch ------------------------------------------------------------------
@@ -176,7 +282,7 @@ def replay(agent, g, stream=None):
 class _GraphState:
     """What graphtoggle knows about one CUDAGraph object (attribute _graphtoggle)."""
     __slots__ = ("agent", "session", "graph", "exec", "want_keep", "finalizer", "device",
-                 "__weakref__")
+                 "random_ops", "no_random", "random_used", "__weakref__")
 
     def __init__(self, agent, session, graph=None, exec_=None, want_keep=True):
         self.agent = agent
@@ -186,6 +292,9 @@ class _GraphState:
         self.want_keep = want_keep
         self.finalizer = None
         self.device = None
+        self.random_ops = True    # replays: prepare + torch's replay (False: launch)
+        self.no_random = False    # a replay with random_ops=False checked: none drawn
+        self.random_used = False  # ... found the generator advanced: False refused
 
 
 def _owner_of(g):
@@ -197,11 +306,12 @@ def _owner_of(g):
 
 class _Session:
     """One patched period: from the first owner's patch() to the last owner's end."""
-    __slots__ = ("agent", "owners", "__weakref__")
+    __slots__ = ("agent", "owners", "random_ops", "__weakref__")
 
-    def __init__(self, agent):
+    def __init__(self, agent, random_ops=True):
         self.agent = agent
         self.owners = 0
+        self.random_ops = random_ops
 
 
 class _PatchState:
@@ -210,6 +320,7 @@ class _PatchState:
         self.session = None
         self.cls = None
         self.saved = {}
+        self.o_replay = None  # torch's replay while patched
 
 
 _state = _PatchState()
@@ -240,14 +351,22 @@ class Patch:
             self.end()
 
 
-def patch(agent):
+def patch(agent, random_ops=True):
     """Make torch.cuda.CUDAGraph toggleable for agent until the returned owner ends.
 
     While patched, graphs created through torch.cuda.CUDAGraph keep their template,
     capture inside the agent's capture window (planner first in device mode), are bound
     at instantiate, replay through the guard when they have producers (untouched
     otherwise), and are forgotten when reset or destroyed.  Several owners may hold the
-    patch for the same agent; it is restored exactly when the last one ends."""
+    patch for the same agent; it is restored exactly when the last one ends.
+
+    random_ops=False: the caller says the graphs captured while patched have no random
+    ops (decode graphs of engines that sample outside the graph: vLLM, SGLang).  Their
+    replays are then toggle_graph_launch on torch's current stream, which runs each
+    graph's producer-free exec at steps that enable none of its hooks; the default
+    (True) is prepare + torch's own replay, right for graphs with random ops.  The first
+    replay of each graph checks the promise (graphtoggle.torch.replay says how)."""
+    _check_random_ops(random_ops)
     torch = _torch()
     with _state.lock:
         s = _state.session
@@ -257,6 +376,10 @@ def patch(agent):
                     "torch.cuda.CUDAGraph is already patched for agent %r; end its owners "
                     "(graphtoggle.torch.unpatch) before patching for agent %r"
                     % (s.agent.name, agent.name))
+            if s.random_ops != random_ops:
+                raise InvalidArgumentError(
+                    "torch.cuda.CUDAGraph is already patched for agent %r with random_ops=%r; "
+                    "its owners must agree (end them first)" % (agent.name, s.random_ops))
             s.owners += 1
             return Patch(s)
         if agent.closed:
@@ -267,9 +390,10 @@ def patch(agent):
         orig = {name: getattr(cls, name) for name in names}
         for name, fn in _make_methods(orig).items():
             setattr(cls, name, fn)
-        s = _Session(agent)
+        s = _Session(agent, random_ops)
         s.owners = 1
         _state.session, _state.cls, _state.saved = s, cls, saved
+        _state.o_replay = orig["replay"]
         return Patch(s)
 
 
@@ -294,6 +418,7 @@ def unpatch(owner=None):
             else:
                 setattr(cls, name, v)
         _state.session, _state.cls, _state.saved = None, None, {}
+        _state.o_replay = None
 
 
 def patched():
@@ -375,6 +500,8 @@ def _make_methods(orig):
         if agent.has_producers(graph):
             st.graph = graph
             st.device = _torch().cuda.current_device()
+            st.random_ops = s.random_ops
+            _want_bare(st)  # before the bind: decided once, kept through rebinds
             st.finalizer = weakref.finalize(self, _forget, weakref.ref(agent), graph)
             self.instantiate()  # binds (patched instantiate)
         elif not st.want_keep:
@@ -396,10 +523,13 @@ def _make_methods(orig):
         # the step's set, the accounting), then torch's own replay, which runs its
         # generators' replay prologue (Philox seed/offset: random ops get new numbers at
         # each replay) and launches this exec on that same stream.  Refused: raises, and
-        # torch's replay is not called.
+        # torch's replay is not called.  Patched with random_ops=False: toggle_graph_launch
+        # instead (_replay), after the first replay's check.
         st = self.__dict__.get("_graphtoggle")
         if st is None or st.graph is None or st.session is not _state.session:
             return o_replay(self)  # unrelated, or of an ended session: torch's own
+        if not st.random_ops:
+            return _replay(st, self, False)  # launch (the bare exec can run), or the check
         if st.exec is None:
             self.instantiate()
         a = st.agent

@@ -282,7 +282,8 @@ def test_reinstantiate_rebinds(agent):
 @pytest.mark.parametrize("mode", ["lazy", "eager"])
 @pytest.mark.parametrize("bare", [True, False])
 def test_bare_exec_keyword(mode, bare):
-    """bare_exec=True (the default) builds the producer-free exec at bind and its launches
+    """bare_exec=None (the default: graphs bound through instantiate/bind are launched
+    with launch(), which can run it) builds the producer-free exec at bind and its launches
     run it while the set enables none of the graph's hooks; bare_exec=False never builds
     one.  Ground truth: the producers' and layers' own logs; graph_status says which exec
     ran."""

@@ -367,3 +367,236 @@ def test_attach_forward_hooks(agent):
     with agent.capture(g3):
         net(x)
     assert not agent.has_producers(g3.raw_cuda_graph())  # detached: no producer
+
+
+# ---- random_ops=False: toggle_graph_launch, the producer-free exec --------------------------
+
+WALK = ["none", "all", "none", "mlp_out:1", "none", "none", "resid_post:*", "none"]
+
+
+def _capture_how(agent, m, how, random_ops, fwd=None):
+    """A graph with m's producers (and fwd's ops), through the patch or agent.capture, with
+    random_ops as given to patch()/capture(); None: the keyword left out."""
+    kw = {} if random_ops is None else dict(random_ops=random_ops)
+    fwd = fwd or m.forward
+    if how == "patch":
+        owner = gtt.patch(agent, **kw)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fwd()
+        return g, owner
+    g = torch.cuda.CUDAGraph(keep_graph=True)
+    with agent.capture(g, **kw):
+        fwd()
+    return g, None
+
+
+def _replay_how(agent, g, how, random_ops=None):
+    if how == "patch" and random_ops is None:
+        g.replay()
+    else:
+        agent.replay(g, random_ops=random_ops)
+
+
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+@pytest.mark.parametrize("how", ["patch", "capture"])
+def test_random_ops_false_runs_the_bare_exec(how, mode):
+    """random_ops=False: the bare exec is built at the bind, the first replay is torch's own
+    (the check), then all-off steps launch the bare exec through toggle_graph_launch and
+    every step's producers follow its set; torch's generator is never advanced."""
+    with Agent("bare-patch", hooks=HOOKS, backend="sim", sim=SIM, mode=mode) as a:
+        try:
+            _runs_the_bare_exec(a, how)
+        finally:
+            gtt.unpatch()  # whatever a failure left
+
+
+def _runs_the_bare_exec(a, how):
+    m = Model(a)
+    g, owner = _capture_how(a, m, how, False)
+    graph = g.raw_cuda_graph()
+    st = a.graph_status(graph)
+    assert st["bare_exec"] and not st["bare_running"]
+    assert a.stats()["bare_builds"] == 1
+    offset = torch._C.default_generator.offset
+    bare = 0
+    for step, spec in enumerate(WALK):
+        a.set_enabled(spec)
+        eff = a.step(step)
+        layers = m.layers
+        del m.ran[:]
+        _replay_how(a, g, how)
+        assert set(m.ran) == eff.to_set(), (step, spec)
+        assert m.layers == layers + 3  # the rest of the graph runs, whichever exec
+        st = a.graph_status(graph)
+        # step 0 is the check (torch's own replay, the main exec); later all-off steps
+        # run the bare exec
+        fits = spec == "none" and step > 0
+        assert st["bare_running"] is fits, (step, spec)
+        bare += fits
+        assert st["bare_replays"] == bare
+    assert bare == 4
+    assert a.stats()["launches"] == len(WALK)
+    assert torch._C.default_generator.offset == offset
+    if owner:
+        owner.end()
+
+
+@pytest.mark.parametrize("how", ["patch", "capture"])
+def test_default_replay_builds_no_bare_exec(agent, how):
+    """The default (random_ops=True: prepare + torch's own replay) never runs a bare exec, so
+    the default Agent (bare_exec=None) builds none for it; producers follow every set."""
+    m = Model(agent)
+    g, owner = _capture_how(agent, m, how, None)
+    graph = g.raw_cuda_graph()
+    assert not agent.graph_status(graph)["bare_exec"]
+    assert agent.stats()["bare_builds"] == 0
+    for step, spec in enumerate(WALK):
+        agent.set_enabled(spec)
+        eff = agent.step(step)
+        del m.ran[:]
+        _replay_how(agent, g, how)
+        assert set(m.ran) == eff.to_set()
+    st = agent.graph_status(graph)
+    assert not st["bare_exec"] and st["bare_replays"] == 0
+    assert agent.stats()["bare_builds"] == 0
+    g.instantiate()  # a rebind keeps the decision
+    assert agent.graph_status(graph)["bare_exec"] is False
+    assert agent.stats()["bare_builds"] == 0
+    if owner:
+        owner.end()
+
+
+@pytest.mark.parametrize("bare_exec", [True, False])
+def test_bare_exec_explicit_keyword_with_torch(bare_exec):
+    """bare_exec=True builds one for default torch graphs too (never run by torch's replay);
+    bare_exec=False builds none, even with random_ops=False (launches run the main exec)."""
+    with Agent("bare-kw", hooks=HOOKS, backend="sim", sim=SIM, bare_exec=bare_exec) as a:
+        m = Model(a)
+        g, _ = _capture_how(a, m, "capture", True)
+        assert a.graph_status(g.raw_cuda_graph())["bare_exec"] is bare_exec
+        h, _ = _capture_how(a, m, "capture", False)
+        assert a.graph_status(h.raw_cuda_graph())["bare_exec"] is bare_exec
+        for step, spec in enumerate(WALK):
+            a.set_enabled(spec)
+            eff = a.step(step)
+            for x in (g, h):
+                del m.ran[:]
+                a.replay(x)
+                assert set(m.ran) == eff.to_set()
+        assert a.graph_status(g.raw_cuda_graph())["bare_replays"] == 0
+        assert a.graph_status(h.raw_cuda_graph())["bare_replays"] == (4 if bare_exec else 0)
+        assert a.stats()["bare_builds"] == (2 if bare_exec else 0)
+
+
+def test_random_ops_false_at_replay(agent):
+    """random_ops=False given at replay to a graph captured with the default: the check
+    replay, then the bare exec is built and runs at all-off steps; a later default replay
+    goes back to prepare + torch's replay (the main exec) with the right producers."""
+    m = Model(agent)
+    g, _ = _capture_how(agent, m, "capture", None)
+    graph = g.raw_cuda_graph()
+    assert not agent.graph_status(graph)["bare_exec"]
+    agent.set_enabled("none")
+    agent.step(0)
+    agent.replay(g, random_ops=False)  # the check: torch's own replay
+    assert agent.graph_status(graph)["bare_exec"]
+    assert not agent.graph_status(graph)["bare_running"]
+    agent.step(1)
+    del m.ran[:]
+    agent.replay(g, random_ops=False)
+    assert m.ran == [] and agent.graph_status(graph)["bare_running"]
+    agent.replay(g)  # default: torch's own replay of the main exec, producers still off
+    assert m.ran == [] and not agent.graph_status(graph)["bare_running"]
+    agent.set_enabled("mlp_out:0")
+    eff = agent.step(2)
+    agent.replay(g, random_ops=False)
+    assert set(m.ran) == eff.to_set()
+    assert agent.graph_status(graph)["bare_replays"] == 1
+
+
+@pytest.mark.parametrize("how", ["patch", "capture"])
+def test_random_ops_false_refused_for_random_graph(agent, how):
+    """A graph that draws random numbers, replayed with random_ops=False: the first replay
+    (torch's own) draws torch's numbers, then raises; its bare exec is dropped; later
+    replays with random_ops=False are refused before anything runs (layers, producers and
+    the generator untouched); random_ops=True replays keep torch's numbers."""
+    m = Model(agent)
+    torch.manual_seed(99)
+    ref = torch.cuda.CUDAGraph(keep_graph=True)
+    fwd, ref_out = _capture_random(m, producers=False)
+    with torch.cuda.graph(ref):
+        fwd()
+    want = []
+    for _ in range(2):
+        ref.replay()
+        want.append(tuple(ref_out["a"].data) + tuple(ref_out["b"].data))
+
+    torch.manual_seed(99)
+    fwd, out = _capture_random(m, producers=True)
+    g, owner = _capture_how(agent, m, how, False, fwd)
+    graph = g.raw_cuda_graph()
+    assert agent.graph_status(graph)["bare_exec"]  # built at the bind, on the promise
+    agent.set_enabled("none")
+    agent.step(0)
+    del m.ran[:]
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="has random ops"):
+        _replay_how(agent, g, how)
+    assert tuple(out["a"].data) + tuple(out["b"].data) == want[0]  # ran, torch's numbers
+    assert m.ran == []
+    assert not agent.graph_status(graph)["bare_exec"]  # dropped: it would never run
+    offset, layers = torch._C.default_generator.offset, m.layers
+    launches = agent.stats()["launches"]
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="refused"):
+        _replay_how(agent, g, how)
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="refused"):
+        agent.replay(g, random_ops=False)
+    assert torch._C.default_generator.offset == offset and m.layers == layers
+    assert agent.stats()["launches"] == launches
+    agent.set_enabled("mlp_out:2")
+    eff = agent.step(1)
+    agent.replay(g, random_ops=True)
+    assert set(m.ran) == eff.to_set()
+    assert tuple(out["a"].data) + tuple(out["b"].data) == want[1]
+    if owner:
+        owner.end()
+
+
+def test_random_ops_keyword_checked(agent):
+    m = Model(agent)
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="random_ops"):
+        gtt.patch(agent, random_ops="no")
+    assert gtt.patched() is None
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="random_ops"):
+        with agent.capture(torch.cuda.CUDAGraph(keep_graph=True), random_ops=0):
+            pytest.fail("must not capture")
+    g, _ = _capture_how(agent, m, "capture", None)
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="random_ops"):
+        agent.replay(g, random_ops=1)
+    with gtt.patch(agent, random_ops=False):
+        with pytest.raises(graphtoggle.InvalidArgumentError, match="must agree"):
+            gtt.patch(agent)
+        with gtt.patch(agent, random_ops=False):
+            pass
+        assert gtt.patched() is agent
+    assert gtt.patched() is None
+
+
+@pytest.mark.parametrize("how", ["patch", "capture"])
+def test_random_ops_false_constant_all_off(agent, how):
+    """The engine's usual case: every step all off from the first replay on (the set never
+    changes).  The check replay (torch's own, after a prepare) must not leave the launches
+    that follow on the main exec: from the second replay on, the bare exec runs."""
+    m = Model(agent)
+    g, owner = _capture_how(agent, m, how, False)
+    graph = g.raw_cuda_graph()
+    agent.set_enabled("none")
+    for step in range(4):
+        agent.step(step)
+        del m.ran[:]
+        _replay_how(agent, g, how)
+        assert m.ran == []
+        assert agent.graph_status(graph)["bare_running"] is (step > 0), step
+    assert agent.graph_status(graph)["bare_replays"] == 3
+    if owner:
+        owner.end()

@@ -31,6 +31,10 @@ class Generator:
         self.offset = 0
         return self
 
+    def get_offset(self):
+        """torch.Generator.get_offset: the Philox offset (philox_offset_per_thread)."""
+        return self.offset
+
 
 default_generator = Generator()
 

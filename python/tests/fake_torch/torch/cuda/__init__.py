@@ -28,6 +28,32 @@ class ExternalStream(Stream):
         self._rng = None
 
 
+class Event:
+    """torch.cuda.Event(enable_timing=True): the simulator runs each launch when it is
+    made, so the time between two records is host time."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        self.enable_timing = enable_timing
+        self.t = None
+
+    def record(self, stream=None):
+        import time
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, end):
+        if not (self.enable_timing and end.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'")
+        if self.t is None or end.t is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time")
+        return (end.t - self.t) * 1e3
+
+
 _default = None
 
 
@@ -49,6 +75,10 @@ class stream:  # noqa: N801  (torch.cuda.stream context manager)
 
     def __exit__(self, *exc):
         _C._current.pop()
+
+
+# torch.cuda.default_generators: one per device (the fake has device 0)
+default_generators = (_C.default_generator,)
 
 
 def manual_seed(seed):
