@@ -300,7 +300,9 @@ static void render(FILE *f, const struct snapshot *s)
 	put_help(f, "graphtoggle_peers_dropped_total", "counter",
 		 "Peers dropped for a write queue over its bound");
 	fprintf(f, "graphtoggle_peers_dropped_total %llu\n", (unsigned long long)s->stats.dropped_peers);
-	put_help(f, "graphtoggle_frames_refused_total", "counter", "Bad frames (connection closed)");
+	put_help(f, "graphtoggle_frames_refused_total", "counter",
+		 "Bad frames: undecodable (connection closed) or not canonically encoded (refused, "
+		 "connection kept)");
 	fprintf(f, "graphtoggle_frames_refused_total %llu\n",
 		(unsigned long long)s->stats.frames_refused);
 

@@ -280,6 +280,32 @@ def test_store_saves(env):
         value(m1, "graphtoggle_store_saves_total") + value(m1, "graphtoggle_store_save_failures_total")
 
 
+def test_non_canonical_frame_counted(env):
+    """A frame that does not re-encode to its own length (main's guard against a NUL
+    in a string) is refused with INVAL, counted, and the connection kept."""
+    m0 = env.scrape()
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(env.sock)
+
+    def send_recv(body):
+        s.sendall(len(body).to_bytes(4, "big") + body)
+        n = int.from_bytes(s.recv(4, socket.MSG_WAITALL), "big")
+        return s.recv(n, socket.MSG_WAITALL)
+
+    # Envelope{id 1, hello{protocol_version 2, min_protocol_version 0 sent explicitly}}
+    rep = send_recv(bytes([0x08, 0x01, 0x52, 0x04, 0x08, 0x02, 0x18, 0x00]))
+    assert rep[:3] == bytes([0x08, 0x01, 0x62]), rep  # id 1, error
+    assert b"not canonically encoded" in rep
+    # the same hello, canonical: answered on the same connection
+    rep = send_recv(bytes([0x08, 0x02, 0x52, 0x02, 0x08, 0x02]))
+    assert rep[:3] == bytes([0x08, 0x02, 0x5A]), rep  # id 2, hello_reply
+    s.close()
+    m1 = env.scrape()
+    assert value(m1, "graphtoggle_frames_refused_total") - \
+        value(m0, "graphtoggle_frames_refused_total") == 1
+
+
 def test_only_get_metrics(env):
     assert env.get("/")[0] == 404
     assert env.get("/metrics", method="POST")[0] == 405
