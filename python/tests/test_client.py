@@ -224,6 +224,19 @@ def test_typed_errors(daemon, c):
     assert c.status().agents == 2
 
 
+def test_plan_limit_error_names_agent_id(daemon, c):
+    """The pending-entry limit (main's, 256 per agent) is a BusyError naming the agent
+    by name and id, like every error about agents in contract v1."""
+    a = c.agent("eng-a")
+    first = a.step + 1000000
+    c.plan(first, 256, "attn_out:1", target=a.agent_id)  # retries a full ring
+    with pytest.raises(errors.BusyError) as e:
+        c.submit_plan({first + 256: "attn_out:1"}, target=a.agent_id)
+    assert "limit of 256 pending entries" in e.value.message, e.value.message
+    assert e.value.agents == ["eng-a"] and e.value.agent_ids == [a.agent_id]
+    c.clear_plan(a.agent_id)
+
+
 def test_unknown_request_is_unimplemented(daemon, c):
     # Envelope{id 77, field 60 (a body this daemon lacks)}: what a newer client sends.
     body = b"\x08\x4d\xe2\x03\x00"
