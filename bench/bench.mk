@@ -20,3 +20,16 @@ bench:
 .PHONY: gpu-bench
 gpu-bench:
 	@scripts/gpu-bench.sh
+
+# The cluster layer (docs/cluster.md): needs etcd; bench/cluster.sh starts one.
+$(B)/bench/bench_cluster: bench/bench_cluster.c $(B)/libtoggle.a $(B)/libtgproto.a $(B)/daemon/etcd.o $(B)/daemon/log.o
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(BENCH_CFLAGS) $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv) -o $@ $< \
+	    $(B)/daemon/etcd.o $(B)/daemon/log.o $(B)/libtgproto.a $(B)/libtoggle.a \
+	    $$(pkg-config --libs libcurl jansson libuv) $(TGP_LIBS) $(LIB_LIBS)
+
+.PHONY: bench-cluster
+bench-cluster:
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory $(B)/bench/bench_cluster $(B)/toggled
+	@B=$(B) bench/cluster.sh

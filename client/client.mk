@@ -3,10 +3,12 @@
 # the top-level Makefile after daemon.mk; uses its B, CC, ALL_CFLAGS and
 # LIB_LIBS, and proto.mk's TGP_CFLAGS, TGP_LIBS and TGP_GEN_H.
 
-CTL_SRC := client/togglectl.c client/ctl_cmds.c client/ctl_output.c
+CTL_SRC := client/togglectl.c client/ctl_cmds.c client/ctl_output.c client/ctl_cluster.c
 CTL_OBJ := $(CTL_SRC:%.c=$(B)/%.o)
-CTL_CFLAGS = $(TGP_CFLAGS) $$(pkg-config --cflags jansson)
-CTL_LIBS = $$(pkg-config --libs jansson) $(TGP_LIBS)
+# --etcd (ctl_cluster.c) uses the daemon's etcd client and key layout.
+CTL_DAEMON_OBJ := $(B)/daemon/etcd.o $(B)/daemon/cluster_key.o $(B)/daemon/log.o
+CTL_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags jansson libcurl libuv)
+CTL_LIBS = $$(pkg-config --libs jansson libcurl libuv) $(TGP_LIBS) -lpthread
 
 all: $(B)/togglectl
 
@@ -15,7 +17,7 @@ $(CTL_OBJ): $(B)/%.o: %.c $(TGP_GEN_H)
 	$(CC) $(ALL_CFLAGS) $(CTL_CFLAGS) -c $< -o $@
 
 # libtoggle.a brings toggle_strerror and the hook-spec parser (no CUDA).
-$(B)/togglectl: $(CTL_OBJ) $(B)/libtgproto.a $(B)/libtoggle.a
+$(B)/togglectl: $(CTL_OBJ) $(CTL_DAEMON_OBJ) $(B)/libtgproto.a $(B)/libtoggle.a
 	$(CC) $(CFLAGS) -o $@ $^ $(CTL_LIBS) $(LIB_LIBS)
 
 # End to end: the real toggled, demo_agent and togglectl on a private socket.

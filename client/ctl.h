@@ -61,6 +61,8 @@ struct ctl_opts {
 	const char *target_text; /* as the user wrote it */
 	Toggle__Selector target; /* group points into target_group */
 	char target_group[TGP_MAX_NAME];
+	const char *etcd;        /* --etcd: the cluster view (ctl_cluster.c) */
+	const char *cluster;     /* --cluster NAME */
 };
 
 struct ctl_output;
@@ -79,6 +81,25 @@ int ctl_selector_parse(const char *text, struct ctl_opts *opt, char *err, size_t
 /* togglectl.c: the command table, for usage texts. */
 extern const struct ctl_cmd ctl_commands[];
 extern const size_t ctl_n_commands;
+
+/* ctl_cmds.c: shared with ctl_cluster.c. */
+struct ctl_output;
+/* Join the SPEC arguments with ","; NULL (after reporting, *exitcode set). */
+char *ctl_join_spec(struct ctl_ctx *ctx, int argc, char **argv, int *exitcode);
+/* A plan read from a file: the entries point into root's strings. */
+struct ctl_plan {
+	struct json_t *root;
+	size_t n;
+	Toggle__PlanEntry *e;
+	Toggle__PlanEntry **p;
+};
+int ctl_plan_load(const struct ctl_output *out, const char *path, struct ctl_plan *pl);
+void ctl_plan_free(struct ctl_plan *pl);
+
+/* ctl_cluster.c: the command, across every host of --cluster through --etcd. */
+int ctl_cluster_run(struct ctl_ctx *ctx, int argc, char **argv);
+/* Parse a cluster selector (all, host:H, group:G, agent:H/ID, pid:H/PID). */
+int ctl_cluster_target(const char *text, struct ctl_opts *opt, char *err, size_t errlen);
 
 /* ctl_cmds.c: the handlers. */
 ctl_handler_fn ctl_cmd_status, ctl_cmd_agents, ctl_cmd_graphs, ctl_cmd_hooks, ctl_cmd_enable,

@@ -188,7 +188,7 @@ int ctl_cmd_hooks(struct ctl_ctx *ctx, int argc, char **argv)
 /* ---- enable, disable, set ---------------------------------------------- */
 
 /* Join the SPEC arguments with ","; NULL (after reporting) when unusable. */
-static char *ctl_join_spec(struct ctl_ctx *ctx, int argc, char **argv, int *exitcode)
+char *ctl_join_spec(struct ctl_ctx *ctx, int argc, char **argv, int *exitcode)
 {
 	size_t len = 0;
 	for (int i = 0; i < argc; i++) {
@@ -273,15 +273,7 @@ int ctl_cmd_set(struct ctl_ctx *ctx, int argc, char **argv)
 
 /* ---- plans -------------------------------------------------------------- */
 
-/* A plan read from a file: the entries point into root's strings. */
-struct ctl_plan {
-	json_t *root;
-	size_t n;
-	Toggle__PlanEntry *e;
-	Toggle__PlanEntry **p;
-};
-
-static void ctl_plan_free(struct ctl_plan *pl)
+void ctl_plan_free(struct ctl_plan *pl)
 {
 	json_decref(pl->root);
 	free(pl->e);
@@ -405,7 +397,7 @@ static int ctl_plan_entry(const struct ctl_output *out, const char *shown, size_
 }
 
 /* Read and validate a plan file: a JSON array of {"step": N, "hooks": "SPEC"}. */
-static int ctl_plan_load(const struct ctl_output *out, const char *path, struct ctl_plan *pl)
+int ctl_plan_load(const struct ctl_output *out, const char *path, struct ctl_plan *pl)
 {
 	const char *shown = strcmp(path, "-") ? path : "(standard input)";
 	char *buf = NULL;

@@ -643,9 +643,9 @@ static json_t *json_of_agent(const Toggle__AgentInfo *a)
 			 "tainted_step", ji64(a->tainted_launches ? a->tainted_step : -1));
 }
 
-static void json_status(const Toggle__StatusReply *r, bool may_write)
+json_t *ctl_json_status(const Toggle__StatusReply *r, bool may_write)
 {
-	jemit(json_pack("{s:o, s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o}",
+	return json_pack("{s:o, s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o}",
 			"daemon_version", jstr(r->daemon_version),
 			"protocol_version", (json_int_t)r->protocol_version,
 			"uptime_ms", ju64(r->uptime_ms),
@@ -659,19 +659,28 @@ static void json_status(const Toggle__StatusReply *r, bool may_write)
 			"state_dir", jstr(r->state_dir),
 			"may_write", may_write,
 			"save_errors", ju64(r->save_errors),
-			"save_error", jstr_or_null(r->save_error)),
-	      false);
+			"save_error", jstr_or_null(r->save_error));
 }
 
-static void json_agents(const Toggle__ListAgentsReply *r)
+static void json_status(const Toggle__StatusReply *r, bool may_write)
+{
+	jemit(ctl_json_status(r, may_write), false);
+}
+
+json_t *ctl_json_agents(const Toggle__ListAgentsReply *r)
 {
 	json_t *arr = json_array();
 	for (size_t i = 0; i < r->n_agents; i++)
 		json_array_append_new(arr, json_of_agent(r->agents[i]));
-	jemit(json_pack("{s:o}", "agents", arr), false);
+	return json_pack("{s:o}", "agents", arr);
 }
 
-static void json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgentsReply *a)
+static void json_agents(const Toggle__ListAgentsReply *r)
+{
+	jemit(ctl_json_agents(r), false);
+}
+
+json_t *ctl_json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgentsReply *a)
 {
 	json_t *arr = json_array(), *trunc = json_array();
 	for (size_t i = 0; i < g->n_graphs; i++) {
@@ -698,7 +707,12 @@ static void json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgen
 	}
 	for (size_t i = 0; i < g->n_truncated_agents; i++)
 		json_array_append_new(trunc, ju64(g->truncated_agents[i]));
-	jemit(json_pack("{s:o, s:o}", "graphs", arr, "truncated_agents", trunc), false);
+	return json_pack("{s:o, s:o}", "graphs", arr, "truncated_agents", trunc);
+}
+
+static void json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgentsReply *a)
+{
+	jemit(ctl_json_graphs(g, a), false);
 }
 
 /* The layers of one type in a set, as an array of numbers. */

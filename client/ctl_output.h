@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "ctl.h"
 
 /* One error, as togglectl reports it. */
@@ -46,6 +48,12 @@ struct ctl_output {
 
 extern const struct ctl_output ctl_output_human;
 extern const struct ctl_output ctl_output_json;
+
+/* The --json documents of status, agents and graphs as values (the
+ * cluster view, ctl_cluster.c, nests them per host). */
+json_t *ctl_json_status(const Toggle__StatusReply *r, bool may_write);
+json_t *ctl_json_agents(const Toggle__ListAgentsReply *r);
+json_t *ctl_json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgentsReply *a);
 
 /* Short name of an error code ("ESPEC"), "EUNKNOWN" for others. */
 const char *ctl_error_name(int code);

@@ -43,7 +43,7 @@ const size_t ctl_n_commands = sizeof(ctl_commands) / sizeof(ctl_commands[0]);
 
 #define CTL_SELECTOR_FORMS "all, agent:ID, pid:PID, group:NAME, or a bare agent ID"
 
-enum { OPT_WAIT = 256, OPT_TIMEOUT };
+enum { OPT_WAIT = 256, OPT_TIMEOUT, OPT_ETCD, OPT_CLUSTER };
 
 static const struct option ctl_long_opts[] = {
 	{"socket", required_argument, NULL, 's'},
@@ -51,6 +51,8 @@ static const struct option ctl_long_opts[] = {
 	{"json", no_argument, NULL, 'j'},
 	{"wait", optional_argument, NULL, OPT_WAIT},
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
+	{"etcd", required_argument, NULL, OPT_ETCD},
+	{"cluster", required_argument, NULL, OPT_CLUSTER},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -83,6 +85,10 @@ static void ctl_usage(FILE *f)
 		"      --wait[=TIMEOUT]     enable/disable/set: wait until every targeted agent\n"
 		"                           ran the new set at a replay (default 5s)\n"
 		"      --timeout TIMEOUT    connect and request timeout (default 5s)\n"
+		"      --etcd URL[,URL...]  with --cluster NAME: the whole cluster through etcd\n"
+		"                           (set, plan submit, agents, graphs, status; targets\n"
+		"                           all, host:H, group:G, agent:H/ID, pid:H/PID)\n"
+		"      --cluster NAME       the cluster's name (with --etcd)\n"
 		"  -h, --help               this text\n"
 		"  -V, --version            print the version\n"
 		"\n"
@@ -248,6 +254,8 @@ static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 				return ctl_usage_error(ctx, NULL, "bad --timeout value '%s': expected a "
 						       "duration such as 500ms, 2s or 1m (at most 10m)", optarg);
 			break;
+		case OPT_ETCD: o->etcd = optarg; break;
+		case OPT_CLUSTER: o->cluster = optarg; break;
 		case 'h': ctl_usage(stdout); return -1;
 		case 'V': printf("togglectl %s (protocol %d)\n", CTL_VERSION, TGP_PROTOCOL_VERSION); return -1;
 		case ':':
@@ -260,7 +268,10 @@ static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 			return ctl_usage_error(ctx, NULL, "unknown option '%s'", argv[optind - 1]);
 		}
 	}
-	if (target && ctl_selector_parse(target, o, err, sizeof(err)))
+	if (!o->etcd != !o->cluster)
+		return ctl_usage_error(ctx, NULL, "--etcd and --cluster go together");
+	if (target && (o->etcd ? ctl_cluster_target(target, o, err, sizeof(err))
+			       : ctl_selector_parse(target, o, err, sizeof(err))))
 		return ctl_usage_error(ctx, NULL, "%s", err);
 	if (!o->socket) {
 		if (!tgp_default_socket_path(o->socket_buf, sizeof(o->socket_buf)))
@@ -312,7 +323,8 @@ static int ctl_check_args(struct ctl_ctx *ctx, const struct ctl_cmd *c, int *arg
 		if (ctx->opt.have_target)
 			return ctl_usage_error(ctx, c, "give the target once: --target %s or the SELECTOR "
 					       "argument '%s'", ctx->opt.target_text, (*argv)[0]);
-		if (ctl_selector_parse((*argv)[0], &ctx->opt, err, sizeof(err)))
+		if (ctx->opt.etcd ? ctl_cluster_target((*argv)[0], &ctx->opt, err, sizeof(err))
+				  : ctl_selector_parse((*argv)[0], &ctx->opt, err, sizeof(err)))
 			return ctl_usage_error(ctx, c, "%s", err);
 		(*argc)--;
 		(*argv)++;
@@ -349,7 +361,7 @@ int main(int argc, char **argv)
 	rc = ctl_check_args(&ctx, ctx.cmd, &cargc, &cargv);
 	if (rc)
 		return rc;
-	rc = ctx.cmd->handler(&ctx, cargc, cargv);
+	rc = ctx.opt.etcd ? ctl_cluster_run(&ctx, cargc, cargv) : ctx.cmd->handler(&ctx, cargc, cargv);
 	tgc_close(ctx.conn);
 	return rc;
 }

@@ -337,6 +337,7 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, 
 	if (td_agent_state_copy(&a->durable, a) != 0)
 		log_warnx("agent %s: no memory for its durable state copy; a failed save "
 			  "rolls it back to no plans", a->name);
+	td_cluster_agent_joined(a);
 	*id = a->id;
 	log_info("agent %s (id %llu, pid %u, uid %u, group '%s') registered: %u hook types x %u layers",
 		 a->name, (unsigned long long)a->id, a->pid, a->uid, a->group, a->cat.n_types,

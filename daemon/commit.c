@@ -14,7 +14,9 @@
  * in the peer's queue).  When it fails, every write not yet durable is
  * answered TOGGLE_EIO with the reason, and the accepted state of every
  * agent and store entry goes back to the durable one: nothing that could
- * not be saved ever reaches an agent.
+ * not be saved ever reaches an agent.  Code that is not a peer's request
+ * (the cluster layer) learns a save's outcome the same way, through a
+ * callback queued with the replies (td_commit_notify).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -33,6 +35,8 @@ struct td_pending {
 	uint8_t *reply;           /* the encoded reply, or NULL when a waiter answers */
 	size_t len;
 	struct td_waiter *waiter; /* armed when the save succeeds */
+	td_commit_fn *notify;     /* not a reply: called with the save's outcome */
+	void *notify_arg;
 };
 
 void td_agent_state_free(struct td_agent_state *st)
@@ -119,6 +123,19 @@ void td_commit_reply(struct td_peer *p, uint64_t request_id, uint8_t *reply, siz
 		pd->peer = NULL; /* dropped (queue bound, memory): answered to nobody */
 }
 
+int td_commit_notify(struct td_daemon *d, td_commit_fn *fn, void *arg)
+{
+	struct td_commit *c = &d->commit;
+	struct td_pending *pd = calloc(1, sizeof(*pd));
+	if (!pd)
+		return TOGGLE_ENOMEM;
+	pd->notify = fn;
+	pd->notify_arg = arg;
+	*c->queued_tail = pd;
+	c->queued_tail = &pd->next;
+	return 0;
+}
+
 void td_pending_detach(struct td_pending *pd)
 {
 	pd->peer = NULL;
@@ -127,6 +144,11 @@ void td_pending_detach(struct td_pending *pd)
 
 static void answer_ok(struct td_daemon *d, struct td_pending *pd)
 {
+	if (pd->notify) {
+		pd->notify(pd->notify_arg, 0, NULL);
+		pending_free(pd);
+		return;
+	}
 	if (!pd->peer) {
 		pending_free(pd);
 		return;
@@ -146,6 +168,11 @@ static void answer_ok(struct td_daemon *d, struct td_pending *pd)
 
 static void answer_eio(struct td_daemon *d, struct td_pending *pd, const char *msg)
 {
+	if (pd->notify) {
+		pd->notify(pd->notify_arg, TOGGLE_EIO, msg);
+		pending_free(pd);
+		return;
+	}
 	d->commit.failed_writes++;
 	if (pd->peer) {
 		Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;

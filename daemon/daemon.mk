@@ -6,8 +6,8 @@
 TD_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 TD_OBJ := $(TD_SRC:%.c=$(B)/%.o)
 TD_SAN_OBJ := $(TD_SRC:%.c=$(B)/san/%.o)
-TD_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv jansson libmicrohttpd)
-TD_LIBS = $$(pkg-config --libs libuv jansson libmicrohttpd) $(TGP_LIBS) -lpthread
+TD_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv jansson libmicrohttpd libcurl)
+TD_LIBS = $$(pkg-config --libs libuv jansson libmicrohttpd libcurl) $(TGP_LIBS) -lpthread
 
 all: $(B)/toggled
 
@@ -29,7 +29,7 @@ $(B)/libtoggled-san.a: $(TD_SAN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-TD_UNIT_TESTS := $(B)/tests/check_store
+TD_UNIT_TESTS := $(B)/tests/check_store $(B)/tests/check_cluster
 $(TD_UNIT_TESTS): $(B)/libtoggled-san.a $(B)/libtgproto-san.a
 $(TD_UNIT_TESTS): EXTRA_CFLAGS = $(TD_CFLAGS)
 $(TD_UNIT_TESTS): EXTRA_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)
@@ -57,3 +57,9 @@ check-run: check-daemon-proc
 check-metrics: $(B)/toggled-san $(B)/togglectl $(B)/examples/demo_agent
 	@B=$(B) tests/metrics/run.sh
 check-run: check-metrics
+# The cluster layer end to end: a real etcd, three toggled, simulator agents
+# (tests/cluster/run.sh; fails, never skips, without etcd).
+.PHONY: check-cluster
+check-cluster: $(B)/toggled-san $(B)/togglectl $(B)/examples/demo_agent
+	@B=$(B) tests/cluster/run.sh
+check-run: check-cluster

@@ -44,6 +44,9 @@ static void usage(FILE *f)
 		"  -M, --metrics ADDRESS      serve Prometheus /metrics on ADDRESS: PORT or\n"
 		"                             HOST:PORT (TCP, HOST 127.0.0.1 by default) or\n"
 		"                             /path (Unix socket); off by default\n"
+		"  -e, --etcd URL[,URL...]    join a cluster through etcd (docs/cluster.md)\n"
+		"  -C, --cluster NAME         the cluster's name (with --etcd)\n"
+		"  -H, --host-id ID           this host's id in the cluster (with --etcd)\n"
 		"  -v, --verbose              debug logging\n"
 		"  -V, --version              print the version and exit\n"
 		"  -h, --help                 this text\n");
@@ -192,6 +195,20 @@ static int config_line(struct td_config *cfg, char *s, const char *path, int lin
 		cfg->verbose = val[0] == '1';
 		return 0;
 	}
+	/* The cluster keys: read at start-up only (on_hup keeps the old values). */
+	struct {
+		const char *key;
+		char *dst;
+		size_t len;
+	} strs[] = {{"etcd", cfg->etcd, sizeof(cfg->etcd)},
+		    {"cluster", cfg->cluster, sizeof(cfg->cluster)},
+		    {"host_id", cfg->host_id, sizeof(cfg->host_id)}};
+	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+		if (strcmp(key, strs[i].key) == 0 && strlen(val) < strs[i].len) {
+			snprintf(strs[i].dst, strs[i].len, "%s", val);
+			return 0;
+		}
+	}
 	if (strcmp(key, "agent_group") == 0) {
 		char why[256];
 		if (config_group_rule(cfg, val, why, sizeof(why)) == 0)
@@ -217,7 +234,7 @@ static int config_line(struct td_config *cfg, char *s, const char *path, int lin
 	}
 	snprintf(err, errlen, "%s:%d: unknown key '%s' or bad value (keys: operator_group, verbose, "
 		 "max_queue_bytes, max_peers, reserved_peers, max_peers_per_uid, hello_timeout_ms, "
-		 "idle_timeout_ms, frames_per_turn, agent_group)", path, lineno, key);
+		 "idle_timeout_ms, frames_per_turn, agent_group, etcd, cluster, host_id)", path, lineno, key);
 	return -1;
 }
 
@@ -363,13 +380,21 @@ static void on_hup(uv_signal_t *h, int signum)
 	}
 	struct td_config next = d->cfg;
 	next.n_group_rules = 0; /* the file's list replaces the old one */
+	char etcd[sizeof(next.etcd)], cluster[sizeof(next.cluster)], host[sizeof(next.host_id)];
 	char err[512];
 	if (config_load(&next, d->cfg.config_path, err, sizeof(err)) != 0) {
 		log_warnx("SIGHUP: keeping the old configuration: %s", err);
 		return;
 	}
 	config_apply_cli(&next);
+	/* The cluster keys are read at start-up only. */
+	memcpy(etcd, d->cfg.etcd, sizeof(etcd));
+	memcpy(cluster, d->cfg.cluster, sizeof(cluster));
+	memcpy(host, d->cfg.host_id, sizeof(host));
 	d->cfg = next;
+	memcpy(d->cfg.etcd, etcd, sizeof(etcd));
+	memcpy(d->cfg.cluster, cluster, sizeof(cluster));
+	memcpy(d->cfg.host_id, host, sizeof(host));
 	log_set_verbose(d->cfg.verbose);
 	td_auth_reload(d);
 	fd_limit_fit(&d->cfg);
@@ -393,6 +418,9 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		{"socket-mode", required_argument, NULL, 'm'},
 		{"foreground", no_argument, NULL, 'f'},
 		{"metrics", required_argument, NULL, 'M'},
+		{"etcd", required_argument, NULL, 'e'},
+		{"cluster", required_argument, NULL, 'C'},
+		{"host-id", required_argument, NULL, 'H'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"strict-state", no_argument, NULL, 'S'},
 		{"version", no_argument, NULL, 'V'},
@@ -401,8 +429,9 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 	};
 	struct td_config *cfg = &d->cfg;
 	const char *sock = NULL, *state = NULL, *group = NULL;
+	const char *etcd = NULL, *cluster = NULL, *host = NULL;
 	int c;
-	while ((c = getopt_long(argc, argv, "s:d:c:g:m:M:fvVh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:d:c:g:m:M:e:C:H:fvVh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': sock = optarg; break;
 		case 'd': state = optarg; break;
@@ -418,6 +447,9 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 			cfg->socket_mode = (unsigned)m;
 			break;
 		}
+		case 'e': etcd = optarg; break;
+		case 'C': cluster = optarg; break;
+		case 'H': host = optarg; break;
 		case 'f': break;
 		case 'M': metrics_address = optarg; break;
 		case 'v': cfg->cli_verbose = true; break;
@@ -441,6 +473,17 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 	if (group)
 		snprintf(cfg->cli_group, sizeof(cfg->cli_group), "%s", group);
 	config_apply_cli(cfg);
+	const char *cl_opt[3] = {etcd, cluster, host};
+	char *cl_dst[3] = {cfg->etcd, cfg->cluster, cfg->host_id};
+	size_t cl_len[3] = {sizeof(cfg->etcd), sizeof(cfg->cluster), sizeof(cfg->host_id)};
+	for (int i = 0; i < 3; i++) {
+		if (cl_opt[i] && strlen(cl_opt[i]) >= cl_len[i]) {
+			fprintf(stderr, "toggled: --etcd, --cluster or --host-id value too long\n");
+			exit(2);
+		}
+		if (cl_opt[i])
+			snprintf(cl_dst[i], cl_len[i], "%s", cl_opt[i]);
+	}
 	if (sock) {
 		if (strlen(sock) >= sizeof(cfg->socket_path)) {
 			fprintf(stderr, "toggled: socket path longer than %zu bytes\n", sizeof(cfg->socket_path) - 1);
@@ -503,12 +546,16 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (metrics_address && td_metrics_start(d, metrics_address, err, sizeof(err)) != 0)
 		fatalx("--metrics: %s", err);
+	if (td_cluster_start(d, err, sizeof(err)) != 0)
+		fatalx("cluster: %s", err);
 	log_info("toggled %s listening on %s (state in %s, operator group '%s'%s)", TD_VERSION,
 		 d->cfg.socket_path, d->cfg.state_dir, d->cfg.operator_group,
 		 d->have_operator_gid ? "" : ", not found: only root and this user may write");
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
-	/* Shutdown: finish the save in flight, save the rest, answer those writes, close. */
+	/* Shutdown: stop the cluster's watch (its batch saves are in the queue), finish
+	 * the save in flight, save the rest, answer those writes, close. */
+	td_cluster_stop(d);
 	td_commit_drain(d);
 	td_metrics_stop(d);
 	td_server_close(d);

@@ -9,6 +9,7 @@
  * control lanes are written and the reply leaves once the save that holds
  * it succeeded, or TOGGLE_EIO and nothing applied if it failed (commit.c).
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,22 +73,38 @@ void rpc_register_agent(struct td_peer *p, const Toggle__Envelope *req)
 	td_peer_send(p, &env);
 }
 
-/* Parse spec against one agent's catalog; on error reply naming the agent. */
-static int parse_for(struct td_peer *p, uint64_t id, const struct td_agent *a, const char *spec,
+/* Record an error (and the agent it names, if any) for the caller to report. */
+static int ctl_err(struct td_ctl_err *e, int code, const struct td_agent *a, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int ctl_err(struct td_ctl_err *e, int code, const struct td_agent *a, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	va_end(ap);
+	e->code = code;
+	snprintf(e->agent, sizeof(e->agent), "%s", a ? a->name : "");
+	e->agent_id = a ? a->id : 0;
+	return code;
+}
+
+void td_ctl_err_send(struct td_peer *p, uint64_t id, const struct td_ctl_err *e)
+{
+	const char *names[1] = {e->agent};
+	td_peer_send_error_ids(p, id, e->code, e->msg, names, &e->agent_id, e->agent[0] ? 1 : 0);
+}
+
+/* Parse spec against one agent's catalog; on error name the agent. */
+static int parse_for(struct td_ctl_err *e, const struct td_agent *a, const char *spec,
 		     struct toggle_set *out)
 {
-	char err[256], msg[400];
-	if (!spec || strlen(spec) > TGP_MAX_SPEC) {
-		td_peer_send_error(p, id, TOGGLE_ESPEC, "hook spec missing or too long", NULL, 0);
-		return TOGGLE_ESPEC;
-	}
+	char err[256];
+	if (!spec || strlen(spec) > TGP_MAX_SPEC)
+		return ctl_err(e, TOGGLE_ESPEC, NULL, "hook spec missing or too long");
 	int rc = toggle_set_parse(&a->cat, spec, out, err, sizeof(err));
-	if (rc) {
-		snprintf(msg, sizeof(msg), "agent %s (id %llu): %s", a->name, (unsigned long long)a->id,
-			 err);
-		const char *names[1] = {a->name};
-		td_peer_send_error_ids(p, id, rc, msg, names, &a->id, 1);
-	}
+	if (rc)
+		ctl_err(e, rc, a, "agent %s (id %llu): %s", a->name, (unsigned long long)a->id, err);
 	return rc;
 }
 
@@ -162,6 +179,46 @@ static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 	return 0;
 }
 
+/*
+ * Check spec and op against every target, then apply to all: each agent's
+ * accepted standing set is replaced (or added to, or subtracted from), its
+ * version raised and its desired state marked for saving.  Nothing is
+ * applied when one target fails.  No control lane is written here: commit.c
+ * writes it once the save holding this succeeded.  The cluster layer
+ * (cluster.c) applies what etcd says through this same function.
+ */
+int td_ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op,
+	       struct td_ctl_err *e)
+{
+	if (op != TOGGLE__SET_OP__SET_OP_REPLACE && op != TOGGLE__SET_OP__SET_OP_ADD && op != TOGGLE__SET_OP__SET_OP_REMOVE)
+		return ctl_err(e, TOGGLE_EINVAL, NULL, "unknown set operation");
+	struct toggle_set *next = calloc(n ? n : 1, sizeof(*next));
+	if (!next)
+		return ctl_err(e, TOGGLE_ENOMEM, NULL, "out of memory");
+	/* Check all, then apply all. */
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		struct toggle_set arg;
+		rc = parse_for(e, v[i], spec, &arg);
+		if (rc)
+			break;
+		td_agent_refresh(v[i]);
+		/* add/remove start from what the agent runs if the daemon never set it. */
+		memcpy(next[i].bits, v[i]->has_standing ? v[i]->ctl.standing : v[i]->st->current,
+		       sizeof(next[i].bits));
+		set_apply_op(&next[i], &arg, op);
+	}
+	for (size_t i = 0; i < n && !rc; i++) {
+		struct td_agent *a = v[i];
+		memcpy(a->ctl.standing, next[i].bits, sizeof(a->ctl.standing));
+		a->ctl.version++;
+		a->has_standing = true;
+		td_agent_persist(a);
+	}
+	free(next);
+	return rc;
+}
+
 void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 {
 	const Toggle__SetEnabledRequest *m = req->set_enabled;
@@ -193,44 +250,18 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 		free(v);
 		return;
 	}
-	struct toggle_set *next = calloc(n, sizeof(*next));
-	if (!next) {
-		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
-		rpc_skipped_free(&sk);
-		free(v);
-		return;
-	}
-	/* Check all, then apply all. */
-	size_t i;
-	for (i = 0; i < n; i++) {
-		struct toggle_set arg;
-		if (parse_for(p, req->id, v[i], m->spec, &arg))
-			break;
-		td_agent_refresh(v[i]);
-		/* add/remove start from what the agent runs if the daemon never set it. */
-		memcpy(next[i].bits, v[i]->has_standing ? v[i]->ctl.standing : v[i]->st->current,
-		       sizeof(next[i].bits));
-		set_apply_op(&next[i], &arg, m->op);
-	}
-	if (i == n) {
-		for (i = 0; i < n; i++) {
-			struct td_agent *a = v[i];
-			memcpy(a->ctl.standing, next[i].bits, sizeof(a->ctl.standing));
-			a->ctl.version++;
-			a->has_standing = true;
-			td_agent_persist(a);
+	struct td_ctl_err e;
+	if (td_ctl_set(v, n, m->spec, m->op, &e)) {
+		td_ctl_err_send(p, req->id, &e);
+	} else if (m->wait_ms > 0) {
+		if (add_waiter(p, req->id, v, n, m->wait_ms, &sk)) {
+			td_commit_reply(p, req->id, NULL, 0, NULL); /* saved all the same */
+			td_peer_drop(p, "out of memory");
 		}
-		if (m->wait_ms > 0) {
-			if (add_waiter(p, req->id, v, n, m->wait_ms, &sk)) {
-				td_commit_reply(p, req->id, NULL, 0, NULL); /* saved all the same */
-				td_peer_drop(p, "out of memory");
-			}
-		} else {
-			set_reply(p, req->id, v, n, &sk);
-		}
+	} else {
+		set_reply(p, req->id, v, n, &sk);
 	}
 	rpc_skipped_free(&sk);
-	free(next);
 	free(v);
 }
 
@@ -239,66 +270,51 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
  * are resolved here, for this agent: a relative entry (after) is the
  * agent's current step now plus after.
  */
-static int plan_check(struct td_peer *p, uint64_t id, struct td_agent *a,
-		      const Toggle__SubmitPlanRequest *m, struct toggle_set *sets, int64_t *steps)
+static int plan_check(struct td_ctl_err *e, struct td_agent *a, const Toggle__SubmitPlanRequest *m,
+		      struct toggle_set *sets, int64_t *steps)
 {
-	char msg[256];
 	td_agent_refresh(a);
 	int64_t now = a->st->step;
 	uint64_t used = a->ctl.plan_head - a->st->plan_consumed;
-	const char *names[1] = {a->name};
 	for (size_t k = 0; k < m->n_entries; k++) {
 		const Toggle__PlanEntry *en = m->entries[k];
 		/* now comes from the agent's memory: bound it before adding. */
-		if ((en->after != 0) && (now < -1 || now > INT64_MAX - en->after)) {
-			snprintf(msg, sizeof(msg), "agent %s (id %llu) reports step %lld: +%lld is out of range",
-				 a->name, (unsigned long long)a->id, (long long)now, (long long)en->after);
-			td_peer_send_error_ids(p, id, TOGGLE_EINVAL, msg, names, &a->id, 1);
-			return TOGGLE_EINVAL;
-		}
+		if ((en->after != 0) && (now < -1 || now > INT64_MAX - en->after))
+			return ctl_err(e, TOGGLE_EINVAL, a,
+				       "agent %s (id %llu) reports step %lld: +%lld is out of range",
+				       a->name, (unsigned long long)a->id, (long long)now,
+				       (long long)en->after);
 		steps[k] = (en->after != 0) ? now + en->after : en->step;
-		for (size_t j = 0; j < k; j++) {
-			if (steps[j] != steps[k])
-				continue;
-			snprintf(msg, sizeof(msg), "plan entries %zu and %zu are both step %lld for agent %s (id %llu)",
-				 j, k, (long long)steps[k], a->name, (unsigned long long)a->id);
-			td_peer_send_error_ids(p, id, TOGGLE_EINVAL, msg, names, &a->id, 1);
-			return TOGGLE_EINVAL;
-		}
+		for (size_t j = 0; j < k; j++)
+			if (steps[j] == steps[k])
+				return ctl_err(e, TOGGLE_EINVAL, a,
+					       "plan entries %zu and %zu are both step %lld for agent %s (id %llu)",
+					       j, k, (long long)steps[k], a->name, (unsigned long long)a->id);
 	}
 	for (size_t k = 0; k < m->n_entries; k++) {
-		int rc = parse_for(p, id, a, m->entries[k]->spec, &sets[k]);
+		int rc = parse_for(e, a, m->entries[k]->spec, &sets[k]);
 		if (rc)
 			return rc;
-		if (steps[k] <= now) {
-			snprintf(msg, sizeof(msg),
-				 "plan rejected: agent %s (id %llu) has already begun step %lld (entry for step %lld)",
-				 a->name, (unsigned long long)a->id, (long long)now, (long long)steps[k]);
-			td_peer_send_error_ids(p, id, TOGGLE_ELATE, msg, names, &a->id, 1);
-			return TOGGLE_ELATE;
-		}
+		if (steps[k] <= now)
+			return ctl_err(e, TOGGLE_ELATE, a,
+				       "plan rejected: agent %s (id %llu) has already begun step %lld (entry for step %lld)",
+				       a->name, (unsigned long long)a->id, (long long)now, (long long)steps[k]);
 	}
 	/* The pending entries the agents table shows (pending_plan, QUEUED). */
 	size_t pending = 0;
 	for (size_t j = 0; j < a->n_plans; j++)
 		pending += a->plans[j].step > now;
-	if (pending + m->n_entries > TD_MAX_PENDING_PLAN) {
-		snprintf(msg, sizeof(msg),
-			 "agent %s (id %llu) has %zu pending plan entries; %zu more would pass the limit "
-			 "of %d pending entries per agent",
-			 a->name, (unsigned long long)a->id, pending, m->n_entries, TD_MAX_PENDING_PLAN);
-		td_peer_send_error_ids(p, id, TOGGLE_EBUSY, msg, names, &a->id, 1);
-		return TOGGLE_EBUSY;
-	}
-	if (used > TOGGLE_SHM_PLAN_RING || used + m->n_entries > TOGGLE_SHM_PLAN_RING) {
-		snprintf(msg, sizeof(msg),
-			 "agent %s (id %llu) has not yet taken %llu plan entries from its shared memory; "
-			 "%zu more do not fit there (%d at a time): retry after its next step",
-			 a->name, (unsigned long long)a->id, (unsigned long long)used, m->n_entries,
-			 TOGGLE_SHM_PLAN_RING);
-		td_peer_send_error_ids(p, id, TOGGLE_EBUSY, msg, names, &a->id, 1);
-		return TOGGLE_EBUSY;
-	}
+	if (pending + m->n_entries > TD_MAX_PENDING_PLAN)
+		return ctl_err(e, TOGGLE_EBUSY, a,
+			       "agent %s (id %llu) has %zu pending plan entries; %zu more would pass the limit "
+			       "of %d pending entries per agent",
+			       a->name, (unsigned long long)a->id, pending, m->n_entries, TD_MAX_PENDING_PLAN);
+	if (used > TOGGLE_SHM_PLAN_RING || used + m->n_entries > TOGGLE_SHM_PLAN_RING)
+		return ctl_err(e, TOGGLE_EBUSY, a,
+			       "agent %s (id %llu) has not yet taken %llu plan entries from its shared memory; "
+			       "%zu more do not fit there (%d at a time): retry after its next step",
+			       a->name, (unsigned long long)a->id, (unsigned long long)used, m->n_entries,
+			       TOGGLE_SHM_PLAN_RING);
 	return 0;
 }
 
@@ -329,16 +345,19 @@ static void plan_write(struct td_agent *a, const Toggle__SubmitPlanRequest *m,
 	td_agent_persist(a);
 }
 
-void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
+/*
+ * Check a plan's entries, then every target (plan_check), then apply it to
+ * all of them (the slots in shared memory are published by the control
+ * write after the save, commit.c); nothing is applied when one entry or one
+ * target fails.  With no targets, only the entries are checked.  Used by
+ * the SubmitPlan handler and by the cluster layer.
+ */
+int td_ctl_plan(struct td_agent **v, size_t n, const Toggle__SubmitPlanRequest *m,
+		struct td_ctl_err *e)
 {
-	const Toggle__SubmitPlanRequest *m = req->submit_plan;
-	char msg[128];
-	if (m->n_entries == 0 || m->n_entries > TGP_MAX_PLAN_ENTRIES) {
-		snprintf(msg, sizeof(msg), "a plan has 1 to %d entries; this one has %zu",
-			 TGP_MAX_PLAN_ENTRIES, m->n_entries);
-		td_peer_send_error(p, req->id, TOGGLE_ELIMIT, msg, NULL, 0);
-		return;
-	}
+	if (m->n_entries == 0 || m->n_entries > TGP_MAX_PLAN_ENTRIES)
+		return ctl_err(e, TOGGLE_ELIMIT, NULL, "a plan has 1 to %d entries; this one has %zu",
+			       TGP_MAX_PLAN_ENTRIES, m->n_entries);
 	for (size_t k = 0; k < m->n_entries; k++) {
 		const Toggle__PlanEntry *en = m->entries[k];
 		bool dup = false;
@@ -349,21 +368,41 @@ void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
 		if ((en->after != 0) && (en->step != -1 || en->after < 1 || en->after > TGP_MAX_PLAN_AFTER ||
 				      dup)) {
 			if (dup || en->step != -1)
-				snprintf(msg, sizeof(msg), "plan entry %zu: relative step +%lld %s", k,
-					 (long long)en->after, dup ? "is named twice" : "needs step -1");
-			else
-				snprintf(msg, sizeof(msg),
-					 "plan entry %zu: relative step +%lld is out of range (+1 to +%lld)", k,
-					 (long long)en->after, (long long)TGP_MAX_PLAN_AFTER);
-			td_peer_send_error(p, req->id, TOGGLE_EINVAL, msg, NULL, 0);
-			return;
+				return ctl_err(e, TOGGLE_EINVAL, NULL, "plan entry %zu: relative step +%lld %s",
+					       k, (long long)en->after,
+					       dup ? "is named twice" : "needs step -1");
+			return ctl_err(e, TOGGLE_EINVAL, NULL,
+				       "plan entry %zu: relative step +%lld is out of range (+1 to +%lld)",
+				       k, (long long)en->after, (long long)TGP_MAX_PLAN_AFTER);
 		}
-		if (en->after == 0 && (en->step < 0 || dup)) {
-			snprintf(msg, sizeof(msg), "plan entry %zu: step %lld is %s", k,
-				 (long long)en->step, dup ? "named twice" : "negative");
-			td_peer_send_error(p, req->id, TOGGLE_EINVAL, msg, NULL, 0);
-			return;
-		}
+		if (en->after == 0 && (en->step < 0 || dup))
+			return ctl_err(e, TOGGLE_EINVAL, NULL, "plan entry %zu: step %lld is %s", k,
+				       (long long)en->step, dup ? "named twice" : "negative");
+	}
+	if (n == 0)
+		return 0;
+	struct toggle_set *sets = calloc(n * m->n_entries, sizeof(*sets));
+	int64_t *steps = calloc(n * m->n_entries, sizeof(*steps));
+	int rc = 0;
+	if (!sets || !steps)
+		rc = ctl_err(e, TOGGLE_ENOMEM, NULL, "out of memory");
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = plan_check(e, v[i], m, &sets[i * m->n_entries], &steps[i * m->n_entries]);
+	for (size_t i = 0; i < n && !rc; i++)
+		plan_write(v[i], m, &sets[i * m->n_entries], &steps[i * m->n_entries]);
+	free(sets);
+	free(steps);
+	return rc;
+}
+
+void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
+{
+	const Toggle__SubmitPlanRequest *m = req->submit_plan;
+	struct td_ctl_err e;
+	/* Entry errors come before target errors, as they always did. */
+	if (td_ctl_plan(NULL, 0, m, &e)) {
+		td_ctl_err_send(p, req->id, &e);
+		return;
 	}
 	struct td_agent **v;
 	size_t n;
@@ -377,24 +416,11 @@ void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
 		free(v);
 		return;
 	}
-	struct toggle_set *sets = calloc(n * m->n_entries, sizeof(*sets));
-	int64_t *steps = calloc(n * m->n_entries, sizeof(*steps));
-	size_t i = 0;
-	if (!sets || !steps)
-		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+	if (td_ctl_plan(v, n, m, &e))
+		td_ctl_err_send(p, req->id, &e);
 	else
-		for (i = 0; i < n; i++)
-			if (plan_check(p, req->id, v[i], m, &sets[i * m->n_entries],
-				       &steps[i * m->n_entries]))
-				break;
-	if (sets && steps && i == n) {
-		for (i = 0; i < n; i++)
-			plan_write(v[i], m, &sets[i * m->n_entries], &steps[i * m->n_entries]);
 		reply_ack_skipped(p, req->id, &sk);
-	}
 	rpc_skipped_free(&sk);
-	free(sets);
-	free(steps);
 	free(v);
 }
 

@@ -57,7 +57,7 @@ static uint64_t anomalies_sum(const struct td_agent *a)
 	return sum;
 }
 
-static void fill_agent(Toggle__AgentInfo *m, struct td_agent *a)
+void rpc_fill_agent(Toggle__AgentInfo *m, struct td_agent *a)
 {
 	toggle__agent_info__init(m);
 	td_agent_refresh(a);
@@ -109,7 +109,7 @@ void rpc_list_agents(struct td_peer *p, const Toggle__Envelope *req)
 	Toggle__AgentInfo **ptrs = calloc(n, sizeof(*ptrs));
 	if (infos && ptrs) {
 		for (size_t i = 0; i < n; i++) {
-			fill_agent(&infos[i], v[i]);
+			rpc_fill_agent(&infos[i], v[i]);
 			ptrs[i] = &infos[i];
 		}
 		rep.n_agents = n;
@@ -135,6 +135,25 @@ static bool select_all_or_empty(struct td_peer *p, const Toggle__Envelope *req,
 		return true;
 	}
 	return false;
+}
+
+void rpc_fill_graph(Toggle__GraphInfo *m, const struct td_agent *a, const struct toggle_shm_graph *r)
+{
+	toggle__graph_info__init(m);
+	m->agent_id = a->id;
+	m->graph = r->graph;
+	m->exec = r->exec;
+	m->nodes = (uint32_t)r->nodes;
+	m->hooks_covered = (uint32_t)r->hooks_covered;
+	m->applied_version = r->applied_version;
+	m->replays = r->replays;
+	m->last_step = r->last_step;
+	m->bound = (r->flags & TOGGLE_SHM_GRAPH_BOUND) != 0;
+	m->stale = (r->flags & TOGGLE_SHM_GRAPH_STALE) != 0;
+	m->tainted = (r->flags & TOGGLE_SHM_GRAPH_TAINTED) != 0;
+	m->blocked = (r->flags & TOGGLE_SHM_GRAPH_BLOCKED) != 0;
+	m->bare_exec = (r->flags & TOGGLE_SHM_GRAPH_BARE) != 0;
+	m->bare_running = (r->flags & TOGGLE_SHM_GRAPH_BARE_RUNNING) != 0;
 }
 
 void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req)
@@ -164,22 +183,7 @@ void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req)
 			if (a->st->total_graphs > a->st->n_graphs)
 				trunc[rep.n_truncated_agents++] = a->id;
 			for (uint64_t j = 0; j < a->st->n_graphs; j++, k++) {
-				const struct toggle_shm_graph *r = &a->st->graphs[j];
-				toggle__graph_info__init(&g[k]);
-				g[k].agent_id = a->id;
-				g[k].graph = r->graph;
-				g[k].exec = r->exec;
-				g[k].nodes = (uint32_t)r->nodes;
-				g[k].hooks_covered = (uint32_t)r->hooks_covered;
-				g[k].applied_version = r->applied_version;
-				g[k].replays = r->replays;
-				g[k].last_step = r->last_step;
-				g[k].bound = (r->flags & TOGGLE_SHM_GRAPH_BOUND) != 0;
-				g[k].stale = (r->flags & TOGGLE_SHM_GRAPH_STALE) != 0;
-				g[k].tainted = (r->flags & TOGGLE_SHM_GRAPH_TAINTED) != 0;
-				g[k].blocked = (r->flags & TOGGLE_SHM_GRAPH_BLOCKED) != 0;
-				g[k].bare_exec = (r->flags & TOGGLE_SHM_GRAPH_BARE) != 0;
-				g[k].bare_running = (r->flags & TOGGLE_SHM_GRAPH_BARE_RUNNING) != 0;
+				rpc_fill_graph(&g[k], a, &a->st->graphs[j]);
 				gp[k] = &g[k];
 			}
 		}
@@ -194,24 +198,29 @@ void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req)
 	free(v);
 }
 
+void rpc_fill_status(Toggle__StatusReply *rep, const struct td_daemon *d)
+{
+	toggle__status_reply__init(rep);
+	rep->daemon_version = (char *)TD_VERSION;
+	rep->protocol_version = TGP_PROTOCOL_VERSION;
+	rep->uptime_ms = td_now_ms() - d->start_ms;
+	rep->agents = (uint32_t)d->n_agents;
+	rep->clients = (uint32_t)(d->n_peers - d->n_agents);
+	rep->requests = d->stats.requests;
+	rep->errors = d->stats.errors;
+	rep->denied = d->stats.denied;
+	rep->dropped_peers = d->stats.dropped_peers;
+	rep->socket = (char *)(uintptr_t)d->cfg.socket_path;
+	rep->state_dir = (char *)(uintptr_t)d->cfg.state_dir;
+	rep->save_errors = d->commit.failures;
+	if (d->commit.failing)
+		rep->save_error = (char *)(uintptr_t)d->commit.reason;
+}
+
 void rpc_status(struct td_peer *p, const Toggle__Envelope *req)
 {
-	struct td_daemon *d = p->d;
-	Toggle__StatusReply rep = TOGGLE__STATUS_REPLY__INIT;
-	rep.daemon_version = (char *)TD_VERSION;
-	rep.protocol_version = TGP_PROTOCOL_VERSION;
-	rep.uptime_ms = td_now_ms() - d->start_ms;
-	rep.agents = (uint32_t)d->n_agents;
-	rep.clients = (uint32_t)(d->n_peers - d->n_agents);
-	rep.requests = d->stats.requests;
-	rep.errors = d->stats.errors;
-	rep.denied = d->stats.denied;
-	rep.dropped_peers = d->stats.dropped_peers;
-	rep.socket = d->cfg.socket_path;
-	rep.state_dir = d->cfg.state_dir;
-	rep.save_errors = d->commit.failures;
-	if (d->commit.failing)
-		rep.save_error = d->commit.reason;
+	Toggle__StatusReply rep;
+	rpc_fill_status(&rep, p->d);
 	reply(p, req->id, TOGGLE__ENVELOPE__BODY_STATUS_REPLY, &rep);
 }
 

@@ -73,6 +73,11 @@ struct td_config {
 	/* Groups tied to uids or unix groups (issue 11 item 5); others are open to all. */
 	struct td_group_rule group_rules[TD_MAX_GROUP_RULES];
 	size_t n_group_rules;
+	/* Cluster (cluster.c): etcd endpoints, cluster name, this host's id; set
+	 * at start-up only (a SIGHUP keeps them). */
+	char etcd[1024];
+	char cluster[64];
+	char host_id[64];
 	/* Given on the command line: they win over the file, also after SIGHUP. */
 	char cli_group[64];
 	bool cli_verbose;
@@ -193,6 +198,7 @@ struct td_waiter {
 };
 
 struct td_store;
+struct td_cluster;
 
 /*
  * Desired state of one agent name and uid, as persisted in
@@ -305,6 +311,7 @@ struct td_daemon {
 	struct td_stats stats;
 	struct td_metrics *metrics; /* NULL without --metrics */
 	int rpc_code;               /* result of the request being dispatched */
+	struct td_cluster *cluster; /* NULL: not in a cluster */
 };
 
 uint64_t td_now_ms(void);
@@ -380,6 +387,15 @@ void td_commit_kick(struct td_daemon *d);
  */
 void td_commit_reply(struct td_peer *p, uint64_t request_id, uint8_t *reply, size_t len,
 		     struct td_waiter *waiter);
+/*
+ * Call fn(arg, rc, reason) when the save that holds everything accepted so
+ * far completes: rc 0 once it is durable (after the control lanes are
+ * written), TOGGLE_EIO when it failed and was rolled back.  Queued like a
+ * write's reply (a save starts at the next td_commit_kick); at shutdown
+ * td_commit_drain completes it.  0 or TOGGLE_ENOMEM (fn never called).
+ */
+typedef void td_commit_fn(void *arg, int rc, const char *reason);
+int td_commit_notify(struct td_daemon *d, td_commit_fn *fn, void *arg);
 /* The peer of a waiting reply left (server.c, when it frees the queue). */
 void td_pending_detach(struct td_pending *pd);
 /* Shutdown: wait for the save in flight, save the rest, answer every write. */
@@ -388,6 +404,10 @@ void td_commit_drain(struct td_daemon *d);
 void td_agent_state_free(struct td_agent_state *st);
 /* Agent state: copy the accepted state into dst (plans allocated); TOGGLE_ENOMEM. */
 int td_agent_state_copy(struct td_agent_state *dst, const struct td_agent *a);
+/* cluster.c: watch etcd, apply, publish (no-op without cfg.etcd). */
+int td_cluster_start(struct td_daemon *d, char *err, size_t errlen);
+void td_cluster_stop(struct td_daemon *d);
+void td_cluster_agent_joined(struct td_agent *a); /* the cluster's set for a new agent */
 
 /* store.c: one file per agent name under <dir>/agents/. */
 int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen);

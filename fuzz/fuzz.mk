@@ -7,7 +7,8 @@ FUZZ_SECONDS ?= 20
 FUZZ_FLAGS = -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-Ilibtoggle/include -Ilibtoggle/src -Iproto -Iclient -I$(B)/gen \
 	-isystem $(CUDA_HOME)/include
-FUZZ_TARGETS := $(B)/fuzz/fuzz_frame $(B)/fuzz/fuzz_spec $(B)/fuzz/fuzz_pbwire $(B)/fuzz/fuzz_shm
+FUZZ_TARGETS := $(B)/fuzz/fuzz_frame $(B)/fuzz/fuzz_spec $(B)/fuzz/fuzz_pbwire $(B)/fuzz/fuzz_shm \
+		$(B)/fuzz/fuzz_cluster
 
 $(B)/fuzz/fuzz_frame: fuzz/fuzz_frame.c proto/frame.c $(TGP_GEN_C) $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
@@ -25,6 +26,12 @@ $(B)/fuzz/fuzz_pbwire: fuzz/fuzz_pbwire.c libtoggle/src/pbwire.c
 $(B)/fuzz/fuzz_shm: fuzz/fuzz_shm.c libtoggle/src/shm.c libtoggle/src/hookset.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -pthread -o $@ $^
+
+# What a toggled in a cluster reads from etcd (keys, selectors, values, base64).
+$(B)/fuzz/fuzz_cluster: fuzz/fuzz_cluster.c daemon/cluster_key.c daemon/etcd.c daemon/log.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon $$(pkg-config --cflags libuv libcurl jansson) -o $@ $^ \
+	    $$(pkg-config --libs libuv libcurl jansson) -lpthread
 
 .PHONY: fuzz
 fuzz: $(FUZZ_TARGETS)

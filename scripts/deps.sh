@@ -12,6 +12,9 @@ pkgs="make gcc g++ libc6-dev pkg-config"
 pkgs="$pkgs libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev check python3 python3-pytest"
 # --metrics (libmicrohttpd); graphtoggle.client (protoc, the protobuf runtime) and its tests
 pkgs="$pkgs libprotobuf-dev libmicrohttpd-dev protobuf-compiler python3-protobuf python3-prometheus-client"
+# The cluster layer (docs/cluster.md): libcurl for the etcd client; etcd and
+# etcdctl for tests/cluster/run.sh, which fails without them.
+pkgs="$pkgs libcurl4-openssl-dev etcd-server etcd-client"
 case "${1:-build}" in
 build) ;;
 bench) pkgs="$pkgs valgrind gnuplot-nox" ;;
@@ -40,5 +43,18 @@ fi
 echo "deps.sh: installing$missing" >&2
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq >&2
+# etcd-server's maintainer scripts start its service.  Where no init system
+# runs (a CI container: no systemd, invoke-rc.d finds no runlevel), a
+# policy-rc.d that forbids every start makes that explicit, so that the
+# install neither starts a stray etcd nor waits on one; the tests start
+# their own on free loopback ports.  Never over an existing policy-rc.d.
+policy=""
+if [ ! -d /run/systemd/system ] && [ ! -e /usr/sbin/policy-rc.d ]; then
+	policy=/usr/sbin/policy-rc.d
+	printf '#!/bin/sh\n# deps.sh: no service starts during this install\nexit 101\n' |
+		$sudo tee "$policy" >/dev/null
+	$sudo chmod 755 "$policy"
+	trap '$sudo rm -f "$policy"' EXIT
+fi
 # shellcheck disable=SC2086
 $sudo apt-get install -y -qq --no-install-recommends $missing >&2

@@ -80,6 +80,9 @@ echo "debootstrap: $((t1 - t0)) s"
 # Only the mirror is reachable: apt in the root uses the host's resolver.
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 echo "deb $MIRROR bookworm main" >"$ROOT/etc/apt/sources.list"
+# A real machine's / is a mount point; the tests make it private in their
+# own mount namespace (state on a small tmpfs), which needs that.
+mnt "$ROOT" --bind "$ROOT"
 mnt "$ROOT/proc" -t proc proc
 mnt "$ROOT/dev/pts" -t devpts -o newinstance,ptmxmode=0666 devpts
 mnt "$ROOT/dev/shm" -t tmpfs -o mode=1777 tmpfs

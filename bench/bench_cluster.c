@@ -1,0 +1,255 @@
+/*
+ * bench_cluster.c - the cluster layer's latency, measured (never asserted).
+ *
+ * Starts H toggled (--etcd URL --cluster bench --host-id hN, private sockets
+ * and state directories) against the etcd at URL, attaches A libtoggle
+ * agents (simulator, in this process) to each, then:
+ *   - N cluster sets (a put of desired/set/all through etcd's JSON gateway,
+ *     the same request togglectl --etcd set makes): time from the put to
+ *     the new set in EVERY agent's shared memory (control-lane sequence of
+ *     all H x A agents moved), p50/p99/max;
+ *   - catch-up: kill -9 the last toggled, K sets while it is down, restart
+ *     it: time from its start to its saved revision reaching the last put
+ *     (the daemon caught up), and to the last set in its agents' shared
+ *     memory (includes the agents' own reconnect backoff).
+ *
+ * Usage: bench_cluster --toggled PATH --etcd URL [--hosts H] [--agents A]
+ *        [--changes N] [--down K]
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_impl.h"
+#include "etcd.h"
+#include "frame.h"
+#include "tgclient.h"
+#include "toggle.h"
+#include "toggle_sim.h"
+
+#define MAX_HOSTS  16
+#define MAX_AGENTS 64
+static const char *const types[] = {"h0", "h1"};
+
+struct host {
+	char dir[64], sock[128], state[128], rev[160], log[160];
+	pid_t pid;
+	struct toggle_agent *agents[MAX_AGENTS];
+};
+
+static const char *toggled_bin, *etcd_url;
+static struct toggle_sim *sim;
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "bench_cluster: %s\n", what);
+	exit(1);
+}
+
+static void host_start(struct host *h, int n)
+{
+	char id[16];
+	snprintf(id, sizeof(id), "h%d", n);
+	h->pid = fork();
+	if (h->pid == 0) {
+		int fd = open(h->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0)
+			dup2(fd, 2);
+		execl(toggled_bin, toggled_bin, "--socket", h->sock, "--state-dir", h->state, "--etcd",
+		      etcd_url, "--cluster", "bench", "--host-id", id, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 500; i++) {
+		struct tgc *c;
+		char err[256];
+		if (tgc_connect(h->sock, 100, &c, err, sizeof(err)) == 0) {
+			tgc_close(c);
+			return;
+		}
+		usleep(10000);
+	}
+	die("toggled did not start");
+}
+
+static int64_t rev_of(const struct host *h)
+{
+	FILE *f = fopen(h->rev, "r");
+	long long v = 0;
+	if (f) {
+		if (fscanf(f, "%lld", &v) != 1)
+			v = 0;
+		fclose(f);
+	}
+	return v;
+}
+
+static int64_t put_set(int k)
+{
+	char value[64], err[512];
+	snprintf(value, sizeof(value), "{\"hooks\": \"h0:%d,h1:%d\"}", k % 4, (k / 4) % 4); /* k >= 0 */
+	const char *key = "/graphtoggle/bench/desired/set/all", *v = value;
+	int64_t rev;
+	if (etcd_txn_put(etcd_url, &key, &v, 1, NULL, 0, &rev, err, sizeof(err)))
+		die(err);
+	return rev;
+}
+
+static bool all_moved(struct host *hs, int first, int last, int na, uint64_t *seq0)
+{
+	for (int h = first; h <= last; h++)
+		for (int a = 0; a < na; a++)
+			if (toggle_shm_control_seq(hs[h].agents[a]->shm.ctl) == seq0[h * MAX_AGENTS + a])
+				return false;
+	return true;
+}
+
+static void snap(struct host *hs, int nh, int na, uint64_t *seq0)
+{
+	for (int h = 0; h < nh; h++)
+		for (int a = 0; a < na; a++)
+			seq0[h * MAX_AGENTS + a] = toggle_shm_control_seq(hs[h].agents[a]->shm.ctl);
+}
+
+int main(int argc, char **argv)
+{
+	int nh = 3, na = 16, changes = 1000, down = 100;
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--toggled"))
+			toggled_bin = argv[i + 1];
+		else if (!strcmp(argv[i], "--etcd"))
+			etcd_url = argv[i + 1];
+		else if (!strcmp(argv[i], "--hosts"))
+			nh = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--agents"))
+			na = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--changes"))
+			changes = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--down"))
+			down = atoi(argv[i + 1]);
+		else
+			die("usage: bench_cluster --toggled PATH --etcd URL [--hosts H] [--agents A] "
+			    "[--changes N] [--down K]");
+	}
+	if (!toggled_bin || !etcd_url || nh < 1 || nh > MAX_HOSTS || na < 1 || na > MAX_AGENTS ||
+	    changes < 1 || down < 1)
+		die("usage: bench_cluster --toggled PATH --etcd URL [--hosts 1-16] [--agents 1-64] ...");
+	signal(SIGPIPE, SIG_IGN);
+	if (toggle_sim_create(&sim))
+		die("simulator");
+	static struct host hs[MAX_HOSTS];
+	const char *tmp = getenv("TMPDIR");
+	for (int h = 0; h < nh; h++) {
+		struct host *x = &hs[h];
+		snprintf(x->dir, sizeof(x->dir), "%s/tg-bcl-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+		if (!mkdtemp(x->dir))
+			die("mkdtemp");
+		snprintf(x->sock, sizeof(x->sock), "%s/s.sock", x->dir);
+		snprintf(x->state, sizeof(x->state), "%s/state", x->dir);
+		snprintf(x->rev, sizeof(x->rev), "%s/state/cluster-bench.rev", x->dir);
+		snprintf(x->log, sizeof(x->log), "%s/toggled.log", x->dir);
+		host_start(x, h + 1);
+		for (int a = 0; a < na; a++) {
+			char name[32];
+			snprintf(name, sizeof(name), "bench-%d", a);
+			struct toggle_config cfg = {.name = name,
+						    .catalog = {.type_names = types, .n_types = 2, .n_layers = 4},
+						    .backend = TOGGLE_BACKEND_SIM, .sim = sim,
+						    .socket_path = x->sock};
+			if (toggle_agent_open(&cfg, &x->agents[a]))
+				die("agent open");
+		}
+	}
+	uint64_t *seq0 = calloc((size_t)nh * MAX_AGENTS, sizeof(*seq0));
+	double *vis = calloc((size_t)changes, sizeof(*vis));
+	if (!seq0 || !vis)
+		die("out of memory");
+	/* Warm up: every agent registered and reached by a cluster set. */
+	for (int tries = 0;; tries++) {
+		snap(hs, nh, na, seq0);
+		put_set(1000000 + tries);
+		double t0 = now_ms();
+		while (!all_moved(hs, 0, nh - 1, na, seq0) && now_ms() - t0 < 1000)
+			usleep(1000);
+		if (all_moved(hs, 0, nh - 1, na, seq0))
+			break;
+		if (tries == 30)
+			die("not every agent is reached by a cluster set (registered?)");
+	}
+	for (int i = 0; i < changes; i++) {
+		snap(hs, nh, na, seq0);
+		double t0 = now_ms();
+		put_set(i);
+		while (!all_moved(hs, 0, nh - 1, na, seq0)) {
+			if (now_ms() - t0 > 5000)
+				die("a cluster set did not reach every agent in 5 s");
+			usleep(50); /* leave the cores to etcd and the daemons */
+		}
+		vis[i] = now_ms() - t0;
+	}
+	qsort(vis, (size_t)changes, sizeof(*vis), cmp_double);
+	printf("cluster set -> visible in every agent's shared memory, %d hosts x %d agents, %d changes:\n"
+	       "  p50 %.2f ms   p99 %.2f ms   max %.2f ms\n", nh, na, changes,
+	       vis[(size_t)(0.5 * (changes - 1) + 0.5)], vis[(size_t)(0.99 * (changes - 1) + 0.5)],
+	       vis[changes - 1]);
+
+	/* Catch-up: the last host down, `down` changes, back. */
+	struct host *last = &hs[nh - 1];
+	kill(last->pid, SIGKILL);
+	waitpid(last->pid, NULL, 0);
+	int64_t target = 0;
+	for (int i = 0; i < down; i++)
+		target = put_set(changes + i);
+	snap(hs, nh, na, seq0);
+	double t0 = now_ms();
+	host_start(last, nh);
+	double t_listen = now_ms() - t0;
+	while (rev_of(last) < target) {
+		if (now_ms() - t0 > 10000)
+			die("the restarted host did not catch up in 10 s");
+		usleep(200);
+	}
+	double t_caught = now_ms() - t0;
+	while (!all_moved(hs, nh - 1, nh - 1, na, seq0)) {
+		if (now_ms() - t0 > 10000)
+			die("the restarted host's agents did not get the last set in 10 s");
+		usleep(200);
+	}
+	double t_agents = now_ms() - t0;
+	printf("catch-up after kill -9 and %d changes while down: listening %.1f ms, caught up "
+	       "(revision saved) %.1f ms, in its %d agents' shared memory %.1f ms (agents' reconnect "
+	       "included) after its start\n", down, t_listen, t_caught, na, t_agents);
+
+	for (int h = 0; h < nh; h++) {
+		for (int a = 0; a < na; a++)
+			toggle_agent_close(hs[h].agents[a]);
+		kill(hs[h].pid, SIGTERM);
+		waitpid(hs[h].pid, NULL, 0);
+		char cmd[sizeof(hs[h].dir) + 16];
+		snprintf(cmd, sizeof(cmd), "rm -rf %.63s", hs[h].dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "bench_cluster: could not remove %s\n", hs[h].dir);
+	}
+	toggle_sim_destroy(sim);
+	free(seq0);
+	free(vis);
+	return 0;
+}

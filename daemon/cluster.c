@@ -1,0 +1,891 @@
+/*
+ * cluster.c - toggled as one host of a cluster (docs/cluster.md): it
+ * watches /graphtoggle/NAME/desired/ in etcd (etcd.c), applies what
+ * concerns its local agents through the same validate-then-apply code as
+ * the SetEnabled and SubmitPlan RPCs (td_ctl_set, td_ctl_plan), remembers
+ * the last revision it applied in <state_dir>/cluster-NAME.rev, and
+ * publishes its status under /graphtoggle/NAME/status/HOST with a lease.
+ *
+ * Order: every key that changed is applied in revision order, once; a
+ * standing set replaces (last writer, by revision, wins); a plan is
+ * applied to each matching agent on its own, all entries or none, and a
+ * late one is rejected on that agent and reported in the status.  A key
+ * whose revision is not above the saved one was applied before a restart
+ * and is not applied again.  Everything here runs on the loop's thread.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cluster.h"
+#include "etcd.h"
+#include "log.h"
+#include "rpc.h"
+
+#define CL_PUBLISH_MS  1000 /* status to etcd at most this often */
+#define CL_MAX_REJECTS 16   /* last rejections kept for the status */
+#define CL_MAX_SETS    4096 /* standing-set keys remembered */
+#define CL_MAX_PLANS   256  /* newest plan keys remembered for agents that join */
+#define CL_MAX_SEEN    4096 /* agent names and the revision they were served up to */
+#define CL_REDO_MS     1000 /* after a failed save, re-apply this much later */
+
+struct cl_set {
+	char *key;
+	char *spec;
+	struct cluster_sel sel;
+	int64_t rev;
+};
+
+struct cl_plan_key {
+	char *key;
+	char *value;
+	int64_t rev;
+};
+
+struct cl_seen {
+	char name[TGP_MAX_NAME];
+	int64_t rev;
+};
+
+struct cl_reject {
+	char key[ETCD_MAX_KEY + 1];
+	int64_t rev;
+	char agent[TGP_MAX_NAME];
+	int code;
+	char msg[400];
+};
+
+struct td_cluster {
+	struct td_daemon *d;
+	struct etcd_watcher *w;
+	char desired[ETCD_MAX_KEY + 1];
+	char status_key[ETCD_MAX_KEY + 1];
+	char rev_path[PATH_MAX];
+	int64_t applied_rev;   /* every key up to here is applied */
+	int64_t notified_rev;  /* a save callback is queued for keys up to here */
+	int64_t durable_rev;   /* keys up to here are in a save that succeeded */
+	int64_t saved_rev;     /* what rev_path holds */
+	int64_t start_rev;     /* saved_rev at start: what the store's state reflects */
+	struct cl_set *sets;   /* the standing sets etcd holds now */
+	size_t n_sets;
+	/* Plans newer than start_rev, oldest first (a ring): an agent that
+	 * joins late (a host restarted before its agents reconnected) gets
+	 * those it has not been served. */
+	struct cl_plan_key plans[CL_MAX_PLANS];
+	size_t n_plans, first_plan;
+	struct cl_seen *seen; /* agents by name: served up to which revision */
+	size_t n_seen;
+	bool connected, down_logged;
+	uint64_t applied, rejected, resyncs;
+	struct cl_reject rejects[CL_MAX_REJECTS];
+	size_t n_rejects, next_reject;
+	uv_timer_t pub_timer;
+	char *last_published;
+	/* After a failed save: what was applied since durable_rev was rolled
+	 * back; new keys are only remembered until redo_timer re-applies them. */
+	bool redo_pending;
+	bool save_failing; /* logged once per run of failed saves */
+	uv_timer_t redo_timer;
+	/* The revision file is written on the thread pool, once durable_rev moved. */
+	uv_work_t rev_work;
+	bool rev_busy;
+	int64_t rev_writing;
+	int rev_errno;
+	bool stopping;
+	int open_handles; /* freed when both timers are closed, no write is in */
+	size_t notes;     /* flight and no save callback is queued */
+};
+
+/* One queued save callback: the keys up to rev are in the save it waits for. */
+struct cl_note {
+	struct td_cluster *c;
+	int64_t rev;
+};
+
+/* ---- the saved revision ------------------------------------------------- */
+
+int cluster_rev_load(const char *path, int64_t *rev)
+{
+	*rev = 0;
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? 0 : -1;
+	char buf[32] = "";
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	char *end;
+	errno = 0;
+	long long v = strtoll(buf, &end, 10);
+	if (errno || end == buf || (*end && *end != '\n') || v < 0)
+		return -1;
+	*rev = v;
+	return 0;
+}
+
+/* tmp, fsync, rename, fsync the directory: the old or the new value, never half. */
+int cluster_rev_save(const char *path, int64_t rev)
+{
+	char tmp[PATH_MAX + 8], buf[32];
+	int n = snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if (n < 0 || (size_t)n >= sizeof(tmp))
+		return -1;
+	int len = snprintf(buf, sizeof(buf), "%" PRId64 "\n", rev);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -1;
+	int rc = write(fd, buf, (size_t)len) == len && fsync(fd) == 0 ? 0 : -1;
+	if (close(fd) != 0)
+		rc = -1;
+	if (rc == 0)
+		rc = rename(tmp, path);
+	if (rc == 0) {
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%s", path);
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = '\0';
+		int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0) {
+			fsync(dfd);
+			close(dfd);
+		}
+	} else {
+		unlink(tmp);
+	}
+	return rc;
+}
+
+static void cluster_free_if_done(struct td_cluster *c);
+
+static void rev_work_run(uv_work_t *w)
+{
+	struct td_cluster *c = w->data;
+	c->rev_errno = cluster_rev_save(c->rev_path, c->rev_writing) == 0 ? 0 : errno ? errno : EIO;
+}
+
+static void rev_write_start(struct td_cluster *c);
+
+static void rev_work_done(uv_work_t *w, int status)
+{
+	struct td_cluster *c = w->data;
+	c->rev_busy = false;
+	if (status == 0 && c->rev_errno == 0) {
+		c->saved_rev = c->rev_writing;
+		rev_write_start(c); /* durable_rev may have moved meanwhile */
+	} else {
+		/* The next durable batch tries again; a restart replays from the old value. */
+		log_warnx("cluster: writing revision %" PRId64 " to %s: %s", c->rev_writing, c->rev_path,
+			  status ? uv_strerror(status) : strerror(c->rev_errno));
+	}
+	cluster_free_if_done(c);
+}
+
+/*
+ * The revision file follows durable_rev, never the applied revision: a key
+ * is marked applied only once the save holding what it changed succeeded.
+ * A crash between that save and this write applies a key twice (a set is
+ * idempotent), never loses one.  Off the loop, like the save itself; at
+ * shutdown (after the loop stopped serving) in place.
+ */
+static void rev_write_start(struct td_cluster *c)
+{
+	if (c->rev_busy || c->durable_rev <= c->saved_rev)
+		return;
+	c->rev_busy = true;
+	c->rev_writing = c->durable_rev;
+	c->rev_work.data = c;
+	if (!c->stopping && uv_queue_work(c->d->loop, &c->rev_work, rev_work_run, rev_work_done) == 0)
+		return;
+	rev_work_run(&c->rev_work);
+	c->rev_busy = false;
+	if (c->rev_errno == 0)
+		c->saved_rev = c->rev_writing;
+	else
+		log_warnx("cluster: writing revision %" PRId64 " to %s: %s", c->rev_writing, c->rev_path,
+			  strerror(c->rev_errno));
+}
+
+static void on_redo(uv_timer_t *t);
+
+/* commit.c: the save holding the keys up to note->rev completed. */
+static void on_saved(void *arg, int rc, const char *reason)
+{
+	struct cl_note *note = arg;
+	struct td_cluster *c = note->c;
+	int64_t rev = note->rev;
+	free(note);
+	c->notes--;
+	if (rc == 0) {
+		/* Ignored while a redo is pending: those keys were not applied again yet. */
+		if (!c->redo_pending && rev > c->durable_rev) {
+			c->durable_rev = rev;
+			rev_write_start(c);
+			if (c->save_failing)
+				log_info("cluster: revisions up to %" PRId64 " saved again", rev);
+			c->save_failing = false;
+		}
+		cluster_free_if_done(c);
+		return;
+	}
+	if (c->redo_pending) {
+		cluster_free_if_done(c);
+		return;
+	}
+	/* Rolled back (commit.c): what was applied after durable_rev is gone from
+	 * the agents' accepted state. The revision stays; re-apply it later. */
+	if (!c->save_failing)
+		log_warnx("cluster: the desired state holding revisions %" PRId64 "..%" PRId64
+			  " was not saved (%s); %s stays at %" PRId64 ", re-applied every %d ms until "
+			  "a save succeeds", c->durable_rev + 1, rev, reason ? reason : "?", c->rev_path,
+			  c->saved_rev, CL_REDO_MS);
+	c->save_failing = true;
+	c->redo_pending = true;
+	c->notified_rev = c->durable_rev;
+	if (!c->stopping)
+		uv_timer_start(&c->redo_timer, on_redo, CL_REDO_MS, 0);
+	cluster_free_if_done(c);
+}
+
+/* Ask commit.c to tell when what was applied up to applied_rev is durable. */
+static void notify_saved(struct td_cluster *c, bool force)
+{
+	if (c->redo_pending || (!force && c->applied_rev <= c->notified_rev))
+		return;
+	struct cl_note *note = malloc(sizeof(*note));
+	if (note) {
+		*note = (struct cl_note){.c = c, .rev = c->applied_rev};
+		if (td_commit_notify(c->d, on_saved, note) == 0) {
+			c->notes++;
+			c->notified_rev = c->applied_rev;
+			return;
+		}
+		free(note);
+	}
+	/* The next batch's callback covers these keys too. */
+	log_warnx("cluster: out of memory; revision %" PRId64 " marked applied with the next batch",
+		  c->applied_rev);
+}
+
+/* ---- applying ----------------------------------------------------------- */
+
+static void reject(struct td_cluster *c, const char *key, int64_t rev, const char *agent, int code,
+		   const char *msg)
+{
+	struct cl_reject *r = &c->rejects[c->next_reject];
+	c->next_reject = (c->next_reject + 1) % CL_MAX_REJECTS;
+	if (c->n_rejects < CL_MAX_REJECTS)
+		c->n_rejects++;
+	snprintf(r->key, sizeof(r->key), "%s", key);
+	r->rev = rev;
+	snprintf(r->agent, sizeof(r->agent), "%s", agent ? agent : "");
+	r->code = code;
+	snprintf(r->msg, sizeof(r->msg), "%s", msg);
+	c->rejected++;
+	log_warnx("cluster: %s (revision %" PRId64 ")%s%s: %s", key, rev, agent && agent[0] ? " on agent " : "",
+		  agent ? agent : "", msg);
+}
+
+/* The local agents sel names (none when it is another host's). */
+static int local_agents(struct td_cluster *c, const struct cluster_sel *sel, struct td_agent ***v,
+			size_t *n)
+{
+	struct td_selector s;
+	int kind;
+	uint64_t id;
+	const char *group;
+	*v = NULL;
+	*n = 0;
+	memset(&s, 0, sizeof(s));
+	if (!cluster_sel_local(sel, c->d->cfg.host_id, &kind, &id, &group))
+		return 0;
+	s.kind = kind == 1 ? SEL_AGENT : kind == 2 ? SEL_PID : kind == 3 ? SEL_GROUP : SEL_ALL;
+	s.agent_id = id;
+	s.pid = (uint32_t)id;
+	if (group)
+		snprintf(s.group, sizeof(s.group), "%s", group);
+	int rc = td_agents_select(c->d, &s, v, n);
+	return rc == TOGGLE_ENOAGENT ? 0 : rc;
+}
+
+/* One agent at a time: a spec that does not fit one catalog spares the others. */
+static void apply_set(struct td_cluster *c, const struct cl_set *s, struct td_agent **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct td_ctl_err e;
+		if (td_ctl_set(&v[i], 1, s->spec, TOGGLE__SET_OP__SET_OP_REPLACE, &e))
+			reject(c, s->key, s->rev, v[i]->name, e.code, e.msg);
+		else
+			c->applied++;
+	}
+}
+
+/* A plan to the local agents it names (only to `only`, if not NULL). */
+static void apply_plan(struct td_cluster *c, const char *key, int64_t rev, const char *value,
+		       const struct td_agent *only)
+{
+	struct cluster_plan p;
+	char err[256];
+	if (cluster_plan_value_parse(value, &p, err, sizeof(err))) {
+		reject(c, key, rev, NULL, TOGGLE_EINVAL, err);
+		return;
+	}
+	struct td_agent **v;
+	size_t n;
+	if (local_agents(c, &p.target, &v, &n)) {
+		reject(c, key, rev, NULL, TOGGLE_ENOMEM, "out of memory");
+		cluster_plan_free(&p);
+		return;
+	}
+	Toggle__PlanEntry en[CLUSTER_MAX_PLANS], *ep[CLUSTER_MAX_PLANS];
+	for (size_t k = 0; k < p.n; k++) {
+		toggle__plan_entry__init(&en[k]);
+		en[k].step = p.e[k].relative ? -1 : p.e[k].n;
+		en[k].after = p.e[k].relative ? p.e[k].n : 0;
+		en[k].spec = p.e[k].spec;
+		ep[k] = &en[k];
+	}
+	Toggle__SubmitPlanRequest m = TOGGLE__SUBMIT_PLAN_REQUEST__INIT;
+	m.n_entries = p.n;
+	m.entries = ep;
+	/* Each agent on its own: late on one is rejected whole on that one. */
+	for (size_t i = 0; i < n; i++) {
+		struct td_ctl_err e;
+		if (only && v[i] != only)
+			continue;
+		if (td_ctl_plan(&v[i], 1, &m, &e))
+			reject(c, key, rev, v[i]->name, e.code, e.msg);
+		else
+			c->applied++;
+	}
+	free(v);
+	cluster_plan_free(&p);
+}
+
+static void set_free(struct cl_set *s)
+{
+	free(s->key);
+	free(s->spec);
+}
+
+static struct cl_set *set_find(struct td_cluster *c, const char *key)
+{
+	for (size_t i = 0; i < c->n_sets; i++)
+		if (!strcmp(c->sets[i].key, key))
+			return &c->sets[i];
+	return NULL;
+}
+
+static void set_forget(struct td_cluster *c, const char *key)
+{
+	struct cl_set *s = set_find(c, key);
+	if (!s)
+		return;
+	set_free(s);
+	*s = c->sets[--c->n_sets];
+}
+
+/* Remember a standing-set key; NULL (and reported) when its value is bad. */
+static struct cl_set *set_remember(struct td_cluster *c, const struct etcd_kv *kv,
+				   const struct cluster_sel *sel)
+{
+	char err[256];
+	char *spec;
+	if (cluster_set_value_parse(kv->value, &spec, err, sizeof(err))) {
+		set_forget(c, kv->key);
+		reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_EINVAL, err);
+		return NULL;
+	}
+	struct cl_set *s = set_find(c, kv->key);
+	if (!s) {
+		if (c->n_sets == CL_MAX_SETS) {
+			free(spec);
+			reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_ELIMIT, "too many standing-set keys");
+			return NULL;
+		}
+		struct cl_set *nv = realloc(c->sets, (c->n_sets + 1) * sizeof(*nv));
+		char *key = strdup(kv->key);
+		if (!nv || !key) {
+			if (nv)
+				c->sets = nv;
+			free(key);
+			free(spec);
+			reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_ENOMEM, "out of memory");
+			return NULL;
+		}
+		c->sets = nv;
+		s = &c->sets[c->n_sets++];
+		s->key = key;
+	} else {
+		free(s->spec);
+	}
+	s->spec = spec;
+	s->sel = *sel;
+	s->rev = kv->mod_revision;
+	return s;
+}
+
+static void plan_remember(struct td_cluster *c, const struct etcd_kv *kv)
+{
+	char *key = strdup(kv->key), *value = strdup(kv->value);
+	if (!key || !value) {
+		free(key);
+		free(value);
+		log_warnx("cluster: out of memory remembering plan %s", kv->key);
+		return;
+	}
+	struct cl_plan_key *p;
+	if (c->n_plans == CL_MAX_PLANS) { /* drop the oldest */
+		p = &c->plans[c->first_plan];
+		free(p->key);
+		free(p->value);
+		c->first_plan = (c->first_plan + 1) % CL_MAX_PLANS;
+	} else {
+		p = &c->plans[(c->first_plan + c->n_plans++) % CL_MAX_PLANS];
+	}
+	*p = (struct cl_plan_key){.key = key, .value = value, .rev = kv->mod_revision};
+}
+
+static struct cl_seen *seen_find(struct td_cluster *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_seen; i++)
+		if (!strcmp(c->seen[i].name, name))
+			return &c->seen[i];
+	return NULL;
+}
+
+/* Remember that the agents now connected have been served up to applied_rev. */
+static void seen_update(struct td_cluster *c, const struct td_agent *only)
+{
+	for (struct td_agent *a = c->d->agents; a; a = a->next) {
+		if (only && a != only)
+			continue;
+		struct cl_seen *s = seen_find(c, a->name);
+		if (!s && c->n_seen < CL_MAX_SEEN) {
+			struct cl_seen *nv = realloc(c->seen, (c->n_seen + 1) * sizeof(*nv));
+			if (!nv)
+				return;
+			c->seen = nv;
+			s = &c->seen[c->n_seen++];
+			snprintf(s->name, sizeof(s->name), "%s", a->name);
+		}
+		if (s)
+			s->rev = c->applied_rev;
+	}
+}
+
+/* One key, in revision order: remember it, and apply it if it is new to us. */
+static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply, bool apply_plans)
+{
+	enum cluster_key_kind kind;
+	struct cluster_sel sel;
+	char err[256];
+	if (c->redo_pending)
+		apply = false; /* remembered now, applied by on_redo */
+	if (cluster_key_parse(c->desired, kv->key, &kind, &sel, err, sizeof(err))) {
+		if (apply)
+			reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_EINVAL, err);
+		return;
+	}
+	if (kind == CLUSTER_KEY_SET) {
+		if (!kv->value) { /* deleted: agents keep what they have */
+			set_forget(c, kv->key);
+			return;
+		}
+		struct cl_set *s = set_remember(c, kv, &sel);
+		if (!s || !apply)
+			return;
+		struct td_agent **v;
+		size_t n;
+		if (local_agents(c, &sel, &v, &n)) {
+			reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_ENOMEM, "out of memory");
+			return;
+		}
+		apply_set(c, s, v, n);
+		free(v);
+	} else if (kind == CLUSTER_KEY_PLAN && kv->value) {
+		if (kv->mod_revision > c->start_rev)
+			plan_remember(c, kv);
+		if (apply && apply_plans)
+			apply_plan(c, kv->key, kv->mod_revision, kv->value, NULL);
+	}
+}
+
+static int kv_rev_cmp(const void *a, const void *b)
+{
+	const struct etcd_kv *x = *(const struct etcd_kv *const *)a, *y = *(const struct etcd_kv *const *)b;
+	return (x->mod_revision > y->mod_revision) - (x->mod_revision < y->mod_revision);
+}
+
+static void on_snapshot(struct td_cluster *c, struct etcd_batch *b)
+{
+	if (b->resync && c->applied_rev > 0) {
+		c->resyncs++;
+		/* Logged once per resynchronisation, not per retry. */
+		log_warnx("cluster: revision %" PRId64 " is compacted in etcd%s: full resync from a "
+			  "range read at revision %" PRId64, c->applied_rev + 1,
+			  b->compacted > 0 ? "" : " (or etcd's data was replaced)", b->revision);
+	}
+	for (size_t i = 0; i < c->n_sets; i++)
+		set_free(&c->sets[i]);
+	c->n_sets = 0;
+	const struct etcd_kv **order = calloc(b->n ? b->n : 1, sizeof(*order));
+	if (!order) {
+		log_warnx("cluster: out of memory reading a snapshot");
+		return;
+	}
+	for (size_t i = 0; i < b->n; i++)
+		order[i] = &b->kvs[i];
+	qsort(order, b->n, sizeof(*order), kv_rev_cmp);
+	/* A first start takes the standing sets, not the plans of the past. */
+	bool first = c->applied_rev == 0;
+	if (first)
+		c->start_rev = b->revision;
+	for (size_t i = 0; i < b->n; i++)
+		on_kv(c, order[i], b->resync && order[i]->mod_revision > c->applied_rev, !first);
+	free(order);
+	if (b->resync && b->revision > c->applied_rev)
+		c->applied_rev = b->revision;
+}
+
+static void on_batch(void *arg, struct etcd_batch *b)
+{
+	struct td_cluster *c = arg;
+	switch (b->kind) {
+	case ETCD_CONNECTED:
+		if (!c->connected)
+			log_info("cluster: watching etcd from revision %" PRId64, c->applied_rev + 1);
+		c->connected = true;
+		c->down_logged = false;
+		break;
+	case ETCD_DISCONNECTED:
+		if (c->connected || !c->down_logged)
+			log_warnx("cluster: etcd unreachable (%s); local requests go on, retrying", b->err);
+		c->connected = false;
+		c->down_logged = true;
+		break;
+	case ETCD_SNAPSHOT:
+		on_snapshot(c, b);
+		break;
+	case ETCD_EVENTS:
+		for (size_t i = 0; i < b->n; i++) {
+			on_kv(c, &b->kvs[i], b->kvs[i].mod_revision > c->applied_rev, true);
+			if (b->kvs[i].mod_revision > c->applied_rev)
+				c->applied_rev = b->kvs[i].mod_revision;
+		}
+		break;
+	}
+	etcd_batch_free(b);
+	seen_update(c, NULL);
+	notify_saved(c, false);
+}
+
+static int set_rev_cmp(const void *a, const void *b)
+{
+	const struct cl_set *x = *(const struct cl_set *const *)a, *y = *(const struct cl_set *const *)b;
+	return (x->rev > y->rev) - (x->rev < y->rev);
+}
+
+/*
+ * After a failed save: the keys above durable_rev, in revision order, again
+ * (the standing sets etcd holds and the plans remembered), as if they had
+ * just arrived.  If this save fails too, on_saved schedules another.
+ */
+static void on_redo(uv_timer_t *t)
+{
+	struct td_cluster *c = t->data;
+	c->redo_pending = false;
+	const struct cl_set **sets = calloc(c->n_sets ? c->n_sets : 1, sizeof(*sets));
+	if (!sets) {
+		c->redo_pending = true;
+		uv_timer_start(&c->redo_timer, on_redo, CL_REDO_MS, 0);
+		return;
+	}
+	size_t ns = 0;
+	for (size_t i = 0; i < c->n_sets; i++)
+		if (c->sets[i].rev > c->durable_rev)
+			sets[ns++] = &c->sets[i];
+	qsort(sets, ns, sizeof(*sets), set_rev_cmp);
+	if (c->n_plans == CL_MAX_PLANS && c->plans[c->first_plan].rev > c->durable_rev + 1)
+		log_warnx("cluster: more than %d plans since revision %" PRId64 ": the oldest are "
+			  "re-applied only at the next restart", CL_MAX_PLANS, c->durable_rev);
+	log_debug("cluster: re-applying revisions %" PRId64 "..%" PRId64 " after a failed save",
+		  c->durable_rev + 1, c->applied_rev);
+	size_t i = 0, k = 0;
+	while (i < ns || k < c->n_plans) {
+		const struct cl_plan_key *p = k < c->n_plans ? &c->plans[(c->first_plan + k) % CL_MAX_PLANS] : NULL;
+		if (p && (p->rev <= c->durable_rev || p->rev > c->applied_rev)) {
+			k++;
+			continue;
+		}
+		if (i < ns && (!p || sets[i]->rev < p->rev)) {
+			struct td_agent **v;
+			size_t n;
+			if (local_agents(c, &sets[i]->sel, &v, &n))
+				reject(c, sets[i]->key, sets[i]->rev, NULL, TOGGLE_ENOMEM, "out of memory");
+			else
+				apply_set(c, sets[i], v, n);
+			free(v);
+			i++;
+		} else {
+			apply_plan(c, p->key, p->rev, p->value, NULL);
+			k++;
+		}
+	}
+	free(sets);
+	seen_update(c, NULL);
+	notify_saved(c, true);
+}
+
+static bool names_agent(struct td_cluster *c, const struct cluster_sel *sel, const struct td_agent *a)
+{
+	struct td_agent **v;
+	size_t n;
+	bool found = false;
+	if (local_agents(c, sel, &v, &n))
+		return false;
+	for (size_t k = 0; k < n; k++)
+		found |= v[k] == a;
+	free(v);
+	return found;
+}
+
+/*
+ * An agent joined: what the cluster changed since it was last served (since
+ * this daemon started, for an agent it has not seen: its saved state covers
+ * the rest) reaches it now: the newest standing set that names it, then the
+ * plans, in revision order.  A local change made since stays otherwise.
+ */
+void td_cluster_agent_joined(struct td_agent *a)
+{
+	struct td_cluster *c = a->d->cluster;
+	if (!c)
+		return;
+	const struct cl_seen *seen = seen_find(c, a->name);
+	int64_t known = seen ? seen->rev : c->start_rev;
+	/* While a redo is pending, on_redo serves what is above durable_rev. */
+	int64_t upto = c->redo_pending ? c->durable_rev : c->applied_rev;
+	const struct cl_set *best = NULL;
+	for (size_t i = 0; i < c->n_sets; i++) {
+		const struct cl_set *s = &c->sets[i];
+		if (s->rev > known && s->rev <= upto && (!best || s->rev > best->rev) &&
+		    names_agent(c, &s->sel, a))
+			best = s;
+	}
+	log_debug("cluster: agent %s joined, served up to revision %" PRId64 "%s%s", a->name, known,
+		  best ? "; newest set for it: " : "", best ? best->key : "");
+	if (best)
+		apply_set(c, best, &a, 1);
+	for (size_t i = 0; i < c->n_plans; i++) {
+		const struct cl_plan_key *p = &c->plans[(c->first_plan + i) % CL_MAX_PLANS];
+		if (p->rev > known && p->rev <= upto)
+			apply_plan(c, p->key, p->rev, p->value, a);
+	}
+	seen_update(c, a);
+	/* A failed save of this rolls it back: re-applied from durable_rev then. */
+	if (best || c->n_plans)
+		notify_saved(c, true);
+}
+
+/* ---- status ------------------------------------------------------------- */
+
+static char *b64_of(const ProtobufCMessage *m)
+{
+	size_t len = protobuf_c_message_get_packed_size(m);
+	uint8_t *buf = malloc(len ? len : 1);
+	if (!buf)
+		return NULL;
+	protobuf_c_message_pack(m, buf);
+	char *s = etcd_b64_encode(buf, len);
+	free(buf);
+	return s;
+}
+
+/*
+ * The host's status: the same ListAgents, ListGraphs and Status replies a
+ * local client gets (protobuf, base64), so that togglectl --etcd prints
+ * them with the same tables; plus the applied revision and rejections.
+ */
+static char *status_json(struct td_cluster *c)
+{
+	struct td_daemon *d = c->d;
+	size_t n = d->n_agents, ng = 0, k = 0;
+	Toggle__AgentInfo *ai = calloc(n + 1, sizeof(*ai));
+	Toggle__AgentInfo **ap = calloc(n + 1, sizeof(*ap));
+	size_t i = 0;
+	for (struct td_agent *a = d->agents; a; a = a->next)
+		ng += a->st->n_graphs;
+	Toggle__GraphInfo *gi = calloc(ng + 1, sizeof(*gi));
+	Toggle__GraphInfo **gp = calloc(ng + 1, sizeof(*gp));
+	char *out = NULL, *agents = NULL, *graphs = NULL, *status = NULL;
+	if (!ai || !ap || !gi || !gp)
+		goto done;
+	for (struct td_agent *a = d->agents; a; a = a->next, i++) {
+		rpc_fill_agent(&ai[i], a); /* refreshes a->st */
+		ap[i] = &ai[i];
+		for (uint64_t j = 0; j < a->st->n_graphs && k < ng; j++, k++) {
+			rpc_fill_graph(&gi[k], a, &a->st->graphs[j]);
+			gp[k] = &gi[k];
+		}
+	}
+	Toggle__ListAgentsReply la = TOGGLE__LIST_AGENTS_REPLY__INIT;
+	la.n_agents = i;
+	la.agents = ap;
+	Toggle__ListGraphsReply lg = TOGGLE__LIST_GRAPHS_REPLY__INIT;
+	lg.n_graphs = k;
+	lg.graphs = gp;
+	Toggle__StatusReply st;
+	rpc_fill_status(&st, d);
+	agents = b64_of(&la.base);
+	graphs = b64_of(&lg.base);
+	status = b64_of(&st.base);
+	json_t *rej = json_array();
+	for (size_t r = 0; rej && r < c->n_rejects; r++) {
+		const struct cl_reject *x = &c->rejects[(c->next_reject + CL_MAX_REJECTS - c->n_rejects + r) %
+							CL_MAX_REJECTS];
+		json_array_append_new(rej, json_pack("{s:s, s:I, s:s, s:i, s:s}", "key", x->key,
+						     "revision", (json_int_t)x->rev, "agent", x->agent,
+						     "code", x->code, "message", x->msg));
+	}
+	json_t *j = agents && graphs && status && rej
+			    ? json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:s, s:O}", "host",
+					d->cfg.host_id, "revision", (json_int_t)c->applied_rev, "applied",
+					(json_int_t)c->applied, "rejected", (json_int_t)c->rejected,
+					"resyncs", (json_int_t)c->resyncs, "agents", agents, "graphs",
+					graphs, "status", status, "rejections", rej)
+			    : NULL;
+	out = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	json_decref(j);
+	json_decref(rej);
+done:
+	for (size_t r = 0; r < i; r++)
+		free(ai[r].enabled);
+	free(ai);
+	free(ap);
+	free(gi);
+	free(gp);
+	free(agents);
+	free(graphs);
+	free(status);
+	return out;
+}
+
+static void on_publish(uv_timer_t *t)
+{
+	struct td_cluster *c = t->data;
+	char *s = status_json(c);
+	if (!s)
+		return;
+	if (c->last_published && !strcmp(s, c->last_published)) {
+		free(s);
+		return;
+	}
+	etcd_watcher_publish(c->w, s);
+	free(c->last_published);
+	c->last_published = s;
+}
+
+/* ---- start and stop ----------------------------------------------------- */
+
+int td_cluster_start(struct td_daemon *d, char *err, size_t errlen)
+{
+	const struct td_config *cfg = &d->cfg;
+	if (!cfg->etcd[0])
+		return 0;
+	if (!cluster_name_ok(cfg->cluster) || !cluster_name_ok(cfg->host_id)) {
+		snprintf(err, errlen, "--etcd needs --cluster NAME and --host-id ID "
+			 "([A-Za-z0-9_.-], 1-%d bytes)", CLUSTER_MAX_NAME - 1);
+		return -1;
+	}
+	struct td_cluster *c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	c->d = d;
+	int n = snprintf(c->rev_path, sizeof(c->rev_path), "%s/cluster-%s.rev", cfg->state_dir,
+			 cfg->cluster);
+	if (n < 0 || (size_t)n >= sizeof(c->rev_path) ||
+	    cluster_prefix(cfg->cluster, "desired/", c->desired, sizeof(c->desired)) ||
+	    cluster_prefix(cfg->cluster, "status/", c->status_key, sizeof(c->status_key)) ||
+	    strlen(c->status_key) + strlen(cfg->host_id) >= sizeof(c->status_key)) {
+		snprintf(err, errlen, "state directory or names too long");
+		free(c);
+		return -1;
+	}
+	strcat(c->status_key, cfg->host_id);
+	if (cluster_rev_load(c->rev_path, &c->applied_rev) != 0) {
+		snprintf(err, errlen, "%s: unreadable or not a revision", c->rev_path);
+		free(c);
+		return -1;
+	}
+	c->saved_rev = c->start_rev = c->durable_rev = c->notified_rev = c->applied_rev;
+	if (etcd_watcher_start(&c->w, d->loop, cfg->etcd, c->desired, c->applied_rev, c->status_key,
+			       on_batch, c, err, errlen)) {
+		free(c);
+		return -1;
+	}
+	uv_timer_init(d->loop, &c->pub_timer);
+	c->pub_timer.data = c;
+	uv_timer_init(d->loop, &c->redo_timer);
+	c->redo_timer.data = c;
+	c->open_handles = 2;
+	uv_timer_start(&c->pub_timer, on_publish, 0, CL_PUBLISH_MS);
+	d->cluster = c;
+	log_info("cluster '%s' as host '%s' through etcd %s (applied revision %" PRId64 ")",
+		 cfg->cluster, cfg->host_id, cfg->etcd, c->applied_rev);
+	return 0;
+}
+
+static void cluster_free(struct td_cluster *c)
+{
+	for (size_t i = 0; i < c->n_sets; i++)
+		set_free(&c->sets[i]);
+	free(c->sets);
+	for (size_t i = 0; i < c->n_plans; i++) {
+		free(c->plans[(c->first_plan + i) % CL_MAX_PLANS].key);
+		free(c->plans[(c->first_plan + i) % CL_MAX_PLANS].value);
+	}
+	free(c->seen);
+	free(c->last_published);
+	free(c);
+}
+
+static void cluster_free_if_done(struct td_cluster *c)
+{
+	if (c->stopping && c->open_handles == 0 && !c->rev_busy && c->notes == 0)
+		cluster_free(c);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	struct td_cluster *c = h->data;
+	c->open_handles--;
+	cluster_free_if_done(c);
+}
+
+/*
+ * Stop watching.  The structure lives on until its timers are closed and
+ * no revision write is in flight: the save callbacks still queued run in
+ * td_commit_drain, after this, and write the revision in place.
+ */
+void td_cluster_stop(struct td_daemon *d)
+{
+	struct td_cluster *c = d->cluster;
+	if (!c)
+		return;
+	d->cluster = NULL;
+	etcd_watcher_stop(c->w); /* joins its threads; batches not yet handled are dropped */
+	c->stopping = true;
+	uv_timer_stop(&c->pub_timer);
+	uv_timer_stop(&c->redo_timer);
+	uv_close((uv_handle_t *)&c->pub_timer, on_timer_closed);
+	uv_close((uv_handle_t *)&c->redo_timer, on_timer_closed);
+}

@@ -1,0 +1,986 @@
+/*
+ * etcd.c - the etcd v3 client of the cluster layer: the JSON gateway of
+ * etcd 3.4 (POST /v3/kv/range, /v3/kv/txn, /v3/kv/put, /v3/watch,
+ * /v3/lease/grant, /v3/lease/keepalive; keys and values base64) over
+ * libcurl, parsed with jansson.
+ *
+ * Everything etcd sends is untrusted: every response is bounded
+ * (ETCD_MAX_RESPONSE), every key and value too, every field is type-checked
+ * before use.  The watch is one long-lived chunked POST whose body is read
+ * as it arrives, one JSON message per line: never polled.  Its thread and
+ * the status thread block only on etcd; what they learn goes to the libuv
+ * loop through a mutex-guarded queue and uv_async_send.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "etcd.h"
+#include "log.h"
+
+#define ETCD_BACKOFF_MIN_MS 100
+#define ETCD_BACKOFF_MAX_MS 2000
+#define ETCD_STATUS_TICK_MS 1000
+
+/* ---- base64 and keys ---------------------------------------------------- */
+
+static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *etcd_b64_encode(const void *data, size_t len)
+{
+	const unsigned char *p = data;
+	if (len > SIZE_MAX / 2)
+		return NULL;
+	char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < len; i += 3) {
+		uint32_t v = (uint32_t)p[i] << 16;
+		if (i + 1 < len)
+			v |= (uint32_t)p[i + 1] << 8;
+		if (i + 2 < len)
+			v |= p[i + 2];
+		*o++ = b64chars[(v >> 18) & 63];
+		*o++ = b64chars[(v >> 12) & 63];
+		*o++ = i + 1 < len ? b64chars[(v >> 6) & 63] : '=';
+		*o++ = i + 2 < len ? b64chars[v & 63] : '=';
+	}
+	*o = '\0';
+	return out;
+}
+
+static int b64val(int c)
+{
+	const char *p = c ? strchr(b64chars, c) : NULL;
+	return p ? (int)(p - b64chars) : -1;
+}
+
+int etcd_b64_decode(const char *s, char **out, size_t *outlen, size_t max)
+{
+	size_t n = strlen(s);
+	if (n % 4 || n / 4 * 3 > max + 2)
+		return -1;
+	char *buf = malloc(n / 4 * 3 + 1);
+	if (!buf)
+		return -1;
+	size_t o = 0;
+	for (size_t i = 0; i < n; i += 4) {
+		int v[4];
+		for (int k = 0; k < 4; k++)
+			v[k] = s[i + k] == '=' ? -2 : b64val((unsigned char)s[i + k]);
+		/* '=' only as the last one or two characters of the text. */
+		bool last = i + 4 == n;
+		if (v[0] < 0 || v[1] < 0 || (v[2] == -2 && (v[3] != -2 || !last)) ||
+		    (v[3] == -2 && !last) || v[2] == -1 || v[3] == -1 ||
+		    /* bits past the end must be zero: one text per value */
+		    (v[2] == -2 && (v[1] & 15)) || (v[2] >= 0 && v[3] == -2 && (v[2] & 3))) {
+			free(buf);
+			return -1;
+		}
+		uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
+			     (uint32_t)(v[2] < 0 ? 0 : v[2]) << 6 | (uint32_t)(v[3] < 0 ? 0 : v[3]);
+		buf[o++] = (char)(x >> 16);
+		if (v[2] >= 0)
+			buf[o++] = (char)(x >> 8);
+		if (v[3] >= 0)
+			buf[o++] = (char)x;
+	}
+	if (o > max) {
+		free(buf);
+		return -1;
+	}
+	buf[o] = '\0';
+	*out = buf;
+	*outlen = o;
+	return 0;
+}
+
+int etcd_prefix_end(const char *prefix, char *out, size_t outlen)
+{
+	size_t n = strlen(prefix);
+	if (n == 0 || n >= outlen)
+		return -1;
+	memcpy(out, prefix, n + 1);
+	/* Our prefixes end in '/', never 0xff: the last byte + 1 ends the range. */
+	if ((unsigned char)out[n - 1] == 0xff)
+		return -1;
+	out[n - 1] = (char)((unsigned char)out[n - 1] + 1);
+	return 0;
+}
+
+int etcd_endpoints_parse(const char *text, char urls[][ETCD_MAX_URL], size_t *n, char *err,
+			 size_t errlen)
+{
+	*n = 0;
+	const char *p = text;
+	while (*p) {
+		const char *e = strchr(p, ',');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (*n == ETCD_MAX_ENDPOINTS) {
+			snprintf(err, errlen, "more than %d etcd endpoints", ETCD_MAX_ENDPOINTS);
+			return -1;
+		}
+		if (len < 8 || len >= ETCD_MAX_URL ||
+		    (strncmp(p, "http://", 7) != 0 && strncmp(p, "https://", 8) != 0)) {
+			snprintf(err, errlen, "bad etcd endpoint '%.*s' (expected http://HOST:PORT, "
+				 "under %d bytes)", (int)(len > 80 ? 80 : len), p, ETCD_MAX_URL);
+			return -1;
+		}
+		for (size_t i = 0; i < len; i++)
+			if ((unsigned char)p[i] <= ' ' || p[i] == '"' || p[i] == '\\') {
+				snprintf(err, errlen, "bad character in etcd endpoint");
+				return -1;
+			}
+		memcpy(urls[*n], p, len);
+		urls[*n][len] = '\0';
+		p = e ? e + 1 : p + len;
+		while (len > 0 && urls[*n][len - 1] == '/')
+			urls[*n][--len] = '\0';
+		(*n)++;
+	}
+	if (*n == 0) {
+		snprintf(err, errlen, "no etcd endpoint given");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- kvs and batches ---------------------------------------------------- */
+
+void etcd_kvs_free(struct etcd_kv *kvs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(kvs[i].key);
+		free(kvs[i].value);
+	}
+	free(kvs);
+}
+
+void etcd_batch_free(struct etcd_batch *b)
+{
+	if (!b)
+		return;
+	etcd_kvs_free(b->kvs, b->n);
+	free(b);
+}
+
+/* The gateway writes 64-bit numbers as JSON strings; absent means 0. */
+static int json_i64(const json_t *o, const char *name, int64_t *out)
+{
+	const json_t *v = json_object_get(o, name);
+	*out = 0;
+	if (!v)
+		return 0;
+	if (json_is_integer(v)) {
+		*out = json_integer_value(v);
+		return 0;
+	}
+	if (!json_is_string(v))
+		return -1;
+	const char *s = json_string_value(v);
+	char *end;
+	errno = 0;
+	long long x = strtoll(s, &end, 10);
+	if (errno || end == s || *end)
+		return -1;
+	*out = x;
+	return 0;
+}
+
+/* One kv object ({"key","value","mod_revision"}); deleted: value stays NULL. */
+static int kv_parse(const json_t *j, bool deleted, struct etcd_kv *kv)
+{
+	memset(kv, 0, sizeof(*kv));
+	const json_t *k = json_object_get(j, "key"), *v = json_object_get(j, "value");
+	size_t klen;
+	if (!json_is_object(j) || !json_is_string(k) || (v && !json_is_string(v)) ||
+	    json_i64(j, "mod_revision", &kv->mod_revision) || kv->mod_revision < 0)
+		return -1;
+	if (etcd_b64_decode(json_string_value(k), &kv->key, &klen, ETCD_MAX_KEY) ||
+	    strlen(kv->key) != klen) {
+		free(kv->key);
+		kv->key = NULL;
+		return -1;
+	}
+	if (!deleted) {
+		if (etcd_b64_decode(v ? json_string_value(v) : "", &kv->value, &kv->value_len,
+				    ETCD_MAX_VALUE)) {
+			free(kv->key);
+			kv->key = NULL;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* ---- HTTP --------------------------------------------------------------- */
+
+struct http_buf {
+	char *data;
+	size_t len, cap;
+	bool too_big;
+	atomic_bool *stop; /* abort the transfer when set (NULL: never) */
+	/* Streaming: called for each complete line; nonzero stops the transfer. */
+	int (*on_line)(void *arg, char *line, size_t len);
+	void *arg;
+};
+
+static size_t http_write(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	struct http_buf *b = userdata;
+	size_t n = size * nmemb;
+	if (b->len + n > ETCD_MAX_RESPONSE) {
+		b->too_big = true;
+		return 0;
+	}
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		char *p = realloc(b->data, cap);
+		if (!p)
+			return 0;
+		b->data = p;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, ptr, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+	if (b->on_line) {
+		/* Hand every complete line over; keep the partial tail. */
+		size_t start = 0;
+		for (size_t i = 0; i < b->len; i++) {
+			if (b->data[i] != '\n')
+				continue;
+			b->data[i] = '\0';
+			int stop = i > start ? b->on_line(b->arg, b->data + start, i - start) : 0;
+			start = i + 1;
+			if (stop) {
+				b->len = 0;
+				return 0;
+			}
+		}
+		memmove(b->data, b->data + start, b->len - start);
+		b->len -= start;
+		b->data[b->len] = '\0';
+	}
+	return n;
+}
+
+static int http_progress(void *userdata, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	struct http_buf *b = userdata;
+	(void)dt, (void)dn, (void)ut, (void)un;
+	return b->stop && atomic_load(b->stop) ? 1 : 0;
+}
+
+/*
+ * POST body to base + path.  timeout_ms 0: no overall limit (the watch);
+ * TCP keepalive then finds a dead peer.  0 with the HTTP status in *status,
+ * or -1 with err.
+ */
+static int http_post(const char *base, const char *path, const char *body, long timeout_ms,
+		     struct http_buf *b, long *status, char *err, size_t errlen)
+{
+	char url[ETCD_MAX_URL + 64];
+	snprintf(url, sizeof(url), "%s%s", base, path);
+	CURL *c = curl_easy_init();
+	if (!c) {
+		snprintf(err, errlen, "curl_easy_init failed");
+		return -1;
+	}
+	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+	char cerr[CURL_ERROR_SIZE] = "";
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, http_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, http_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, b);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)ETCD_TIMEOUT_MS);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 5L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 2L);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+	CURLcode rc = curl_easy_perform(c);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+	curl_slist_free_all(hdr);
+	curl_easy_cleanup(c);
+	if (rc != CURLE_OK) {
+		snprintf(err, errlen, "%s: %s", url,
+			 b->too_big ? "response over the size limit" : cerr[0] ? cerr : curl_easy_strerror(rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* POST and parse one JSON response; a gateway error ({"error": ...}) is an error. */
+static json_t *etcd_call(const char *base, const char *path, json_t *req, atomic_bool *stop,
+			 char *err, size_t errlen)
+{
+	char *body = json_dumps(req, JSON_COMPACT);
+	if (!body) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	struct http_buf b = {.stop = stop};
+	long status = 0;
+	int rc = http_post(base, path, body, ETCD_TIMEOUT_MS, &b, &status, err, errlen);
+	free(body);
+	json_t *j = NULL;
+	if (rc == 0) {
+		json_error_t je;
+		j = b.data ? json_loadb(b.data, b.len, 0, &je) : NULL;
+		const json_t *e = json_object_get(j, "error");
+		if (!json_is_object(j)) {
+			snprintf(err, errlen, "%s%s: HTTP %ld, not a JSON object", base, path, status);
+			json_decref(j);
+			j = NULL;
+		} else if (e || status != 200) {
+			const json_t *m = json_object_get(j, "message");
+			snprintf(err, errlen, "%s%s: HTTP %ld: %.160s", base, path, status,
+				 json_is_string(m) ? json_string_value(m)
+				 : json_is_string(e) ? json_string_value(e) : "error");
+			json_decref(j);
+			j = NULL;
+		}
+	}
+	free(b.data);
+	return j;
+}
+
+/* Try each endpoint from *cur on; *cur keeps the one that answered. */
+static json_t *etcd_call_any(char urls[][ETCD_MAX_URL], size_t n, size_t *cur, const char *path,
+			     json_t *req, atomic_bool *stop, char *err, size_t errlen)
+{
+	for (size_t k = 0; k < n; k++) {
+		size_t i = (*cur + k) % n;
+		json_t *j = etcd_call(urls[i], path, req, stop, err, errlen);
+		/* An answer from etcd (even an error) ends the search. */
+		if (j || strstr(err, "HTTP 4") || strstr(err, "HTTP 5") || strstr(err, "compacted")) {
+			*cur = i;
+			return j;
+		}
+	}
+	return NULL;
+}
+
+static json_t *range_request(const char *prefix, int64_t at)
+{
+	char end[ETCD_MAX_KEY + 1];
+	if (etcd_prefix_end(prefix, end, sizeof(end)))
+		return NULL;
+	char *k = etcd_b64_encode(prefix, strlen(prefix)), *e = etcd_b64_encode(end, strlen(end));
+	json_t *req = k && e ? json_pack("{s:s, s:s}", "key", k, "range_end", e) : NULL;
+	if (req && at > 0)
+		json_object_set_new(req, "revision", json_integer(at));
+	free(k);
+	free(e);
+	return req;
+}
+
+/* A range response into kvs; -1 on anything malformed. */
+static int range_parse(const json_t *j, struct etcd_kv **kvs, size_t *n, int64_t *revision)
+{
+	const json_t *arr = json_object_get(j, "kvs");
+	*kvs = NULL;
+	*n = 0;
+	if (json_i64(json_object_get(j, "header"), "revision", revision) || *revision <= 0)
+		return -1;
+	if (!arr)
+		return 0;
+	if (!json_is_array(arr) || json_array_size(arr) > ETCD_MAX_KVS)
+		return -1;
+	size_t cnt = json_array_size(arr);
+	struct etcd_kv *v = calloc(cnt ? cnt : 1, sizeof(*v));
+	if (!v)
+		return -1;
+	for (size_t i = 0; i < cnt; i++) {
+		if (kv_parse(json_array_get(arr, i), false, &v[i])) {
+			etcd_kvs_free(v, i);
+			return -1;
+		}
+	}
+	*kvs = v;
+	*n = cnt;
+	return 0;
+}
+
+int etcd_range(const char *endpoints, const char *prefix, struct etcd_kv **kvs, size_t *n,
+	       int64_t *revision, char *err, size_t errlen)
+{
+	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
+	size_t nu, cur = 0;
+	if (etcd_endpoints_parse(endpoints, urls, &nu, err, errlen))
+		return -1;
+	json_t *req = range_request(prefix, 0);
+	if (!req) {
+		snprintf(err, errlen, "bad prefix or out of memory");
+		return -1;
+	}
+	json_t *j = etcd_call_any(urls, nu, &cur, "/v3/kv/range", req, NULL, err, errlen);
+	json_decref(req);
+	if (!j)
+		return -1;
+	int rc = range_parse(j, kvs, n, revision);
+	if (rc)
+		snprintf(err, errlen, "malformed range response from etcd");
+	json_decref(j);
+	return rc;
+}
+
+int etcd_txn_put(const char *endpoints, const char *const *keys, const char *const *values,
+		 size_t n, const char *const *must_be_new, size_t n_new, int64_t *revision,
+		 char *err, size_t errlen)
+{
+	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
+	size_t nu, cur = 0;
+	if (etcd_endpoints_parse(endpoints, urls, &nu, err, errlen))
+		return -1;
+	json_t *req = json_object(), *cmp = json_array(), *ops = json_array();
+	int rc = req && cmp && ops ? 0 : -1;
+	for (size_t i = 0; rc == 0 && i < n_new; i++) {
+		char *k = etcd_b64_encode(must_be_new[i], strlen(must_be_new[i]));
+		json_t *c = k ? json_pack("{s:s, s:s, s:s, s:s}", "key", k, "target", "CREATE",
+					  "result", "EQUAL", "create_revision", "0") : NULL;
+		rc = c ? json_array_append_new(cmp, c) : -1;
+		free(k);
+	}
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		char *k = etcd_b64_encode(keys[i], strlen(keys[i]));
+		char *v = etcd_b64_encode(values[i], strlen(values[i]));
+		json_t *op = k && v ? json_pack("{s:{s:s, s:s}}", "request_put", "key", k, "value", v)
+				    : NULL;
+		rc = op ? json_array_append_new(ops, op) : -1;
+		free(k);
+		free(v);
+	}
+	if (rc == 0) {
+		json_object_set(req, "compare", cmp);
+		json_object_set(req, "success", ops);
+	}
+	json_decref(cmp);
+	json_decref(ops);
+	if (rc) {
+		json_decref(req);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	json_t *j = etcd_call_any(urls, nu, &cur, "/v3/kv/txn", req, NULL, err, errlen);
+	json_decref(req);
+	if (!j)
+		return -1;
+	rc = json_i64(json_object_get(j, "header"), "revision", revision) ? -1 : 0;
+	if (rc)
+		snprintf(err, errlen, "malformed transaction response from etcd");
+	else if (!json_is_true(json_object_get(j, "succeeded")))
+		rc = 1;
+	json_decref(j);
+	return rc;
+}
+
+/* ---- the watcher -------------------------------------------------------- */
+
+struct etcd_watcher {
+	uv_loop_t *loop;
+	uv_async_t async;
+	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
+	size_t n_urls, cur_watch, cur_status;
+	char prefix[ETCD_MAX_KEY + 1];
+	char status_key[ETCD_MAX_KEY + 1];
+	int64_t start_rev;
+	etcd_batch_fn *on_batch;
+	void *arg;
+	pthread_t watch_thr, status_thr;
+	bool watch_started, status_started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct etcd_batch *head, *tail; /* guarded by mu */
+	char *status_value;             /* guarded by mu */
+	bool status_dirty;              /* guarded by mu */
+	atomic_bool stop;
+	/* Watch thread only. */
+	int64_t next_rev;
+	bool up;
+	int64_t compacted;
+};
+
+static void push(struct etcd_watcher *w, struct etcd_batch *b)
+{
+	pthread_mutex_lock(&w->mu);
+	if (w->tail)
+		w->tail->next = b;
+	else
+		w->head = b;
+	w->tail = b;
+	pthread_mutex_unlock(&w->mu);
+	uv_async_send(&w->async);
+}
+
+static void push_state(struct etcd_watcher *w, enum etcd_batch_kind kind, const char *why)
+{
+	struct etcd_batch *b = calloc(1, sizeof(*b));
+	if (!b)
+		return; /* the next state change says it again */
+	b->kind = kind;
+	snprintf(b->err, sizeof(b->err), "%.200s", why ? why : "");
+	push(w, b);
+}
+
+/* Sleep up to ms, or less when stopping. */
+static void nap(struct etcd_watcher *w, unsigned ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&w->mu);
+	if (!atomic_load(&w->stop))
+		pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* One line of the watch stream: {"result": {...}} or {"error": {...}}. */
+static int watch_line(void *arg, char *line, size_t len)
+{
+	struct etcd_watcher *w = arg;
+	json_error_t je;
+	json_t *j = json_loadb(line, len, 0, &je);
+	const json_t *r = json_object_get(j, "result");
+	int stop = 0;
+	if (!json_is_object(r)) {
+		log_warnx("cluster: etcd watch: unexpected message (%.120s)", line);
+		stop = 1;
+		goto out;
+	}
+	int64_t compact = 0;
+	if (json_i64(r, "compact_revision", &compact)) {
+		stop = 1;
+		goto out;
+	}
+	if (compact > 0) {
+		w->compacted = compact;
+		stop = 1;
+		goto out;
+	}
+	if (json_is_true(json_object_get(r, "canceled"))) {
+		log_warnx("cluster: etcd canceled the watch");
+		stop = 1;
+		goto out;
+	}
+	if (json_is_true(json_object_get(r, "created"))) {
+		w->up = true;
+		push_state(w, ETCD_CONNECTED, NULL);
+	}
+	const json_t *evs = json_object_get(r, "events");
+	if (!evs)
+		goto out;
+	if (!json_is_array(evs) || json_array_size(evs) > ETCD_MAX_KVS) {
+		stop = 1;
+		goto out;
+	}
+	size_t n = json_array_size(evs);
+	struct etcd_batch *b = calloc(1, sizeof(*b));
+	if (b)
+		b->kvs = calloc(n ? n : 1, sizeof(*b->kvs));
+	if (!b || !b->kvs) {
+		free(b);
+		stop = 1;
+		goto out;
+	}
+	b->kind = ETCD_EVENTS;
+	for (size_t i = 0; i < n; i++) {
+		const json_t *ev = json_array_get(evs, i), *t = json_object_get(ev, "type");
+		bool del = json_is_string(t) && strcmp(json_string_value(t), "DELETE") == 0;
+		if ((t && !json_is_string(t)) || kv_parse(json_object_get(ev, "kv"), del, &b->kvs[i]) ||
+		    b->kvs[i].mod_revision < w->next_rev) {
+			log_warnx("cluster: etcd watch: malformed or out-of-order event; reconnecting");
+			b->n = i;
+			etcd_batch_free(b);
+			stop = 1;
+			goto out;
+		}
+		b->n = i + 1;
+	}
+	if (n) {
+		w->next_rev = b->kvs[n - 1].mod_revision + 1;
+		push(w, b);
+	} else {
+		etcd_batch_free(b);
+	}
+out:
+	json_decref(j);
+	return stop;
+}
+
+/* Range read: 0, 1 when `at` is compacted, -1 on other errors. */
+static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int64_t compacted,
+			    char *err, size_t errlen)
+{
+	json_t *req = range_request(w->prefix, at);
+	if (!req) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	json_t *j = etcd_call_any(w->urls, w->n_urls, &w->cur_watch, "/v3/kv/range", req, &w->stop,
+				  err, errlen);
+	json_decref(req);
+	/* Compacted, or ahead of this etcd (its data was replaced): read it all. */
+	if (!j)
+		return strstr(err, "compacted") || strstr(err, "future revision") ? 1 : -1;
+	struct etcd_batch *b = calloc(1, sizeof(*b));
+	int rc = b ? range_parse(j, &b->kvs, &b->n, &b->revision) : -1;
+	json_decref(j);
+	if (rc) {
+		free(b);
+		snprintf(err, errlen, "malformed range response from etcd");
+		return -1;
+	}
+	/* The header says etcd's revision now; a read at `at` shows the keys as
+	 * they were at `at`, and the watch must go on from there. */
+	if (at > 0)
+		b->revision = at;
+	b->kind = ETCD_SNAPSHOT;
+	b->resync = resync;
+	b->compacted = compacted;
+	w->next_rev = b->revision + 1;
+	push(w, b);
+	return 0;
+}
+
+/* One watch stream from w->next_rev until it breaks: 0 compacted, -1 otherwise. */
+static int watcher_stream(struct etcd_watcher *w, char *err, size_t errlen)
+{
+	char end[ETCD_MAX_KEY + 1];
+	etcd_prefix_end(w->prefix, end, sizeof(end));
+	char *k = etcd_b64_encode(w->prefix, strlen(w->prefix)), *e = etcd_b64_encode(end, strlen(end));
+	json_t *req = k && e ? json_pack("{s:{s:s, s:s, s:I}}", "create_request", "key", k, "range_end",
+					 e, "start_revision", (json_int_t)w->next_rev)
+			     : NULL;
+	char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+	free(k);
+	free(e);
+	json_decref(req);
+	if (!body) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	w->compacted = 0;
+	struct http_buf b = {.stop = &w->stop, .on_line = watch_line, .arg = w};
+	long status = 0;
+	int rc = http_post(w->urls[w->cur_watch], "/v3/watch", body, 0, &b, &status, err, errlen);
+	free(body);
+	free(b.data);
+	if (w->compacted)
+		return 0;
+	if (rc == 0)
+		snprintf(err, errlen, "%s: the watch stream ended (HTTP %ld)", w->urls[w->cur_watch],
+			 status);
+	w->cur_watch = (w->cur_watch + 1) % w->n_urls; /* next try: the next endpoint */
+	return -1;
+}
+
+static void *watch_main(void *arg)
+{
+	struct etcd_watcher *w = arg;
+	char err[512];
+	/* First: the snapshot at our saved revision (not applied), or one to apply. */
+	int64_t snap_at = w->start_rev;
+	bool need_snap = true, resync = w->start_rev <= 0;
+	int64_t compacted = 0;
+	unsigned backoff = ETCD_BACKOFF_MIN_MS;
+	while (!atomic_load(&w->stop)) {
+		int rc = 0;
+		if (need_snap) {
+			rc = watcher_snapshot(w, snap_at, resync, compacted, err, sizeof(err));
+			if (rc == 1) { /* our revision is compacted: read everything now */
+				snap_at = 0;
+				resync = true;
+				compacted = -1; /* unknown: the range error does not say */
+				continue;
+			}
+			if (rc == 0)
+				need_snap = false;
+		}
+		if (rc == 0) {
+			rc = watcher_stream(w, err, sizeof(err));
+			if (rc == 0) { /* compacted under us */
+				need_snap = true;
+				snap_at = 0;
+				resync = true;
+				compacted = w->compacted;
+				backoff = ETCD_BACKOFF_MIN_MS;
+				continue;
+			}
+			if (w->up)
+				backoff = ETCD_BACKOFF_MIN_MS;
+		}
+		if (atomic_load(&w->stop))
+			break;
+		push_state(w, ETCD_DISCONNECTED, err);
+		w->up = false;
+		nap(w, backoff);
+		backoff = backoff * 2 > ETCD_BACKOFF_MAX_MS ? ETCD_BACKOFF_MAX_MS : backoff * 2;
+	}
+	return NULL;
+}
+
+/* ---- the status thread: a lease, kept alive, and the value under it ---- */
+
+static int64_t lease_grant(struct etcd_watcher *w, char *err, size_t errlen)
+{
+	json_t *req = json_pack("{s:I}", "TTL", (json_int_t)ETCD_LEASE_TTL_S);
+	json_t *j = req ? etcd_call_any(w->urls, w->n_urls, &w->cur_status, "/v3/lease/grant", req,
+					&w->stop, err, errlen)
+			: NULL;
+	json_decref(req);
+	int64_t id = 0;
+	if (j && (json_i64(j, "ID", &id) || id <= 0)) {
+		snprintf(err, errlen, "malformed lease grant response");
+		id = 0;
+	}
+	json_decref(j);
+	return id;
+}
+
+/* 0 alive, -1 gone or unreachable. */
+static int lease_keepalive(struct etcd_watcher *w, int64_t id, char *err, size_t errlen)
+{
+	char sid[32];
+	snprintf(sid, sizeof(sid), "%" PRId64, id);
+	json_t *req = json_pack("{s:s}", "ID", sid);
+	json_t *j = req ? etcd_call_any(w->urls, w->n_urls, &w->cur_status, "/v3/lease/keepalive",
+					req, &w->stop, err, errlen)
+			: NULL;
+	json_decref(req);
+	int64_t ttl = 0;
+	int rc = -1;
+	if (j && json_i64(json_object_get(j, "result"), "TTL", &ttl) == 0 && ttl > 0)
+		rc = 0;
+	else if (j)
+		snprintf(err, errlen, "lease %s expired", sid);
+	json_decref(j);
+	return rc;
+}
+
+static int status_put(struct etcd_watcher *w, int64_t lease, const char *value, char *err,
+		      size_t errlen)
+{
+	char *k = etcd_b64_encode(w->status_key, strlen(w->status_key));
+	char *v = etcd_b64_encode(value, strlen(value));
+	char sid[32];
+	snprintf(sid, sizeof(sid), "%" PRId64, lease);
+	json_t *req = k && v ? json_pack("{s:s, s:s, s:s}", "key", k, "value", v, "lease", sid) : NULL;
+	free(k);
+	free(v);
+	json_t *j = req ? etcd_call_any(w->urls, w->n_urls, &w->cur_status, "/v3/kv/put", req,
+					&w->stop, err, errlen)
+			: NULL;
+	json_decref(req);
+	int rc = j ? 0 : -1;
+	json_decref(j);
+	return rc;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void *status_main(void *arg)
+{
+	struct etcd_watcher *w = arg;
+	char err[512];
+	int64_t lease = 0;
+	uint64_t last_ka = 0;
+	bool warned = false;
+	while (!atomic_load(&w->stop)) {
+		char *value = NULL;
+		pthread_mutex_lock(&w->mu);
+		if (!w->status_dirty && lease && !atomic_load(&w->stop)) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1;
+			pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+		}
+		if (w->status_value && (w->status_dirty || !lease))
+			value = strdup(w->status_value);
+		w->status_dirty = false;
+		pthread_mutex_unlock(&w->mu);
+		if (atomic_load(&w->stop)) {
+			free(value);
+			break;
+		}
+		int rc = 0;
+		uint64_t now = mono_ms();
+		if (!lease) {
+			lease = lease_grant(w, err, sizeof(err));
+			rc = lease ? 0 : -1;
+			last_ka = now;
+		} else if (now - last_ka >= ETCD_LEASE_TTL_S * 1000 / 3) {
+			rc = lease_keepalive(w, lease, err, sizeof(err));
+			last_ka = now;
+			if (rc)
+				lease = 0;
+		}
+		if (rc == 0 && value && status_put(w, lease, value, err, sizeof(err)) != 0) {
+			rc = -1;
+			lease = 0; /* a new lease at the next try; the old one expires */
+		}
+		if (rc) {
+			if (!warned)
+				log_warnx("cluster: cannot publish status: %s (retrying)", err);
+			warned = true;
+			pthread_mutex_lock(&w->mu);
+			w->status_dirty = w->status_dirty || value != NULL;
+			pthread_mutex_unlock(&w->mu);
+			nap(w, 500);
+		} else if (value && warned) {
+			log_info("cluster: status published again");
+			warned = false;
+		}
+		free(value);
+	}
+	return NULL;
+}
+
+/* ---- loop side ---------------------------------------------------------- */
+
+static void on_async(uv_async_t *h)
+{
+	struct etcd_watcher *w = h->data;
+	pthread_mutex_lock(&w->mu);
+	struct etcd_batch *b = w->head;
+	w->head = w->tail = NULL;
+	pthread_mutex_unlock(&w->mu);
+	while (b) {
+		struct etcd_batch *next = b->next;
+		b->next = NULL;
+		w->on_batch(w->arg, b);
+		b = next;
+	}
+}
+
+int etcd_watcher_start(struct etcd_watcher **out, uv_loop_t *loop, const char *endpoints,
+		       const char *prefix, int64_t start_rev, const char *status_key,
+		       etcd_batch_fn *on_batch, void *arg, char *err, size_t errlen)
+{
+	static bool curl_ready; /* curl_global_init: once, before any thread */
+	*out = NULL;
+	if (strlen(prefix) > ETCD_MAX_KEY || strlen(status_key) > ETCD_MAX_KEY) {
+		snprintf(err, errlen, "etcd key prefix too long");
+		return -1;
+	}
+	struct etcd_watcher *w = calloc(1, sizeof(*w));
+	if (!w) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (etcd_endpoints_parse(endpoints, w->urls, &w->n_urls, err, errlen)) {
+		free(w);
+		return -1;
+	}
+	if (!curl_ready && curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+		snprintf(err, errlen, "curl_global_init failed");
+		free(w);
+		return -1;
+	}
+	curl_ready = true;
+	snprintf(w->prefix, sizeof(w->prefix), "%s", prefix);
+	snprintf(w->status_key, sizeof(w->status_key), "%s", status_key);
+	w->loop = loop;
+	w->start_rev = start_rev;
+	w->on_batch = on_batch;
+	w->arg = arg;
+	atomic_init(&w->stop, false);
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_cond_init(&w->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	int rc = uv_async_init(loop, &w->async, on_async);
+	if (rc) {
+		snprintf(err, errlen, "uv_async_init: %s", uv_strerror(rc));
+		free(w);
+		return -1;
+	}
+	w->async.data = w;
+	*out = w;
+	rc = pthread_create(&w->watch_thr, NULL, watch_main, w);
+	w->watch_started = rc == 0;
+	if (rc == 0) {
+		rc = pthread_create(&w->status_thr, NULL, status_main, w);
+		w->status_started = rc == 0;
+	}
+	if (rc) {
+		snprintf(err, errlen, "pthread_create: %s", strerror(rc));
+		etcd_watcher_stop(w);
+		*out = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+void etcd_watcher_publish(struct etcd_watcher *w, const char *value)
+{
+	char *v = strdup(value);
+	if (!v)
+		return; /* the next publish carries it */
+	pthread_mutex_lock(&w->mu);
+	free(w->status_value);
+	w->status_value = v;
+	w->status_dirty = true;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void on_async_closed(uv_handle_t *h)
+{
+	struct etcd_watcher *w = h->data;
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w->status_value);
+	free(w);
+}
+
+void etcd_watcher_stop(struct etcd_watcher *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	atomic_store(&w->stop, true);
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	/* Every transfer polls the stop flag at least once a second. */
+	if (w->watch_started)
+		pthread_join(w->watch_thr, NULL);
+	if (w->status_started)
+		pthread_join(w->status_thr, NULL);
+	struct etcd_batch *b = w->head;
+	while (b) {
+		struct etcd_batch *next = b->next;
+		etcd_batch_free(b);
+		b = next;
+	}
+	w->head = w->tail = NULL;
+	uv_close((uv_handle_t *)&w->async, on_async_closed);
+}

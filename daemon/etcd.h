@@ -1,0 +1,98 @@
+/*
+ * etcd.h - a small etcd v3 client over etcd's JSON gateway (/v3/, keys and
+ * values in base64), libcurl and jansson.  Two threads of its own: one
+ * reads the desired-state prefix (a range read, then one long-lived,
+ * streamed POST /v3/watch read incrementally), one keeps a lease and puts
+ * this host's status under it.  Results reach the libuv loop as batches
+ * through uv_async; the loop never waits on etcd.
+ *
+ * Also the blocking one-shot calls togglectl --etcd uses (range, txn).
+ */
+#ifndef TD_ETCD_H
+#define TD_ETCD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define ETCD_MAX_ENDPOINTS  8
+#define ETCD_MAX_URL        256
+#define ETCD_MAX_KEY        512          /* bytes of a key we accept */
+#define ETCD_MAX_VALUE      (256u << 10) /* bytes of a value we accept */
+#define ETCD_MAX_RESPONSE   (64u << 20)  /* bytes of one JSON response or watch message */
+#define ETCD_MAX_KVS        100000       /* keys of one range read */
+#define ETCD_LEASE_TTL_S    10
+#define ETCD_TIMEOUT_MS     5000         /* connect and one-shot requests */
+
+struct etcd_kv {
+	char *key;
+	char *value;        /* NUL-terminated copy; NULL for a delete */
+	size_t value_len;
+	int64_t mod_revision;
+};
+
+enum etcd_batch_kind {
+	ETCD_SNAPSHOT,     /* a range read: kvs is the whole prefix at revision */
+	ETCD_EVENTS,       /* watch events in revision order (value NULL: deleted) */
+	ETCD_CONNECTED,    /* the watch stream is up */
+	ETCD_DISCONNECTED, /* lost; retrying */
+};
+
+struct etcd_batch {
+	struct etcd_batch *next;
+	enum etcd_batch_kind kind;
+	int64_t revision;  /* SNAPSHOT: the read's revision */
+	bool resync;       /* SNAPSHOT after a compaction (or a first start): apply it */
+	int64_t compacted; /* SNAPSHOT after a compaction: the compact revision */
+	struct etcd_kv *kvs;
+	size_t n;
+	char err[256];     /* DISCONNECTED: why */
+};
+
+void etcd_batch_free(struct etcd_batch *b);
+
+/* Parse "http://h:p[,http://h:p...]" into endpoints. 0, or -1 with err. */
+int etcd_endpoints_parse(const char *text, char urls[][ETCD_MAX_URL], size_t *n, char *err,
+			 size_t errlen);
+
+struct etcd_watcher;
+typedef void etcd_batch_fn(void *arg, struct etcd_batch *b);
+
+/*
+ * Start watching prefix: if start_rev > 0, a snapshot at start_rev (not to
+ * apply; resync when compacted) and then events from start_rev + 1; else a
+ * snapshot to apply, then events.  on_batch runs on the loop's thread and
+ * owns the batch.  status_key: where publish() puts its value, under a
+ * lease of ETCD_LEASE_TTL_S.
+ */
+int etcd_watcher_start(struct etcd_watcher **out, uv_loop_t *loop, const char *endpoints,
+		       const char *prefix, int64_t start_rev, const char *status_key,
+		       etcd_batch_fn *on_batch, void *arg, char *err, size_t errlen);
+/* Hand the status thread a new value (copied); it puts it when it can. */
+void etcd_watcher_publish(struct etcd_watcher *w, const char *value);
+/* Stop both threads (bounded: every request has a timeout), close the async. */
+void etcd_watcher_stop(struct etcd_watcher *w);
+
+/* ---- blocking one-shot calls (togglectl) ---- */
+
+/* Every key under prefix: kvs (free with etcd_kvs_free), n, revision. */
+int etcd_range(const char *endpoints, const char *prefix, struct etcd_kv **kvs, size_t *n,
+	       int64_t *revision, char *err, size_t errlen);
+void etcd_kvs_free(struct etcd_kv *kvs, size_t n);
+/*
+ * One transaction: put every (key, value) if each key in must_be_new does
+ * not exist yet (create_revision == 0).  0; 1 when a compare failed (nothing
+ * written); -1 with err.  *revision: the transaction's revision.
+ */
+int etcd_txn_put(const char *endpoints, const char *const *keys, const char *const *values,
+		 size_t n, const char *const *must_be_new, size_t n_new, int64_t *revision,
+		 char *err, size_t errlen);
+
+/* Pure helpers (tests/check_cluster.c). */
+/* The end of the range of every key starting with prefix (last byte + 1). */
+int etcd_prefix_end(const char *prefix, char *out, size_t outlen);
+char *etcd_b64_encode(const void *data, size_t len);                   /* malloc'd, NUL-terminated */
+int etcd_b64_decode(const char *s, char **out, size_t *outlen, size_t max); /* NUL-terminated copy */
+
+#endif

@@ -1,0 +1,407 @@
+#!/usr/bin/env bash
+# tests/cluster/run.sh - the cluster layer end to end: a real etcd started
+# here on 127.0.0.1 (free ports, its own data directory), three toggled
+# (ASan build) as hosts h1, h2, h3 (own sockets and state directories), two
+# demo_agent (simulator) per host, togglectl --etcd and etcdctl.
+#
+#   a cluster set reaches every agent; a host set only that host's; a plan
+#   reaches every agent, a late one is rejected and reported; kill -9 one
+#   toggled, change the desired state, restart it: it catches up from its
+#   saved revision (no resync) and nothing is lost, and its status key goes
+#   with its lease; etcd restarted: every toggled reconnects; a compacted
+#   saved revision: full resync, logged once; etcd stopped: local requests
+#   still answered, and the cluster resumes when etcd is back.
+#
+#   B=build tests/cluster/run.sh   (make check-cluster does this)
+#   KEEP=1 ...                     keep the temporary directory
+#
+# etcd and etcdctl are required (scripts/deps.sh installs etcd-server and
+# etcd-client): without them this test FAILS, it does not skip.  Every wait
+# is bounded.
+set -u
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOP=$(cd "$HERE/../.." && pwd)
+B=${B:-build}
+case $B in /*) ;; *) B=$TOP/$B ;; esac
+CTL=$B/togglectl
+DAEMON=${TOGGLED:-$B/toggled-san}
+AGENT=$B/examples/demo_agent
+
+FAILS=0
+CHECKS=0
+fail() {
+	FAILS=$((FAILS + 1))
+	echo "FAIL: $*" >&2
+}
+# shellcheck source=tests/skip.sh
+. "$TOP/tests/skip.sh"
+
+for f in "$CTL" "$DAEMON" "$AGENT"; do
+	if [ ! -x "$f" ]; then
+		echo "cluster/run.sh: $f is missing; build it first" >&2
+		exit 1
+	fi
+done
+for t in etcd etcdctl python3; do
+	if ! command -v "$t" >/dev/null 2>&1; then
+		echo "cluster/run.sh: FAIL: $t is not installed (scripts/deps.sh installs etcd-server," \
+			"etcd-client, python3); the cluster tests need a real etcd" >&2
+		exit 1
+	fi
+done
+
+T=$(mktemp -d /tmp/tgclu.XXXXXX) || exit 1
+EPID=
+DPIDS=(x "" "" "" "")
+APIDS=
+export ETCDCTL_API=3
+export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+
+cleanup() {
+	for p in $APIDS ${DPIDS[1]} ${DPIDS[2]} ${DPIDS[3]} ${DPIDS[4]} $EPID; do
+		[ -n "$p" ] && kill "$p" 2>/dev/null
+	done
+	wait 2>/dev/null
+	if [ "${KEEP:-0}" = 1 ] || [ "$FAILS" -gt 0 ]; then
+		echo "cluster/run.sh: logs kept in $T" >&2
+	else
+		rm -rf "$T"
+	fi
+}
+trap cleanup EXIT
+
+# Two free loopback ports (bound and released: a race with another
+# process is possible but etcd then fails loudly).
+read -r CPORT PPORT < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+EURL=http://127.0.0.1:$CPORT
+CL="--etcd $EURL --cluster tc"
+
+start_etcd() {
+	etcd --name t --data-dir "$T/etcd" --listen-client-urls "$EURL" --advertise-client-urls "$EURL" \
+		--listen-peer-urls "http://127.0.0.1:$PPORT" \
+		--initial-advertise-peer-urls "http://127.0.0.1:$PPORT" \
+		--initial-cluster "t=http://127.0.0.1:$PPORT" >>"$T/etcd.log" 2>&1 &
+	EPID=$!
+	for _ in $(seq 100); do
+		etcdctl --endpoints "$EURL" --command-timeout=1s endpoint health >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	fail "etcd did not become healthy in 10 s (see $T/etcd.log)"
+	exit 1
+}
+
+# stop_pid PID WHAT: SIGTERM, then at most 10 s for it to exit (else -9 and
+# a failure); leaves its exit status in $STOP_RC.
+stop_pid() {
+	kill "$1" 2>/dev/null
+	for _ in $(seq 200); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.05
+	done
+	if kill -0 "$1" 2>/dev/null; then
+		fail "$2 did not exit within 10 s of SIGTERM"
+		kill -9 "$1" 2>/dev/null
+	fi
+	wait "$1" 2>/dev/null
+	STOP_RC=$?
+}
+
+stop_etcd() {
+	stop_pid "$EPID" etcd
+	EPID=
+}
+
+# start_host N: toggled hN on its own socket and state directory.
+start_host() {
+	local n=$1
+	mkdir -p "$T/h$n"
+	"$DAEMON" --socket "$T/h$n/sock" --state-dir "$T/h$n/state" $CL --host-id "h$n" \
+		>>"$T/h$n/toggled.log" 2>&1 &
+	DPIDS[$n]=$!
+	for _ in $(seq 100); do
+		[ -S "$T/h$n/sock" ] && return 0
+		sleep 0.05
+	done
+	fail "toggled h$n did not listen in 5 s"
+}
+
+# wait_for SECONDS WHAT CMD...: until CMD succeeds; a failure after SECONDS.
+wait_for() {
+	local secs=$1 what=$2
+	shift 2
+	CHECKS=$((CHECKS + 1))
+	local end=$(($(date +%s%N) / 1000000 + secs * 1000))
+	while :; do
+		"$@" && return 0
+		[ $(($(date +%s%N) / 1000000)) -ge "$end" ] && break
+		sleep 0.05
+	done
+	fail "$what (not within $secs s)"
+	return 1
+}
+
+# host_agents_are N EXPR: every agent of hN (2 of them) satisfies the Python
+# expression EXPR over a (the agent's JSON object from togglectl agents).
+host_agents_are() {
+	"$CTL" -s "$T/h$1/sock" --json agents >"$T/agents.$1.json" 2>/dev/null || return 1
+	python3 - "$T/agents.$1.json" "$2" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ags = d["agents"]
+ok = len(ags) == 2 and all(eval(sys.argv[2], {}, {"a": a}) for a in ags)
+sys.exit(0 if ok else 1)
+EOF
+}
+
+all_hosts_are() {
+	host_agents_are 1 "$1" && host_agents_are 2 "$1" && host_agents_are 3 "$1"
+}
+
+enabled_is() { # SPEC: the standing set and the agent applied it
+	all_hosts_are "a['enabled'] == '$1' and a['applied_version'] == a['control_version']"
+}
+
+status_hosts() { # the host ids with a status key, sorted, comma-separated
+	etcdctl --endpoints "$EURL" get --prefix --keys-only /graphtoggle/tc/status/ 2>/dev/null |
+		sed -n 's|^/graphtoggle/tc/status/||p' | sort | paste -sd, -
+}
+
+status_is() { test "$(status_hosts)" = "$1"; }
+
+ctl_cluster() {
+	"$CTL" $CL "$@" >"$T/out" 2>"$T/err"
+	RC=$?
+	CHECKS=$((CHECKS + 1))
+	if [ "$RC" != 0 ]; then
+		fail "togglectl $CL $*: exit $RC"
+		sed 's/^/  /' "$T/out" "$T/err" >&2
+	fi
+}
+
+count_in_log() { grep -c -- "$2" "$T/h$1/toggled.log"; }
+
+# ---- start --------------------------------------------------------------------
+start_etcd
+for n in 1 2 3; do start_host "$n"; done
+for n in 1 2 3; do
+	for k in 1 2; do
+		"$AGENT" --backend sim --socket "$T/h$n/sock" --period-ms 5 --name "eng$k" \
+			--group "g$k" >"$T/h$n/agent$k.log" 2>&1 &
+		APIDS="$APIDS $!"
+	done
+done
+wait_for 10 "every host has its 2 agents" all_hosts_are "a['step'] >= 0"
+wait_for 10 "every host publishes its status" status_is h1,h2,h3
+
+# ---- 1. a cluster set reaches every agent -----------------------------------
+ctl_cluster set 'resid_post:0-3'
+wait_for 5 "cluster set reaches every agent of every host" enabled_is 'resid_post:0-3'
+
+# A host's set: only that host.
+ctl_cluster set --target host:h2 'attn_out:*'
+wait_for 5 "host:h2 set reaches h2's agents" host_agents_are 2 "a['enabled'] == 'attn_out:*'"
+host_agents_are 1 "a['enabled'] == 'resid_post:0-3'" || fail "host:h2 set changed h1"
+host_agents_are 3 "a['enabled'] == 'resid_post:0-3'" || fail "host:h2 set changed h3"
+
+# A group across hosts.
+ctl_cluster set --target group:g2 'mlp_out:5'
+wait_for 5 "group:g2 set reaches g2 on every host" all_hosts_are \
+	"(a['group'] != 'g2') or a['enabled'] == 'mlp_out:5'"
+
+# A spec that does not parse is rejected on every host and reported there.
+etcdctl --endpoints "$EURL" put /graphtoggle/tc/desired/set/all '{"hooks":"nosuchhook:1"}' >/dev/null
+wait_for 5 "a bad spec is reported in every host's status" python3 -c "
+import json, subprocess, sys
+d = json.loads(subprocess.run(['$CTL'] + '$CL'.split() + ['--json', 'status'], capture_output=True).stdout)
+sys.exit(0 if len(d['hosts']) == 3 and all(h['rejected'] >= 2 for h in d['hosts']) else 1)"
+host_agents_are 1 "a['enabled'] in ('resid_post:0-3', 'mlp_out:5')" || fail "a bad spec changed an agent"
+
+# ---- 2. plans: all entries per agent, a late one rejected and reported -------
+echo '[{"step": "+100000", "hooks": "all"}, {"step": "+100001", "hooks": "none"}]' >"$T/plan.json"
+ctl_cluster plan submit "$T/plan.json"
+wait_for 5 "the plan is queued on every agent" all_hosts_are "a['pending_plan'] == 2"
+echo '[{"step": 1, "hooks": "all"}]' >"$T/late.json"
+ctl_cluster plan submit "$T/late.json"
+wait_for 5 "a late plan is reported as rejected by every host" python3 -c "
+import json, subprocess, sys
+d = json.loads(subprocess.run(['$CTL'] + '$CL'.split() + ['--json', 'status'], capture_output=True).stdout)
+sys.exit(0 if all(any('already begun step' in r['message'] for r in h['rejections'])
+                   for h in d['hosts']) and len(d['hosts']) == 3 else 1)"
+all_hosts_are "a['pending_plan'] == 2" || fail "a late plan left entries behind"
+
+# The cluster view: agents of every host, same JSON as one host's.
+ctl_cluster --json agents
+python3 - "$T/out" <<'EOF' || fail "togglectl --etcd --json agents: not 3 hosts x 2 agents"
+import json, sys
+d = json.load(open(sys.argv[1]))
+hs = sorted(h["host"] for h in d["hosts"])
+assert hs == ["h1", "h2", "h3"], hs
+assert all(len(h["agents"]) == 2 and "enabled" in h["agents"][0] for h in d["hosts"])
+EOF
+
+# ---- 3. kill -9 a toggled, change the state, restart: it catches up ---------
+ctl_cluster set 'resid_post:1'
+wait_for 5 "set before the kill" enabled_is 'resid_post:1'
+saved=$(cat "$T/h3/state/cluster-tc.rev")
+kill -9 "${DPIDS[3]}"
+wait "${DPIDS[3]}" 2>/dev/null
+DPIDS[3]=
+ctl_cluster set 'resid_post:2'
+ctl_cluster set --target host:h3 'attn_out:7'
+echo '[{"step": "+200000", "hooks": "all"}]' >"$T/plan3.json"
+ctl_cluster plan submit --target host:h3 "$T/plan3.json"
+# Its lease ends: its status key goes (TTL 10 s).
+wait_for 20 "the dead host's status disappears with its lease" status_is h1,h2
+t0=$(date +%s%N)
+start_host 3
+wait_for 10 "restarted h3 catches up: the host set and the plan written while it was dead" \
+	host_agents_are 3 "a['enabled'] == 'attn_out:7' and a['pending_plan'] == 3"
+t1=$(date +%s%N)
+echo "cluster/run.sh: h3 caught up $(((t1 - t0) / 1000000)) ms after its restart (agents reconnect included)"
+grep -q "applied revision $saved)" "$T/h3/toggled.log" ||
+	fail "h3 did not start from its saved revision $saved"
+[ "$(count_in_log 3 'full resync')" = 0 ] || fail "h3 resynced instead of catching up from its revision"
+host_agents_are 1 "a['enabled'] == 'resid_post:2'" || fail "h1 lost the set made while h3 was down"
+wait_for 15 "h3 publishes its status again" status_is h1,h2,h3
+
+# ---- 4. etcd restarted: every toggled reconnects -------------------------------
+watching() { grep -c 'cluster: watching etcd' "$T/h$1/toggled.log"; }
+reconnected() { test "$(watching "$1")" -gt "$2"; }
+before=(x "$(watching 1)" "$(watching 2)" "$(watching 3)")
+stop_etcd
+start_etcd
+for n in 1 2 3; do
+	wait_for 10 "h$n reconnects to the restarted etcd" reconnected "$n" "${before[$n]}"
+done
+ctl_cluster set 'resid_post:3'
+wait_for 5 "a set after the etcd restart reaches every agent" enabled_is 'resid_post:3'
+
+# ---- 5. compaction: a saved revision etcd no longer has -> full resync ------
+kill -9 "${DPIDS[1]}"
+wait "${DPIDS[1]}" 2>/dev/null
+DPIDS[1]=
+ctl_cluster set 'resid_post:4'
+ctl_cluster set --target host:h1 'attn_out:9'
+rev=$(etcdctl --endpoints "$EURL" get /graphtoggle/tc/desired/set/all -w json |
+	python3 -c 'import json,sys; print(json.load(sys.stdin)["header"]["revision"])')
+etcdctl --endpoints "$EURL" compact "$rev" >/dev/null || fail "etcdctl compact $rev"
+start_host 1
+wait_for 10 "h1 resyncs after compaction and gets the host set" \
+	host_agents_are 1 "a['enabled'] == 'attn_out:9'"
+[ "$(count_in_log 1 'full resync')" = 1 ] ||
+	fail "compaction: 'full resync' logged $(count_in_log 1 'full resync') times in h1's log, expected once"
+host_agents_are 2 "a['enabled'] == 'resid_post:4'" || fail "h2 missed the set made during compaction"
+[ "$(cat "$T/h1/state/cluster-tc.rev")" -ge "$rev" ] || fail "h1 did not save the resynced revision"
+
+# ---- 6. etcd stopped: local requests are answered; the cluster resumes ------
+stop_etcd
+sleep 0.5
+"$CTL" -s "$T/h2/sock" set 'mlp_out:0' >"$T/out" 2>&1 || fail "local set with etcd down: $(cat "$T/out")"
+wait_for 5 "a local set with etcd down reaches h2's agents" \
+	host_agents_are 2 "a['enabled'] == 'mlp_out:0' and a['applied_version'] == a['control_version']"
+"$CTL" -s "$T/h2/sock" status >/dev/null 2>&1 || fail "local status with etcd down"
+wait_for 10 "h2 logs that etcd is unreachable" grep -q "etcd unreachable" "$T/h2/toggled.log"
+sleep 2
+n_down=$(grep -c "etcd unreachable" "$T/h2/toggled.log")
+start_etcd
+ctl_cluster set 'resid_post:5'
+wait_for 10 "the cluster resumes after etcd is back" enabled_is 'resid_post:5'
+[ "$n_down" -le 2 ] || fail "'etcd unreachable' logged $n_down times in one outage (expected once)"
+
+# ---- 7. a failed save: nothing reaches the agents, the revision stays --------
+# h4 keeps its state on a 512 KiB tmpfs of its own (a private mount
+# namespace), which is then filled: a cluster set is accepted, its save
+# fails, and it must not reach h4's agents (durable before visible) nor
+# move cluster-tc.rev; once there is room again it is re-applied and the
+# revision follows.  Needs root (mount); CI runs as root.
+in_h4() { nsenter -t "${DPIDS[4]}" -m "$@"; }
+set_rev() { # the mod revision of desired/set/all
+	etcdctl --endpoints "$EURL" get /graphtoggle/tc/desired/set/all -w json |
+		python3 -c 'import json,sys; print(json.load(sys.stdin)["kvs"][0]["mod_revision"])'
+}
+h4_rev() { in_h4 cat "$T/h4/state/cluster-tc.rev" 2>/dev/null || echo 0; }
+rev_at_least() { test "$(h4_rev)" -ge "$1"; }
+if [ "$(id -u)" != 0 ]; then
+	skip "cluster/run.sh 7 (a failed save in a cluster): needs root for a tmpfs" root
+elif ! unshare -m --propagation private true 2>/dev/null; then
+	skip "cluster/run.sh 7 (a failed save in a cluster): unshare -m refused here" root
+else
+	mkdir -p "$T/h4/state"
+	unshare -m --propagation private sh -c \
+		'mount -t tmpfs -o size=512k,mode=0700 tmpfs "$1" && shift && exec "$@"' sh \
+		"$T/h4/state" "$DAEMON" --socket "$T/h4/sock" --state-dir "$T/h4/state" $CL \
+		--host-id h4 >>"$T/h4/toggled.log" 2>&1 &
+	DPIDS[4]=$!
+	for k in 1 2; do
+		"$AGENT" --backend sim --socket "$T/h4/sock" --period-ms 5 --name "eng$k" \
+			--group "g$k" >"$T/h4/agent$k.log" 2>&1 &
+		APIDS="$APIDS $!"
+	done
+	wait_for 10 "h4 (state on a tmpfs) has its 2 agents" host_agents_are 4 "a['step'] >= 0"
+	ctl_cluster set 'resid_post:6'
+	wait_for 5 "a cluster set reaches h4" host_agents_are 4 \
+		"a['enabled'] == 'resid_post:6' and a['applied_version'] == a['control_version']"
+	wait_for 5 "h4 saves the revision of that set" rev_at_least "$(set_rev)"
+	in_h4 dd if=/dev/zero of="$T/h4/state/filler" bs=4096 2>/dev/null
+	# The journal's last page may take a few more records: put alternate
+	# sets until h4 logs that a save failed.
+	spec=
+	for i in $(seq 40); do
+		spec="resid_post:$((6 + i % 2))"
+		ctl_cluster set "$spec"
+		for _ in $(seq 40); do
+			grep -q "cannot save the desired state" "$T/h4/toggled.log" && break 2
+			host_agents_are 4 "a['enabled'] == '$spec' and a['applied_version'] == a['control_version']" &&
+				break
+			sleep 0.05
+		done
+	done
+	CHECKS=$((CHECKS + 1))
+	if ! grep -q "cannot save the desired state" "$T/h4/toggled.log"; then
+		fail "h4's save never failed on a full tmpfs"
+	else
+		failed_rev=$(set_rev)
+		sleep 2.5 # two re-applications at least, each failing again
+		host_agents_are 1 "a['enabled'] == '$spec'" || fail "h1 did not get the set h4 could not save"
+		# The agents never run a version the daemon does not hold durably
+		# (every sample); the accepted set is the old one (but for the
+		# moment of each re-application: most samples).
+		held=0
+		for _ in $(seq 5); do
+			host_agents_are 4 "a['applied_version'] <= a['control_version']" ||
+				fail "h4's agents applied a version whose save failed (visible before durable)"
+			host_agents_are 4 "a['enabled'] != '$spec'" && held=$((held + 1))
+			sleep 0.2
+		done
+		[ "$held" -ge 3 ] || fail "h4 shows $spec, whose save failed, in $((5 - held)) of 5 samples"
+		[ "$(h4_rev)" -lt "$failed_rev" ] ||
+			fail "h4 saved revision $(h4_rev) >= $failed_rev, whose save failed"
+		in_h4 rm -f "$T/h4/state/filler"
+		wait_for 10 "h4 re-applies the set once it can save again" host_agents_are 4 \
+			"a['enabled'] == '$spec' and a['applied_version'] == a['control_version']"
+		wait_for 5 "h4's saved revision follows once durable" rev_at_least "$failed_rev"
+	fi
+fi
+
+# ---- the end: every toggled still alive, stops cleanly (ASan reports) --------
+for n in 1 2 3 4; do
+	[ -z "${DPIDS[$n]:-}" ] && [ "$n" = 4 ] && continue
+	if ! kill -0 "${DPIDS[$n]}" 2>/dev/null; then
+		fail "toggled h$n died (see $T/h$n/toggled.log)"
+		continue
+	fi
+	stop_pid "${DPIDS[$n]}" "toggled h$n"
+	DPIDS[$n]=
+	[ "$STOP_RC" = 0 ] || fail "toggled h$n exited $STOP_RC at SIGTERM (see $T/h$n/toggled.log)"
+	if grep -q "ERROR: AddressSanitizer\|runtime error:" "$T/h$n/toggled.log"; then
+		fail "sanitizer report in h$n's log"
+	fi
+done
+
+echo "cluster/run.sh: $CHECKS checks, $FAILS failed"
+[ "$FAILS" = 0 ]
