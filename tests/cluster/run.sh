@@ -319,7 +319,9 @@ wait_for 10 "the cluster resumes after etcd is back" enabled_is 'resid_post:5'
 # fails, and it must not reach h4's agents (durable before visible) nor
 # move cluster-tc.rev; once there is room again it is re-applied and the
 # revision follows.  Needs root (mount); CI runs as root.
-in_h4() { nsenter -t "${DPIDS[4]}" -m "$@"; }
+# -r: the target's root too (setns to a mount namespace resets the root, which
+# matters inside a chroot such as scripts/fresh-check.sh's)
+in_h4() { nsenter -t "${DPIDS[4]}" -m -r "$@"; }
 set_rev() { # the mod revision of desired/set/all
 	etcdctl --endpoints "$EURL" get /graphtoggle/tc/desired/set/all -w json |
 		python3 -c 'import json,sys; print(json.load(sys.stdin)["kvs"][0]["mod_revision"])'
