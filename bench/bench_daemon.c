@@ -14,20 +14,26 @@
  *     clients pipeline writes (32 in flight each) to every agent;
  *   - the state directory's own save latency, measured in the same run:
  *     write a small file, fsync, rename, fsync the directory (what one save
- *     of one agent costs the daemon), so figures compare across machines.
+ *     of one agent costs the daemon), so figures compare across machines;
+ *   - with 256 agents: the time of a /metrics scrape (toggled --metrics on
+ *     a loopback port), and the Status and SetEnabled round trips for a
+ *     while without scraping, then with a scrape every second.
  *
  * Usage: bench_daemon --toggled PATH [--requests N] [--seconds S] [--config FILE]
  *        [--rows reads]
  * --config passes a toggled.conf to the daemon (frames_per_turn, say);
  * --rows reads measures the disk and the reads table only.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -64,7 +70,7 @@ static double pct(double *v, size_t n, double p)
 }
 
 struct bench {
-	char dir[64], sock[128], state[128];
+	char dir[64], sock[128], state[128], metrics[32];
 	pid_t daemon;
 	struct toggle_sim *sim;
 	struct toggle_agent *agents[MAX_AGENTS];
@@ -86,14 +92,24 @@ static void daemon_start(struct bench *b, const char *bin, const char *conf)
 		die("mkdtemp");
 	snprintf(b->sock, sizeof(b->sock), "%s/s.sock", b->dir);
 	snprintf(b->state, sizeof(b->state), "%s/state", b->dir);
+	/* A free loopback port for --metrics (scraped only by the metrics section). */
+	int ps = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sin);
+	if (ps < 0 || bind(ps, (struct sockaddr *)&sin, sizeof(sin)) != 0 ||
+	    getsockname(ps, (struct sockaddr *)&sin, &sl) != 0)
+		die("no free port for --metrics");
+	close(ps);
+	snprintf(b->metrics, sizeof(b->metrics), "127.0.0.1:%u", ntohs(sin.sin_port));
 	b->daemon = fork();
 	if (b->daemon == 0) {
 		freopen("/dev/null", "w", stderr);
 		if (conf)
-			execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, "-c", conf,
-			      (char *)NULL);
+			execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, "--metrics",
+			      b->metrics, "-c", conf, (char *)NULL);
 		else
-			execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, (char *)NULL);
+			execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, "--metrics",
+			      b->metrics, (char *)NULL);
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {
@@ -199,7 +215,7 @@ static int encode_set(uint64_t req_id, uint64_t agent_id, int flip, uint8_t **bu
 	sel.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
 	sel.agent_id = agent_id;
 	se.target = &sel;
-	se.op = TOGGLE__SET_OP__REPLACE;
+	se.op = TOGGLE__SET_OP__SET_OP_REPLACE;
 	se.spec = flip ? "h0:1" : "h0:0";
 	env.id = req_id;
 	env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
@@ -406,6 +422,134 @@ static void reads_under_load(struct bench *b, int agents, int writers, double se
 	tgc_close(c);
 }
 
+/* ---- --metrics: scrape cost, and RPC latency with and without scraping ---- */
+
+/* One GET /metrics; its wall time in microseconds, the body's bytes in *bytes. */
+static double scrape_once(const struct bench *b, size_t *bytes)
+{
+	unsigned port = (unsigned)atoi(strrchr(b->metrics, ':') + 1);
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+	double t0 = now_us();
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 ||
+	    send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(req) - 1))
+		die("scrape: connect/send");
+	char buf[65536];
+	size_t total = 0;
+	ssize_t n;
+	while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+		if (total == 0 && (n < 12 || memcmp(buf + 9, "200", 3) != 0))
+			die("scrape: not 200");
+		total += (size_t)n;
+	}
+	close(fd);
+	if (n < 0)
+		die("scrape: recv");
+	*bytes = total;
+	return now_us() - t0;
+}
+
+struct scraper {
+	const struct bench *b;
+	volatile int stop;
+	unsigned scrapes;
+};
+
+/* A scrape every second, as a Prometheus server with scrape_interval 1s. */
+static void *scrape_thread(void *arg)
+{
+	struct scraper *s = arg;
+	while (!s->stop) {
+		size_t bytes;
+		scrape_once(s->b, &bytes);
+		s->scrapes++;
+		for (int i = 0; i < 100 && !s->stop; i++)
+			usleep(10000);
+	}
+	return NULL;
+}
+
+/* Sequential round trips for `seconds`: Status (write 0) or SetEnabled to agent 1. */
+static void rpc_rtt(struct tgc *c, int write, double seconds, double *p50, double *p99,
+		    double *p999, double *max, size_t *count)
+{
+	size_t cap = 1 << 20, n = 0;
+	double *v = calloc(cap, sizeof(double));
+	if (!v)
+		die("calloc");
+	double end = now_us() + seconds * 1e6;
+	char err[256];
+	while (now_us() < end && n < cap) {
+		Toggle__Envelope req = TOGGLE__ENVELOPE__INIT, *rep = NULL;
+		Toggle__StatusRequest st = TOGGLE__STATUS_REQUEST__INIT;
+		Toggle__SetEnabledRequest se = TOGGLE__SET_ENABLED_REQUEST__INIT;
+		Toggle__Selector sel = TOGGLE__SELECTOR__INIT;
+		if (write) {
+			sel.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+			sel.agent_id = 1;
+			se.target = &sel;
+			se.op = TOGGLE__SET_OP__SET_OP_REPLACE;
+			se.spec = (n & 1) ? "h0:1" : "h0:0";
+			req.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
+			req.set_enabled = &se;
+		} else {
+			req.body_case = TOGGLE__ENVELOPE__BODY_STATUS;
+			req.status = &st;
+		}
+		double t0 = now_us();
+		if (tgc_call(c, &req, &rep, 5000, err, sizeof(err)) != 0)
+			die(err);
+		v[n++] = now_us() - t0;
+		toggle__envelope__free_unpacked(rep, NULL);
+	}
+	*count = n;
+	*p50 = pct(v, n, 0.5);
+	*p99 = pct(v, n, 0.99);
+	*p999 = pct(v, n, 0.999);
+	*max = v[n - 1];
+	free(v);
+}
+
+static void metrics_bench(struct bench *b, struct tgc *c, double seconds)
+{
+	enum { SCRAPES = 50 };
+	double t[SCRAPES];
+	size_t bytes = 0;
+	for (int i = 0; i < SCRAPES; i++)
+		t[i] = scrape_once(b, &bytes);
+	double s50 = pct(t, SCRAPES, 0.5), s99 = pct(t, SCRAPES, 0.99), smax = t[SCRAPES - 1];
+	printf("daemon: GET /metrics with %zu agents (%d scrapes, %zu bytes each): p50 %.2f ms, "
+	       "p99 %.2f ms, max %.2f ms\n",
+	       b->n_agents, SCRAPES, bytes, s50 / 1e3, s99 / 1e3, smax / 1e3);
+	double run = seconds < 5 ? 5 : seconds;
+	printf("daemon: round trips in microseconds with %zu agents, %.0f s each, without and with a "
+	       "scrape every second\n", b->n_agents, run);
+	printf("  %8s %9s %9s %8s %8s %8s %8s\n", "request", "scraping", "requests", "p50", "p99",
+	       "p99.9", "max");
+	for (int w = 0; w < 2; w++) {
+		for (int scraping = 0; scraping < 2; scraping++) {
+			struct scraper s = {.b = b};
+			pthread_t th;
+			if (scraping)
+				pthread_create(&th, NULL, scrape_thread, &s);
+			double p50, p99, p999, max;
+			size_t n;
+			rpc_rtt(c, w, run, &p50, &p99, &p999, &max, &n);
+			if (scraping) {
+				s.stop = 1;
+				pthread_join(th, NULL);
+			}
+			char label[16] = "no";
+			if (scraping)
+				snprintf(label, sizeof(label), "%u/%.0fs", s.scrapes, run);
+			printf("  %8s %9s %9zu %8.1f %8.1f %8.1f %8.1f\n", w ? "set" : "status", label, n,
+			       p50, p99, p999, max);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *bin = NULL, *conf = NULL;
@@ -476,6 +620,8 @@ int main(int argc, char **argv)
 	}
 	disk_save_latency(&b, 500, &d50, &d99);
 	printf("disk: one save again, at the end: p50 %.1f us, p99 %.1f us\n", d50, d99);
+	if (!reads_only)
+		metrics_bench(&b, c, seconds);
 	tgc_close(c);
 	for (size_t i = 0; i < b.n_agents; i++)
 		toggle_agent_close(b.agents[i]);

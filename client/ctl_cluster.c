@@ -101,10 +101,10 @@ static int ctl_cluster_plan(struct ctl_ctx *ctx, char **argv)
 	json_t *entries = json_array();
 	for (size_t i = 0; entries && i < pl.n; i++) {
 		const Toggle__PlanEntry *e = pl.p[i];
-		json_t *o = e->has_after ? json_pack("{s:I, s:s}", "after", (json_int_t)e->after, "hooks",
-						     e->spec)
-					 : json_pack("{s:I, s:s}", "step", (json_int_t)e->step, "hooks",
-						     e->spec);
+		json_t *o = e->after ? json_pack("{s:I, s:s}", "after", (json_int_t)e->after, "hooks",
+						 e->spec)
+				     : json_pack("{s:I, s:s}", "step", (json_int_t)e->step, "hooks",
+						 e->spec);
 		if (!o || json_array_append_new(entries, o)) {
 			json_decref(entries);
 			entries = NULL;

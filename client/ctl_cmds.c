@@ -71,7 +71,7 @@ static int ctl_call(struct ctl_ctx *ctx, Toggle__Envelope *req, Toggle__Envelope
 			 (int)(*rep)->body_case, (int)want);
 	else if (*rep && (*rep)->body_case == TOGGLE__ENVELOPE__BODY_ERROR &&
 		 rc == TOGGLE_ETIMEDOUT && req->body_case == TOGGLE__ENVELOPE__BODY_SET_ENABLED &&
-		 req->set_enabled->has_wait_ms) {
+		 (req->set_enabled->wait_ms != 0)) {
 		/*
 		 * The daemon answers a wait with ETIMEDOUT only after it changed,
 		 * saved and wrote the set: accepted, not a failure; the agents
@@ -238,10 +238,8 @@ static int ctl_set_op(struct ctl_ctx *ctx, int argc, char **argv, Toggle__SetOp 
 	m.target = (Toggle__Selector *)(uintptr_t)ctl_target(ctx);
 	m.op = op;
 	m.spec = spec;
-	if (ctx->opt.wait) {
-		m.has_wait_ms = true;
+	if (ctx->opt.wait)
 		m.wait_ms = (uint32_t)ctx->opt.wait_ms;
-	}
 	Toggle__Envelope req = ctl_envelope(TOGGLE__ENVELOPE__BODY_SET_ENABLED, &m), *rep = NULL;
 	rc = ctl_connect(ctx);
 	if (!rc)
@@ -260,17 +258,17 @@ static int ctl_set_op(struct ctl_ctx *ctx, int argc, char **argv, Toggle__SetOp 
 
 int ctl_cmd_enable(struct ctl_ctx *ctx, int argc, char **argv)
 {
-	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__ADD, "enable");
+	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__SET_OP_ADD, "enable");
 }
 
 int ctl_cmd_disable(struct ctl_ctx *ctx, int argc, char **argv)
 {
-	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__REMOVE, "disable");
+	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__SET_OP_REMOVE, "disable");
 }
 
 int ctl_cmd_set(struct ctl_ctx *ctx, int argc, char **argv)
 {
-	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__REPLACE, "set");
+	return ctl_set_op(ctx, argc, argv, TOGGLE__SET_OP__SET_OP_REPLACE, "set");
 }
 
 /* ---- plans -------------------------------------------------------------- */
@@ -393,7 +391,6 @@ static int ctl_plan_entry(const struct ctl_output *out, const char *shown, size_
 	toggle__plan_entry__init(e);
 	/* Relative: step -1, so a daemon without PlanEntry.after refuses it. */
 	e->step = after ? -1 : (int64_t)json_integer_value(step);
-	e->has_after = after != 0;
 	e->after = after;
 	e->spec = (char *)(uintptr_t)json_string_value(hooks);
 	return 0;
@@ -427,7 +424,7 @@ int ctl_plan_load(const struct ctl_output *out, const char *path, struct ctl_pla
 		rc = ctl_fail(out, CTL_EXIT_ERROR, TOGGLE_ENOMEM, "out of memory");
 	for (size_t i = 0; !rc && i < pl->n; i++) {
 		rc = ctl_plan_entry(out, shown, i, json_array_get(pl->root, i), &pl->e[i]);
-		if (!rc && i > 0 && pl->e[i].has_after != pl->e[0].has_after)
+		if (!rc && i > 0 && (pl->e[i].after != 0) != (pl->e[0].after != 0))
 			rc = ctl_fail(out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
 				      "plan %s: entry %zu: a plan has absolute steps (N) or relative "
 				      "ones (\"+N\"), not both", shown, i);
@@ -435,8 +432,8 @@ int ctl_plan_load(const struct ctl_output *out, const char *path, struct ctl_pla
 			if (pl->e[k].step == pl->e[i].step && pl->e[k].after == pl->e[i].after)
 				rc = ctl_fail(out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
 					      "plan %s: entry %zu: step %s%lld is already planned by entry %zu",
-					      shown, i, pl->e[i].has_after ? "+" : "",
-					      (long long)(pl->e[i].has_after ? pl->e[i].after : pl->e[i].step), k);
+					      shown, i, (pl->e[i].after != 0) ? "+" : "",
+					      (long long)((pl->e[i].after != 0) ? pl->e[i].after : pl->e[i].step), k);
 		pl->p[i] = &pl->e[i];
 	}
 	if (rc)

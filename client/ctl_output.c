@@ -86,11 +86,11 @@ const char *ctl_mode_name(uint32_t mode)
 const char *ctl_event_name(int kind)
 {
 	switch (kind) {
-	case TOGGLE__EVENT_KIND__AGENT_JOINED: return "joined";
-	case TOGGLE__EVENT_KIND__AGENT_LEFT: return "left";
-	case TOGGLE__EVENT_KIND__SET_APPLIED: return "set_applied";
-	case TOGGLE__EVENT_KIND__PLAN_REJECTED: return "plan_rejected";
-	case TOGGLE__EVENT_KIND__ANOMALY: return "anomaly";
+	case TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_JOINED: return "joined";
+	case TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_LEFT: return "left";
+	case TOGGLE__EVENT_KIND__EVENT_KIND_SET_APPLIED: return "set_applied";
+	case TOGGLE__EVENT_KIND__EVENT_KIND_PLAN_REJECTED: return "plan_rejected";
+	case TOGGLE__EVENT_KIND__EVENT_KIND_ANOMALY: return "anomaly";
 	default: return "unknown";
 	}
 }
@@ -102,7 +102,7 @@ const char *ctl_error_name(int code)
 		"ENOTKERNEL", "EUNBOUND", "ESTALE", "ELATE",     "ESPEC",     "ERANGE",
 		"ELIMIT",   "ENOTSUP",  "ENOENT",   "ESTEP",     "EPERM",     "EVERSION",
 		"EPROTO",   "ETIMEDOUT", "ENOAGENT", "EBUSY",    "ECONNECT",  "EIO",
-		"ESHM",
+		"ESHM",     "EUNIMPLEMENTED",
 	};
 	_Static_assert(sizeof(names) / sizeof(names[0]) == 1 - TOGGLE_ERROR_MIN,
 		       "one name per toggle_error code");
@@ -268,14 +268,13 @@ static void human_status(const Toggle__StatusReply *r, bool may_write)
 	ctl_table_add(&t, "%llu", (unsigned long long)r->denied);
 	ctl_table_add(&t, "dropped peers");
 	ctl_table_add(&t, "%llu", (unsigned long long)r->dropped_peers);
-	if (r->has_save_errors) {
-		ctl_table_add(&t, "save errors");
-		if (r->save_error)
-			ctl_table_add(&t, "%llu, failing: %s", (unsigned long long)r->save_errors,
-				      r->save_error);
-		else
-			ctl_table_add(&t, "%llu", (unsigned long long)r->save_errors);
-	}
+	/* proto3: 0 is a count like any other (the line is always there), "" is no failure. */
+	ctl_table_add(&t, "save errors");
+	if (r->save_error[0])
+		ctl_table_add(&t, "%llu, failing: %s", (unsigned long long)r->save_errors,
+			      r->save_error);
+	else
+		ctl_table_add(&t, "%llu", (unsigned long long)r->save_errors);
 	ctl_table_add(&t, "access");
 	ctl_table_add(&t, "%s", may_write ? "read-write" : "read-only");
 	ctl_table_print(&t);
@@ -311,7 +310,7 @@ static void human_agents(const Toggle__ListAgentsReply *r)
 		ctl_table_add(&t, "%llu", (unsigned long long)a->control_version);
 		ctl_table_add(&t, "%llu", (unsigned long long)a->applied_version);
 		ctl_table_add(&t, "%u", a->graphs);
-		if (a->has_tainted_launches && a->tainted_launches)
+		if (a->tainted_launches)
 			ctl_table_add(&t, "%llu (tainted %llu, last step %lld)",
 				      (unsigned long long)a->anomalies,
 				      (unsigned long long)a->tainted_launches, (long long)a->tainted_step);
@@ -339,7 +338,7 @@ static const char *ctl_graph_runs(const Toggle__GraphInfo *g)
 {
 	if (g->stale || !g->bound)
 		return NULL;
-	return g->has_bare_running && g->bare_running ? "bare" : "main";
+	return g->bare_running ? "bare" : "main";
 }
 
 static void human_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgentsReply *a)
@@ -440,10 +439,10 @@ static void human_set(const struct ctl_set_result *r)
 static void ctl_plan_range(const Toggle__SubmitPlanRequest *m, long long *lo, long long *hi,
 			   bool *relative)
 {
-	*relative = m->n_entries && m->entries[0]->has_after;
+	*relative = m->n_entries && (m->entries[0]->after != 0);
 	for (size_t i = 0; i < m->n_entries; i++) {
 		const Toggle__PlanEntry *e = m->entries[i];
-		long long s = (long long)(e->has_after ? e->after : e->step);
+		long long s = (long long)((e->after != 0) ? e->after : e->step);
 		*lo = i == 0 || s < *lo ? s : *lo;
 		*hi = i == 0 || s > *hi ? s : *hi;
 	}
@@ -521,9 +520,9 @@ static void human_event(const Toggle__Event *e)
 	char *name = ctl_clean(e->agent_name);
 	printf("%s.%03u %-13s agent=%llu name=%s", when, (unsigned)(e->unix_ms % 1000),
 	       ctl_event_name(e->kind), (unsigned long long)e->agent_id, name);
-	if (e->has_version)
+	if (e->version)
 		printf(" version=%llu", (unsigned long long)e->version);
-	if (e->has_step && e->step >= 0)
+	if (e->step >= 0)
 		printf(" step=%lld", (long long)e->step);
 	if (e->message && e->message[0]) {
 		char *msg = ctl_clean(e->message);
@@ -639,8 +638,9 @@ static json_t *json_of_agent(const Toggle__AgentInfo *a)
 			 "hook_types", jstrings(a->hook_types, a->n_hook_types),
 			 "n_layers", (json_int_t)a->n_layers,
 			 "pending_plan", (json_int_t)a->pending_plan,
-			 "tainted_launches", ju64(a->has_tainted_launches ? a->tainted_launches : 0),
-			 "tainted_step", ji64(a->has_tainted_step ? a->tainted_step : -1));
+			 "tainted_launches", ju64(a->tainted_launches),
+			 /* proto3: the step means something only once a launch was tainted */
+			 "tainted_step", ji64(a->tainted_launches ? a->tainted_step : -1));
 }
 
 json_t *ctl_json_status(const Toggle__StatusReply *r, bool may_write)
@@ -700,9 +700,9 @@ json_t *ctl_json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgen
 			"mode", ag ? json_string(ctl_mode_name(ag->mode)) : json_null(),
 			"bound", (int)r->bound,
 			"stale", (int)r->stale,
-			"tainted", (int)(r->has_tainted && r->tainted),
-			"blocked", (int)(r->has_blocked && r->blocked),
-			"bare_exec", (int)(r->has_bare_exec && r->bare_exec),
+			"tainted", (int)r->tainted,
+			"blocked", (int)r->blocked,
+			"bare_exec", (int)r->bare_exec,
 			"runs", ctl_graph_runs(r) ? json_string(ctl_graph_runs(r)) : json_null()));
 	}
 	for (size_t i = 0; i < g->n_truncated_agents; i++)
@@ -803,8 +803,8 @@ static void json_event(const Toggle__Event *e)
 			"kind", ctl_event_name(e->kind),
 			"agent_id", ju64(e->agent_id),
 			"agent_name", jstr(e->agent_name),
-			"version", e->has_version ? ju64(e->version) : json_null(),
-			"step", e->has_step && e->step >= 0 ? ji64(e->step) : json_null(),
+			"version", ju64(e->version),
+			"step", e->step >= 0 ? ji64(e->step) : json_null(),
 			"message", jstr_or_null(e->message),
 			"unix_ms", ju64(e->unix_ms)),
 	      true);

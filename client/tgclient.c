@@ -444,8 +444,9 @@ static int hello(struct tgc *c, int64_t deadline, char *err, size_t errlen)
 {
 	char name[TGC_NAME_MAX];
 	client_name(name, sizeof(name));
-	Toggle__Hello h = TOGGLE__HELLO__INIT;
+	Toggle__HelloRequest h = TOGGLE__HELLO_REQUEST__INIT;
 	h.protocol_version = TGP_PROTOCOL_VERSION;
+	h.min_protocol_version = TGP_PROTOCOL_VERSION;
 	h.client = name;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	env.body_case = TOGGLE__ENVELOPE__BODY_HELLO;

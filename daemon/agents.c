@@ -228,7 +228,7 @@ static void agent_restore(struct td_agent *a)
 		 a->name, (unsigned long long)a->id, (unsigned long long)a->ctl.version, a->n_plans);
 }
 
-static int agent_check_register(const Toggle__RegisterAgent *m, char *err, size_t errlen)
+static int agent_check_register(const Toggle__RegisterAgentRequest *m, char *err, size_t errlen)
 {
 	if (!name_ok(m->name)) {
 		snprintf(err, errlen, "bad agent name (expected [A-Za-z0-9_.-], 1-%d bytes, not . or ..)",
@@ -255,7 +255,7 @@ static int agent_check_register(const Toggle__RegisterAgent *m, char *err, size_
 	return toggle_catalog_validate(&cat, err, errlen);
 }
 
-int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_t *id, char *err,
+int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, uint64_t *id, char *err,
 		      size_t errlen)
 {
 	struct td_daemon *d = p->d;
@@ -342,7 +342,7 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_
 	log_info("agent %s (id %llu, pid %u, uid %u, group '%s') registered: %u hook types x %u layers",
 		 a->name, (unsigned long long)a->id, a->pid, a->uid, a->group, a->cat.n_types,
 		 a->cat.n_layers);
-	td_event(d, a, TOGGLE__EVENT_KIND__AGENT_JOINED, a->ctl.version, agent_step(a), NULL);
+	td_event(d, a, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_JOINED, a->ctl.version, agent_step(a), NULL);
 	td_timer_update(d);
 	return 0;
 }
@@ -351,7 +351,7 @@ void td_agent_gone(struct td_agent *a)
 {
 	struct td_daemon *d = a->d;
 	log_info("agent %s (id %llu) left", a->name, (unsigned long long)a->id);
-	td_event(d, a, TOGGLE__EVENT_KIND__AGENT_LEFT, a->ctl.version, agent_step(a), NULL);
+	td_event(d, a, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_LEFT, a->ctl.version, agent_step(a), NULL);
 	if (a->prev)
 		a->prev->next = a->next;
 	else
@@ -381,9 +381,7 @@ void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind k
 	ev.kind = kind;
 	ev.agent_id = a->id;
 	ev.agent_name = (char *)(uintptr_t)a->name;
-	ev.has_version = true;
 	ev.version = version;
-	ev.has_step = true;
 	ev.step = step;
 	ev.message = (char *)(uintptr_t)msg;
 	ev.unix_ms = unix_ms();
@@ -400,13 +398,13 @@ static void agent_events(struct td_agent *a)
 {
 	struct toggle_shm_status *s = a->st;
 	if (s->version_applied != a->ev_applied && s->version_applied)
-		td_event(a->d, a, TOGGLE__EVENT_KIND__SET_APPLIED, s->version_applied, s->step, NULL);
+		td_event(a->d, a, TOGGLE__EVENT_KIND__EVENT_KIND_SET_APPLIED, s->version_applied, s->step, NULL);
 	a->ev_applied = s->version_applied;
 	if (s->plan_rejected != a->ev_rejected) {
 		char msg[128];
 		snprintf(msg, sizeof(msg), "plan batch %llu rejected: step %lld had already begun",
 			 (unsigned long long)s->plan_rejected_batch, (long long)s->plan_rejected_step);
-		td_event(a->d, a, TOGGLE__EVENT_KIND__PLAN_REJECTED, a->ctl.version,
+		td_event(a->d, a, TOGGLE__EVENT_KIND__EVENT_KIND_PLAN_REJECTED, a->ctl.version,
 			 s->plan_rejected_step, msg);
 		a->ev_rejected = s->plan_rejected;
 	}
@@ -416,7 +414,7 @@ static void agent_events(struct td_agent *a)
 	if (sum != a->st_anomalies) {
 		char msg[64];
 		snprintf(msg, sizeof(msg), "%llu anomalies in all", (unsigned long long)sum);
-		td_event(a->d, a, TOGGLE__EVENT_KIND__ANOMALY, a->ctl.version, s->step, msg);
+		td_event(a->d, a, TOGGLE__EVENT_KIND__EVENT_KIND_ANOMALY, a->ctl.version, s->step, msg);
 		a->st_anomalies = sum;
 	}
 }
@@ -444,6 +442,7 @@ void td_waiter_free(struct td_waiter *w)
 static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 {
 	const char *late[64];
+	uint64_t late_ids[64];
 	size_t n_late = 0, n_named = 0, n_gone = 0;
 	for (size_t i = 0; i < w->n; i++) {
 		struct td_agent *a = agent_by_id(d, w->agent_ids[i]);
@@ -451,14 +450,17 @@ static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 			continue;
 		n_late++;
 		n_gone += !a;
-		if (n_named < 64)
+		if (n_named < 64) {
+			late_ids[n_named] = w->agent_ids[i];
 			late[n_named++] = w->names[i];
+		}
 	}
 	if (n_gone) {
 		/* An agent that left will never apply it: say so now, not at the deadline. */
 		char msg[128];
 		snprintf(msg, sizeof(msg), "%zu of %zu agents left before applying the set", n_gone, w->n);
-		td_peer_send_error(w->peer, w->request_id, TOGGLE_ENOAGENT, msg, late, n_named);
+		td_peer_send_error_ids(w->peer, w->request_id, TOGGLE_ENOAGENT, msg, late, late_ids,
+				       n_named);
 		return true;
 	}
 	if (n_late && now < w->deadline_ms)
@@ -467,7 +469,8 @@ static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 		char msg[128];
 		snprintf(msg, sizeof(msg), "%zu of %zu agents did not apply the set at a replay in time",
 			 n_late, w->n);
-		td_peer_send_error(w->peer, w->request_id, TOGGLE_ETIMEDOUT, msg, late, n_named);
+		td_peer_send_error_ids(w->peer, w->request_id, TOGGLE_ETIMEDOUT, msg, late, late_ids,
+				       n_named);
 		return true;
 	}
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;

@@ -320,7 +320,7 @@ static void apply_set(struct td_cluster *c, const struct cl_set *s, struct td_ag
 {
 	for (size_t i = 0; i < n; i++) {
 		struct td_ctl_err e;
-		if (td_ctl_set(&v[i], 1, s->spec, TOGGLE__SET_OP__REPLACE, &e))
+		if (td_ctl_set(&v[i], 1, s->spec, TOGGLE__SET_OP__SET_OP_REPLACE, &e))
 			reject(c, s->key, s->rev, v[i]->name, e.code, e.msg);
 		else
 			c->applied++;
@@ -348,7 +348,6 @@ static void apply_plan(struct td_cluster *c, const char *key, int64_t rev, const
 	for (size_t k = 0; k < p.n; k++) {
 		toggle__plan_entry__init(&en[k]);
 		en[k].step = p.e[k].relative ? -1 : p.e[k].n;
-		en[k].has_after = p.e[k].relative;
 		en[k].after = p.e[k].relative ? p.e[k].n : 0;
 		en[k].spec = p.e[k].spec;
 		ep[k] = &en[k];

@@ -182,7 +182,7 @@ static void answer_eio(struct td_daemon *d, struct td_pending *pd, const char *m
 		env.id = pd->request_id;
 		env.body_case = TOGGLE__ENVELOPE__BODY_ERROR;
 		env.error = &err;
-		err.code = TOGGLE_EIO;
+		err.code = (Toggle__ErrorCode)TOGGLE_EIO;
 		err.message = (char *)(uintptr_t)msg;
 		d->stats.errors++;
 		if (tgp_frame_encode(&env, &buf, &len) != 0)

@@ -6,8 +6,8 @@
 TD_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 TD_OBJ := $(TD_SRC:%.c=$(B)/%.o)
 TD_SAN_OBJ := $(TD_SRC:%.c=$(B)/san/%.o)
-TD_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv jansson libcurl)
-TD_LIBS = $$(pkg-config --libs libuv jansson libcurl) $(TGP_LIBS) -lpthread
+TD_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv jansson libmicrohttpd libcurl)
+TD_LIBS = $$(pkg-config --libs libuv jansson libmicrohttpd libcurl) $(TGP_LIBS) -lpthread
 
 all: $(B)/toggled
 
@@ -51,6 +51,12 @@ check-daemon-proc: $(B)/toggled $(B)/togglectl
 	@B=$(B) tests/daemon/run.sh
 check-run: check-daemon-proc
 
+# --metrics end to end: scraped with prometheus_client's parser, checked
+# against togglectl --json.
+.PHONY: check-metrics
+check-metrics: $(B)/toggled-san $(B)/togglectl $(B)/examples/demo_agent
+	@B=$(B) tests/metrics/run.sh
+check-run: check-metrics
 # The cluster layer end to end: a real etcd, three toggled, simulator agents
 # (tests/cluster/run.sh; fails, never skips, without etcd).
 .PHONY: check-cluster

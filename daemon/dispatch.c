@@ -34,11 +34,15 @@ static const struct td_rpc rpc_table[] = {
 
 static void dispatch_hello(struct td_peer *p, const Toggle__Envelope *req)
 {
-	const Toggle__Hello *h = req->hello;
-	if (h->protocol_version != TGP_PROTOCOL_VERSION) {
+	const Toggle__HelloRequest *h = req->hello;
+	/* The client speaks [min, max]; 0 as min means max only (protocol 1 clients). */
+	uint32_t max = h->protocol_version;
+	uint32_t min = h->min_protocol_version ? h->min_protocol_version : max;
+	if (min > TGP_PROTOCOL_VERSION || max < TGP_PROTOCOL_VERSION) {
 		char msg[160];
-		snprintf(msg, sizeof(msg), "protocol version %u is not spoken here; toggled %s speaks %d",
-			 h->protocol_version, TD_VERSION, TGP_PROTOCOL_VERSION);
+		snprintf(msg, sizeof(msg),
+			 "protocol versions %u to %u are not spoken here; toggled %s speaks %d", min,
+			 max, TD_VERSION, TGP_PROTOCOL_VERSION);
 		log_warnx("peer %llu (pid %u): %s", (unsigned long long)p->id, p->pid, msg);
 		td_peer_send_error(p, req->id, TOGGLE_EVERSION, msg, NULL, 0);
 		return;
@@ -55,9 +59,16 @@ static void dispatch_hello(struct td_peer *p, const Toggle__Envelope *req)
 	td_peer_send(p, &env);
 }
 
-void td_dispatch(struct td_peer *p, Toggle__Envelope *req)
+static void dispatch_request(struct td_peer *p, Toggle__Envelope *req)
 {
 	p->d->stats.requests++;
+	/* proto3 has no required fields: a request without an id decodes as
+	 * id 0, which only events carry; its reply could not be matched. */
+	if (req->id == 0) {
+		td_peer_send_error(p, 0, TOGGLE_EPROTO, "a request needs a non-zero id", NULL, 0);
+		td_peer_drop(p, "request with id 0");
+		return;
+	}
 	if (req->body_case == TOGGLE__ENVELOPE__BODY_HELLO) {
 		dispatch_hello(p, req);
 		return;
@@ -73,10 +84,18 @@ void td_dispatch(struct td_peer *p, Toggle__Envelope *req)
 		if (rpc_table[i].body == req->body_case)
 			rpc = &rpc_table[i];
 	if (!rpc) {
+		/* A body this daemon's schema lacks decodes as an unknown field: a
+		 * newer client's request, answered and the connection kept. */
+		bool unknown = req->body_case == TOGGLE__ENVELOPE__BODY__NOT_SET &&
+			       req->base.n_unknown_fields > 0;
 		char msg[96];
-		snprintf(msg, sizeof(msg), "message type %d is not a request this daemon serves",
-			 (int)req->body_case);
-		td_peer_send_error(p, req->id, TOGGLE_EPROTO, msg, NULL, 0);
+		if (unknown)
+			snprintf(msg, sizeof(msg), "request type (field %u) not implemented by toggled %s",
+				 req->base.unknown_fields[0].tag, TD_VERSION);
+		else
+			snprintf(msg, sizeof(msg), "message type %d is not a request this daemon serves",
+				 (int)req->body_case);
+		td_peer_send_error(p, req->id, unknown ? TOGGLE_EUNIMPLEMENTED : TOGGLE_EPROTO, msg, NULL, 0);
 		return;
 	}
 	if (rpc->mutating && !p->may_write) {
@@ -92,4 +111,15 @@ void td_dispatch(struct td_peer *p, Toggle__Envelope *req)
 	}
 	log_debug("peer %llu: %s", (unsigned long long)p->id, rpc->name);
 	rpc->handler(p, req);
+}
+
+/* Every request, timed and counted by method and result for --metrics. */
+void td_dispatch(struct td_peer *p, Toggle__Envelope *req)
+{
+	struct td_daemon *d = p->d;
+	uint64_t t0 = d->metrics ? td_mono_ns() : 0;
+	d->rpc_code = 0;
+	dispatch_request(p, req);
+	if (d->metrics)
+		td_metrics_rpc(d, req, d->rpc_code, td_mono_ns() - t0);
 }

@@ -41,6 +41,9 @@ static void usage(FILE *f)
 		"                             for compatibility)\n"
 		"      --strict-state         refuse to start on a corrupt state file (default:\n"
 		"                             set it aside as FILE.corrupt-TIME and start without it)\n"
+		"  -M, --metrics ADDRESS      serve Prometheus /metrics on ADDRESS: PORT or\n"
+		"                             HOST:PORT (TCP, HOST 127.0.0.1 by default) or\n"
+		"                             /path (Unix socket); off by default\n"
 		"  -e, --etcd URL[,URL...]    join a cluster through etcd (docs/cluster.md)\n"
 		"  -C, --cluster NAME         the cluster's name (with --etcd)\n"
 		"  -H, --host-id ID           this host's id in the cluster (with --etcd)\n"
@@ -403,6 +406,8 @@ static void on_hup(uv_signal_t *h, int signum)
 		 d->cfg.config_path, d->cfg.operator_group, d->have_operator_gid ? "" : ", not found");
 }
 
+static const char *metrics_address; /* --metrics, NULL: off */
+
 static void parse_args(struct td_daemon *d, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -412,6 +417,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		{"operator-group", required_argument, NULL, 'g'},
 		{"socket-mode", required_argument, NULL, 'm'},
 		{"foreground", no_argument, NULL, 'f'},
+		{"metrics", required_argument, NULL, 'M'},
 		{"etcd", required_argument, NULL, 'e'},
 		{"cluster", required_argument, NULL, 'C'},
 		{"host-id", required_argument, NULL, 'H'},
@@ -425,7 +431,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 	const char *sock = NULL, *state = NULL, *group = NULL;
 	const char *etcd = NULL, *cluster = NULL, *host = NULL;
 	int c;
-	while ((c = getopt_long(argc, argv, "s:d:c:g:m:e:C:H:fvVh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:d:c:g:m:M:e:C:H:fvVh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': sock = optarg; break;
 		case 'd': state = optarg; break;
@@ -445,6 +451,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		case 'C': cluster = optarg; break;
 		case 'H': host = optarg; break;
 		case 'f': break;
+		case 'M': metrics_address = optarg; break;
 		case 'v': cfg->cli_verbose = true; break;
 		case 'S': cfg->strict_state = true; break;
 		case 'V': printf("toggled %s (protocol %d)\n", TD_VERSION, TGP_PROTOCOL_VERSION); exit(0);
@@ -537,6 +544,8 @@ int main(int argc, char **argv)
 		uv_signal_start(sigs[i], nums[i] == SIGHUP ? on_hup : on_stop, nums[i]);
 	}
 	signal(SIGPIPE, SIG_IGN);
+	if (metrics_address && td_metrics_start(d, metrics_address, err, sizeof(err)) != 0)
+		fatalx("--metrics: %s", err);
 	if (td_cluster_start(d, err, sizeof(err)) != 0)
 		fatalx("cluster: %s", err);
 	log_info("toggled %s listening on %s (state in %s, operator group '%s'%s)", TD_VERSION,
@@ -548,6 +557,7 @@ int main(int argc, char **argv)
 	 * the save in flight, save the rest, answer those writes, close. */
 	td_cluster_stop(d);
 	td_commit_drain(d);
+	td_metrics_stop(d);
 	td_server_close(d);
 	while (d->waiters) {
 		struct td_waiter *w = d->waiters;

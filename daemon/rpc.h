@@ -41,11 +41,13 @@ void rpc_fill_agent(Toggle__AgentInfo *m, struct td_agent *a);
 void rpc_fill_graph(Toggle__GraphInfo *m, const struct td_agent *a, const struct toggle_shm_graph *r);
 void rpc_fill_status(Toggle__StatusReply *rep, const struct td_daemon *d);
 
-/* An error from td_ctl_set/td_ctl_plan: code, message, the agent it names ("" for none). */
+/* An error from td_ctl_set/td_ctl_plan: code, message, the agent it names ("" for none)
+ * and that agent's id (Error.agent_ids). */
 struct td_ctl_err {
 	int code;
 	char msg[400];
 	char agent[TGP_MAX_NAME];
+	uint64_t agent_id;
 };
 
 /*

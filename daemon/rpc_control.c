@@ -65,7 +65,7 @@ void rpc_register_agent(struct td_peer *p, const Toggle__Envelope *req)
 		return;
 	}
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__RegisterReply rep = TOGGLE__REGISTER_REPLY__INIT;
+	Toggle__RegisterAgentReply rep = TOGGLE__REGISTER_AGENT_REPLY__INIT;
 	env.id = req->id;
 	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_REPLY;
 	env.register_reply = &rep;
@@ -85,13 +85,14 @@ static int ctl_err(struct td_ctl_err *e, int code, const struct td_agent *a, con
 	va_end(ap);
 	e->code = code;
 	snprintf(e->agent, sizeof(e->agent), "%s", a ? a->name : "");
+	e->agent_id = a ? a->id : 0;
 	return code;
 }
 
 void td_ctl_err_send(struct td_peer *p, uint64_t id, const struct td_ctl_err *e)
 {
 	const char *names[1] = {e->agent};
-	td_peer_send_error(p, id, e->code, e->msg, names, e->agent[0] ? 1 : 0);
+	td_peer_send_error_ids(p, id, e->code, e->msg, names, &e->agent_id, e->agent[0] ? 1 : 0);
 }
 
 /* Parse spec against one agent's catalog; on error name the agent. */
@@ -110,8 +111,8 @@ static int parse_for(struct td_ctl_err *e, const struct td_agent *a, const char 
 static void set_apply_op(struct toggle_set *cur, const struct toggle_set *arg, Toggle__SetOp op)
 {
 	switch (op) {
-	case TOGGLE__SET_OP__ADD: toggle_set_union(cur, arg); break;
-	case TOGGLE__SET_OP__REMOVE: toggle_set_subtract(cur, arg); break;
+	case TOGGLE__SET_OP__SET_OP_ADD: toggle_set_union(cur, arg); break;
+	case TOGGLE__SET_OP__SET_OP_REMOVE: toggle_set_subtract(cur, arg); break;
 	default: *cur = *arg; break;
 	}
 }
@@ -189,7 +190,7 @@ static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 int td_ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op,
 	       struct td_ctl_err *e)
 {
-	if (op != TOGGLE__SET_OP__REPLACE && op != TOGGLE__SET_OP__ADD && op != TOGGLE__SET_OP__REMOVE)
+	if (op != TOGGLE__SET_OP__SET_OP_REPLACE && op != TOGGLE__SET_OP__SET_OP_ADD && op != TOGGLE__SET_OP__SET_OP_REMOVE)
 		return ctl_err(e, TOGGLE_EINVAL, NULL, "unknown set operation");
 	struct toggle_set *next = calloc(n ? n : 1, sizeof(*next));
 	if (!next)
@@ -221,12 +222,18 @@ int td_ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op
 void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 {
 	const Toggle__SetEnabledRequest *m = req->set_enabled;
-	if (m->op != TOGGLE__SET_OP__REPLACE && m->op != TOGGLE__SET_OP__ADD &&
-	    m->op != TOGGLE__SET_OP__REMOVE) {
-		td_peer_send_error(p, req->id, TOGGLE_EINVAL, "unknown set operation", NULL, 0);
+	/* Unspecified is refused like an unknown op: a client that forgot op
+	 * must not replace the whole set by default. */
+	if (m->op != TOGGLE__SET_OP__SET_OP_REPLACE && m->op != TOGGLE__SET_OP__SET_OP_ADD &&
+	    m->op != TOGGLE__SET_OP__SET_OP_REMOVE) {
+		td_peer_send_error(p, req->id, TOGGLE_EINVAL,
+				   m->op == TOGGLE__SET_OP__SET_OP_UNSPECIFIED
+					   ? "set operation not given (SET_OP_UNSPECIFIED)"
+					   : "unknown set operation",
+				   NULL, 0);
 		return;
 	}
-	if (m->has_wait_ms && m->wait_ms > TGP_MAX_WAIT_MS) {
+	if (m->wait_ms > TGP_MAX_WAIT_MS) {
 		char msg[96];
 		snprintf(msg, sizeof(msg), "wait of %u ms is over the limit of %u ms", m->wait_ms,
 			 TGP_MAX_WAIT_MS);
@@ -246,7 +253,7 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
 	struct td_ctl_err e;
 	if (td_ctl_set(v, n, m->spec, m->op, &e)) {
 		td_ctl_err_send(p, req->id, &e);
-	} else if (m->has_wait_ms && m->wait_ms > 0) {
+	} else if (m->wait_ms > 0) {
 		if (add_waiter(p, req->id, v, n, m->wait_ms, &sk)) {
 			td_commit_reply(p, req->id, NULL, 0, NULL); /* saved all the same */
 			td_peer_drop(p, "out of memory");
@@ -272,12 +279,12 @@ static int plan_check(struct td_ctl_err *e, struct td_agent *a, const Toggle__Su
 	for (size_t k = 0; k < m->n_entries; k++) {
 		const Toggle__PlanEntry *en = m->entries[k];
 		/* now comes from the agent's memory: bound it before adding. */
-		if (en->has_after && (now < -1 || now > INT64_MAX - en->after))
+		if ((en->after != 0) && (now < -1 || now > INT64_MAX - en->after))
 			return ctl_err(e, TOGGLE_EINVAL, a,
 				       "agent %s (id %llu) reports step %lld: +%lld is out of range",
 				       a->name, (unsigned long long)a->id, (long long)now,
 				       (long long)en->after);
-		steps[k] = en->has_after ? now + en->after : en->step;
+		steps[k] = (en->after != 0) ? now + en->after : en->step;
 		for (size_t j = 0; j < k; j++)
 			if (steps[j] == steps[k])
 				return ctl_err(e, TOGGLE_EINVAL, a,
@@ -355,10 +362,10 @@ int td_ctl_plan(struct td_agent **v, size_t n, const Toggle__SubmitPlanRequest *
 		const Toggle__PlanEntry *en = m->entries[k];
 		bool dup = false;
 		for (size_t j = 0; j < k; j++)
-			dup |= m->entries[j]->has_after == en->has_after &&
-				(en->has_after ? m->entries[j]->after == en->after
+			dup |= (m->entries[j]->after != 0) == (en->after != 0) &&
+				((en->after != 0) ? m->entries[j]->after == en->after
 					       : m->entries[j]->step == en->step);
-		if (en->has_after && (en->step != -1 || en->after < 1 || en->after > TGP_MAX_PLAN_AFTER ||
+		if ((en->after != 0) && (en->step != -1 || en->after < 1 || en->after > TGP_MAX_PLAN_AFTER ||
 				      dup)) {
 			if (dup || en->step != -1)
 				return ctl_err(e, TOGGLE_EINVAL, NULL, "plan entry %zu: relative step +%lld %s",
@@ -368,7 +375,7 @@ int td_ctl_plan(struct td_agent **v, size_t n, const Toggle__SubmitPlanRequest *
 				       "plan entry %zu: relative step +%lld is out of range (+1 to +%lld)",
 				       k, (long long)en->after, (long long)TGP_MAX_PLAN_AFTER);
 		}
-		if (!en->has_after && (en->step < 0 || dup))
+		if (en->after == 0 && (en->step < 0 || dup))
 			return ctl_err(e, TOGGLE_EINVAL, NULL, "plan entry %zu: step %lld is %s", k,
 				       (long long)en->step, dup ? "named twice" : "negative");
 	}

@@ -84,7 +84,6 @@ void rpc_fill_agent(Toggle__AgentInfo *m, struct td_agent *a)
 		pending += a->plans[i].step > m->step;
 	m->pending_plan = pending;
 	if (a->st->tainted_launches) {
-		m->has_tainted_launches = m->has_tainted_step = true;
 		m->tainted_launches = a->st->tainted_launches;
 		m->tainted_step = a->st->tainted_step;
 	}
@@ -151,10 +150,8 @@ void rpc_fill_graph(Toggle__GraphInfo *m, const struct td_agent *a, const struct
 	m->last_step = r->last_step;
 	m->bound = (r->flags & TOGGLE_SHM_GRAPH_BOUND) != 0;
 	m->stale = (r->flags & TOGGLE_SHM_GRAPH_STALE) != 0;
-	m->has_tainted = m->has_blocked = true;
 	m->tainted = (r->flags & TOGGLE_SHM_GRAPH_TAINTED) != 0;
 	m->blocked = (r->flags & TOGGLE_SHM_GRAPH_BLOCKED) != 0;
-	m->has_bare_exec = m->has_bare_running = true;
 	m->bare_exec = (r->flags & TOGGLE_SHM_GRAPH_BARE) != 0;
 	m->bare_running = (r->flags & TOGGLE_SHM_GRAPH_BARE_RUNNING) != 0;
 }
@@ -215,7 +212,6 @@ void rpc_fill_status(Toggle__StatusReply *rep, const struct td_daemon *d)
 	rep->dropped_peers = d->stats.dropped_peers;
 	rep->socket = (char *)(uintptr_t)d->cfg.socket_path;
 	rep->state_dir = (char *)(uintptr_t)d->cfg.state_dir;
-	rep->has_save_errors = true;
 	rep->save_errors = d->commit.failures;
 	if (d->commit.failing)
 		rep->save_error = (char *)(uintptr_t)d->commit.reason;

@@ -207,6 +207,12 @@ void td_peer_fill(struct td_peer *p, struct td_out *slot, uint8_t *data, size_t 
 void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
 			const char *const *agents, size_t n_agents)
 {
+	td_peer_send_error_ids(p, id, code, msg, agents, NULL, n_agents);
+}
+
+void td_peer_send_error_ids(struct td_peer *p, uint64_t id, int code, const char *msg,
+			    const char *const *agents, const uint64_t *ids, size_t n_agents)
+{
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	Toggle__Error err = TOGGLE__ERROR__INIT;
 	env.id = id;
@@ -216,7 +222,10 @@ void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *ms
 	err.message = (char *)(uintptr_t)msg;
 	err.n_agents = n_agents;
 	err.agents = (char **)(uintptr_t)agents;
+	err.n_agent_ids = ids ? n_agents : 0;
+	err.agent_ids = (uint64_t *)(uintptr_t)ids;
 	p->d->stats.errors++;
+	p->d->rpc_code = code; /* for --metrics */
 	td_peer_send(p, &env);
 }
 

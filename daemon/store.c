@@ -1013,6 +1013,7 @@ struct td_store_job {
 	int rc;                /* 0 or TOGGLE_EIO */
 	int err_no;
 	char reason[PATH_MAX + 256]; /* "<what> <file>: <strerror>" */
+	uint64_t t0;           /* td_mono_ns() at begin: save_lat times begin to end */
 };
 
 static void value_free(char **standing, size_t *n, int64_t **steps, char ***specs)
@@ -1098,6 +1099,7 @@ struct td_store_job *td_store_job_begin(struct td_store *s, const char *dir)
 		return NULL;
 	}
 	memcpy(j->dir, dir, strlen(dir) + 1);
+	j->t0 = td_mono_ns();
 	uint64_t jmax = s->journal_max ? s->journal_max : STORE_JOURNAL_MAX;
 	/* A checkpoint also writes the files of the entries whose value is only in the journal. */
 	j->checkpoint = s->jsize > 0 && (!s->journal || s->jsize >= jmax);
@@ -1361,6 +1363,7 @@ int td_store_job_end(struct td_store *s, struct td_store_job *j, char *err, size
 		return TOGGLE_EINVAL;
 	}
 	int rc = j->rc;
+	td_hist_add(&s->save_lat, td_mono_ns() - j->t0); /* begin and end: both on the loop thread */
 	/* The journal back to the store (closed if the store was reloaded meanwhile). */
 	if (s->jopen && j->jopen && s->jfd != j->jfd)
 		close(j->jfd);

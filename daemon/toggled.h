@@ -5,7 +5,8 @@
  * (listener, peers, framing, write queues), dispatch.c (validation order,
  * permission, routing), rpc_query.c and rpc_control.c (handlers), agents.c
  * (registry, shared memory, status polling, events), store.c (persistence),
- * auth.c (SO_PEERCRED and the operator group).
+ * auth.c (SO_PEERCRED and the operator group), metrics.c (Prometheus
+ * /metrics on its own thread).
  */
 #ifndef TOGGLED_H
 #define TOGGLED_H
@@ -222,6 +223,13 @@ struct td_desired {
 	char **saved_specs;
 };
 
+/* A latency histogram (metrics.c): counts per bucket, the last one +Inf. */
+#define TD_HIST_BUCKETS 14
+struct td_hist {
+	uint64_t bucket[TD_HIST_BUCKETS + 1];
+	uint64_t count, sum_ns;
+};
+
 struct td_store {
 	struct td_desired *v;
 	size_t n;
@@ -240,6 +248,7 @@ struct td_store {
 	bool jtrim;             /* bytes of a failed append may lie past jsize: cut them */
 	uint64_t journal_max;
 	uint64_t saves, save_errors, quarantined, checkpoints;
+	struct td_hist save_lat; /* each save job, begin to end (--metrics) */
 };
 
 struct td_store_job;
@@ -300,6 +309,8 @@ struct td_daemon {
 	bool have_operator_gid;
 	uint64_t start_ms;
 	struct td_stats stats;
+	struct td_metrics *metrics; /* NULL without --metrics */
+	int rpc_code;               /* result of the request being dispatched */
 	struct td_cluster *cluster; /* NULL: not in a cluster */
 };
 
@@ -312,6 +323,9 @@ void td_server_close(struct td_daemon *d);
 void td_peer_send(struct td_peer *p, const Toggle__Envelope *env);
 void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
 			const char *const *agents, size_t n_agents);
+/* The same, naming the agents concerned by id too (ids[i] is agents[i]'s). */
+void td_peer_send_error_ids(struct td_peer *p, uint64_t id, int code, const char *msg,
+			    const char *const *agents, const uint64_t *ids, size_t n_agents);
 void td_peer_drop(struct td_peer *p, const char *why);
 /* Hold a place in the peer's queue for a reply that waits (NULL: the peer was dropped). */
 struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend);
@@ -328,6 +342,14 @@ void td_dispatch(struct td_peer *p, Toggle__Envelope *req);
 int td_path_dir_trusted(const char *dir, bool sticky_leaf_ok, char *err, size_t errlen);
 /* mkdir -p: parents 0755, the last one leaf_mode; existing ones are left as they are. */
 int td_path_mkdirs(const char *dir, mode_t leaf_mode, char *err, size_t errlen);
+/* metrics.c: --metrics ADDRESS (its own thread; see the file's head). */
+#define TD_RPC_METHODS 12 /* request types with a label, and "other" */
+#define TD_RPC_CODES   27 /* OK, the 25 error codes, and "OTHER" */
+int td_metrics_start(struct td_daemon *d, const char *address, char *err, size_t errlen);
+void td_metrics_stop(struct td_daemon *d);
+void td_metrics_rpc(struct td_daemon *d, const Toggle__Envelope *req, int code, uint64_t ns);
+void td_hist_add(struct td_hist *h, uint64_t ns);
+uint64_t td_mono_ns(void);
 
 /* auth.c */
 bool td_auth_may_write(const struct td_daemon *d, uint32_t uid, uint32_t gid, uint32_t pid);
@@ -337,7 +359,7 @@ const char *td_auth_group_denied(const struct td_daemon *d, const char *group, u
 				 uint32_t gid, uint32_t pid, char *why, size_t len);
 
 /* agents.c */
-int td_agent_register(struct td_peer *p, const Toggle__RegisterAgent *m, uint64_t *id,
+int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, uint64_t *id,
 		      char *err, size_t errlen);
 void td_agent_gone(struct td_agent *a);
 bool td_selector_match(const struct td_selector *s, const struct td_agent *a);

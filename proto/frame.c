@@ -32,7 +32,7 @@ int tgp_frame_encode(const Toggle__Envelope *env, uint8_t **buf, size_t *len)
 {
 	if (!env || !buf || !len || env->body_case == TOGGLE__ENVELOPE__BODY__NOT_SET)
 		return TOGGLE_EINVAL;
-	/* A missing required field would only surface as EPROTO at the peer. */
+	/* A malformed message (a count without its array) would only surface at the peer. */
 	if (!protobuf_c_message_check(&env->base))
 		return TOGGLE_EINVAL;
 	size_t body = toggle__envelope__get_packed_size(env);
@@ -213,7 +213,10 @@ int tgp_reader_next(struct tgp_reader *r, Toggle__Envelope **out)
 		return r->err;
 	Toggle__Envelope *env =
 		toggle__envelope__unpack(NULL, flen, r->buf + r->off + TGP_FRAME_HEADER);
-	if (!env || env->body_case == TOGGLE__ENVELOPE__BODY__NOT_SET) {
+	/* No body at all is malformed; a body this schema lacks arrives as an
+	 * unknown field (a newer peer) and is the caller's to answer. */
+	if (!env || (env->body_case == TOGGLE__ENVELOPE__BODY__NOT_SET &&
+		     env->base.n_unknown_fields == 0)) {
 		if (env)
 			toggle__envelope__free_unpacked(env, NULL);
 		reader_discard(r);

@@ -61,6 +61,8 @@ int tgp_reader_feed(struct tgp_reader *r, const uint8_t *data, size_t n);
  * needed, or the negative sticky error: TOGGLE_ELIMIT (announced length too
  * big), TOGGLE_EPROTO (zero length, a body protobuf-c cannot unpack, an
  * envelope with no body).  After an error the caller closes the connection.
+ * An envelope whose body is unknown to this schema (a newer peer's) comes
+ * out with body_case NOT_SET and base.n_unknown_fields > 0.
  */
 int tgp_reader_next(struct tgp_reader *r, Toggle__Envelope **out);
 

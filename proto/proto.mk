@@ -30,10 +30,15 @@ all: $(B)/libtgproto.a
 $(TGP_GEN_C) $(TGP_GEN_H) &: proto/toggle.proto
 	@scripts/deps.sh build
 	@mkdir -p $(B)/gen
-	protoc-c --c_out=$(B)/gen $<
+	protoc-c -I. --c_out=$(B)/gen $<
+	@# proto3 INIT macros cast protobuf_c_empty_string's const away, which
+	@# -Wcast-qual flags wherever they are used: the same cast through uintptr_t.
+	sed -i 's/(char \*)protobuf_c_empty_string/(char *)(uintptr_t)protobuf_c_empty_string/g' \
+	    $(TGP_GEN_H)
 
-# protobuf-c 1.4's output passes our whole WARN set under gcc and clang, so
-# it gets the same flags; add -Wno-* here only if a newer protoc-c needs it.
+# protobuf-c 1.4's output (with the sed above) passes our whole WARN set under
+# gcc and clang, so it gets the same flags; add -Wno-* here only if a newer
+# protoc-c needs it.
 $(TGP_GEN_OBJ): $(TGP_GEN_C) $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TGP_CFLAGS) -c $< -o $@
@@ -62,3 +67,26 @@ $(B)/libtgproto-san.a: $(TGP_GEN_SAN_OBJ) $(TGP_SAN_OBJ)
 $(TGP_TESTS): $(B)/libtgproto-san.a $(TGP_GEN_H)
 $(TGP_TESTS): EXTRA_CFLAGS = $(TGP_CFLAGS)
 $(TGP_TESTS): EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
+
+# The contract: ErrorCode against toggle_error.h, forward compatibility
+# against the real daemon (ASan build) with a simulator demo_agent.
+$(B)/tests/check_proto: $(B)/libtgproto-san.a $(TGP_GEN_H) $(B)/toggled-san $(B)/examples/demo_agent
+$(B)/tests/check_proto: EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\" \
+	-DDEMO_AGENT_BIN=\"$(B)/examples/demo_agent\"
+$(B)/tests/check_proto: EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
+
+# graphtoggle.client's messages: protoc's Python output of toggle.proto,
+# generated at build time (python/graphtoggle/client/_wire.py says why), not
+# committed.  The protobuf-c import and option are for protoc-c only.
+PY_PB2 := python/graphtoggle/client/toggle_pb2.py
+.PHONY: python-client
+python-client: $(PY_PB2)
+all: $(PY_PB2)
+check-python: $(PY_PB2) $(B)/examples/demo_agent  # python/tests/test_client*.py
+$(PY_PB2): proto/toggle.proto
+	@scripts/deps.sh build
+	@mkdir -p $(B)/gen/py
+	sed -e '/^import "protobuf-c\/protobuf-c.proto";/d' -e '/^option (pb_c_file)/d' $< \
+	    > $(B)/gen/py/toggle.proto
+	protoc -I$(B)/gen/py --python_out=$(B)/gen/py $(B)/gen/py/toggle.proto
+	cp $(B)/gen/py/toggle_pb2.py $@

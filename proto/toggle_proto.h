@@ -11,13 +11,17 @@
  *       command left out because their catalog refused it; StatusReply's save
  *       errors; GraphInfo.tainted, GraphInfo.blocked (device mode's taint),
  *       GraphInfo.bare_exec, GraphInfo.bare_running (the producer-free exec).
+ *   2 - contract v1: package graphtoggle.v1, proto3, *_UNSPECIFIED enum
+ *       zero values, ErrorCode enum, version range in Hello,
+ *       ERROR_CODE_UNIMPLEMENTED for unknown requests (what each version
+ *       changed: the head of toggle.proto).
  */
 #ifndef TOGGLE_PROTO_H
 #define TOGGLE_PROTO_H
 
 #include "toggle_error.h"
 
-#define TGP_PROTOCOL_VERSION 1
+#define TGP_PROTOCOL_VERSION 2
 #define TGP_FRAME_HEADER     4            /* length, network byte order */
 #define TGP_MAX_FRAME        (1u << 20)   /* envelope bytes; larger is refused */
 #define TGP_MAX_SPEC         8192         /* bytes of one hook spec */

@@ -10,6 +10,8 @@ set -eu
 # calls as its host compiler (without it: "cannot execute 'cc1plus'").
 pkgs="make gcc g++ libc6-dev pkg-config"
 pkgs="$pkgs libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev check python3 python3-pytest"
+# --metrics (libmicrohttpd); graphtoggle.client (protoc, the protobuf runtime) and its tests
+pkgs="$pkgs libprotobuf-dev libmicrohttpd-dev protobuf-compiler python3-protobuf python3-prometheus-client"
 # The cluster layer (docs/cluster.md): libcurl for the etcd client; etcd and
 # etcdctl for tests/cluster/run.sh, which fails without them.
 pkgs="$pkgs libcurl4-openssl-dev etcd-server etcd-client"

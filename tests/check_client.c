@@ -138,10 +138,9 @@ static void srv_error(struct fake *f, int fd, uint64_t id, int32_t code, char *m
 static void srv_event(struct fake *f, int fd, const char *name, uint64_t version)
 {
 	Toggle__Event ev = TOGGLE__EVENT__INIT;
-	ev.kind = TOGGLE__EVENT_KIND__SET_APPLIED;
+	ev.kind = TOGGLE__EVENT_KIND__EVENT_KIND_SET_APPLIED;
 	ev.agent_id = 1;
 	ev.agent_name = (char *)(uintptr_t)name;
-	ev.has_version = 1;
 	ev.version = version;
 	ev.unix_ms = 1;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;

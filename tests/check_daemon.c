@@ -816,7 +816,6 @@ static int rpc_set(struct tgc *c, Toggle__Selector *sel, Toggle__SetOp op, const
 	m.target = sel;
 	m.op = op;
 	m.spec = (char *)(uintptr_t)spec;
-	m.has_wait_ms = wait_ms > 0;
 	m.wait_ms = wait_ms;
 	return rpc(c, TOGGLE__ENVELOPE__BODY_SET_ENABLED, &m, rep, err);
 }
@@ -869,7 +868,6 @@ static int rpc_plan_after(struct tgc *c, Toggle__Selector *sel, const int64_t *a
 	for (size_t i = 0; i < n; i++) {
 		toggle__plan_entry__init(&e[i]);
 		e[i].step = -1;
-		e[i].has_after = true;
 		e[i].after = after[i];
 		e[i].spec = (char *)(uintptr_t)specs[i];
 		ep[i] = &e[i];
@@ -1157,7 +1155,7 @@ static int raw_call(struct raw *r, Toggle__Envelope *req, int pass_fd,
 
 static int raw_hello_version(struct raw *r, uint32_t version, char *err)
 {
-	Toggle__Hello h = TOGGLE__HELLO__INIT;
+	Toggle__HelloRequest h = TOGGLE__HELLO_REQUEST__INIT;
 	h.protocol_version = version;
 	h.client = (char *)(uintptr_t)"check_daemon-raw";
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -1198,7 +1196,7 @@ static void raw_expect_closed(struct raw *r, const char *after)
 static int raw_register(struct raw *r, const char *name, size_t n_types, uint32_t n_layers,
 			int pass_fd, char *err)
 {
-	Toggle__RegisterAgent m = TOGGLE__REGISTER_AGENT__INIT;
+	Toggle__RegisterAgentRequest m = TOGGLE__REGISTER_AGENT_REQUEST__INIT;
 	m.name = (char *)(uintptr_t)name;
 	m.n_hook_types = n_types;
 	m.hook_types = (char **)(uintptr_t)type_names;
@@ -1226,7 +1224,7 @@ START_TEST(test_hello_version)
 	ASSERT(tgc_daemon_version(c)[0] != '\0', "empty daemon version");
 
 	/* A Hello of protocol 99 on a live connection, packed by hand: EVERSION. */
-	Toggle__Hello h = TOGGLE__HELLO__INIT;
+	Toggle__HelloRequest h = TOGGLE__HELLO_REQUEST__INIT;
 	h.protocol_version = 99;
 	h.client = (char *)(uintptr_t)"check_daemon";
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -1245,7 +1243,7 @@ START_TEST(test_hello_version)
 	ASSERT(got == 1, "no answer to a Hello of version 99 (%d)", got);
 	ASSERT(rep->id == 77 && rep->body_case == TOGGLE__ENVELOPE__BODY_ERROR,
 	       "answer id %llu body %d", (unsigned long long)rep->id, (int)rep->body_case);
-	ASSERT(rep->error->code == TOGGLE_EVERSION, "code %d, expected EVERSION", rep->error->code);
+	ASSERT((int)rep->error->code == TOGGLE_EVERSION, "code %d, expected EVERSION", rep->error->code);
 	ASSERT(strstr(rep->error->message, "99"), "message does not name version 99: %s",
 	       rep->error->message);
 	toggle__envelope__free_unpacked(rep, NULL);
@@ -1413,13 +1411,13 @@ START_TEST(test_set_enabled)
 	struct spec s1 = canon("resid_post:0-1");
 	struct spec s2 = canon("resid_post:0-1,attn_out:3");
 	struct spec s3 = canon("resid_post:1,attn_out:3");
-	set_and_check(c, ap, TOGGLE__SET_OP__REPLACE, "resid_post:0-1", "none", s1.s);
-	set_and_check(c, ap, TOGGLE__SET_OP__ADD, "attn_out:3", s1.s, s2.s);
-	set_and_check(c, ap, TOGGLE__SET_OP__REMOVE, "resid_post:0", s2.s, s3.s);
+	set_and_check(c, ap, TOGGLE__SET_OP__SET_OP_REPLACE, "resid_post:0-1", "none", s1.s);
+	set_and_check(c, ap, TOGGLE__SET_OP__SET_OP_ADD, "attn_out:3", s1.s, s2.s);
+	set_and_check(c, ap, TOGGLE__SET_OP__SET_OP_REMOVE, "resid_post:0", s2.s, s3.s);
 
 	/* An unknown hook type: ESPEC naming the agent and the token; nothing changes. */
 	struct ainfo before = agent_info(c, ap->name);
-	int rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:0,bogus_type:1", WAIT_MS, NULL,
+	int rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "resid_post:0,bogus_type:1", WAIT_MS, NULL,
 			 err);
 	ASSERT_CODE(rc, TOGGLE_ESPEC, err);
 	ASSERT(strstr(err, "setter") && strstr(err, "bogus_type"),
@@ -1448,7 +1446,7 @@ START_TEST(test_wait_timeout)
 			&(struct agent_opts){.name = "idle-agent", .group = "g", .steps = false});
 	agent_wait_listed(c, &e.agents[a], -1);
 	uint64_t t0 = now_ms();
-	int rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "all", 200, NULL, err);
+	int rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "all", 200, NULL, err);
 	uint64_t dt = now_ms() - t0;
 	ASSERT_CODE(rc, TOGGLE_ETIMEDOUT, err);
 	ASSERT(strstr(err, "idle-agent"), "timeout does not name the agent: %s", err);
@@ -1492,7 +1490,7 @@ START_TEST(test_selectors)
 
 	Toggle__Selector g1 = sel_group("g1");
 	Toggle__Envelope *rep = NULL;
-	int rc = rpc_set(c, &g1, TOGGLE__SET_OP__REPLACE, "all", WAIT_MS, &rep, err);
+	int rc = rpc_set(c, &g1, TOGGLE__SET_OP__SET_OP_REPLACE, "all", WAIT_MS, &rep, err);
 	ASSERT_CODE(rc, 0, err);
 	ASSERT(rep->set_enabled_reply->n_versions == 1 &&
 	       rep->set_enabled_reply->versions[0]->agent_id == a.id,
@@ -1504,12 +1502,12 @@ START_TEST(test_selectors)
 
 	struct spec b_set = canon("attn_out:0"), a_set = canon("resid_post:2");
 	Toggle__Selector by_id = sel_id(b.id);
-	set_applied(c, &by_id, TOGGLE__SET_OP__REPLACE, "attn_out:0");
+	set_applied(c, &by_id, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:0");
 	ASSERT_STR(agent_info(c, "sel-a").enabled, "all", "sel-a after the id set");
 	ASSERT_STR(agent_info(c, "sel-b").enabled, b_set.s, "sel-b after the id set");
 
 	Toggle__Selector by_pid = sel_pid(a.pid);
-	set_applied(c, &by_pid, TOGGLE__SET_OP__REPLACE, "resid_post:2");
+	set_applied(c, &by_pid, TOGGLE__SET_OP__SET_OP_REPLACE, "resid_post:2");
 	ASSERT_STR(agent_info(c, "sel-a").enabled, a_set.s, "sel-a after the pid set");
 	ASSERT_STR(agent_info(c, "sel-b").enabled, b_set.s, "sel-b after the pid set");
 	assert_never_ran(&e.agents[ib], "all");
@@ -1519,7 +1517,7 @@ START_TEST(test_selectors)
 			 none_pid = sel_pid(1);
 	Toggle__Selector *nothing[3] = {&none_group, &none_id, &none_pid};
 	for (int k = 0; k < 3; k++) {
-		rc = rpc_set(c, nothing[k], TOGGLE__SET_OP__REPLACE, "none", 0, NULL, err);
+		rc = rpc_set(c, nothing[k], TOGGLE__SET_OP__SET_OP_REPLACE, "none", 0, NULL, err);
 		ASSERT_CODE(rc, TOGGLE_ENOAGENT, err);
 		rc = rpc_list_agents(c, nothing[k], NULL, err);
 		ASSERT_CODE(rc, TOGGLE_ENOAGENT, err);
@@ -1588,7 +1586,7 @@ START_TEST(test_plans)
 	struct agent_proc *ap = &e.agents[a];
 	agent_wait_listed(c, ap, 1);
 	struct spec standing = canon("resid_post:*");
-	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:*");
+	set_applied(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "resid_post:*");
 
 	/* Three entries 50 steps ahead: exactly those sets at exactly those steps. */
 	static const char *const specs[3] = {"attn_out:0", "attn_out:1", "all"};
@@ -1908,23 +1906,23 @@ START_TEST(test_watch)
 
 	int a = agent_start(&e, &(struct agent_opts){.name = "watched", .group = "g", .steps = true,
 						     .anomaly_at = 50});
-	struct evinfo joined = event_wait(w, TOGGLE__EVENT_KIND__AGENT_JOINED, "watched", 10000);
+	struct evinfo joined = event_wait(w, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_JOINED, "watched", 10000);
 	struct ainfo ai = agent_wait_listed(c, &e.agents[a], 1);
 	ASSERT(joined.agent_id == ai.id, "joined agent %llu, listed %llu",
 	       (unsigned long long)joined.agent_id, (unsigned long long)ai.id);
 
 	/* The agent's anomaly (a producer recorded outside a capture window) is
 	 * reported from its status lane. */
-	struct evinfo anomaly = event_wait(w, TOGGLE__EVENT_KIND__ANOMALY, "watched", 10000);
+	struct evinfo anomaly = event_wait(w, TOGGLE__EVENT_KIND__EVENT_KIND_ANOMALY, "watched", 10000);
 	ASSERT(anomaly.agent_id == ai.id, "ANOMALY for agent %llu", (unsigned long long)anomaly.agent_id);
 
-	uint64_t v = set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:*");
-	struct evinfo applied = event_wait(w, TOGGLE__EVENT_KIND__SET_APPLIED, "watched", 10000);
+	uint64_t v = set_applied(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:*");
+	struct evinfo applied = event_wait(w, TOGGLE__EVENT_KIND__EVENT_KIND_SET_APPLIED, "watched", 10000);
 	ASSERT(applied.version == v && applied.agent_id == ai.id, "SET_APPLIED version %llu, set %llu",
 	       (unsigned long long)applied.version, (unsigned long long)v);
 
 	agent_stop(&e, a);
-	struct evinfo left = event_wait(w, TOGGLE__EVENT_KIND__AGENT_LEFT, "watched", 10000);
+	struct evinfo left = event_wait(w, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_LEFT, "watched", 10000);
 	ASSERT(left.agent_id == ai.id, "left agent %llu", (unsigned long long)left.agent_id);
 	tgc_close(w);
 	tgc_close(c);
@@ -1956,9 +1954,8 @@ START_TEST(test_agent_kill9)
 	Toggle__Selector by_id = sel_id(idle.id);
 	Toggle__SetEnabledRequest m = TOGGLE__SET_ENABLED_REQUEST__INIT;
 	m.target = &by_id;
-	m.op = TOGGLE__SET_OP__REPLACE;
+	m.op = TOGGLE__SET_OP__SET_OP_REPLACE;
 	m.spec = (char *)(uintptr_t)"all";
-	m.has_wait_ms = true;
 	m.wait_ms = 600;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
@@ -1971,7 +1968,7 @@ START_TEST(test_agent_kill9)
 	int got = raw_recv(&r, &rep, 400);
 	ASSERT(got == 1, "no prompt answer to a wait on a killed agent (%d)", got);
 	ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_ERROR &&
-	       rep->error->code == TOGGLE_ENOAGENT && rep->error->n_agents == 1 &&
+	       (int)rep->error->code == TOGGLE_ENOAGENT && rep->error->n_agents == 1 &&
 	       strcmp(rep->error->agents[0], "idle-victim") == 0,
 	       "answer to a wait on a killed agent: body %d", (int)rep->body_case);
 	toggle__envelope__free_unpacked(rep, NULL);
@@ -1984,10 +1981,10 @@ START_TEST(test_agent_kill9)
 	size_t total = 0;
 	ASSERT(agent_lookup(c, "bystander", NULL, &total) && total == 1, "%zu agents listed", total);
 	Toggle__Selector by_pid = sel_pid(victim.pid);
-	int rc = rpc_set(c, &by_pid, TOGGLE__SET_OP__REPLACE, "all", 0, NULL, err);
+	int rc = rpc_set(c, &by_pid, TOGGLE__SET_OP__SET_OP_REPLACE, "all", 0, NULL, err);
 	ASSERT_CODE(rc, TOGGLE_ENOAGENT, err);
 	struct spec s = canon("attn_out:1");
-	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:1");
+	set_applied(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:1");
 	ASSERT_STR(agent_info(c, "bystander").enabled, s.s, "bystander after the set");
 	rc = rpc_status(c, &rep, err);
 	ASSERT_CODE(rc, 0, err);
@@ -2013,7 +2010,7 @@ START_TEST(test_daemon_restart)
 	struct agent_proc *ap = &e.agents[a];
 	agent_wait_listed(c, ap, 1);
 	struct spec standing = canon("attn_out:1-2");
-	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:1-2");
+	set_applied(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:1-2");
 	static const char *const specs[2] = {"resid_post:3", "all"};
 	static const int64_t far[2] = {100000, 100001};
 	int64_t cur = plan_ahead(c, ap->name, far, specs, 2);
@@ -2108,7 +2105,7 @@ _Noreturn static void nobody_main(const struct env *e)
 		_exit(11);
 	if (tgc_may_write(c))
 		_exit(12);
-	if (rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "all", 0, NULL, err) != TOGGLE_EPERM)
+	if (rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "all", 0, NULL, err) != TOGGLE_EPERM)
 		_exit(13);
 	if (!strstr(err, "65534"))
 		_exit(14);
@@ -2318,7 +2315,7 @@ START_TEST(test_bad_input)
 
 	/* Limits of SetEnabled and SubmitPlan. */
 	struct tgc *c = client(&e);
-	rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "all", TGP_MAX_WAIT_MS + 1, NULL, err);
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "all", TGP_MAX_WAIT_MS + 1, NULL, err);
 	ASSERT_CODE(rc, TOGGLE_EINVAL, err);
 	int64_t steps[65];
 	const char *specs[65];
@@ -2355,7 +2352,7 @@ START_TEST(test_name_squatting)
 	struct ainfo root_ai = agent_wait_listed(c, ap, 1);
 	struct spec root_set = canon("attn_out:1-2"), other_set = canon("resid_post:0");
 	Toggle__Selector root_sel = sel_id(root_ai.id);
-	set_applied(c, &root_sel, TOGGLE__SET_OP__REPLACE, "attn_out:1-2");
+	set_applied(c, &root_sel, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:1-2");
 
 	/* The same name from uid nobody: registered, but nothing of root's state restored. */
 	int b = agent_start(&e, &(struct agent_opts){.name = "shared", .group = "g", .steps = true,
@@ -2386,7 +2383,7 @@ START_TEST(test_name_squatting)
 
 	/* Root sets another set on the squatter's agent; root's own saved set stays. */
 	Toggle__Selector other_sel = sel_id(nb.id);
-	set_applied(c, &other_sel, TOGGLE__SET_OP__REPLACE, "resid_post:0");
+	set_applied(c, &other_sel, TOGGLE__SET_OP__SET_OP_REPLACE, "resid_post:0");
 	tgc_close(c);
 	daemon_kill9(&e);
 	daemon_start(&e);
@@ -2472,7 +2469,7 @@ START_TEST(test_corrupt_state_set_aside)
 	struct agent_proc *ap = &e.agents[a];
 	agent_wait_listed(c, ap, 1);
 	struct spec kept = canon("attn_out:3");
-	set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:3");
+	set_applied(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:3");
 	tgc_close(c);
 	daemon_stop(&e);
 	char bad[PATH_MAX + 32];
@@ -2548,7 +2545,7 @@ START_TEST(test_pipelined_order)
 	Toggle__SetEnabledRequest se = TOGGLE__SET_ENABLED_REQUEST__INIT;
 	Toggle__StatusRequest st = TOGGLE__STATUS_REQUEST__INIT;
 	Toggle__ListAgentsRequest la = TOGGLE__LIST_AGENTS_REQUEST__INIT;
-	se.op = TOGGLE__SET_OP__REPLACE;
+	se.op = TOGGLE__SET_OP__SET_OP_REPLACE;
 	for (uint64_t i = 0; i < N; i++) {
 		for (int k = 0; k <= OTHERS; k++) {
 			Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -2751,7 +2748,7 @@ START_TEST(test_full_disk)
 	struct agent_proc *ap = &e.agents[a];
 	agent_wait_listed(c, ap, 1);
 	struct spec later = canon("resid_post:0");
-	uint64_t v0 = set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:1-2");
+	uint64_t v0 = set_applied(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:1-2");
 	static const char *const specs[1] = {"resid_post:3"};
 	static const int64_t far[1] = {100000};
 	int64_t base = plan_ahead(c, ap->name, far, specs, 1);
@@ -2771,7 +2768,7 @@ START_TEST(test_full_disk)
 	for (;; tries++) {
 		ASSERT(tries < 400, "400 writes acknowledged on a full disk");
 		Toggle__Envelope *rep = NULL;
-		rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, alt[tries & 1], WAIT_MS, &rep, err);
+		rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, alt[tries & 1], WAIT_MS, &rep, err);
 		if (rc == 0) {
 			last_ok = alt[tries & 1];
 			v1 = rep->set_enabled_reply->versions[0]->version;
@@ -2788,7 +2785,7 @@ START_TEST(test_full_disk)
 	/* Every kind of write: refused with EIO and why, several times over. */
 	for (int i = 0; i < 4; i++) {
 		Toggle__Envelope *rep = NULL;
-		rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:0", i & 1 ? WAIT_MS : 0,
+		rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "resid_post:0", i & 1 ? WAIT_MS : 0,
 				 &rep, err);
 		if (rep)
 			toggle__envelope__free_unpacked(rep, NULL);
@@ -2801,7 +2798,7 @@ START_TEST(test_full_disk)
 	ASSERT_CODE(rc, TOGGLE_EIO, err);
 	rc = rpc_clear_plan(c, NULL, err);
 	ASSERT_CODE(rc, TOGGLE_EIO, err);
-	rc = rpc_set(c, NULL, TOGGLE__SET_OP__ADD, "resid_post:1", 0, NULL, err);
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_ADD, "resid_post:1", 0, NULL, err);
 	ASSERT_CODE(rc, TOGGLE_EIO, err);
 
 	/* Nothing of it applied: the accepted state, the lane and the agent keep the old set. */
@@ -2822,24 +2819,24 @@ START_TEST(test_full_disk)
 	Toggle__Envelope *rep = NULL;
 	rc = rpc_status(c, &rep, err);
 	ASSERT_CODE(rc, 0, err);
-	ASSERT(rep->status_reply->has_save_errors && rep->status_reply->save_errors >= 1,
+	ASSERT(rep->status_reply->save_errors >= 1,
 	       "status counts %llu failed saves", (unsigned long long)rep->status_reply->save_errors);
-	ASSERT(rep->status_reply->save_error &&
+	ASSERT(rep->status_reply->save_error[0] &&
 	       strstr(rep->status_reply->save_error, "No space left on device"),
 	       "status gives no reason: %s",
-	       rep->status_reply->save_error ? rep->status_reply->save_error : "(none)");
+	       rep->status_reply->save_error[0] ? rep->status_reply->save_error : "(none)");
 	toggle__envelope__free_unpacked(rep, NULL);
 	int logged = file_count(e.dlog, "cannot save the desired state");
 	ASSERT(logged == 1, "the failure was logged %d times, expected once", logged);
 
 	/* Room again: the next write goes through and is applied. */
 	ASSERT(unlink(filler) == 0, "unlink: %s", strerror(errno));
-	uint64_t v2 = set_applied(c, NULL, TOGGLE__SET_OP__REPLACE, "resid_post:0");
+	uint64_t v2 = set_applied(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "resid_post:0");
 	ASSERT(v2 > v1, "version %llu after %llu", (unsigned long long)v2, (unsigned long long)v1);
 	ASSERT(file_count(e.dlog, "saved under") == 1, "the recovery was not logged once");
 	rc = rpc_status(c, &rep, err);
 	ASSERT_CODE(rc, 0, err);
-	ASSERT(!rep->status_reply->save_error, "status still failing: %s",
+	ASSERT(!rep->status_reply->save_error[0], "status still failing: %s",
 	       rep->status_reply->save_error);
 	toggle__envelope__free_unpacked(rep, NULL);
 	tgc_close(c);
@@ -2942,7 +2939,7 @@ END_TEST
 static int raw_register_patched(struct raw *r, const char *name, char at, char to, int pass_fd,
 				char *err)
 {
-	Toggle__RegisterAgent m = TOGGLE__REGISTER_AGENT__INIT;
+	Toggle__RegisterAgentRequest m = TOGGLE__REGISTER_AGENT_REQUEST__INIT;
 	m.name = (char *)(uintptr_t)name;
 	m.n_hook_types = NT;
 	m.hook_types = (char **)(uintptr_t)type_names;
@@ -3032,7 +3029,7 @@ START_TEST(test_events_survive_queries)
 	agent_wait_listed(c, &e.agents[a], 1);
 	for (int round = 0; round < 10; round++) {
 		Toggle__Envelope *rep = NULL;
-		rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, round % 2 ? "attn_out:*" : "resid_post:*", 0,
+		rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, round % 2 ? "attn_out:*" : "resid_post:*", 0,
 			     &rep, err);
 		ASSERT_CODE(rc, 0, err);
 		ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY &&
@@ -3045,7 +3042,7 @@ START_TEST(test_events_survive_queries)
 			       (unsigned long long)v);
 		struct evinfo ev;
 		do
-			ev = event_wait(w, TOGGLE__EVENT_KIND__SET_APPLIED, "queried", 3000);
+			ev = event_wait(w, TOGGLE__EVENT_KIND__EVENT_KIND_SET_APPLIED, "queried", 3000);
 		while (ev.version < v);
 		ASSERT(ev.version == v, "round %d: SET_APPLIED %llu, set %llu", round,
 		       (unsigned long long)ev.version, (unsigned long long)v);
@@ -3080,7 +3077,7 @@ START_TEST(test_default_target_not_poisoned)
 	struct ainfo foreign = agent_info(c, "foreign");
 
 	Toggle__Envelope *rep = NULL;
-	rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "attn_out:*", WAIT_MS, &rep, err);
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:*", WAIT_MS, &rep, err);
 	ASSERT_CODE(rc, 0, err);
 	const Toggle__SetEnabledReply *sr = rep->set_enabled_reply;
 	ASSERT(sr->n_versions == 1 && sr->versions[0]->agent_id == native.id,
@@ -3111,11 +3108,11 @@ START_TEST(test_default_target_not_poisoned)
 
 	/* Named explicitly, it still refuses (all or nothing). */
 	Toggle__Selector sel = sel_id(foreign.id);
-	rc = rpc_set(c, &sel, TOGGLE__SET_OP__REPLACE, "attn_out:*", 0, NULL, err);
+	rc = rpc_set(c, &sel, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:*", 0, NULL, err);
 	ASSERT_CODE(rc, TOGGLE_ESPEC, err);
 	ASSERT(strstr(err, "foreign"), "the error does not name the agent: %s", err);
 	/* A spec nobody accepts fails naming an agent, as before. */
-	rc = rpc_set(c, NULL, TOGGLE__SET_OP__REPLACE, "no_such_hook:*", 0, NULL, err);
+	rc = rpc_set(c, NULL, TOGGLE__SET_OP__SET_OP_REPLACE, "no_such_hook:*", 0, NULL, err);
 	ASSERT_CODE(rc, TOGGLE_ESPEC, err);
 	raw_close(&r);
 	toggle_shm_unmap(&shm);
@@ -3169,7 +3166,7 @@ static void env_setup_conf(struct env *e, const char *text)
 static int raw_register_group(struct raw *r, const char *name, const char *group, int fd,
 			      char *err)
 {
-	Toggle__RegisterAgent m = TOGGLE__REGISTER_AGENT__INIT;
+	Toggle__RegisterAgentRequest m = TOGGLE__REGISTER_AGENT_REQUEST__INIT;
 	m.name = (char *)(uintptr_t)name;
 	m.group = (char *)(uintptr_t)group;
 	m.n_hook_types = NT;

@@ -1328,15 +1328,14 @@ START_TEST(tainted_launch_shown_by_daemon)
 		dd_sleep_ms(10);
 	}
 	/* Clean so far: nothing tainted on the wire. */
-	ck_assert(!rep->agents->agents[0]->has_tainted_launches);
+	ck_assert(!(rep->agents->agents[0]->tainted_launches != 0));
 	toggle__envelope__free_unpacked(rep, NULL);
 
 	taint_setup(f); /* step 2 began: the status lane holds the taint */
 	rep = dd_call(c, TOGGLE__ENVELOPE__BODY_LIST_AGENTS, &la);
 	ck_assert_uint_eq(rep->agents->n_agents, 1);
 	const Toggle__AgentInfo *ai = rep->agents->agents[0];
-	ck_assert(ai->has_tainted_launches && ai->has_tainted_step);
-	ck_assert_uint_eq(ai->tainted_launches, 1);
+		ck_assert_uint_eq(ai->tainted_launches, 1);
 	ck_assert_int_eq(ai->tainted_step, 1);
 	ck_assert_uint_ge(ai->anomalies, 1); /* what watchers' anomaly events count */
 	toggle__envelope__free_unpacked(rep, NULL);

@@ -82,7 +82,7 @@ static Toggle__Envelope error_env(Toggle__Error *e, size_t n)
 	memset(msg, 'x', n);
 	msg[n] = '\0';
 	toggle__error__init(e);
-	e->code = TOGGLE_EINVAL;
+	e->code = (Toggle__ErrorCode)TOGGLE_EINVAL;
 	e->message = msg;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	env.id = 3;
@@ -111,7 +111,7 @@ static Toggle__Envelope error_env_of_size(Toggle__Error *e, size_t size)
 
 START_TEST(test_round_trip_hello)
 {
-	Toggle__Hello h = TOGGLE__HELLO__INIT;
+	Toggle__HelloRequest h = TOGGLE__HELLO_REQUEST__INIT;
 	h.protocol_version = TGP_PROTOCOL_VERSION;
 	h.client = "togglectl";
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
@@ -131,7 +131,7 @@ START_TEST(test_round_trip_error_agents)
 {
 	char *agents[] = { "engine-0", "engine-1" };
 	Toggle__Error e = TOGGLE__ERROR__INIT;
-	e.code = TOGGLE_ETIMEDOUT;
+	e.code = (Toggle__ErrorCode)TOGGLE_ETIMEDOUT;
 	e.message = "wait timed out";
 	e.n_agents = 2;
 	e.agents = agents;
@@ -157,9 +157,8 @@ START_TEST(test_round_trip_set_enabled)
 	sel.agent_id = 42;
 	Toggle__SetEnabledRequest req = TOGGLE__SET_ENABLED_REQUEST__INIT;
 	req.target = &sel;
-	req.op = TOGGLE__SET_OP__ADD;
+	req.op = TOGGLE__SET_OP__SET_OP_ADD;
 	req.spec = "resid_post:0-31,attn_out:*";
-	req.has_wait_ms = 1;
 	req.wait_ms = 500;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	env.id = 9;
@@ -170,9 +169,8 @@ START_TEST(test_round_trip_set_enabled)
 	ck_assert_int_eq(out->body_case, TOGGLE__ENVELOPE__BODY_SET_ENABLED);
 	ck_assert_int_eq(got->target->sel_case, TOGGLE__SELECTOR__SEL_AGENT_ID);
 	ck_assert_uint_eq(got->target->agent_id, 42);
-	ck_assert_int_eq(got->op, TOGGLE__SET_OP__ADD);
+	ck_assert_int_eq(got->op, TOGGLE__SET_OP__SET_OP_ADD);
 	ck_assert_str_eq(got->spec, "resid_post:0-31,attn_out:*");
-	ck_assert(got->has_wait_ms);
 	ck_assert_uint_eq(got->wait_ms, 500);
 	toggle__envelope__free_unpacked(out, NULL);
 }
@@ -201,10 +199,9 @@ START_TEST(test_round_trip_plan_and_event)
 	toggle__envelope__free_unpacked(out, NULL);
 
 	Toggle__Event ev = TOGGLE__EVENT__INIT;
-	ev.kind = TOGGLE__EVENT_KIND__PLAN_REJECTED;
+	ev.kind = TOGGLE__EVENT_KIND__EVENT_KIND_PLAN_REJECTED;
 	ev.agent_id = 7;
 	ev.agent_name = "engine";
-	ev.has_step = 1;
 	ev.step = 12;
 	ev.unix_ms = 1700000000000ull;
 	Toggle__Envelope eenv = TOGGLE__ENVELOPE__INIT;
@@ -212,11 +209,10 @@ START_TEST(test_round_trip_plan_and_event)
 	eenv.event = &ev;
 	out = round_trip(&eenv);
 	ck_assert_uint_eq(out->id, 0);
-	ck_assert_int_eq(out->event->kind, TOGGLE__EVENT_KIND__PLAN_REJECTED);
+	ck_assert_int_eq(out->event->kind, TOGGLE__EVENT_KIND__EVENT_KIND_PLAN_REJECTED);
 	ck_assert_str_eq(out->event->agent_name, "engine");
-	ck_assert(out->event->has_step);
 	ck_assert_int_eq(out->event->step, 12);
-	ck_assert(!out->event->has_version);
+	ck_assert_uint_eq(out->event->version, 0); /* proto3: unset decodes as 0 */
 	ck_assert_uint_eq(out->event->unix_ms, 1700000000000ull);
 	toggle__envelope__free_unpacked(out, NULL);
 }
@@ -433,16 +429,20 @@ START_TEST(test_garbage_body)
 }
 END_TEST
 
-/* A well-formed envelope that lacks its required id. */
+/* Contract v1 (proto3) has no required fields: an envelope without its id
+ * decodes with id 0, which the daemon refuses as a request (check_proto). */
 START_TEST(test_missing_required_field)
 {
-	/* field 34 (status), length 0: body set, id (field 1, required) absent */
+	/* field 34 (status), length 0: body set, id (field 1) absent */
 	uint8_t f[TGP_FRAME_HEADER + 3] = { 0, 0, 0, 3, 0x92, 0x02, 0x00 };
 	struct tgp_reader r;
 	tgp_reader_init(&r);
 	ck_assert_int_eq(tgp_reader_feed(&r, f, sizeof(f)), 0);
 	Toggle__Envelope *out = NULL;
-	ck_assert_int_eq(tgp_reader_next(&r, &out), TOGGLE_EPROTO);
+	ck_assert_int_eq(tgp_reader_next(&r, &out), 1);
+	ck_assert_uint_eq(out->id, 0);
+	ck_assert_int_eq(out->body_case, TOGGLE__ENVELOPE__BODY_STATUS);
+	toggle__envelope__free_unpacked(out, NULL);
 	tgp_reader_free(&r);
 }
 END_TEST
@@ -470,7 +470,10 @@ START_TEST(test_envelope_without_body)
 }
 END_TEST
 
-/* An unknown body field is not a body: EPROTO, not a crash. */
+/* Contract v1: an unknown body field is a newer peer's message: handed out
+ * with no body case and the unknown field kept (the daemon answers it with
+ * UNIMPLEMENTED, check_proto); an envelope with no field but its id is still
+ * EPROTO, never a crash. */
 START_TEST(test_unknown_body_field)
 {
 	/* id=1 (08 01), then field 99 varint (98 06 05) */
@@ -479,6 +482,17 @@ START_TEST(test_unknown_body_field)
 	tgp_reader_init(&r);
 	ck_assert_int_eq(tgp_reader_feed(&r, f, sizeof(f)), 0);
 	Toggle__Envelope *out = NULL;
+	ck_assert_int_eq(tgp_reader_next(&r, &out), 1);
+	ck_assert_uint_eq(out->id, 1);
+	ck_assert_int_eq(out->body_case, TOGGLE__ENVELOPE__BODY__NOT_SET);
+	ck_assert_uint_eq(out->base.n_unknown_fields, 1);
+	ck_assert_uint_eq(out->base.unknown_fields[0].tag, 99);
+	toggle__envelope__free_unpacked(out, NULL);
+	tgp_reader_free(&r);
+	/* id only: no body at all. */
+	uint8_t g[TGP_FRAME_HEADER + 2] = { 0, 0, 0, 2, 0x08, 0x01 };
+	tgp_reader_init(&r);
+	ck_assert_int_eq(tgp_reader_feed(&r, g, sizeof(g)), 0);
 	ck_assert_int_eq(tgp_reader_next(&r, &out), TOGGLE_EPROTO);
 	tgp_reader_free(&r);
 }
@@ -500,14 +514,19 @@ END_TEST
 
 START_TEST(test_encode_refuses_missing_required)
 {
-	Toggle__HelloReply hr = TOGGLE__HELLO_REPLY__INIT;   /* daemon_version NULL */
+	/* Contract v1 (proto3): no required fields; a NULL string travels as "". */
+	Toggle__HelloReply hr = TOGGLE__HELLO_REPLY__INIT;
+	hr.daemon_version = NULL;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	env.id = 1;
 	env.body_case = TOGGLE__ENVELOPE__BODY_HELLO_REPLY;
 	env.hello_reply = &hr;
+	Toggle__Envelope *out = round_trip(&env);
+	ck_assert_int_eq(out->body_case, TOGGLE__ENVELOPE__BODY_HELLO_REPLY);
+	ck_assert_str_eq(out->hello_reply->daemon_version, "");
+	toggle__envelope__free_unpacked(out, NULL);
 	uint8_t *buf = NULL;
 	size_t len = 0;
-	ck_assert_int_eq(tgp_frame_encode(&env, &buf, &len), TOGGLE_EINVAL);
 	ck_assert_int_eq(tgp_frame_encode(NULL, &buf, &len), TOGGLE_EINVAL);
 	ck_assert_ptr_null(buf);
 }

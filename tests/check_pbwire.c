@@ -30,7 +30,7 @@ START_TEST(test_register_decodes_in_protobuf_c)
 	ck_assert_ptr_nonnull(env);
 	ck_assert_uint_eq(env->id, 42);
 	ck_assert_int_eq(env->body_case, TOGGLE__ENVELOPE__BODY_REGISTER_AGENT);
-	const Toggle__RegisterAgent *m = env->register_agent;
+	const Toggle__RegisterAgentRequest *m = env->register_agent;
 	ck_assert_str_eq(m->name, "engine-0");
 	ck_assert_str_eq(m->group, "decode");
 	ck_assert_uint_eq(m->n_hook_types, 3);
@@ -53,6 +53,43 @@ START_TEST(test_register_decodes_in_protobuf_c)
 }
 END_TEST
 
+/*
+ * proto3's canonical encoding: what pbwire sends re-packs, in protobuf-c, to
+ * exactly its own bytes, also for the simulator's lazy agent (mode 0, driver
+ * 0), whose zeros proto3 leaves out.  A daemon that checks this (a frame
+ * must re-pack to its own size) refused such a registration.
+ */
+START_TEST(test_encoding_is_canonical)
+{
+	static const char *const types[] = {"resid_post", "attn_out"};
+	struct pbw_register r = {.name = "sim-0", .group = _i ? "g" : NULL, .hook_types = types,
+				 .n_types = 2, .n_layers = 4, .mode = 0,
+				 .driver_version = 0, .shm_size = 4096};
+	uint8_t buf[4096], *re = NULL;
+	size_t relen = 0;
+	long n = pbw_frame_register(buf, sizeof(buf), 7, &r);
+	ck_assert_int_gt(n, 4);
+	Toggle__Envelope *env = toggle__envelope__unpack(NULL, (size_t)n - 4, buf + 4);
+	ck_assert_ptr_nonnull(env);
+	ck_assert_uint_eq(env->register_agent->mode, 0);
+	ck_assert_int_eq(env->register_agent->driver_version, 0);
+	ck_assert_int_eq(tgp_frame_encode(env, &re, &relen), 0);
+	ck_assert_uint_eq(relen, (size_t)n);
+	ck_assert_mem_eq(re, buf, relen);
+	free(re);
+	toggle__envelope__free_unpacked(env, NULL);
+
+	n = pbw_frame_hello(buf, sizeof(buf), 1, TGP_PROTOCOL_VERSION, "libtoggle");
+	env = toggle__envelope__unpack(NULL, (size_t)n - 4, buf + 4);
+	ck_assert_ptr_nonnull(env);
+	ck_assert_int_eq(tgp_frame_encode(env, &re, &relen), 0);
+	ck_assert_uint_eq(relen, (size_t)n);
+	ck_assert_mem_eq(re, buf, relen);
+	free(re);
+	toggle__envelope__free_unpacked(env, NULL);
+}
+END_TEST
+
 /* Pack with protobuf-c, decode with pbwire. */
 static void decode_packed(const Toggle__Envelope *env, struct pbw_reply *out)
 {
@@ -67,7 +104,7 @@ START_TEST(test_replies_decode_here)
 {
 	struct pbw_reply r;
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__RegisterReply rr = TOGGLE__REGISTER_REPLY__INIT;
+	Toggle__RegisterAgentReply rr = TOGGLE__REGISTER_AGENT_REPLY__INIT;
 	env.id = 9;
 	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_REPLY;
 	env.register_reply = &rr;
@@ -81,7 +118,7 @@ START_TEST(test_replies_decode_here)
 	char *agents[] = {"a", "b"};
 	env.body_case = TOGGLE__ENVELOPE__BODY_ERROR;
 	env.error = &err;
-	err.code = TOGGLE_EVERSION;
+	err.code = (Toggle__ErrorCode)TOGGLE_EVERSION;
 	err.message = "protocol version 2 is not spoken here";
 	err.n_agents = 2;
 	err.agents = agents;
@@ -89,6 +126,15 @@ START_TEST(test_replies_decode_here)
 	ck_assert_uint_eq(r.body, PBW_ENV_ERROR);
 	ck_assert_int_eq(r.error_code, TOGGLE_EVERSION);
 	ck_assert_str_eq(r.error_message, "protocol version 2 is not spoken here");
+	/* Contract v1: Error.agent_ids (packed repeated) is skipped, the rest read. */
+	uint64_t ids[] = {7, 1ull << 50};
+	err.n_agent_ids = 2;
+	err.agent_ids = ids;
+	err.code = TOGGLE__ERROR_CODE__ERROR_CODE_UNIMPLEMENTED;
+	decode_packed(&env, &r);
+	ck_assert_int_eq(r.error_code, TOGGLE_EUNIMPLEMENTED);
+	ck_assert_str_eq(r.error_message, "protocol version 2 is not spoken here");
+	err.n_agent_ids = 0;
 
 	Toggle__HelloReply hr = TOGGLE__HELLO_REPLY__INIT;
 	env.body_case = TOGGLE__ENVELOPE__BODY_HELLO_REPLY;
@@ -117,7 +163,7 @@ START_TEST(test_hostile_bytes)
 	struct pbw_reply r;
 	/* Truncations of a valid reply: never a crash, never a wrong success. */
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__RegisterReply rr = TOGGLE__REGISTER_REPLY__INIT;
+	Toggle__RegisterAgentReply rr = TOGGLE__REGISTER_AGENT_REPLY__INIT;
 	env.id = 300;
 	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_REPLY;
 	env.register_reply = &rr;
@@ -159,6 +205,7 @@ static Suite *pbwire_suite(void)
 	Suite *s = suite_create("pbwire");
 	TCase *tc = tcase_create("pbwire");
 	tcase_add_loop_test(tc, test_register_decodes_in_protobuf_c, 0, 2);
+	tcase_add_loop_test(tc, test_encoding_is_canonical, 0, 2);
 	tcase_add_test(tc, test_replies_decode_here);
 	tcase_add_test(tc, test_hostile_bytes);
 	suite_add_tcase(s, tc);

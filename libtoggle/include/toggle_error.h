@@ -2,7 +2,8 @@
  * toggle_error.h - the one error enum of graphtoggle, shared by libtoggle,
  * the daemon, the client library and togglectl, with one string table
  * (toggle_strerror).  Codes are negative; 0 is success.  The wire protocol
- * carries these numbers in Error.code.
+ * carries these numbers in Error.code (the ErrorCode enum of toggle.proto,
+ * which tests/check_proto.c keeps equal to this one).
  */
 #ifndef TOGGLE_ERROR_H
 #define TOGGLE_ERROR_H
@@ -38,7 +39,8 @@ enum toggle_error {
 	TOGGLE_ECONNECT = -22,  /* cannot connect to the daemon */
 	TOGGLE_EIO = -23,       /* I/O error */
 	TOGGLE_ESHM = -24,      /* bad shared-memory region */
-	TOGGLE_ERROR_MIN = -24,
+	TOGGLE_EUNIMPLEMENTED = -25, /* request type the daemon does not serve */
+	TOGGLE_ERROR_MIN = -25,
 };
 
 /* Static description of an error code ("unknown error" for others). */

@@ -29,6 +29,7 @@ const char *toggle_strerror(int err)
 	case TOGGLE_ECONNECT: return "cannot connect to the daemon";
 	case TOGGLE_EIO: return "I/O error";
 	case TOGGLE_ESHM: return "bad shared-memory region";
+	case TOGGLE_EUNIMPLEMENTED: return "request not implemented by this daemon";
 	default: return "unknown error";
 	}
 }

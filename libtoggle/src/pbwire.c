@@ -2,6 +2,9 @@
  * pbwire.c - hand-written protobuf encoding of the agent's registration and
  * decoding of the daemon's replies.  Input is untrusted: every length is
  * checked against what remains, unknown fields are skipped by wire type.
+ * Encoding is proto3's canonical one (toggle.proto is proto3): a scalar
+ * that is 0 and an empty string are left out, as protobuf-c packs them, so
+ * a frame re-packs to its own size (a daemon may check that).
  */
 #include <string.h>
 
@@ -69,12 +72,25 @@ static long pbw_frame(uint8_t *buf, size_t cap, uint64_t id, uint32_t field,
 	return (long)(env.len + 4);
 }
 
+/* proto3 leaves out what equals the default. */
+static void pbw_varint_nz(struct pbw_buf *b, uint32_t field, uint64_t v)
+{
+	if (v)
+		pbw_varint(b, field, v);
+}
+
+static void pbw_string_nz(struct pbw_buf *b, uint32_t field, const char *s)
+{
+	if (s && s[0])
+		pbw_string(b, field, s);
+}
+
 long pbw_frame_hello(uint8_t *buf, size_t cap, uint64_t id, uint32_t version, const char *client)
 {
 	uint8_t tmp[256];
 	struct pbw_buf b = {.p = tmp, .cap = sizeof(tmp)};
-	pbw_varint(&b, 1, version);
-	pbw_string(&b, 2, client);
+	pbw_varint_nz(&b, 1, version);
+	pbw_string_nz(&b, 2, client);
 	return pbw_frame(buf, cap, id, PBW_ENV_HELLO, &b);
 }
 
@@ -82,16 +98,15 @@ long pbw_frame_register(uint8_t *buf, size_t cap, uint64_t id, const struct pbw_
 {
 	uint8_t tmp[4096];
 	struct pbw_buf b = {.p = tmp, .cap = sizeof(tmp)};
-	pbw_string(&b, 1, r->name);
-	if (r->group && r->group[0])
-		pbw_string(&b, 2, r->group);
+	pbw_string_nz(&b, 1, r->name);
+	pbw_string_nz(&b, 2, r->group);
 	for (unsigned i = 0; i < r->n_types; i++)
-		pbw_string(&b, 3, r->hook_types[i]);
-	pbw_varint(&b, 4, r->n_layers);
-	pbw_varint(&b, 5, r->mode);
+		pbw_string(&b, 3, r->hook_types[i]); /* repeated: every element, "" too */
+	pbw_varint_nz(&b, 4, r->n_layers);
+	pbw_varint_nz(&b, 5, r->mode);
 	/* int32 on the wire: negative values sign-extend to 10 bytes. */
-	pbw_varint(&b, 6, (uint64_t)(int64_t)r->driver_version);
-	pbw_varint(&b, 7, r->shm_size);
+	pbw_varint_nz(&b, 6, (uint64_t)(int64_t)r->driver_version);
+	pbw_varint_nz(&b, 7, r->shm_size);
 	return pbw_frame(buf, cap, id, PBW_ENV_REGISTER, &b);
 }
 

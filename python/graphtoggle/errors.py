@@ -32,6 +32,7 @@ _CODES = [
     (-22, "TOGGLE_ECONNECT", "ConnectError", ()),
     (-23, "TOGGLE_EIO", "IOFailureError", ()),
     (-24, "TOGGLE_ESHM", "ShmError", ()),
+    (-25, "TOGGLE_EUNIMPLEMENTED", "UnimplementedError", ()),
 ]
 
 

@@ -280,7 +280,7 @@ expect_empty err "usage error in JSON mode"
 ctl_raw --help
 expect_rc 0 "--help" && golden help raw
 ctl_raw --version
-expect_rc 0 "--version" && expect_in out "togglectl " "--version" && expect_in out "(protocol 1)" "--version"
+expect_rc 0 "--version" && expect_in out "togglectl " "--version" && expect_in out "(protocol 2)" "--version"
 
 # ---- 3. a daemon, no agent ---------------------------------------------------------
 
@@ -315,7 +315,7 @@ expect_rc 0 "status" && golden status && expect_aligned "status"
 SUBST=
 ctl --json status
 expect_rc 0 "status (json)" && pyjson "status (json)" "
-assert d['agents'] == 1 and d['protocol_version'] == 1, d
+assert d['agents'] == 1 and d['protocol_version'] == 2, d
 assert d['socket'] == '$SOCK' and d['state_dir'] == '$STATE', d
 assert d['may_write'] is True and d['uptime_ms'] >= 0, d
 assert set(d) == {'daemon_version', 'protocol_version', 'uptime_ms', 'agents', 'clients',

@@ -24,7 +24,7 @@ import struct
 import sys
 import time
 
-HELLO = struct.pack(">I", 6) + bytes([0x08, 0x01, 0x52, 0x02, 0x08, 0x01])  # id 1, Hello{version 1}
+HELLO = struct.pack(">I", 6) + bytes([0x08, 0x01, 0x52, 0x02, 0x08, 0x02])  # id 1, Hello{version 2}
 TAG_HELLO_REPLY, TAG_ERROR = 0x5A, 0x62
 
 

@@ -97,7 +97,7 @@ s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
 def frame(body):
     return struct.pack(">I", len(body)) + body
-hello = frame(bytes([0x08, 0x01, 0x52, 0x02, 0x08, 0x01]))      # id 1, Hello{version 1}
+hello = frame(bytes([0x08, 0x01, 0x52, 0x02, 0x08, 0x02]))      # id 1, HelloRequest{version 2}
 status = frame(bytes([0x08, 0x02, 0x92, 0x02, 0x00]))            # id 2, StatusRequest{}
 s.sendall(hello)
 try:

@@ -1,0 +1,369 @@
+"""Client: one connection to toggled, every request of the protocol as a method
+(docs/protocol.md), watch as an iterator, plan helpers.
+
+One request at a time per Client (a lock makes concurrent calls wait); use one
+Client per thread for parallel requests.  Replies are matched by id; events
+that arrive on a watching connection are handed to its Watch.
+"""
+
+import os
+import socket
+import threading
+import time
+
+from . import errors
+from ._wire import MAX_FRAME, PROTOCOL_VERSION, Reader, encode, pb
+
+MAX_PLAN_ENTRIES = 64  # TGP_MAX_PLAN_ENTRIES: entries of one SubmitPlanRequest
+MAX_WAIT_MS = 600000   # TGP_MAX_WAIT_MS
+
+_OPS = {"replace": pb.SET_OP_REPLACE, "add": pb.SET_OP_ADD, "remove": pb.SET_OP_REMOVE}
+
+EVENT_NAMES = {
+    pb.EVENT_KIND_AGENT_JOINED: "joined",
+    pb.EVENT_KIND_AGENT_LEFT: "left",
+    pb.EVENT_KIND_SET_APPLIED: "set_applied",
+    pb.EVENT_KIND_PLAN_REJECTED: "plan_rejected",
+    pb.EVENT_KIND_ANOMALY: "anomaly",
+}
+
+
+def default_socket_path():
+    """Where toggled listens by default (tgp_default_socket_path's rule)."""
+    env = os.environ.get("TOGGLE_SOCKET")
+    if env:
+        return env
+    if os.geteuid() == 0:
+        return "/run/toggle/toggled.sock"
+    run = os.environ.get("XDG_RUNTIME_DIR")
+    if run:
+        return os.path.join(run, "toggle", "toggled.sock")
+    return "/tmp/toggle-%d/toggled.sock" % os.geteuid()
+
+
+def selector(target=None, *, agent_id=None, pid=None, group=None):
+    """A Selector: None (all agents), an int (agent id), a dict with one of
+    agent_id / pid / group, a Selector, or the keyword arguments."""
+    if isinstance(target, pb.Selector):
+        return target
+    if isinstance(target, dict):
+        return selector(**target)
+    if isinstance(target, bool):
+        raise TypeError("target: an agent id, a dict or a Selector, not a bool")
+    if isinstance(target, int):
+        agent_id = target
+    elif target is not None:
+        raise TypeError("target: an agent id, a dict or a Selector, not %r" % (target,))
+    given = [k for k, v in (("agent_id", agent_id), ("pid", pid), ("group", group)) if v is not None]
+    if len(given) > 1:
+        raise ValueError("a selector names agents one way: got %s" % ", ".join(given))
+    s = pb.Selector()
+    if agent_id is not None:
+        s.agent_id = agent_id
+    elif pid is not None:
+        s.pid = pid
+    elif group is not None:
+        s.group = group
+    else:
+        s.all = True
+    return s
+
+
+class Event:
+    """An Event from a watch: kind (a name, or "unknown(N)" for a kind newer than
+    this schema), kind_number, agent_id, agent_name, version, step, message, unix_ms."""
+
+    __slots__ = ("kind", "kind_number", "agent_id", "agent_name", "version", "step", "message",
+                 "unix_ms")
+
+    def __init__(self, ev):
+        self.kind_number = int(ev.kind)
+        self.kind = EVENT_NAMES.get(ev.kind, "unknown(%d)" % ev.kind)
+        self.agent_id = ev.agent_id
+        self.agent_name = ev.agent_name
+        self.version = ev.version
+        self.step = ev.step
+        self.message = ev.message
+        self.unix_ms = ev.unix_ms
+
+    def __repr__(self):
+        return "Event(%s agent=%d %s version=%d step=%d%s)" % (
+            self.kind, self.agent_id, self.agent_name, self.version, self.step,
+            " " + self.message if self.message else "")
+
+
+class Client:
+    """A connection to toggled.  Client(socket=None, timeout=10.0): connects and
+    says hello (raises ConnectError, VersionMismatchError).  Use as a context
+    manager or call close()."""
+
+    def __init__(self, socket_path=None, timeout=10.0, name="graphtoggle.client"):
+        self.path = socket_path or default_socket_path()
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._events = []
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.settimeout(timeout)
+            self._sock.connect(self.path)
+        except OSError as e:
+            self._sock.close()
+            raise errors._errors.error_for(
+                -22, "cannot connect to toggled at %s: %s (is it running? --socket, $TOGGLE_SOCKET)"
+                % (self.path, e.strerror or e)) from None
+        self._reader = Reader(self._sock)
+        try:
+            rep = self._call("hello", pb.HelloRequest(protocol_version=PROTOCOL_VERSION,
+                                                      min_protocol_version=PROTOCOL_VERSION,
+                                                      client=name), "hello_reply")
+        except BaseException:
+            self.close()
+            raise
+        self.protocol_version = rep.protocol_version
+        self.daemon_version = rep.daemon_version
+        self.may_write = rep.may_write
+
+    # ---- plumbing ----
+
+    def close(self):
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def fileno(self):
+        return self._sock.fileno()
+
+    def _broken(self, why):
+        self.close()
+        return errors.ClientProtocolError(why)
+
+    def _call(self, field, msg, want, timeout=None):
+        """Send Envelope{field: msg}; the reply's `want` message, or raise its Error."""
+        with self._lock:
+            if self._sock is None:
+                raise errors._errors.error_for(-23, "the connection is closed")
+            self._next_id += 1
+            rid = self._next_id
+            env = pb.Envelope(id=rid)
+            getattr(env, field).CopyFrom(msg)
+            try:
+                self._sock.settimeout(self.timeout)
+                self._sock.sendall(encode(env))
+            except OSError as e:
+                raise self._broken("sending to toggled: %s" % e) from None
+            limit = self.timeout if timeout is None else timeout
+            deadline = time.monotonic() + limit
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise errors._errors.error_for(
+                        -19, "no reply to %s within %.1f s" % (field, limit))
+                try:
+                    rep = self._reader.next(left)
+                except ConnectionError as e:
+                    raise self._broken(str(e)) from None
+                if rep is None:
+                    continue
+                body = rep.WhichOneof("body")
+                if body == "event":
+                    self._events.append(rep.event)
+                    continue
+                if rep.id != rid and not (rep.id == 0 and body == "error"):
+                    continue  # a late reply to a request that timed out
+                if body == "error":
+                    raise errors.from_reply(rep.error)
+                if body != want:
+                    raise self._broken("toggled answered %s with %s, not %s"
+                                       % (field, body or "an unknown message", want))
+                return getattr(rep, want)
+
+    def call(self, field, msg, want, timeout=None):
+        """Any request: Envelope field name, message, the reply's field name.
+        For requests this module has no method for (a newer daemon's)."""
+        return self._call(field, msg, want, timeout)
+
+    # ---- read-only requests ----
+
+    def status(self):
+        """The daemon's StatusReply."""
+        return self._call("status", pb.StatusRequest(), "status_reply")
+
+    def list_agents(self, target=None):
+        """[AgentInfo] of the agents the target names (all by default)."""
+        return list(self._call("list_agents", pb.ListAgentsRequest(target=selector(target)),
+                               "agents").agents)
+
+    def agent(self, name):
+        """The AgentInfo of the agent called name; NoAgentError if none."""
+        for a in self.list_agents():
+            if a.name == name:
+                return a
+        raise errors._errors.error_for(-20, "no agent called %r" % name)
+
+    def list_graphs(self, target=None):
+        """ListGraphsReply: .graphs [GraphInfo], .truncated_agents [agent id]."""
+        return self._call("list_graphs", pb.ListGraphsRequest(target=selector(target)), "graphs")
+
+    def hooks(self, target=None):
+        """[AgentHooks]: catalog, standing set and the current step's set."""
+        return list(self._call("hooks", pb.HooksRequest(target=selector(target)),
+                               "hooks_reply").agents)
+
+    def show_plan(self, target=None):
+        """{agent_id: [(step, spec)]} of plan entries not yet begun (absolute steps)."""
+        rep = self._call("show_plan", pb.ShowPlanRequest(target=selector(target)), "plan")
+        return {p.agent_id: [(e.step, e.spec) for e in p.entries] for p in rep.plans}
+
+    # ---- changes ----
+
+    def set_enabled(self, spec, op="replace", target=None, wait=None):
+        """Change the standing set: op "replace", "add" or "remove".  wait: seconds
+        to wait until every target ran a replay with it (TimedOutError naming the
+        late agents otherwise).  Returns {agent_id: control version}."""
+        if op not in _OPS:
+            raise ValueError("op: one of %s, not %r" % (", ".join(_OPS), op))
+        req = pb.SetEnabledRequest(target=selector(target), op=_OPS[op], spec=spec)
+        timeout = None
+        if wait:
+            ms = int(wait * 1000)
+            if not 0 < ms <= MAX_WAIT_MS:
+                raise ValueError("wait: up to %d s" % (MAX_WAIT_MS // 1000))
+            req.wait_ms = ms
+            timeout = self.timeout + wait
+        rep = self._call("set_enabled", req, "set_enabled_reply", timeout)
+        return {v.agent_id: v.version for v in rep.versions}
+
+    def enable(self, spec, target=None, wait=None):
+        return self.set_enabled(spec, "add", target, wait)
+
+    def disable(self, spec, target=None, wait=None):
+        return self.set_enabled(spec, "remove", target, wait)
+
+    def set(self, spec, target=None, wait=None):
+        return self.set_enabled(spec, "replace", target, wait)
+
+    def submit_plan(self, entries, target=None):
+        """One plan request, all or nothing (1 to 64 entries).  entries: a dict
+        {step: spec} or (step, spec) pairs; step is an absolute step (int >= 0)
+        or "+N", N steps after each target's current step, resolved by the
+        daemon per agent (PlanEntry.after; NotSupportedError if this schema
+        lacks it)."""
+        items = list(entries.items()) if isinstance(entries, dict) else list(entries)
+        if not 1 <= len(items) <= MAX_PLAN_ENTRIES:
+            raise ValueError("a plan has 1 to %d entries, not %d" % (MAX_PLAN_ENTRIES, len(items)))
+        req = pb.SubmitPlanRequest(target=selector(target))
+        for step, spec in items:
+            e = req.entries.add(spec=spec)
+            if isinstance(step, str) and step.startswith("+"):
+                if "after" not in pb.PlanEntry.DESCRIPTOR.fields_by_name:
+                    raise errors._errors.error_for(
+                        -13, "relative step %r: this schema has no PlanEntry.after "
+                        "(the daemon does not resolve relative steps)" % step)
+                e.step = -1
+                e.after = int(step[1:])
+            elif isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+                e.step = step
+            else:
+                raise ValueError("plan step: an int >= 0 or '+N', not %r" % (step,))
+        self._call("submit_plan", req, "ack")
+
+    def plan(self, first, count, spec, target=None, relative=False, busy_timeout=None):
+        """A plan for `count` consecutive steps from `first` (absolute), or from
+        "+first" (relative=True).  spec: a spec for every step, or a function
+        step -> spec (given the absolute step, or the offset when relative).
+        Sent in requests of 64 entries (the agent's plan ring); a request the
+        ring has no room for yet (BusyError) is retried until busy_timeout
+        (default: the client's timeout).  Only each request is all or nothing."""
+        if count < 1:
+            raise ValueError("count must be >= 1")
+        spec_of = spec if callable(spec) else (lambda _s: spec)
+        steps = [first + i for i in range(count)]
+        limit = self.timeout if busy_timeout is None else busy_timeout
+        for k in range(0, count, MAX_PLAN_ENTRIES):
+            chunk = steps[k:k + MAX_PLAN_ENTRIES]
+            entries = [("+%d" % s if relative else s, spec_of(s)) for s in chunk]
+            deadline = time.monotonic() + limit
+            while True:
+                try:
+                    self.submit_plan(entries, target)
+                    break
+                except errors._errors.BY_CODE[-21]:  # BusyError: ring full for now
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.005)
+
+    def clear_plan(self, target=None):
+        """Forget the plan entries not yet begun."""
+        self._call("clear_plan", pb.ClearPlanRequest(target=selector(target)), "ack")
+
+    # ---- events ----
+
+    def watch(self, target=None):
+        """A Watch on a connection of its own: iterate it for Events."""
+        return Watch(self.path, target, self.timeout)
+
+
+class Watch:
+    """Events of the agents a target names, from their own connection.
+
+        with client.watch({"group": "decode"}) as w:
+            for ev in w:                    # blocks; ev.kind == "set_applied", ...
+                ...
+            w.next(timeout=0.5)             # None on timeout
+
+    A second watch on one connection would replace the first (protocol), so
+    each Watch has its own.  close() ends it."""
+
+    def __init__(self, socket_path, target=None, timeout=10.0):
+        self._client = Client(socket_path, timeout, name="graphtoggle.client watch")
+        try:
+            self._client._call("watch", pb.WatchRequest(target=selector(target)), "ack")
+        except BaseException:
+            self._client.close()
+            raise
+
+    def next(self, timeout=None):
+        """The next Event, or None after timeout seconds (None: wait for ever)."""
+        c = self._client
+        if c._events:
+            return Event(c._events.pop(0))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                env = c._reader.next(left)
+            except ConnectionError as e:
+                raise c._broken(str(e)) from None
+            if env is None:
+                if deadline is not None:
+                    return None
+                continue
+            if env.WhichOneof("body") == "event":
+                return Event(env.event)
+            # anything else (an unknown message of a newer daemon): skipped
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.next(None)
+
+    def close(self):
+        self._client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+__all__ = ["Client", "Watch", "Event", "selector", "default_socket_path", "MAX_PLAN_ENTRIES",
+           "MAX_FRAME"]
