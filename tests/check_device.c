@@ -311,32 +311,6 @@ static struct toggle_device_counters dcount(struct dfx *f, int gi)
 	return dc;
 }
 
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* A random set: empty, full, random, or a few flips of the last. */
-static uint32_t pick(uint64_t *rng, uint32_t prev)
-{
-	uint32_t all = (1u << NH) - 1;
-	switch (rng_next(rng) % 6) {
-	case 0:
-		return 0;
-	case 1:
-		return all;
-	case 2:
-	case 3:
-		return (uint32_t)rng_next(rng) & all;
-	case 4:
-		return prev ^ (1u << (rng_next(rng) % NH));
-	default:
-		return prev;
-	}
-}
 
 /* ---- capture and bind ------------------------------------------------------ */
 
@@ -443,7 +417,7 @@ START_TEST(bind_uploads_exactly_once)
 	uint64_t rng = 7;
 	uint32_t cur = 0;
 	for (int64_t step = 0; step < 200; step++) {
-		cur = pick(&rng, cur);
+		cur = tu_pick_set(&rng, cur, NH);
 		struct toggle_set s = set_of(cur);
 		ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
 		ck_assert_int_eq(toggle_step_begin(f->agent, step, NULL), 0);
@@ -529,19 +503,19 @@ static void pipelined(uint64_t seed, int streams, int steps)
 	uint32_t cur = 0;
 	uint64_t checked = 0;
 	for (int64_t step = 0; step < steps; step++) {
-		cur = pick(&rng, cur);
+		cur = tu_pick_set(&rng, cur, NH);
 		struct toggle_set s = set_of(cur);
 		ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
-		if (rng_next(&rng) % 5 == 0) {
-			struct toggle_set p = set_of((uint32_t)rng_next(&rng) & ((1u << NH) - 1));
+		if (tu_rng_next(&rng) % 5 == 0) {
+			struct toggle_set p = set_of((uint32_t)tu_rng_next(&rng) & ((1u << NH) - 1));
 			ck_assert_int_eq(toggle_plan_step(f->agent, step + 1, &p), 0);
 		}
 		struct toggle_set gate;
 		ck_assert_int_eq(toggle_step_begin(f->agent, step, &gate), 0);
-		int n = 1 + (int)(rng_next(&rng) % 4);
+		int n = 1 + (int)(tu_rng_next(&rng) % 4);
 		for (int i = 0; i < n; i++) {
-			int g = (int)(rng_next(&rng) % 3);
-			int si = (int)(rng_next(&rng) % (uint64_t)streams);
+			int g = (int)(tu_rng_next(&rng) % 3);
+			int si = (int)(tu_rng_next(&rng) % (uint64_t)streams);
 			ck_assert_int_eq(dfx_launch(f, g, si), 0);
 			ck_assert_uint_eq(f->expect[g][f->launched[g] - 1], set_bits(&gate));
 		}
@@ -802,7 +776,7 @@ static void expect_fallback(enum how how, const char *why)
 	uint64_t rng = 99;
 	uint32_t cur = 0;
 	for (int64_t step = 0; step < 100; step++) {
-		cur = pick(&rng, cur);
+		cur = tu_pick_set(&rng, cur, NH);
 		struct toggle_set s = set_of(cur);
 		ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
 		ck_assert_int_eq(toggle_step_begin(f->agent, step, NULL), 0);
@@ -1042,11 +1016,11 @@ START_TEST(record_reuse_waits_for_old_exec)
 	uint32_t cur = 0;
 	int64_t step = 0;
 	for (; step < 8; step++) {
-		cur = (uint32_t)rng_next(&rng) & ((1u << NH) - 1);
+		cur = (uint32_t)tu_rng_next(&rng) & ((1u << NH) - 1);
 		struct toggle_set s = set_of(cur);
 		ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
 		ck_assert_int_eq(toggle_step_begin(f->agent, step, NULL), 0);
-		ck_assert_int_eq(dfx_launch(f, 0, (int)(rng_next(&rng) % NS)), 0);
+		ck_assert_int_eq(dfx_launch(f, 0, (int)(tu_rng_next(&rng) % NS)), 0);
 	}
 	/* The application drops the graph (its exec lives on, launches queued) and
 	 * captures another one; the driver hands out the same handle. */
@@ -1056,11 +1030,11 @@ START_TEST(record_reuse_waits_for_old_exec)
 	ck_assert_int_eq(toggle_graph_instantiate(f->agent, f->graph[1], &f->exec[1]), 0);
 	ck_assert_uint_eq(stats(f).reuse_fences, 1);
 	for (; step < 16; step++) {
-		cur = (uint32_t)rng_next(&rng) & ((1u << NH) - 1);
+		cur = (uint32_t)tu_rng_next(&rng) & ((1u << NH) - 1);
 		struct toggle_set s = set_of(cur);
 		ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
 		ck_assert_int_eq(toggle_step_begin(f->agent, step, NULL), 0);
-		ck_assert_int_eq(dfx_launch(f, 1, (int)(rng_next(&rng) % NS)), 0);
+		ck_assert_int_eq(dfx_launch(f, 1, (int)(tu_rng_next(&rng) % NS)), 0);
 	}
 	ck_assert_uint_eq(dfx_check(f), 16);
 	ck_assert_uint_eq(dcount(f, 1).device_failures, 0);
@@ -1218,7 +1192,7 @@ START_TEST(tainted_launches_random)
 	uint64_t fails_before = 0, reported = 0, n_failed = 0;
 	memset(failed, 0, sizeof(failed));
 	for (int64_t step = 0; step < 300; step++) {
-		cur = pick(&rng, cur);
+		cur = tu_pick_set(&rng, cur, NH);
 		struct toggle_set s = set_of(cur);
 		ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
 		ck_assert_int_eq(toggle_step_begin(f->agent, step, NULL), 0);
@@ -1232,10 +1206,10 @@ START_TEST(tainted_launches_random)
 				ck_assert_int_eq(t.last_step, step - 1);
 			reported = t.launches;
 		}
-		if (rng_next(&rng) % 4 == 0)
-			toggle_sim_fail(f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, rng_next(&rng) % 6,
-					1 + rng_next(&rng) % 3, CUDA_ERROR_INVALID_VALUE);
-		ck_assert_int_eq(dfx_launch(f, 0, (int)(rng_next(&rng) % NS)), 0);
+		if (tu_rng_next(&rng) % 4 == 0)
+			toggle_sim_fail(f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, tu_rng_next(&rng) % 6,
+					1 + tu_rng_next(&rng) % 3, CUDA_ERROR_INVALID_VALUE);
+		ck_assert_int_eq(dfx_launch(f, 0, (int)(tu_rng_next(&rng) % NS)), 0);
 		toggle_sim_synchronize(f->sim);
 		uint64_t fails = dcount(f, 0).device_failures;
 		failed[step] = fails > fails_before;

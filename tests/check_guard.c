@@ -271,18 +271,10 @@ static const enum toggle_sim_op fail_ops[] = {
 };
 #define N_FAIL_OPS (sizeof(fail_ops) / sizeof(fail_ops[0]))
 
-static uint64_t rng_next(uint64_t *x) /* splitmix64 */
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static void fail_some(struct gfx *f, uint64_t *rng)
 {
-	enum toggle_sim_op op = fail_ops[rng_next(rng) % N_FAIL_OPS];
-	toggle_sim_fail(f->sim, op, rng_next(rng) % 3, 1, CUDA_ERROR_LAUNCH_FAILED);
+	enum toggle_sim_op op = fail_ops[tu_rng_next(rng) % N_FAIL_OPS];
+	toggle_sim_fail(f->sim, op, tu_rng_next(rng) % 3, 1, CUDA_ERROR_LAUNCH_FAILED);
 }
 
 static void fail_none(struct gfx *f)
@@ -309,14 +301,14 @@ START_TEST(test_every_failure_leaves_graph_out_of_date)
 
 	uint64_t rng = 0x6a7d + (uint64_t)_i, refused = 0, ran_ok = 0;
 	for (int64_t st = 0; st < 600; st++) {
-		uint32_t bits = (uint32_t)(rng_next(&rng) & ((1u << NH) - 1));
-		if (rng_next(&rng) % 4 == 0)
+		uint32_t bits = (uint32_t)(tu_rng_next(&rng) & ((1u << NH) - 1));
+		if (tu_rng_next(&rng) % 4 == 0)
 			fail_some(&f, &rng); /* meets eager's apply at step_begin, or the launch */
 		step(&f, st, bits);
 		for (int k = 0; k < 3; k++) {
-			if (rng_next(&rng) % 4 == 0)
+			if (tu_rng_next(&rng) % 4 == 0)
 				fail_some(&f, &rng);
-			CUstream s = rng_next(&rng) % 2 ? f.s : s2;
+			CUstream s = tu_rng_next(&rng) % 2 ? f.s : s2;
 			f.ran = 0;
 			int rc = toggle_graph_launch(f.agent, g, e, s);
 			toggle_sim_synchronize(f.sim);

@@ -284,32 +284,6 @@ static struct toggle_graph_status gstatus(struct pfx *f, int gi)
 	return gs;
 }
 
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* A random set: empty, full, random, or a few flips of the last. */
-static uint32_t pick(uint64_t *rng, uint32_t prev)
-{
-	uint32_t all = (1u << NH) - 1;
-	switch (rng_next(rng) % 6) {
-	case 0:
-		return 0;
-	case 1:
-		return all;
-	case 2:
-	case 3:
-		return (uint32_t)rng_next(rng) & all;
-	case 4:
-		return prev ^ (1u << (rng_next(rng) % NH));
-	default:
-		return prev;
-	}
-}
 
 /* ---- 1. prepare + own launch runs the step's set -------------------------------- */
 
@@ -330,32 +304,32 @@ static void random_steps(enum toggle_mode mode, uint64_t seed, int streams, int 
 	uint32_t cur = 0;
 	int64_t last_step[G] = {-1, -1, -1};
 	for (int64_t s = 0; s < steps; s++) {
-		cur = pick(&rng, cur);
+		cur = tu_pick_set(&rng, cur, NH);
 		struct toggle_set set = set_of(cur);
 		ck_assert_int_eq(toggle_set_enabled(f->agent, &set), 0);
-		if (rng_next(&rng) % 5 == 0) {
-			struct toggle_set p = set_of((uint32_t)rng_next(&rng) & ((1u << NH) - 1));
+		if (tu_rng_next(&rng) % 5 == 0) {
+			struct toggle_set p = set_of((uint32_t)tu_rng_next(&rng) & ((1u << NH) - 1));
 			ck_assert_int_eq(toggle_plan_step(f->agent, s + 1, &p), 0);
 		}
 		struct toggle_set gate;
 		ck_assert_int_eq(toggle_step_begin(f->agent, s, &gate), 0);
-		int n = 1 + (int)(rng_next(&rng) % 4);
+		int n = 1 + (int)(tu_rng_next(&rng) % 4);
 		for (int i = 0; i < n; i++) {
-			int g = (int)(rng_next(&rng) % G);
-			int si = (int)(rng_next(&rng) % (uint64_t)streams);
-			switch (rng_next(&rng) % 4) {
+			int g = (int)(tu_rng_next(&rng) % G);
+			int si = (int)(tu_rng_next(&rng) % (uint64_t)streams);
+			switch (tu_rng_next(&rng) % 4) {
 			case 0:
 				ck_assert_int_eq(via_launch(f, g, si), 0);
 				break;
 			case 3:
 				/* one or two left without their launch, on random streams:
 				 * the next prepare must still be exact */
-				for (int k = 1 + (int)(rng_next(&rng) % 2); k > 0; k--) {
-					int sj = (int)(rng_next(&rng) % (uint64_t)streams);
+				for (int k = 1 + (int)(tu_rng_next(&rng) % 2); k > 0; k--) {
+					int sj = (int)(tu_rng_next(&rng) % (uint64_t)streams);
 					ck_assert_int_eq(prepare(f, g, sj), 0);
 					unlaunched[g]++;
 				}
-				if (rng_next(&rng) % 2) { /* then toggle_graph_launch */
+				if (tu_rng_next(&rng) % 2) { /* then toggle_graph_launch */
 					ck_assert_int_eq(via_launch(f, g, si), 0);
 					break;
 				}

@@ -5,10 +5,40 @@
 #include <check.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* splitmix64: the tests' reproducible random stream (seeded per case). */
+static inline uint64_t tu_rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* A random set of nh (< 32) hooks as a bitmask: empty, full, random, one
+ * flip of the previous one, or the previous one again. */
+static inline uint32_t tu_pick_set(uint64_t *rng, uint32_t prev, unsigned nh)
+{
+	uint32_t all = (1u << nh) - 1;
+	switch (tu_rng_next(rng) % 6) {
+	case 0:
+		return 0;
+	case 1:
+		return all;
+	case 2:
+	case 3:
+		return (uint32_t)tu_rng_next(rng) & all;
+	case 4:
+		return prev ^ (1u << (tu_rng_next(rng) % nh));
+	default:
+		return prev;
+	}
+}
 
 /* Run one suite and exit with its verdict (the body of every test's main). */
 static inline int tu_run_suite(Suite *s)
