@@ -361,6 +361,7 @@ void td_agent_gone(struct td_agent *a)
 	d->n_agents--;
 	if (a->peer)
 		a->peer->agent = NULL;
+	td_commit_forget_agent(a);
 	toggle_shm_unmap(&a->shm);
 	td_agent_state_free(&a->durable);
 	td_agent_state_free(&a->saving_state);

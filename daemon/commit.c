@@ -26,6 +26,10 @@
 #include "toggled.h"
 
 #define COMMIT_RETRY_MS 1000 /* rewrite after a failed save left a file unsure */
+/* Per loop turn: a save of 256 agents is made visible over several turns,
+ * so a read waits for a bounded slice of it, not the whole (issue 17). */
+#define COMMIT_LANES_PER_TURN   32
+#define COMMIT_ANSWERS_PER_TURN 64
 
 struct td_pending {
 	struct td_pending *next;
@@ -37,6 +41,7 @@ struct td_pending {
 	struct td_waiter *waiter; /* armed when the save succeeds */
 	td_commit_fn *notify;     /* not a reply: called with the save's outcome */
 	void *notify_arg;
+	uint64_t publish_mark;    /* answered once publish_done reaches it */
 };
 
 void td_agent_state_free(struct td_agent_state *st)
@@ -91,6 +96,7 @@ void td_commit_init(struct td_daemon *d)
 	struct td_commit *c = &d->commit;
 	memset(c, 0, sizeof(*c));
 	c->queued_tail = &c->queued;
+	c->answers_tail = &c->answers;
 	c->work.data = d;
 	uv_timer_init(d->loop, &c->retry);
 	c->retry.data = d;
@@ -192,13 +198,78 @@ static void answer_eio(struct td_daemon *d, struct td_pending *pd, const char *m
 	pending_free(pd);
 }
 
+static void publish_add(struct td_commit *c, struct td_agent *a)
+{
+	if (a->publish_queued)
+		return; /* its lane is written later with what is durable then */
+	a->publish_queued = true;
+	a->publish_next = NULL;
+	if (c->publish_tail)
+		c->publish_tail->publish_next = a;
+	else
+		c->publish_head = a;
+	c->publish_tail = a;
+	c->publish_added++;
+}
+
+void td_commit_forget_agent(struct td_agent *a)
+{
+	struct td_commit *c = &a->d->commit;
+	if (!a->publish_queued)
+		return;
+	struct td_agent *prev = NULL;
+	for (struct td_agent *x = c->publish_head; x; prev = x, x = x->publish_next) {
+		if (x != a)
+			continue;
+		if (prev)
+			prev->publish_next = a->publish_next;
+		else
+			c->publish_head = a->publish_next;
+		if (c->publish_tail == a)
+			c->publish_tail = prev;
+		break;
+	}
+	a->publish_queued = false;
+	c->publish_done++; /* counted as left: the replies behind it do not wait */
+}
+
+/*
+ * Durable, so visible: the saved agents' lanes are written, then the
+ * replies go, oldest first, a bounded number per turn.  A reply waits for
+ * every agent queued before it (publish_mark), so it never leaves before
+ * the lane of an agent it changed shows the change.
+ */
+bool td_commit_step(struct td_daemon *d)
+{
+	struct td_commit *c = &d->commit;
+	for (int n = 0; n < COMMIT_LANES_PER_TURN && c->publish_head; n++) {
+		struct td_agent *a = c->publish_head;
+		c->publish_head = a->publish_next;
+		if (!c->publish_head)
+			c->publish_tail = NULL;
+		a->publish_queued = false;
+		a->publish_next = NULL;
+		c->publish_done++;
+		td_agent_write_control(a);
+	}
+	for (int n = 0; n < COMMIT_ANSWERS_PER_TURN && c->answers; n++) {
+		struct td_pending *pd = c->answers;
+		if (pd->publish_mark > c->publish_done)
+			break;
+		c->answers = pd->next;
+		if (!c->answers)
+			c->answers_tail = &c->answers;
+		answer_ok(d, pd);
+	}
+	return c->publish_head || c->answers;
+}
+
 static void commit_done(struct td_daemon *d, int rc, const char *reason)
 {
 	struct td_commit *c = &d->commit;
 	struct td_pending *list = c->inflight;
 	c->inflight = NULL;
 	if (rc == 0) {
-		/* Durable: now visible. */
 		for (struct td_agent *a = d->agents; a; a = a->next) {
 			if (!a->saving)
 				continue;
@@ -206,11 +277,14 @@ static void commit_done(struct td_daemon *d, int rc, const char *reason)
 			a->durable = a->saving_state;
 			memset(&a->saving_state, 0, sizeof(a->saving_state));
 			a->saving = false;
-			td_agent_write_control(a);
+			publish_add(c, a);
 		}
-		for (struct td_pending *pd = list, *next; pd; pd = next) {
-			next = pd->next;
-			answer_ok(d, pd);
+		for (struct td_pending *pd = list; pd; pd = pd->next)
+			pd->publish_mark = c->publish_added;
+		if (list) {
+			*c->answers_tail = list;
+			while (*c->answers_tail)
+				c->answers_tail = &(*c->answers_tail)->next;
 		}
 		if (c->failing)
 			log_info("state: saved under %s again (%llu saves had failed)",
@@ -343,6 +417,8 @@ void td_commit_drain(struct td_daemon *d)
 		uv_run(d->loop, UV_RUN_ONCE);
 	if (c->queued || d->store.dirty)
 		commit_start(d, true);
+	while (td_commit_step(d))
+		;
 	if (d->commit.failing)
 		log_warnx("state: the last desired state could not be saved at shutdown: %s",
 			  c->reason);

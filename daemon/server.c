@@ -37,8 +37,8 @@
 #define FLUSH_IOV  64  /* frames per sendmsg: one wake-up of a pipelining client, not 64 */
 
 static void peer_on_io(uv_poll_t *h, int status, int events);
-static void on_backlog(uv_idle_t *h);
-static void backlog_remove(struct td_peer *p);
+static void queue_remove(struct td_peer *p);
+static void flush_remove(struct td_peer *p);
 
 /* true when a repeated warning may be logged now; *suppressed says how many were not. */
 static bool ratelog_ok(struct td_ratelog *r, uint64_t *suppressed)
@@ -123,8 +123,10 @@ void td_peer_drop(struct td_peer *p, const char *why)
 	if (p->next)
 		p->next->prev = p->prev;
 	d->n_peers--;
-	if (p->backlogged)
-		backlog_remove(p);
+	if (p->queued != TD_QUEUE_NONE)
+		queue_remove(p);
+	if (p->flush_queued)
+		flush_remove(p);
 	peer_out_last_words(p);
 	peer_out_free(p);
 	if (p->pending_fd >= 0)
@@ -133,6 +135,27 @@ void td_peer_drop(struct td_peer *p, const char *why)
 	close(p->fd);
 	uv_close((uv_handle_t *)&p->poll, peer_free_cb);
 	td_timer_update(d);
+}
+
+/* The peer has a reply ready to write: the turn's end writes it. */
+static void flush_add(struct td_peer *p)
+{
+	if (p->flush_queued || p->closing)
+		return;
+	p->flush_queued = true;
+	p->flush_next = p->d->flush_head;
+	p->d->flush_head = p;
+}
+
+static void flush_remove(struct td_peer *p)
+{
+	for (struct td_peer **q = &p->d->flush_head; *q; q = &(*q)->flush_next)
+		if (*q == p) {
+			*q = p->flush_next;
+			break;
+		}
+	p->flush_queued = false;
+	p->flush_next = NULL;
 }
 
 void td_peer_send(struct td_peer *p, const Toggle__Envelope *env)
@@ -167,6 +190,7 @@ void td_peer_send(struct td_peer *p, const Toggle__Envelope *env)
 		p->out_head = o;
 	p->out_tail = o;
 	p->out_bytes += len;
+	flush_add(p);
 }
 
 struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend)
@@ -185,6 +209,7 @@ struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend)
 	}
 	o->pend = pend;
 	o->len = HELD_BYTES; /* counted until filled */
+	p->held++;
 	if (p->out_tail)
 		p->out_tail->next = o;
 	else
@@ -197,11 +222,13 @@ struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend)
 void td_peer_fill(struct td_peer *p, struct td_out *slot, uint8_t *data, size_t len)
 {
 	p->out_bytes -= slot->len;
+	p->held--;
 	slot->pend = NULL;
 	slot->data = data;
 	slot->len = data ? len : 0;
 	slot->off = 0;
 	p->out_bytes += slot->len;
+	flush_add(p);
 }
 
 void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
@@ -286,18 +313,6 @@ static int peer_flush(struct td_peer *p)
 	return 0;
 }
 
-/* Check phase: start a save of what was accepted (commit.c), then write replies. */
-static void on_check(uv_check_t *h)
-{
-	struct td_daemon *d = h->data;
-	td_commit_kick(d);
-	for (struct td_peer *p = d->peers, *next; p; p = next) {
-		next = p->next;
-		if (p->out_head && !p->out_head->pend && !p->want_write)
-			peer_flush(p);
-	}
-}
-
 /* recvmsg one chunk; fds that came with it are kept (one) or closed. */
 static ssize_t peer_recv(struct td_peer *p, uint8_t *buf, size_t len)
 {
@@ -359,75 +374,56 @@ static bool reader_ready(const struct tgp_reader *rd)
 	       (pending >= TGP_FRAME_HEADER && pending - TGP_FRAME_HEADER >= reader_frame_len(rd));
 }
 
-static void backlog_add(struct td_peer *p)
+static void queue_push(struct td_peer_queue *q, struct td_peer *p, enum td_peer_queue_id id)
 {
-	struct td_daemon *d = p->d;
-	p->backlogged = true;
-	p->backlog_turn = d->turn;
-	p->backlog_next = NULL;
-	if (d->backlog_tail)
-		d->backlog_tail->backlog_next = p;
+	p->queued = id;
+	p->queue_next = NULL;
+	if (q->tail)
+		q->tail->queue_next = p;
 	else
-		d->backlog_head = p;
-	d->backlog_tail = p;
-	uv_idle_start(&d->backlog_idle, on_backlog);
+		q->head = p;
+	q->tail = p;
 }
 
-static void backlog_remove(struct td_peer *p)
+static struct td_peer *queue_pop(struct td_peer_queue *q)
+{
+	struct td_peer *p = q->head;
+	if (!p)
+		return NULL;
+	q->head = p->queue_next;
+	if (!q->head)
+		q->tail = NULL;
+	p->queued = TD_QUEUE_NONE;
+	p->queue_next = NULL;
+	return p;
+}
+
+static void queue_remove(struct td_peer *p)
 {
 	struct td_daemon *d = p->d;
+	struct td_peer_queue *q = p->queued == TD_QUEUE_FRESH ? &d->fresh : &d->busy;
 	struct td_peer *prev = NULL;
-	for (struct td_peer *q = d->backlog_head; q; prev = q, q = q->backlog_next) {
-		if (q != p)
+	for (struct td_peer *x = q->head; x; prev = x, x = x->queue_next) {
+		if (x != p)
 			continue;
 		if (prev)
-			prev->backlog_next = p->backlog_next;
+			prev->queue_next = p->queue_next;
 		else
-			d->backlog_head = p->backlog_next;
-		if (d->backlog_tail == p)
-			d->backlog_tail = prev;
+			q->head = p->queue_next;
+		if (q->tail == p)
+			q->tail = prev;
 		break;
 	}
-	p->backlogged = false;
-	p->backlog_next = NULL;
+	p->queued = TD_QUEUE_NONE;
+	p->queue_next = NULL;
 }
 
-/*
- * Handle this turn's share of the peer's buffered frames, in order.  With
- * frames left over the peer joins the backlog and its socket is not read
- * until they are handled: a client pipelining thousands of requests gets
- * frames_per_turn of them handled per loop turn, like every other peer,
- * so a request from another client waits for a bounded amount of work.
- */
-static void peer_frames(struct td_peer *p)
+/* Handle the peer's next buffered frame (there is one, or the stream's error). */
+static void peer_frame(struct td_peer *p)
 {
-	unsigned share = p->d->cfg.frames_per_turn;
 	Toggle__Envelope *env;
-	int got = 0;
 	uint32_t flen;
-	while (!p->closing && share > 0 && (got = peer_next_frame(p, &env, &flen)) == 1) {
-		share--;
-		p->active_ms = td_now_ms();
-		/* protobuf-c keeps a string's bytes past a NUL, but C reads it up to the
-		 * NUL: "a\0/../x" would act as "a".  Such a frame re-packs shorter. */
-		if (toggle__envelope__get_packed_size(env) != flen) {
-			p->d->stats.frames_refused++;
-			td_peer_send_error(p, env->id, TOGGLE_EINVAL,
-					   "request refused: a string holds a NUL byte, or a field is "
-					   "repeated or not canonically encoded", NULL, 0);
-		} else {
-			td_dispatch(p, env);
-		}
-		toggle__envelope__free_unpacked(env, NULL);
-		/* An fd belongs to the frame it came with (a stream read never spans
-		 * an SCM_RIGHTS boundary): one its frame did not claim is closed. */
-		if (p->pending_fd >= 0 && !p->closing) {
-			close(p->pending_fd);
-			p->pending_fd = -1;
-		}
-	}
-	if (p->closing)
-		return;
+	int got = peer_next_frame(p, &env, &flen);
 	if (got < 0) {
 		p->d->stats.frames_refused++;
 		log_warnx("peer %llu (pid %u): bad frame: %s; closing", (unsigned long long)p->id,
@@ -435,33 +431,91 @@ static void peer_frames(struct td_peer *p)
 		td_peer_drop(p, NULL);
 		return;
 	}
-	if (share == 0 && reader_ready(&p->rd))
-		backlog_add(p);
+	if (got == 0)
+		return;
+	p->active_ms = td_now_ms();
+	/* protobuf-c keeps a string's bytes past a NUL, but C reads it up to the
+	 * NUL: "a\0/../x" would act as "a".  Such a frame re-packs shorter. */
+	if (toggle__envelope__get_packed_size(env) != flen) {
+		p->d->stats.frames_refused++;
+		td_peer_send_error(p, env->id, TOGGLE_EINVAL,
+				   "request refused: a string holds a NUL byte, or a field is "
+				   "repeated or not canonically encoded", NULL, 0);
+	} else {
+		td_dispatch(p, env);
+	}
+	toggle__envelope__free_unpacked(env, NULL);
+	/* An fd belongs to the frame it came with (a stream read never spans
+	 * an SCM_RIGHTS boundary): one its frame did not claim is closed. */
+	if (p->pending_fd >= 0 && !p->closing) {
+		close(p->pending_fd);
+		p->pending_fd = -1;
+	}
 }
 
 /*
- * Idle phase (it keeps the loop from blocking in poll while there is a
- * backlog): one share for each peer that was on the backlog when the turn
- * began, in order; one that still has frames goes to the back for the next
- * turn.  uv_poll would not report these frames: they are already read.
+ * The turn's frames: at most frames_per_turn, one per peer at a time,
+ * alternating between peers that have nothing in flight (fresh, in arrival
+ * order) and the others (busy, round robin): those with frames left from an
+ * earlier pick, or writes still waiting for their save.  A client that
+ * pipelines thousands of requests gets one frame handled per pick like
+ * everyone else, and a request from a client with nothing else in flight
+ * waits for at most the rest of the turn it arrived in and one busy frame:
+ * a bounded amount of work, whatever the load.  Alternating keeps busy
+ * peers from starving behind a stream of fresh ones.
  */
-static void on_backlog(uv_idle_t *h)
+static void serve_turn(struct td_daemon *d)
+{
+	for (unsigned budget = d->cfg.frames_per_turn; budget > 0; budget--) {
+		bool fresh = d->fresh.head && (!d->busy.head || !d->last_fresh);
+		struct td_peer *p = queue_pop(fresh ? &d->fresh : &d->busy);
+		if (!p)
+			return;
+		d->last_fresh = fresh;
+		peer_frame(p);
+		if (p->closing)
+			continue;
+		/* A client with nothing else in flight waits for this reply:
+		 * it goes now, not after the rest of the turn. */
+		if (fresh && p->out_head && !p->out_head->pend && !p->want_write &&
+		    peer_flush(p) != 0)
+			continue;
+		if (reader_ready(&p->rd))
+			queue_push(&d->busy, p, TD_QUEUE_BUSY);
+	}
+}
+
+/* Idle phase: nothing to do; being active keeps poll from blocking while work is left. */
+static void on_turn_idle(uv_idle_t *h)
+{
+	(void)h;
+}
+
+/* Check phase: one turn (see struct td_daemon), then write replies. */
+static void on_check(uv_check_t *h)
 {
 	struct td_daemon *d = h->data;
-	d->turn++;
-	struct td_peer *p;
-	while ((p = d->backlog_head) && p->backlog_turn != d->turn) {
-		backlog_remove(p);
-		peer_frames(p);
+	serve_turn(d);
+	td_commit_kick(d);
+	bool more = td_commit_step(d);
+	while (d->flush_head) {
+		struct td_peer *p = d->flush_head;
+		d->flush_head = p->flush_next;
+		p->flush_queued = false;
+		p->flush_next = NULL;
+		if (p->out_head && !p->out_head->pend && !p->want_write)
+			peer_flush(p);
 	}
-	if (!d->backlog_head)
-		uv_idle_stop(h);
+	if (more || d->fresh.head || d->busy.head)
+		uv_idle_start(&d->turn_idle, on_turn_idle);
+	else
+		uv_idle_stop(&d->turn_idle);
 }
 
 static void peer_read(struct td_peer *p)
 {
 	/* Buffered frames first (and a passed fd must stay with its frame). */
-	if (p->backlogged)
+	if (p->queued != TD_QUEUE_NONE)
 		return;
 	uint8_t buf[READ_CHUNK];
 	size_t room = tgp_reader_room(&p->rd);
@@ -489,7 +543,13 @@ static void peer_read(struct td_peer *p)
 		td_peer_drop(p, NULL);
 		return;
 	}
-	peer_frames(p);
+	/* Handled in this loop turn's check phase (serve_turn). */
+	if (reader_ready(&p->rd)) {
+		if (p->held)
+			queue_push(&p->d->busy, p, TD_QUEUE_BUSY);
+		else
+			queue_push(&p->d->fresh, p, TD_QUEUE_FRESH);
+	}
 }
 
 static void peer_on_io(uv_poll_t *h, int status, int events)
@@ -825,18 +885,18 @@ int td_server_listen(struct td_daemon *d, int activated_fd)
 	if (uv_poll_init(d->loop, &d->listen_poll, d->listen_fd) != 0 ||
 	    uv_timer_init(d->loop, &d->listen_timer) != 0 ||
 	    uv_timer_init(d->loop, &d->peer_timer) != 0 ||
-	    uv_check_init(d->loop, &d->flush_check) != 0 ||
-	    uv_idle_init(d->loop, &d->backlog_idle) != 0) {
+	    uv_check_init(d->loop, &d->turn_check) != 0 ||
+	    uv_idle_init(d->loop, &d->turn_idle) != 0) {
 		log_warnx("cannot set up the listener's loop handles");
 		return -1;
 	}
 	d->listen_poll.data = d;
 	d->listen_timer.data = d;
 	d->peer_timer.data = d;
-	d->flush_check.data = d;
-	d->backlog_idle.data = d;
+	d->turn_check.data = d;
+	d->turn_idle.data = d;
 	uv_poll_start(&d->listen_poll, UV_READABLE, on_listen);
-	uv_check_start(&d->flush_check, on_check);
+	uv_check_start(&d->turn_check, on_check);
 	peer_timer_start(d);
 	return 0;
 }
@@ -863,10 +923,10 @@ void td_server_close(struct td_daemon *d)
 	if (d->reserve_fd >= 0)
 		close(d->reserve_fd);
 	d->reserve_fd = -1;
-	uv_check_stop(&d->flush_check);
-	uv_close((uv_handle_t *)&d->flush_check, NULL);
-	uv_idle_stop(&d->backlog_idle);
-	uv_close((uv_handle_t *)&d->backlog_idle, NULL);
+	uv_check_stop(&d->turn_check);
+	uv_close((uv_handle_t *)&d->turn_check, NULL);
+	uv_idle_stop(&d->turn_idle);
+	uv_close((uv_handle_t *)&d->turn_idle, NULL);
 	if (d->socket_owned)
 		unlink(d->cfg.socket_path);
 }

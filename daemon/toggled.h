@@ -35,7 +35,7 @@
 #define TD_MAX_GROUP_RULES  32          /* agent_group lines in toggled.conf */
 #define TD_GROUP_MEMBERS    8           /* uids or @unix groups per agent_group line */
 #define TD_LOG_EVERY_MS     10000       /* repeated warnings: one line per this, with a count */
-#define TD_FRAMES_PER_TURN  8           /* default frames_per_turn: frames of one peer per loop turn */
+#define TD_FRAMES_PER_TURN  4           /* default frames_per_turn: frames of all peers per loop turn */
 #define TD_POLL_IDLE_MS     10          /* status-lane polling for events */
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
 /* Pending plan entries (steps not begun) per agent: the agent's own limit. */
@@ -69,7 +69,7 @@ struct td_config {
 	unsigned hello_timeout_ms;   /* a peer must say hello within this; 0: no deadline */
 	unsigned idle_timeout_ms;    /* a client that is not an agent, not watching and not
 				      * waiting is dropped after this long silent; 0: never */
-	unsigned frames_per_turn;    /* frames of one peer handled per loop turn (fairness) */
+	unsigned frames_per_turn;    /* frames handled per loop turn, all peers together */
 	/* Groups tied to uids or unix groups (issue 11 item 5); others are open to all. */
 	struct td_group_rule group_rules[TD_MAX_GROUP_RULES];
 	size_t n_group_rules;
@@ -108,6 +108,13 @@ struct td_out {
 struct td_daemon;
 struct td_agent;
 
+/* Which turn queue a peer waits in (server.c). */
+enum td_peer_queue_id { TD_QUEUE_NONE, TD_QUEUE_FRESH, TD_QUEUE_BUSY };
+
+struct td_peer_queue {
+	struct td_peer *head, *tail;
+};
+
 struct td_peer {
 	struct td_daemon *d;
 	struct td_peer *next, *prev;
@@ -127,11 +134,13 @@ struct td_peer {
 	bool watching;
 	struct td_selector watch_sel;
 	struct td_agent *agent; /* the agent this connection registered */
-	/* On the daemon's backlog: complete frames are buffered beyond this
-	 * turn's share; the socket is not read until they are handled. */
-	bool backlogged;
-	uint64_t backlog_turn;         /* the turn it joined the backlog in */
-	struct td_peer *backlog_next;
+	/* Waiting for a turn (server.c): complete frames are buffered, and the
+	 * socket is not read again until they are handled. */
+	enum td_peer_queue_id queued;
+	struct td_peer *queue_next;
+	unsigned held;                 /* replies holding their place for a save */
+	bool flush_queued;             /* on the daemon's flush list */
+	struct td_peer *flush_next;
 };
 
 struct td_plan_entry {
@@ -176,6 +185,8 @@ struct td_agent {
 	size_t n_plans;
 	bool unsaved;                 /* accepted changes not yet in a save */
 	bool saving;                  /* `saving` holds what the save in flight writes */
+	bool publish_queued;          /* its lane waits for `durable` (commit.c) */
+	struct td_agent *publish_next;
 	struct td_agent_state saving_state, durable; /* durable: also what the lane shows */
 	/* Last status read, for events and queries. */
 	struct toggle_shm_status *st, *st_tmp; /* last good snapshot, scratch */
@@ -260,6 +271,12 @@ struct td_commit {
 	struct td_store_job *job;     /* in flight, or NULL */
 	struct td_pending *inflight;  /* replies that wait for the job in flight */
 	struct td_pending *queued, **queued_tail; /* replies that wait for the next one */
+	/* A finished save is made visible a few agents and replies per turn
+	 * (td_commit_step): agents whose lane waits for their durable state,
+	 * oldest first, and replies that wait for the agents queued before them. */
+	struct td_agent *publish_head, *publish_tail;
+	uint64_t publish_added, publish_done; /* agents that joined, and left, the queue */
+	struct td_pending *answers, **answers_tail;
 	bool failing;                 /* the last save failed */
 	bool stopping;
 	char reason[256];             /* why the last save failed */
@@ -289,12 +306,16 @@ struct td_daemon {
 	int reserve_fd;      /* spent to accept and refuse when accept() says EMFILE */
 	uv_timer_t peer_timer; /* hello deadlines and idle timeouts */
 	struct td_ratelog log_refused, log_accept;
-	uv_check_t flush_check;
-	/* Peers with frames left after their share of a turn, served in the
-	 * idle phase of the next (server.c): FIFO, one share each per turn. */
-	uv_idle_t backlog_idle;
-	struct td_peer *backlog_head, *backlog_tail;
-	uint64_t turn;
+	/* One turn of the loop's work, in its check phase (server.c): at most
+	 * frames_per_turn frames, one per peer at a time, taken in turn from
+	 * peers with nothing in flight (fresh) and peers with frames left or
+	 * replies waiting for a save (busy); then a slice of finished saves
+	 * (commit.c); then replies are written. */
+	uv_check_t turn_check;
+	uv_idle_t turn_idle;           /* active while work is left: poll does not block */
+	struct td_peer_queue fresh, busy;
+	bool last_fresh;               /* the last frame came from `fresh` */
+	struct td_peer *flush_head;    /* peers with replies ready to write */
 	uv_timer_t status_timer;
 	uv_signal_t sig_term, sig_int, sig_hup;
 	struct td_peer *peers;
@@ -380,6 +401,10 @@ void td_waiter_free(struct td_waiter *w);
 void td_commit_init(struct td_daemon *d);
 /* Check phase: start a save when writes wait and none is in flight. */
 void td_commit_kick(struct td_daemon *d);
+/* Check phase: a bounded share of a finished save's lanes and replies; true if more wait. */
+bool td_commit_step(struct td_daemon *d);
+/* An agent leaves: out of the queue of lanes to write. */
+void td_commit_forget_agent(struct td_agent *a);
 /*
  * A write was accepted (its agents' state changed, td_agent_persist done):
  * reply (an encoded frame, taken) leaves after the save that holds it, or

@@ -2644,7 +2644,7 @@ static void status_flood(struct raw *r, uint64_t first_id, size_t n)
 }
 
 /* The flood's n replies, in order; returns the request count of the last. */
-static uint64_t status_flood_replies(struct raw *r, uint64_t first_id, size_t n)
+static uint64_t status_flood_replies(struct raw *r, uint64_t first_id, size_t n, uint64_t *first)
 {
 	uint64_t last = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -2656,6 +2656,8 @@ static uint64_t status_flood_replies(struct raw *r, uint64_t first_id, size_t n)
 		uint64_t req = status_requests(rep, "flood");
 		ASSERT(req > last, "flood: request count %llu after %llu", (unsigned long long)req,
 		       (unsigned long long)last);
+		if (i == 0 && first)
+			*first = req;
 		last = req;
 		toggle__envelope__free_unpacked(rep, NULL);
 	}
@@ -2689,7 +2691,15 @@ static void flood_and_probe(struct env *e)
 	ASSERT(rep->id == 7, "probe: reply id %llu", (unsigned long long)rep->id);
 	uint64_t at_probe = status_requests(rep, "probe");
 	toggle__envelope__free_unpacked(rep, NULL);
-	uint64_t at_last = status_flood_replies(&flood, 1000, FLOOD);
+	uint64_t at_first = 0;
+	uint64_t at_last = status_flood_replies(&flood, 1000, FLOOD, &at_first);
+	/* Frames are taken one per peer, alternating between peers that just
+	 * sent and peers with frames left: the flood gets at most two frames
+	 * in before the probe, whatever frames_per_turn is. */
+	ASSERT(at_probe <= at_first + 2,
+	       "the probe was handled as request %llu, after %llu frames of the flood (from %llu)",
+	       (unsigned long long)at_probe, (unsigned long long)(at_probe - at_first),
+	       (unsigned long long)at_first);
 	ASSERT(at_probe < at_last,
 	       "the probe waited for the whole flood of %d frames from another client: handled as "
 	       "request %llu, the flood's last as %llu", FLOOD, (unsigned long long)at_probe,
@@ -2697,7 +2707,7 @@ static void flood_and_probe(struct env *e)
 
 	/* Over several reads and beyond the socket's buffer: nothing lost or reordered. */
 	status_flood(&flood, 100000, BIG_FLOOD);
-	status_flood_replies(&flood, 100000, BIG_FLOOD);
+	status_flood_replies(&flood, 100000, BIG_FLOOD, NULL);
 	char err[ERRLEN];
 	ASSERT_CODE(raw_status(&probe, err), 0, err);
 	raw_close(&flood);
@@ -2710,9 +2720,64 @@ START_TEST(test_flood_does_not_starve)
 	env_setup(&e);
 	flood_and_probe(&e);
 	env_teardown(&e);
-	/* The share is configurable: one frame per peer per turn. */
+	/* The budget is configurable: one frame per turn. */
 	env_setup_conf(&e, "frames_per_turn = 1\n");
 	flood_and_probe(&e);
+	env_teardown(&e);
+}
+END_TEST
+
+/*
+ * Issue 17: a save is made visible a slice per loop turn (commit.c), so a
+ * save of many agents spans several turns.  A write's reply must still
+ * leave only once every lane it changed shows the change: 100 agents in
+ * one group (three times the lanes written per turn), a set to the group,
+ * and every lane read at once when the reply arrives.
+ */
+static int raw_register_group(struct raw *r, const char *name, const char *group, int fd,
+			      char *err);
+
+START_TEST(test_reply_after_every_lane)
+{
+	enum { N = 100 };
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	static struct toggle_shm shm[N];
+	static struct raw conn[N];
+	for (int i = 0; i < N; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "many-%d", i);
+		ASSERT_CODE(toggle_shm_create(&shm[i], err, ERRLEN), 0, err);
+		raw_open(&conn[i], &e);
+		raw_hello(&conn[i]);
+		ASSERT_CODE(raw_register_group(&conn[i], name, "many", shm[i].fd, err), 0, err);
+	}
+	struct tgc *c = client(&e);
+	Toggle__Selector sel = sel_group("many");
+	static const char *const specs[3] = {"attn_out:1-2", "resid_post:0", "attn_out:0"};
+	for (int k = 0; k < 3; k++) {
+		struct toggle_set want;
+		ASSERT_CODE(toggle_set_parse(&catalog, specs[k], &want, err, sizeof(err)), 0, err);
+		Toggle__Envelope *rep = NULL;
+		ASSERT_CODE(rpc_set(c, &sel, TOGGLE__SET_OP__SET_OP_REPLACE, specs[k], 0, &rep, err), 0,
+			    err);
+		ASSERT(rep->set_enabled_reply->n_versions == N, "%zu versions for %d agents",
+		       rep->set_enabled_reply->n_versions, N);
+		toggle__envelope__free_unpacked(rep, NULL);
+		for (int i = 0; i < N; i++) {
+			struct toggle_shm_control_view v;
+			ASSERT_CODE(toggle_shm_control_read(shm[i].ctl, &v), 0, "control lane");
+			ASSERT(memcmp(v.standing, want.bits, sizeof(v.standing)) == 0,
+			       "set %d (%s) answered, but agent many-%d's lane does not show it", k,
+			       specs[k], i);
+		}
+	}
+	tgc_close(c);
+	for (int i = 0; i < N; i++) {
+		raw_close(&conn[i]);
+		toggle_shm_unmap(&shm[i]);
+	}
 	env_teardown(&e);
 }
 END_TEST
@@ -3290,6 +3355,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_pipelined_order);
 	tc = add_tcase(s, "fairness");
 	tcase_add_test(tc, test_flood_does_not_starve);
+	tcase_add_test(tc, test_reply_after_every_lane);
 	tc = add_tcase(s, "issue11");
 	tcase_add_test(tc, test_shm_offsets_rewritten_while_registering);
 	tcase_add_test(tc, test_names_dot_and_nul_refused);
