@@ -66,10 +66,12 @@ static size_t conn_state_index(uint64_t state)
 		       : CONN_STATES - 1;
 }
 
+/* graphtoggle_agent_anomalies_total's kinds: the status lane's counter names. */
+#define ANOMALY_KIND(NAME, name) [TOGGLE_SHM_AN_##NAME] = #name,
 static const char *const anomaly_kinds[TOGGLE_SHM_AN_COUNT] = {
-	"record_outside_window", "record_not_capturing", "record_not_kernel", "launch_unbound",
-	"launch_stale",          "driver_errors",        "late_plans",        "control_errors",
+	TOGGLE_SHM_ANOMALY_MAP(ANOMALY_KIND)
 };
+#undef ANOMALY_KIND
 
 struct snap_agent {
 	uint64_t id;
