@@ -43,12 +43,13 @@ extern "C" {
 	XX(-17, VERSION, "protocol version mismatch")                                    \
 	XX(-18, PROTO, "malformed or unexpected message")                                \
 	XX(-19, TIMEDOUT, "timed out")                                                   \
-	XX(-20, NOAGENT, "no agent matches the target") /* the selector matched none */ \
+	XX(-20, NOAGENT, "no agent matches the target")                                  \
 	XX(-21, BUSY, "queue full")                  /* a bounded queue or ring */       \
 	XX(-22, CONNECT, "cannot connect to the daemon")                                 \
 	XX(-23, IO, "I/O error")                                                         \
 	XX(-24, SHM, "bad shared-memory region")                                         \
-	XX(-25, UNIMPLEMENTED, "request not implemented by this daemon") /* request type */
+	/* a request type the daemon does not serve (an older daemon) */                \
+	XX(-25, UNIMPLEMENTED, "request not implemented by this daemon")
 
 #define TOGGLE_ERROR_ENUM_(code, name, desc) TOGGLE_E##name = (code),
 #define TOGGLE_ERROR_COUNT_(code, name, desc) -1
