@@ -66,10 +66,12 @@ static size_t conn_state_index(uint64_t state)
 		       : CONN_STATES - 1;
 }
 
+/* graphtoggle_agent_anomalies_total's kinds: the status lane's counter names. */
+#define ANOMALY_KIND(NAME, name) [TOGGLE_SHM_AN_##NAME] = #name,
 static const char *const anomaly_kinds[TOGGLE_SHM_AN_COUNT] = {
-	"record_outside_window", "record_not_capturing", "record_not_kernel", "launch_unbound",
-	"launch_stale",          "driver_errors",        "late_plans",        "control_errors",
+	TOGGLE_SHM_ANOMALY_MAP(ANOMALY_KIND)
 };
+#undef ANOMALY_KIND
 
 struct snap_agent {
 	uint64_t id;
@@ -251,17 +253,15 @@ static void put_hist(FILE *f, const char *name, const char *labels, const struct
 		(unsigned long long)h->count);
 }
 
-static const char *code_label(int idx, char *buf, size_t len)
+/* ErrorCode's name without its prefix is toggle_err_name()'s without "TOGGLE_E"
+ * (tests/check_proto.c keeps the two lists equal): "LATE", "SPEC", ... */
+static const char *code_label(int idx)
 {
+	static const char prefix[] = "TOGGLE_E";
 	if (idx == 0)
 		return "OK";
-	const ProtobufCEnumValue *v =
-		protobuf_c_enum_descriptor_get_value(&toggle__error_code__descriptor, -idx);
-	if (!v || strncmp(v->name, "ERROR_CODE_", 11) != 0 || idx == TD_RPC_CODES - 1) {
-		snprintf(buf, len, "OTHER");
-		return buf;
-	}
-	return v->name + 11;
+	const char *name = idx < TD_RPC_CODES - 1 ? toggle_err_name(-idx) : NULL;
+	return name ? name + sizeof(prefix) - 1 : "OTHER";
 }
 
 static void agent_labels(FILE *f, const struct snap_agent *a)
@@ -313,9 +313,8 @@ static void render(FILE *f, const struct snapshot *s)
 		for (int c = 0; c < TD_RPC_CODES; c++) {
 			if (c != 0 && !s->rpc[mi][c])
 				continue;
-			char buf[16];
 			fprintf(f, "graphtoggle_rpc_requests_total{method=\"%s\",code=\"%s\"} %llu\n", meth,
-				code_label(c, buf, sizeof(buf)), (unsigned long long)s->rpc[mi][c]);
+				code_label(c), (unsigned long long)s->rpc[mi][c]);
 		}
 	}
 	put_help(f, "graphtoggle_rpc_duration_seconds", "histogram",

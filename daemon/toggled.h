@@ -365,7 +365,7 @@ int td_path_dir_trusted(const char *dir, bool sticky_leaf_ok, char *err, size_t 
 int td_path_mkdirs(const char *dir, mode_t leaf_mode, char *err, size_t errlen);
 /* metrics.c: --metrics ADDRESS (its own thread; see the file's head). */
 #define TD_RPC_METHODS 12 /* request types with a label, and "other" */
-#define TD_RPC_CODES   27 /* OK, the 25 error codes, and "OTHER" */
+#define TD_RPC_CODES   (2 - TOGGLE_ERROR_MIN) /* OK, the error codes, and "OTHER" */
 int td_metrics_start(struct td_daemon *d, const char *address, char *err, size_t errlen);
 void td_metrics_stop(struct td_daemon *d);
 void td_metrics_rpc(struct td_daemon *d, const Toggle__Envelope *req, int code, uint64_t ns);

@@ -5,10 +5,8 @@
  * the same connection, a newer client's version range accepted, SetOp
  * UNSPECIFIED refused, id 0 refused); errors name agents by id as well.
  */
-#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <regex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,49 +28,67 @@
 #ifndef DEMO_AGENT_BIN
 #define DEMO_AGENT_BIN "build/examples/demo_agent"
 #endif
-#define ERROR_H "libtoggle/include/toggle_error.h"
 
 /* ---- the ErrorCode enum against toggle_error.h ---- */
 
-/* Every TOGGLE_E<NAME> = <n> of the header is ERROR_CODE_<NAME> = <n> in the
- * .proto and the reverse; TOGGLE_OK is ERROR_CODE_UNSPECIFIED. */
+/* The one error list, as the header writes it. */
+struct list_error {
+	int code;
+	const char *name; /* without TOGGLE_E */
+};
+#define LIST_ERROR(code, name, desc) {code, #name},
+static const struct list_error list_errors[] = {TOGGLE_ERROR_MAP(LIST_ERROR)};
+#undef LIST_ERROR
+#define N_LIST_ERRORS (sizeof(list_errors) / sizeof(list_errors[0]))
+
+/* Every TOGGLE_E<NAME> = <n> of TOGGLE_ERROR_MAP is ERROR_CODE_<NAME> = <n> in
+ * the .proto and the reverse; TOGGLE_OK is ERROR_CODE_UNSPECIFIED.  The
+ * library's toggle_err_name() and toggle_strerror() know each code. */
 START_TEST(test_error_codes_agree)
 {
-	FILE *f = fopen(ERROR_H, "r");
-	ck_assert_msg(f != NULL, "open %s: %s (run from the repository root)", ERROR_H,
-		      strerror(errno));
-	regex_t re;
-	ck_assert_int_eq(regcomp(&re, "^[[:space:]]*TOGGLE_E([A-Z]+)[[:space:]]*=[[:space:]]*(-[0-9]+)",
-				 REG_EXTENDED), 0);
 	const ProtobufCEnumDescriptor *d = &toggle__error_code__descriptor;
-	char line[256];
-	unsigned found = 0;
-	while (fgets(line, sizeof(line), f)) {
-		regmatch_t m[3];
-		if (regexec(&re, line, 3, m, 0) != 0)
-			continue;
-		char name[64], pname[80];
-		snprintf(name, sizeof(name), "%.*s", (int)(m[1].rm_eo - m[1].rm_so), line + m[1].rm_so);
-		int value = atoi(line + m[2].rm_so);
-		snprintf(pname, sizeof(pname), "ERROR_CODE_%s", name);
+	for (size_t i = 0; i < N_LIST_ERRORS; i++) {
+		const struct list_error *e = &list_errors[i];
+		char pname[80], cname[80];
+		snprintf(pname, sizeof(pname), "ERROR_CODE_%s", e->name);
+		snprintf(cname, sizeof(cname), "TOGGLE_E%s", e->name);
 		const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(d, pname);
-		ck_assert_msg(v != NULL, "TOGGLE_E%s (%d) has no %s in toggle.proto", name, value,
-			      pname);
-		ck_assert_msg(v->value == value, "TOGGLE_E%s is %d, %s is %d", name, value, pname,
+		ck_assert_msg(v != NULL, "%s (%d) has no %s in toggle.proto", cname, e->code, pname);
+		ck_assert_msg(v->value == e->code, "%s is %d, %s is %d", cname, e->code, pname,
 			      v->value);
-		ck_assert_msg(v->value >= TOGGLE_ERROR_MIN, "%s below TOGGLE_ERROR_MIN", pname);
-		ck_assert_str_ne(toggle_strerror(value), "unknown error");
-		found++;
+		ck_assert_msg(e->code < 0 && e->code >= TOGGLE_ERROR_MIN, "%s = %d outside [%d, -1]",
+			      cname, e->code, TOGGLE_ERROR_MIN);
+		ck_assert_pstr_eq(toggle_err_name(e->code), cname);
+		ck_assert_str_ne(toggle_strerror(e->code), "unknown error");
 	}
-	fclose(f);
-	regfree(&re);
-	ck_assert_uint_eq(found, (unsigned)-TOGGLE_ERROR_MIN);
 	/* The .proto has exactly those, plus UNSPECIFIED for TOGGLE_OK. */
-	ck_assert_uint_eq(d->n_values, found + 1);
-	const ProtobufCEnumValue *zero = protobuf_c_enum_descriptor_get_value(d, 0);
-	ck_assert_ptr_nonnull(zero);
-	ck_assert_str_eq(zero->name, "ERROR_CODE_UNSPECIFIED");
+	for (unsigned i = 0; i < d->n_values; i++) {
+		const ProtobufCEnumValue *v = &d->values[i];
+		if (v->value == TOGGLE_OK) {
+			ck_assert_str_eq(v->name, "ERROR_CODE_UNSPECIFIED");
+			continue;
+		}
+		ck_assert_msg(strncmp(v->name, "ERROR_CODE_", 11) == 0, "%s: no ERROR_CODE_ prefix",
+			      v->name);
+		const struct list_error *e = NULL;
+		for (size_t k = 0; k < N_LIST_ERRORS && !e; k++)
+			if (list_errors[k].code == v->value)
+				e = &list_errors[k];
+		ck_assert_msg(e != NULL, "%s (%d) of toggle.proto is not in TOGGLE_ERROR_MAP", v->name,
+			      v->value);
+		ck_assert_msg(strcmp(e->name, v->name + 11) == 0, "%s (%d) is TOGGLE_E%s in the list",
+			      v->name, v->value, e->name);
+	}
+	ck_assert_uint_eq(d->n_values, N_LIST_ERRORS + 1);
+	ck_assert_int_eq(TOGGLE_ERROR_MIN, -(int)N_LIST_ERRORS);
 	ck_assert_int_eq(TOGGLE_OK, 0);
+	ck_assert_pstr_eq(toggle_err_name(TOGGLE_OK), "TOGGLE_OK");
+	/* Codes outside the list: NULL and "unknown error", as toggle_error.h says. */
+	const int outside[] = {TOGGLE_ERROR_MIN - 1, 1, -1000};
+	for (size_t i = 0; i < sizeof(outside) / sizeof(outside[0]); i++) {
+		ck_assert_ptr_null(toggle_err_name(outside[i]));
+		ck_assert_str_eq(toggle_strerror(outside[i]), "unknown error");
+	}
 }
 END_TEST
 

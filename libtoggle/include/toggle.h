@@ -382,6 +382,26 @@ struct toggle_graph_status {
 	uint64_t bare_replays;   /* launches that ran it, across execs */
 };
 
+/*
+ * The agent's anomaly counters, XX(field) each: one uint64_t field of struct
+ * toggle_anomalies, in this order.  The struct stays written out (it is ABI
+ * and what readers look at); layout.c asserts that it has exactly these
+ * fields at these offsets and reports them in toggle_layout().  The status
+ * lane publishes them as TOGGLE_SHM_ANOMALY_MAP (toggle_shm.h).
+ */
+#define TOGGLE_ANOMALY_MAP(XX)  \
+	XX(record_outside_window) \
+	XX(record_not_capturing)  \
+	XX(record_not_kernel)     \
+	XX(launch_unbound)        \
+	XX(launch_stale)          \
+	XX(driver_errors)         \
+	XX(late_plans)            \
+	XX(device_fallbacks)      \
+	XX(device_refused)        \
+	XX(host_on_device_node)   \
+	XX(device_tainted)
+
 struct toggle_anomalies {
 	uint64_t record_outside_window;
 	uint64_t record_not_capturing;

@@ -89,17 +89,33 @@ struct toggle_shm_graph {
 #define TOGGLE_SHM_GRAPH_BARE 64u    /* has a producer-free exec */
 #define TOGGLE_SHM_GRAPH_BARE_RUNNING 128u /* its launches run the producer-free exec */
 
+/*
+ * The status lane's anomaly counters, XX(NAME, name) each: it generates enum
+ * toggle_shm_anomaly (TOGGLE_SHM_AN_<NAME>, the index into
+ * toggle_shm_status.anomalies, and TOGGLE_SHM_AN_COUNT) and the kind label
+ * the daemon exports (graphtoggle_agent_anomalies_total, docs/metrics.md).
+ * Part of layout 1 (shm.c asserts its offsets).  The agent fills them from
+ * struct toggle_anomalies (control.c): the same names, except that
+ * driver_errors adds device_tainted and control_errors is the lane's own.
+ */
+#define TOGGLE_SHM_ANOMALY_MAP(XX)                                                   \
+	XX(RECORD_OUTSIDE_WINDOW, record_outside_window)                              \
+	XX(RECORD_NOT_CAPTURING, record_not_capturing)                                \
+	XX(RECORD_NOT_KERNEL, record_not_kernel)                                      \
+	XX(LAUNCH_UNBOUND, launch_unbound)                                            \
+	XX(LAUNCH_STALE, launch_stale)                                                \
+	/* failed driver calls, and tainted launches (device mode) */                \
+	XX(DRIVER_ERRORS, driver_errors)                                              \
+	XX(LATE_PLANS, late_plans)                                                    \
+	/* malformed control-lane content ignored */                                 \
+	XX(CONTROL_ERRORS, control_errors)
+
+#define TOGGLE_SHM_AN_ENUM_(NAME, name) TOGGLE_SHM_AN_##NAME,
 enum toggle_shm_anomaly {
-	TOGGLE_SHM_AN_RECORD_OUTSIDE_WINDOW,
-	TOGGLE_SHM_AN_RECORD_NOT_CAPTURING,
-	TOGGLE_SHM_AN_RECORD_NOT_KERNEL,
-	TOGGLE_SHM_AN_LAUNCH_UNBOUND,
-	TOGGLE_SHM_AN_LAUNCH_STALE,
-	TOGGLE_SHM_AN_DRIVER_ERRORS,  /* failed driver calls, and tainted launches (device mode) */
-	TOGGLE_SHM_AN_LATE_PLANS,
-	TOGGLE_SHM_AN_CONTROL_ERRORS, /* malformed control-lane content ignored */
-	TOGGLE_SHM_AN_COUNT = 8
+	TOGGLE_SHM_ANOMALY_MAP(TOGGLE_SHM_AN_ENUM_)
+	TOGGLE_SHM_AN_COUNT
 };
+#undef TOGGLE_SHM_AN_ENUM_
 
 /*
  * The agent's connection to the daemon (toggle_conn_get()), published with

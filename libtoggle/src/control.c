@@ -184,12 +184,16 @@ void tg_status_publish(struct toggle_agent *a)
 		tg_conn_lane(a->conn, &s->conn);
 	const struct toggle_anomalies *an = &a->anomalies;
 	uint64_t counters[TOGGLE_SHM_AN_COUNT] = {
-		an->record_outside_window, an->record_not_capturing, an->record_not_kernel,
-		an->launch_unbound, an->launch_stale,
+		[TOGGLE_SHM_AN_RECORD_OUTSIDE_WINDOW] = an->record_outside_window,
+		[TOGGLE_SHM_AN_RECORD_NOT_CAPTURING] = an->record_not_capturing,
+		[TOGGLE_SHM_AN_RECORD_NOT_KERNEL] = an->record_not_kernel,
+		[TOGGLE_SHM_AN_LAUNCH_UNBOUND] = an->launch_unbound,
+		[TOGGLE_SHM_AN_LAUNCH_STALE] = an->launch_stale,
 		/* A tainted launch is a failed driver call too (on the device): counted
 		 * here so that the daemon's anomaly events tell watchers. */
-		an->driver_errors + an->device_tainted, an->late_plans,
-		a->control_errors,
+		[TOGGLE_SHM_AN_DRIVER_ERRORS] = an->driver_errors + an->device_tainted,
+		[TOGGLE_SHM_AN_LATE_PLANS] = an->late_plans,
+		[TOGGLE_SHM_AN_CONTROL_ERRORS] = a->control_errors,
 	};
 	memcpy(s->anomalies, counters, sizeof(counters));
 	memcpy(s->current, a->current.bits, sizeof(s->current));

@@ -1,35 +1,37 @@
-/* error.c - the one string table of libtoggle's error codes. */
+/* error.c - toggle_strerror() and toggle_err_name(), from the one error list
+ * (TOGGLE_ERROR_MAP in toggle_error.h). */
+#include <stddef.h>
+
 #include "toggle_error.h"
+
+struct err_entry {
+	const char *name, *desc;
+};
+
+/* Indexed by -code.  A code listed twice is an overridden initializer
+ * (-Woverride-init, an error under -Werror), one below TOGGLE_ERROR_MIN is
+ * outside the array, and a positive one a negative index: with as many codes
+ * as slots, a list that compiles runs -1 .. TOGGLE_ERROR_MIN without a gap. */
+#define ERR_ENTRY(code, name, desc) [-(code)] = {"TOGGLE_E" #name, desc},
+static const struct err_entry err_table[1 - TOGGLE_ERROR_MIN] = {
+	[0] = {"TOGGLE_OK", "success"},
+	TOGGLE_ERROR_MAP(ERR_ENTRY)
+};
+#undef ERR_ENTRY
+
+static const struct err_entry *err_lookup(int err)
+{
+	return err <= 0 && err >= TOGGLE_ERROR_MIN ? &err_table[-err] : NULL;
+}
 
 const char *toggle_strerror(int err)
 {
-	switch (err) {
-	case TOGGLE_OK: return "success";
-	case TOGGLE_EINVAL: return "invalid argument";
-	case TOGGLE_ENOMEM: return "out of memory";
-	case TOGGLE_ENODRIVER: return "CUDA driver missing or too old";
-	case TOGGLE_ECUDA: return "CUDA driver call failed";
-	case TOGGLE_ECAPTURE: return "no capture in progress";
-	case TOGGLE_ENOTKERNEL: return "node is not a kernel node";
-	case TOGGLE_EUNBOUND: return "graph has producers but is not bound to an exec";
-	case TOGGLE_ESTALE: return "graph was forgotten by this agent";
-	case TOGGLE_ELATE: return "plan for a step that has already begun";
-	case TOGGLE_ESPEC: return "bad hook spec";
-	case TOGGLE_ERANGE: return "hook outside the catalog";
-	case TOGGLE_ELIMIT: return "limit reached";
-	case TOGGLE_ENOTSUP: return "not supported";
-	case TOGGLE_ENOENT: return "unknown graph";
-	case TOGGLE_ESTEP: return "steps must strictly increase";
-	case TOGGLE_EPERM: return "permission denied";
-	case TOGGLE_EVERSION: return "protocol version mismatch";
-	case TOGGLE_EPROTO: return "malformed or unexpected message";
-	case TOGGLE_ETIMEDOUT: return "timed out";
-	case TOGGLE_ENOAGENT: return "no agent matches the target";
-	case TOGGLE_EBUSY: return "queue full";
-	case TOGGLE_ECONNECT: return "cannot connect to the daemon";
-	case TOGGLE_EIO: return "I/O error";
-	case TOGGLE_ESHM: return "bad shared-memory region";
-	case TOGGLE_EUNIMPLEMENTED: return "request not implemented by this daemon";
-	default: return "unknown error";
-	}
+	const struct err_entry *e = err_lookup(err);
+	return e ? e->desc : "unknown error";
+}
+
+const char *toggle_err_name(int err)
+{
+	const struct err_entry *e = err_lookup(err);
+	return e ? e->name : NULL;
 }

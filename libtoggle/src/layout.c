@@ -10,6 +10,24 @@
 
 #define TG_TYPE(T) { #T, NULL, sizeof(struct T), 0 }
 #define TG_FIELD(T, f) { #T, #f, sizeof(((struct T *)0)->f), offsetof(struct T, f) }
+#define TG_ANOMALY_FIELD(f) TG_FIELD(toggle_anomalies, f),
+
+/* struct toggle_anomalies is TOGGLE_ANOMALY_MAP's list, field by field: the
+ * n-th counter of the list at offset 8 n, and nothing else in the struct. */
+enum tg_anomaly_index {
+#define TG_ANOMALY_INDEX(f) TG_ANOMALY_##f,
+	TOGGLE_ANOMALY_MAP(TG_ANOMALY_INDEX)
+#undef TG_ANOMALY_INDEX
+	TG_ANOMALY_COUNT
+};
+#define TG_ANOMALY_AT(f)                                                                    \
+	_Static_assert(offsetof(struct toggle_anomalies, f) == TG_ANOMALY_##f * sizeof(uint64_t) && \
+			       sizeof(((struct toggle_anomalies *)0)->f) == sizeof(uint64_t),      \
+		       "struct toggle_anomalies: " #f " is not where TOGGLE_ANOMALY_MAP puts it");
+TOGGLE_ANOMALY_MAP(TG_ANOMALY_AT)
+#undef TG_ANOMALY_AT
+_Static_assert(sizeof(struct toggle_anomalies) == TG_ANOMALY_COUNT * sizeof(uint64_t),
+	       "struct toggle_anomalies has a field TOGGLE_ANOMALY_MAP does not list");
 
 static const struct toggle_layout_entry tg_layout[] = {
 	TG_TYPE(toggle_hook),
@@ -62,17 +80,7 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_graph_status, bare_replays),
 
 	TG_TYPE(toggle_anomalies),
-	TG_FIELD(toggle_anomalies, record_outside_window),
-	TG_FIELD(toggle_anomalies, record_not_capturing),
-	TG_FIELD(toggle_anomalies, record_not_kernel),
-	TG_FIELD(toggle_anomalies, launch_unbound),
-	TG_FIELD(toggle_anomalies, launch_stale),
-	TG_FIELD(toggle_anomalies, driver_errors),
-	TG_FIELD(toggle_anomalies, late_plans),
-	TG_FIELD(toggle_anomalies, device_fallbacks),
-	TG_FIELD(toggle_anomalies, device_refused),
-	TG_FIELD(toggle_anomalies, host_on_device_node),
-	TG_FIELD(toggle_anomalies, device_tainted),
+	TOGGLE_ANOMALY_MAP(TG_ANOMALY_FIELD)
 
 	TG_TYPE(toggle_stats),
 	TG_FIELD(toggle_stats, launches),

@@ -167,6 +167,7 @@ _PROTOS = {
     "toggle_version": (c_uint, []),
     "toggle_layout": (POINTER(LayoutEntry), [POINTER(c_size_t)]),
     "toggle_strerror": (c_char_p, [c_int]),
+    "toggle_err_name": (c_char_p, [c_int]),
     "toggle_agent_open": (c_int, [POINTER(Config), POINTER(P)]),
     "toggle_agent_close": (None, [P]),
     "toggle_last_error": (c_char_p, [P]),

@@ -5,8 +5,9 @@ description (toggle_strerror) and the agent's last-error text.  Callers
 catch the class (`except graphtoggle.CaptureError`), not a number.
 """
 
-# (code, TOGGLE_E* name, class name, extra bases); tests/test_binding.py checks this
-# table against toggle_error.h.
+# (code, TOGGLE_E* name, class name, extra bases): one row per entry of toggle_error.h's
+# TOGGLE_ERROR_MAP, which Python cannot include; tests/test_binding.py checks this table
+# against the loaded library's toggle_err_name(), generated from that list.
 _CODES = [
     (-1, "TOGGLE_EINVAL", "InvalidArgumentError", (ValueError,)),
     (-2, "TOGGLE_ENOMEM", "OutOfMemoryError", (MemoryError,)),

@@ -2,7 +2,6 @@
 
 import ctypes
 import os
-import re
 import subprocess
 import sys
 
@@ -67,18 +66,31 @@ def test_version():
     assert (v >> 16, v & 0xFFFF) == (_lib.API_MAJOR, _lib.API_MINOR)
 
 
-def test_error_table_equals_toggle_error_h():
-    text = open(os.path.join(REPO, "libtoggle", "include", "toggle_error.h")).read()
-    header = {m.group(1): int(m.group(2))
-              for m in re.finditer(r"^\s*(TOGGLE_E[A-Z]+)\s*=\s*(-\d+),", text, re.M)}
-    python = {name: code for code, name, _, _ in errors._CODES}
-    assert python == header
+def _c_error_list(lib):
+    """{name: code} of toggle_error.h's TOGGLE_ERROR_MAP, as the loaded library's
+    toggle_err_name() (generated from that list) names the codes.  Scans far past the
+    list's end, so that a stray code would show too."""
+    found = {}
+    for code in range(-1, -1025, -1):
+        name = lib.toggle_err_name(code)
+        if name is not None:
+            found[name.decode()] = code
+    return found
+
+
+def test_error_table_equals_the_c_list():
     lib = _lib.lib()
+    in_c = _c_error_list(lib)
+    python = {name: code for code, name, _, _ in errors._CODES}
+    assert python == in_c, "errors._CODES and toggle_error.h's TOGGLE_ERROR_MAP differ"
+    assert sorted(in_c.values()) == list(range(-len(in_c), 0))  # -1 .. TOGGLE_ERROR_MIN, no gap
     for code, name, cls, _ in errors._CODES:
-        c = getattr(errors, cls)
-        assert c.code == code and c.code_name == name
-        assert issubclass(c, graphtoggle.GraphToggleError)
+        klass = getattr(errors, cls)
+        assert klass.code == code and klass.code_name == name
+        assert issubclass(klass, graphtoggle.GraphToggleError)
         assert lib.toggle_strerror(code).decode() != "unknown error"
+    assert lib.toggle_err_name(0).decode() == "TOGGLE_OK"
+    assert lib.toggle_err_name(1) is None
     assert lib.toggle_strerror(min(python.values()) - 1).decode() == "unknown error"
 
 

@@ -5,18 +5,17 @@ LatePlanError, PermissionDeniedError, ...), with what the Error carried."""
 from .. import errors as _errors
 from ..errors import GraphToggleError
 
-UNIMPLEMENTED = -25  # ERROR_CODE_UNIMPLEMENTED = TOGGLE_EUNIMPLEMENTED
-
 # TOGGLE_EUNIMPLEMENTED: the daemon does not serve this request type (an older
 # daemon); the connection stays usable.  graphtoggle.errors' class, one per code.
 UnimplementedError = _errors.UnimplementedError
+UNIMPLEMENTED = UnimplementedError.code  # ERROR_CODE_UNIMPLEMENTED = TOGGLE_EUNIMPLEMENTED
 
 
 class ClientProtocolError(GraphToggleError):
     """The daemon's answer made no sense for the request (wrong reply type) or the
     stream broke; the connection is closed."""
-    code = -18
-    code_name = "TOGGLE_EPROTO"
+    code = _errors.ProtocolError.code  # TOGGLE_EPROTO
+    code_name = _errors.ProtocolError.code_name
 
 
 def from_reply(err):
