@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "toggled.h"
+#include "rpc.h"
 
 uint64_t td_now_ms(void)
 {
@@ -438,11 +438,11 @@ void td_waiter_free(struct td_waiter *w)
 	free(w);
 }
 
-/* Answer a waiter: the versions when all applied, else a timeout error. */
-static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
+/* Fill r with a waiter's answer: the versions when all applied, an error
+ * when an agent left or the deadline passed.  false: not yet. */
+static bool waiter_answer(struct td_daemon *d, const struct td_waiter *w, uint64_t now,
+			  struct rpc_reply *r, const char **late, uint64_t *late_ids, size_t max)
 {
-	const char *late[64];
-	uint64_t late_ids[64];
 	size_t n_late = 0, n_named = 0, n_gone = 0;
 	for (size_t i = 0; i < w->n; i++) {
 		struct td_agent *a = agent_by_id(d, w->agent_ids[i]);
@@ -450,53 +450,52 @@ static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 			continue;
 		n_late++;
 		n_gone += !a;
-		if (n_named < 64) {
+		if (n_named < max) {
 			late_ids[n_named] = w->agent_ids[i];
 			late[n_named++] = w->names[i];
 		}
 	}
+	r->agents = late;
+	r->agent_ids = late_ids;
+	r->n_agents = n_named;
 	if (n_gone) {
 		/* An agent that left will never apply it: say so now, not at the deadline. */
-		char msg[128];
-		snprintf(msg, sizeof(msg), "%zu of %zu agents left before applying the set", n_gone, w->n);
-		td_peer_send_error_ids(w->peer, w->request_id, TOGGLE_ENOAGENT, msg, late, late_ids,
-				       n_named);
+		rpc_fail(r, TOGGLE_ENOAGENT, "%zu of %zu agents left before applying the set", n_gone,
+			 w->n);
 		return true;
 	}
 	if (n_late && now < w->deadline_ms)
 		return false;
 	if (n_late) {
-		char msg[128];
-		snprintf(msg, sizeof(msg), "%zu of %zu agents did not apply the set at a replay in time",
+		rpc_fail(r, TOGGLE_ETIMEDOUT, "%zu of %zu agents did not apply the set at a replay in time",
 			 n_late, w->n);
-		td_peer_send_error_ids(w->peer, w->request_id, TOGGLE_ETIMEDOUT, msg, late, late_ids,
-				       n_named);
 		return true;
 	}
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__SetEnabledReply rep = TOGGLE__SET_ENABLED_REPLY__INIT;
-	Toggle__AgentVersion *vs = calloc(w->n, sizeof(*vs));
-	Toggle__AgentVersion **vp = calloc(w->n, sizeof(*vp));
-	if (vs && vp) {
-		for (size_t i = 0; i < w->n; i++) {
-			toggle__agent_version__init(&vs[i]);
-			vs[i].agent_id = w->agent_ids[i];
-			vs[i].version = w->versions[i];
-			vp[i] = &vs[i];
-		}
-		env.id = w->request_id;
-		env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY;
-		env.set_enabled_reply = &rep;
-		rep.n_versions = w->n;
-		rep.versions = vp;
-		rep.n_skipped = w->n_skipped;
-		rep.skipped = w->skipped;
-		td_peer_send(w->peer, &env);
-	} else {
-		td_peer_send_error(w->peer, w->request_id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+	Toggle__AgentVersion **vp = rpc_set_reply(r, w->n, w->skipped, w->n_skipped);
+	if (!vp) {
+		rpc_fail(r, TOGGLE_ENOMEM, "out of memory");
+		r->n_agents = 0;
+		return true;
 	}
-	free(vs);
-	free(vp);
+	for (size_t i = 0; i < w->n; i++) {
+		vp[i]->agent_id = w->agent_ids[i];
+		vp[i]->version = w->versions[i];
+	}
+	return true;
+}
+
+/* Answer a waiter through the dispatcher if its time came; true when answered. */
+static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
+{
+	const char *late[64];
+	uint64_t late_ids[64];
+	struct rpc_reply r;
+	rpc_reply_init(&r);
+	if (!waiter_answer(d, w, now, &r, late, late_ids, 64)) {
+		rpc_reply_free(&r);
+		return false;
+	}
+	td_dispatch_reply(w->peer, w->request_id, &r);
 	return true;
 }
 
