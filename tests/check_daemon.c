@@ -2332,6 +2332,248 @@ START_TEST(test_bad_input)
 END_TEST
 
 /*
+ * Every handler's error path, and the dispatcher's, reaches the client as an
+ * Error carrying the request's id and the handler's code, naming the agent
+ * concerned (Error.agents and agent_ids) where there is one, and the
+ * connection keeps serving unless the error closes it (issue 16 item 4:
+ * handlers fill a reply, only the dispatcher sends it).
+ */
+enum bad_kind {
+	BAD_REGISTER_NO_FD, BAD_REGISTER_NAME, BAD_LIST_AGENTS, BAD_LIST_GRAPHS, BAD_HOOKS,
+	BAD_SHOW_PLAN, BAD_WATCH, BAD_SET_OP, BAD_SET_WAIT, BAD_SET_SPEC, BAD_PLAN_EMPTY,
+	BAD_PLAN_STEP, BAD_PLAN_SPEC, BAD_CLEAR_PLAN, BAD_BODY, BAD_HELLO_VERSION, BAD_ID_ZERO,
+};
+
+static const struct bad_request {
+	const char *what;
+	enum bad_kind kind;
+	int code;
+	bool names_agent; /* Error.agents and agent_ids name the test's agent */
+	bool closes;      /* the daemon closes the connection after the error */
+} bad_requests[] = {
+	{"RegisterAgent without its fd", BAD_REGISTER_NO_FD, TOGGLE_ESHM, false, false},
+	{"RegisterAgent named '..'", BAD_REGISTER_NAME, TOGGLE_EINVAL, false, false},
+	{"ListAgents of an agent id nobody has", BAD_LIST_AGENTS, TOGGLE_ENOAGENT, false, false},
+	{"ListGraphs of group '..'", BAD_LIST_GRAPHS, TOGGLE_EINVAL, false, false},
+	{"Hooks of a pid no agent has", BAD_HOOKS, TOGGLE_ENOAGENT, false, false},
+	{"ShowPlan of group 'a/b'", BAD_SHOW_PLAN, TOGGLE_EINVAL, false, false},
+	{"Watch of group 'a/b'", BAD_WATCH, TOGGLE_EINVAL, false, false},
+	{"SetEnabled without an op", BAD_SET_OP, TOGGLE_EINVAL, false, false},
+	{"SetEnabled waiting over the limit", BAD_SET_WAIT, TOGGLE_EINVAL, false, false},
+	{"SetEnabled of a hook type the agent lacks", BAD_SET_SPEC, TOGGLE_ESPEC, true, false},
+	{"SubmitPlan with no entries", BAD_PLAN_EMPTY, TOGGLE_ELIMIT, false, false},
+	{"SubmitPlan of a negative step", BAD_PLAN_STEP, TOGGLE_EINVAL, false, false},
+	{"SubmitPlan of a spec the agent refuses", BAD_PLAN_SPEC, TOGGLE_ESPEC, true, false},
+	{"ClearPlan of an agent id nobody has", BAD_CLEAR_PLAN, TOGGLE_ENOAGENT, false, false},
+	{"an Ack sent as a request", BAD_BODY, TOGGLE_EPROTO, false, false},
+	{"a Hello of protocol 99", BAD_HELLO_VERSION, TOGGLE_EVERSION, false, false},
+	{"a request with id 0", BAD_ID_ZERO, TOGGLE_EPROTO, false, true},
+};
+
+/* Storage for one bad request's messages. */
+struct bad_msgs {
+	Toggle__Selector sel;
+	Toggle__RegisterAgentRequest reg;
+	Toggle__ListAgentsRequest agents;
+	Toggle__ListGraphsRequest graphs;
+	Toggle__HooksRequest hooks;
+	Toggle__ShowPlanRequest show;
+	Toggle__WatchRequest watch;
+	Toggle__SetEnabledRequest set;
+	Toggle__SubmitPlanRequest plan;
+	Toggle__PlanEntry entry;
+	Toggle__PlanEntry *entries[1];
+	Toggle__ClearPlanRequest clear;
+	Toggle__Ack ack;
+	Toggle__HelloRequest hello;
+};
+
+static void bad_build(const struct bad_request *b, struct bad_msgs *m, Toggle__Envelope *env,
+		      uint64_t agent_id)
+{
+	memset(m, 0, sizeof(*m));
+	toggle__envelope__init(env);
+	toggle__plan_entry__init(&m->entry);
+	m->entry.step = 1000000;
+	m->entry.spec = (char *)(uintptr_t)"resid_post:0";
+	m->entries[0] = &m->entry;
+	switch (b->kind) {
+	case BAD_REGISTER_NO_FD:
+	case BAD_REGISTER_NAME:
+		toggle__register_agent_request__init(&m->reg);
+		m->reg.name = (char *)(uintptr_t)(b->kind == BAD_REGISTER_NAME ? ".." : "err-new");
+		m->reg.n_hook_types = NT;
+		m->reg.hook_types = (char **)(uintptr_t)type_names;
+		m->reg.n_layers = NL;
+		env->body_case = TOGGLE__ENVELOPE__BODY_REGISTER_AGENT;
+		env->register_agent = &m->reg;
+		break;
+	case BAD_LIST_AGENTS:
+		toggle__list_agents_request__init(&m->agents);
+		m->sel = sel_id(agent_id + 1000);
+		m->agents.target = &m->sel;
+		env->body_case = TOGGLE__ENVELOPE__BODY_LIST_AGENTS;
+		env->list_agents = &m->agents;
+		break;
+	case BAD_LIST_GRAPHS:
+		toggle__list_graphs_request__init(&m->graphs);
+		m->sel = sel_group("..");
+		m->graphs.target = &m->sel;
+		env->body_case = TOGGLE__ENVELOPE__BODY_LIST_GRAPHS;
+		env->list_graphs = &m->graphs;
+		break;
+	case BAD_HOOKS:
+		toggle__hooks_request__init(&m->hooks);
+		m->sel = sel_pid((uint32_t)getpid() + 1000000);
+		m->hooks.target = &m->sel;
+		env->body_case = TOGGLE__ENVELOPE__BODY_HOOKS;
+		env->hooks = &m->hooks;
+		break;
+	case BAD_SHOW_PLAN:
+		toggle__show_plan_request__init(&m->show);
+		m->sel = sel_group("a/b");
+		m->show.target = &m->sel;
+		env->body_case = TOGGLE__ENVELOPE__BODY_SHOW_PLAN;
+		env->show_plan = &m->show;
+		break;
+	case BAD_WATCH:
+		toggle__watch_request__init(&m->watch);
+		m->sel = sel_group("a/b");
+		m->watch.target = &m->sel;
+		env->body_case = TOGGLE__ENVELOPE__BODY_WATCH;
+		env->watch = &m->watch;
+		break;
+	case BAD_SET_OP:
+	case BAD_SET_WAIT:
+	case BAD_SET_SPEC:
+		toggle__set_enabled_request__init(&m->set);
+		m->sel = sel_id(agent_id);
+		m->set.target = &m->sel;
+		m->set.op = b->kind == BAD_SET_OP ? TOGGLE__SET_OP__SET_OP_UNSPECIFIED
+						  : TOGGLE__SET_OP__SET_OP_REPLACE;
+		m->set.spec = (char *)(uintptr_t)(b->kind == BAD_SET_SPEC ? "no_such_type:0" : "all");
+		m->set.wait_ms = b->kind == BAD_SET_WAIT ? TGP_MAX_WAIT_MS + 1 : 0;
+		env->body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
+		env->set_enabled = &m->set;
+		break;
+	case BAD_PLAN_EMPTY:
+	case BAD_PLAN_STEP:
+	case BAD_PLAN_SPEC:
+		toggle__submit_plan_request__init(&m->plan);
+		m->sel = sel_id(agent_id);
+		m->plan.target = &m->sel;
+		m->plan.n_entries = b->kind == BAD_PLAN_EMPTY ? 0 : 1;
+		m->plan.entries = m->entries;
+		if (b->kind == BAD_PLAN_STEP)
+			m->entry.step = -5;
+		if (b->kind == BAD_PLAN_SPEC)
+			m->entry.spec = (char *)(uintptr_t)"no_such_type:0";
+		env->body_case = TOGGLE__ENVELOPE__BODY_SUBMIT_PLAN;
+		env->submit_plan = &m->plan;
+		break;
+	case BAD_CLEAR_PLAN:
+		toggle__clear_plan_request__init(&m->clear);
+		m->sel = sel_id(agent_id + 1000);
+		m->clear.target = &m->sel;
+		env->body_case = TOGGLE__ENVELOPE__BODY_CLEAR_PLAN;
+		env->clear_plan = &m->clear;
+		break;
+	case BAD_BODY:
+		toggle__ack__init(&m->ack);
+		env->body_case = TOGGLE__ENVELOPE__BODY_ACK;
+		env->ack = &m->ack;
+		break;
+	case BAD_HELLO_VERSION:
+		toggle__hello_request__init(&m->hello);
+		m->hello.protocol_version = 99;
+		env->body_case = TOGGLE__ENVELOPE__BODY_HELLO;
+		env->hello = &m->hello;
+		break;
+	case BAD_ID_ZERO:
+		toggle__ack__init(&m->ack); /* a Status would do as well: the id is refused first */
+		env->body_case = TOGGLE__ENVELOPE__BODY_STATUS;
+		env->status = (Toggle__StatusRequest *)&m->ack;
+		break;
+	}
+}
+
+/* Send one bad request (a registration with shm_fd but BAD_REGISTER_NO_FD);
+ * its Error must come with its id, code and agents. */
+static void bad_check(const struct env *e, const struct bad_request *b, uint64_t agent_id,
+		      int shm_fd)
+{
+	struct raw r;
+	raw_open(&r, e);
+	raw_hello(&r);
+	struct bad_msgs m;
+	Toggle__Envelope env;
+	bad_build(b, &m, &env, agent_id);
+	env.id = b->kind == BAD_ID_ZERO ? 0 : 4200 + (uint64_t)b->kind;
+	raw_send_env(&r, &env, b->kind == BAD_REGISTER_NAME ? shm_fd : -1);
+	Toggle__Envelope *rep = NULL;
+	int got = raw_recv(&r, &rep, RPC_TIMEOUT_MS);
+	ASSERT(got == 1, "%s: no reply (%s)", b->what, got == 0 ? "closed" : "timed out");
+	ASSERT(rep->id == env.id, "%s: reply id %llu, request id %llu", b->what,
+	       (unsigned long long)rep->id, (unsigned long long)env.id);
+	ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_ERROR, "%s: reply body %d, not an Error",
+	       b->what, (int)rep->body_case);
+	const Toggle__Error *er = rep->error;
+	ASSERT((int)er->code == b->code, "%s: code %d (%s), expected %d (%s): %s", b->what,
+	       (int)er->code, toggle_strerror((int)er->code), b->code, toggle_strerror(b->code),
+	       er->message);
+	ASSERT(er->message && er->message[0], "%s: an Error without a message", b->what);
+	if (b->names_agent)
+		ASSERT(er->n_agents == 1 && strcmp(er->agents[0], "err-agent") == 0 &&
+			       er->n_agent_ids == 1 && er->agent_ids[0] == agent_id,
+		       "%s: the Error names %zu agents (%s), %zu ids (%llu), not err-agent id %llu",
+		       b->what, er->n_agents, er->n_agents ? er->agents[0] : "-", er->n_agent_ids,
+		       er->n_agent_ids ? (unsigned long long)er->agent_ids[0] : 0ULL,
+		       (unsigned long long)agent_id);
+	else
+		ASSERT(er->n_agents == 0 && er->n_agent_ids == 0, "%s: the Error names %zu agents",
+		       b->what, er->n_agents);
+	toggle__envelope__free_unpacked(rep, NULL);
+	if (b->closes) {
+		raw_expect_closed(&r, b->what);
+	} else {
+		char err[ERRLEN];
+		int rc = raw_status(&r, err);
+		ASSERT_CODE(rc, 0, err);
+	}
+	raw_close(&r);
+}
+
+START_TEST(test_error_replies)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct toggle_shm shm;
+	int rc = toggle_shm_create(&shm, err, ERRLEN);
+	ASSERT_CODE(rc, 0, err);
+	struct raw agent;
+	raw_open(&agent, &e);
+	raw_hello(&agent);
+	rc = raw_register(&agent, "err-agent", NT, NL, shm.fd, err);
+	ASSERT_CODE(rc, 0, err);
+	struct tgc *c = client(&e);
+	uint64_t id = agent_info(c, "err-agent").id;
+	for (size_t i = 0; i < sizeof(bad_requests) / sizeof(bad_requests[0]); i++)
+		bad_check(&e, &bad_requests[i], id, shm.fd);
+	/* Nothing of it reached the agent: the daemon set no standing set, no plan. */
+	struct ainfo ai = agent_info(c, "err-agent");
+	ASSERT(ai.control_version == 0 && ai.pending_plan == 0,
+	       "refused requests changed the agent: control version %llu, %u plan entries",
+	       (unsigned long long)ai.control_version, ai.pending_plan);
+	tgc_close(c);
+	raw_close(&agent);
+	toggle_shm_unmap(&shm);
+	daemon_alive(&e, "the bad requests");
+	env_teardown(&e);
+}
+END_TEST
+
+/*
  * Name squatting: an agent of another uid that registers under a root
  * agent's name gets nothing of its saved state, and what is set for it is
  * not what the root agent gets back after a restart (state keyed by name
@@ -3283,6 +3525,7 @@ static Suite *daemon_suite(void)
 	tc = add_tcase(s, "security");
 	tcase_add_test(tc, test_permission_denied);
 	tcase_add_test(tc, test_bad_input);
+	tcase_add_test(tc, test_error_replies);
 	tc = add_tcase(s, "durability");
 	tcase_add_test(tc, test_full_disk);
 	tcase_add_test(tc, test_name_squatting);
