@@ -256,6 +256,70 @@ static int agent_check_register(const Toggle__RegisterAgentRequest *m, char *err
 	return toggle_catalog_validate(&cat, err, errlen);
 }
 
+/* Free an agent's memory and state copies (not its shared memory: unmap that first). */
+static void agent_free(struct td_agent *a)
+{
+	td_agent_state_free(&a->durable);
+	td_agent_state_free(&a->saving_state);
+	free(a->st);
+	free(a->st_tmp);
+	free(a->plans);
+	free(a);
+}
+
+/* An agent's memory, or NULL when out of memory; agent_free frees it. */
+static struct td_agent *agent_alloc(void)
+{
+	struct td_agent *a = calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
+	a->st = calloc(1, sizeof(*a->st));
+	a->st_tmp = calloc(1, sizeof(*a->st_tmp));
+	a->plans = calloc(TD_MAX_PENDING_PLAN, sizeof(*a->plans));
+	if (!a->st || !a->st_tmp || !a->plans) {
+		agent_free(a);
+		return NULL;
+	}
+	return a;
+}
+
+/* Identity and catalog: from the checked request and the peer's credentials. */
+static void agent_init(struct td_agent *a, struct td_peer *p, const Toggle__RegisterAgentRequest *m)
+{
+	a->d = p->d;
+	a->peer = p;
+	a->id = ++p->d->next_agent_id;
+	snprintf(a->name, sizeof(a->name), "%s", m->name);
+	snprintf(a->group, sizeof(a->group), "%s", m->group ? m->group : "");
+	for (size_t i = 0; i < m->n_hook_types; i++) {
+		snprintf(a->type_names[i], sizeof(a->type_names[i]), "%s", m->hook_types[i]);
+		a->type_ptrs[i] = a->type_names[i];
+	}
+	a->cat = (struct toggle_catalog){.type_names = a->type_ptrs,
+					 .n_types = (uint16_t)m->n_hook_types,
+					 .n_layers = (uint16_t)m->n_layers};
+	a->pid = p->pid;
+	a->uid = p->uid;
+	a->mode = m->mode;
+	a->driver_version = m->driver_version;
+	a->connected_ms = td_unix_ms();
+}
+
+/* First read of both lanes; watchers hear of what changes after it. */
+static void agent_read_lanes(struct td_agent *a)
+{
+	/* Continue the lane where a previous daemon left it. */
+	if (toggle_shm_control_read(a->shm.ctl, &a->ctl) != 0)
+		memset(&a->ctl, 0, sizeof(a->ctl));
+	a->st->step = -1;
+	td_agent_refresh(a);
+	a->st_anomalies = 0;
+	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
+		a->st_anomalies += a->st->anomalies[i];
+	a->ev_applied = a->st->version_applied;
+	a->ev_rejected = a->st->plan_rejected;
+}
+
 int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, uint64_t *id, char *err,
 		      size_t errlen)
 {
@@ -275,58 +339,18 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, 
 	if (m->group && m->group[0] &&
 	    td_auth_group_denied(d, m->group, p->uid, p->gid, p->pid, err, errlen))
 		return TOGGLE_EPERM;
-	struct td_agent *a = calloc(1, sizeof(*a));
-	if (a) {
-		a->st = calloc(1, sizeof(*a->st));
-		a->st_tmp = calloc(1, sizeof(*a->st_tmp));
-		a->plans = calloc(TD_MAX_PENDING_PLAN, sizeof(*a->plans));
-	}
-	if (!a || !a->st || !a->st_tmp || !a->plans) {
-		if (a) {
-			free(a->st);
-			free(a->st_tmp);
-			free(a->plans);
-		}
-		free(a);
+	struct td_agent *a = agent_alloc();
+	if (!a)
 		return TOGGLE_ENOMEM;
-	}
 	rc = toggle_shm_attach(p->pending_fd, &a->shm, err, errlen);
 	close(p->pending_fd);
 	p->pending_fd = -1;
 	if (rc) {
-		free(a->st);
-		free(a->st_tmp);
-		free(a->plans);
-		free(a);
+		agent_free(a);
 		return rc;
 	}
-	a->d = d;
-	a->peer = p;
-	a->id = ++d->next_agent_id;
-	snprintf(a->name, sizeof(a->name), "%s", m->name);
-	snprintf(a->group, sizeof(a->group), "%s", m->group ? m->group : "");
-	for (size_t i = 0; i < m->n_hook_types; i++) {
-		snprintf(a->type_names[i], sizeof(a->type_names[i]), "%s", m->hook_types[i]);
-		a->type_ptrs[i] = a->type_names[i];
-	}
-	a->cat = (struct toggle_catalog){.type_names = a->type_ptrs,
-					 .n_types = (uint16_t)m->n_hook_types,
-					 .n_layers = (uint16_t)m->n_layers};
-	a->pid = p->pid;
-	a->uid = p->uid;
-	a->mode = m->mode;
-	a->driver_version = m->driver_version;
-	a->connected_ms = td_unix_ms();
-	/* Continue the lane where a previous daemon left it. */
-	if (toggle_shm_control_read(a->shm.ctl, &a->ctl) != 0)
-		memset(&a->ctl, 0, sizeof(a->ctl));
-	a->st->step = -1;
-	td_agent_refresh(a);
-	a->st_anomalies = 0;
-	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
-		a->st_anomalies += a->st->anomalies[i];
-	a->ev_applied = a->st->version_applied;
-	a->ev_rejected = a->st->plan_rejected;
+	agent_init(a, p, m);
+	agent_read_lanes(a);
 	a->next = d->agents;
 	if (d->agents)
 		d->agents->prev = a;
@@ -363,10 +387,5 @@ void td_agent_gone(struct td_agent *a)
 	if (a->peer)
 		a->peer->agent = NULL;
 	toggle_shm_unmap(&a->shm);
-	td_agent_state_free(&a->durable);
-	td_agent_state_free(&a->saving_state);
-	free(a->st);
-	free(a->st_tmp);
-	free(a->plans);
-	free(a);
+	agent_free(a);
 }
