@@ -2338,166 +2338,120 @@ END_TEST
  * connection keeps serving unless the error closes it (issue 16 item 4:
  * handlers fill a reply, only the dispatcher sends it).
  */
-enum bad_kind {
-	BAD_REGISTER_NO_FD, BAD_REGISTER_NAME, BAD_LIST_AGENTS, BAD_LIST_GRAPHS, BAD_HOOKS,
-	BAD_SHOW_PLAN, BAD_WATCH, BAD_SET_OP, BAD_SET_WAIT, BAD_SET_SPEC, BAD_PLAN_EMPTY,
-	BAD_PLAN_STEP, BAD_PLAN_SPEC, BAD_CLEAR_PLAN, BAD_BODY, BAD_HELLO_VERSION, BAD_ID_ZERO,
-};
+enum bad_fill { FILL_NONE, FILL_REGISTER, FILL_SET, FILL_PLAN, FILL_HELLO };
+enum bad_target { TARGET_NONE, TARGET_AGENT, TARGET_NO_SUCH_ID, TARGET_NO_SUCH_PID, TARGET_BAD_GROUP };
 
 static const struct bad_request {
 	const char *what;
-	enum bad_kind kind;
+	Toggle__Envelope__BodyCase body;
+	const ProtobufCMessageDescriptor *desc; /* the body's message */
+	enum bad_target target;                 /* its target field */
+	enum bad_fill fill;                     /* its other fields (bad_build) */
+	const char *arg;                        /* a name, spec or "unspecified", per fill */
+	int64_t num;                            /* a wait, step or protocol version, per fill */
 	int code;
 	bool names_agent; /* Error.agents and agent_ids name the test's agent */
-	bool closes;      /* the daemon closes the connection after the error */
+	bool closes;      /* sent with id 0: answered, then the connection is closed */
 } bad_requests[] = {
-	{"RegisterAgent without its fd", BAD_REGISTER_NO_FD, TOGGLE_ESHM, false, false},
-	{"RegisterAgent named '..'", BAD_REGISTER_NAME, TOGGLE_EINVAL, false, false},
-	{"ListAgents of an agent id nobody has", BAD_LIST_AGENTS, TOGGLE_ENOAGENT, false, false},
-	{"ListGraphs of group '..'", BAD_LIST_GRAPHS, TOGGLE_EINVAL, false, false},
-	{"Hooks of a pid no agent has", BAD_HOOKS, TOGGLE_ENOAGENT, false, false},
-	{"ShowPlan of group 'a/b'", BAD_SHOW_PLAN, TOGGLE_EINVAL, false, false},
-	{"Watch of group 'a/b'", BAD_WATCH, TOGGLE_EINVAL, false, false},
-	{"SetEnabled without an op", BAD_SET_OP, TOGGLE_EINVAL, false, false},
-	{"SetEnabled waiting over the limit", BAD_SET_WAIT, TOGGLE_EINVAL, false, false},
-	{"SetEnabled of a hook type the agent lacks", BAD_SET_SPEC, TOGGLE_ESPEC, true, false},
-	{"SubmitPlan with no entries", BAD_PLAN_EMPTY, TOGGLE_ELIMIT, false, false},
-	{"SubmitPlan of a negative step", BAD_PLAN_STEP, TOGGLE_EINVAL, false, false},
-	{"SubmitPlan of a spec the agent refuses", BAD_PLAN_SPEC, TOGGLE_ESPEC, true, false},
-	{"ClearPlan of an agent id nobody has", BAD_CLEAR_PLAN, TOGGLE_ENOAGENT, false, false},
-	{"an Ack sent as a request", BAD_BODY, TOGGLE_EPROTO, false, false},
-	{"a Hello of protocol 99", BAD_HELLO_VERSION, TOGGLE_EVERSION, false, false},
-	{"a request with id 0", BAD_ID_ZERO, TOGGLE_EPROTO, false, true},
+#define BODY(x, m) TOGGLE__ENVELOPE__BODY_##x, &toggle__##m##__descriptor
+	{"RegisterAgent without its fd", BODY(REGISTER_AGENT, register_agent_request), TARGET_NONE,
+	 FILL_REGISTER, "err-new", 0, TOGGLE_ESHM, false, false},
+	{"RegisterAgent named '..'", BODY(REGISTER_AGENT, register_agent_request), TARGET_NONE,
+	 FILL_REGISTER, "..", 1, TOGGLE_EINVAL, false, false},
+	{"ListAgents of an agent id nobody has", BODY(LIST_AGENTS, list_agents_request),
+	 TARGET_NO_SUCH_ID, FILL_NONE, NULL, 0, TOGGLE_ENOAGENT, false, false},
+	{"ListGraphs of group '..'", BODY(LIST_GRAPHS, list_graphs_request), TARGET_BAD_GROUP,
+	 FILL_NONE, NULL, 0, TOGGLE_EINVAL, false, false},
+	{"Hooks of a pid no agent has", BODY(HOOKS, hooks_request), TARGET_NO_SUCH_PID, FILL_NONE,
+	 NULL, 0, TOGGLE_ENOAGENT, false, false},
+	{"ShowPlan of group '..'", BODY(SHOW_PLAN, show_plan_request), TARGET_BAD_GROUP, FILL_NONE,
+	 NULL, 0, TOGGLE_EINVAL, false, false},
+	{"Watch of group '..'", BODY(WATCH, watch_request), TARGET_BAD_GROUP, FILL_NONE, NULL, 0,
+	 TOGGLE_EINVAL, false, false},
+	{"SetEnabled without an op", BODY(SET_ENABLED, set_enabled_request), TARGET_AGENT, FILL_SET,
+	 "unspecified", 0, TOGGLE_EINVAL, false, false},
+	{"SetEnabled waiting over the limit", BODY(SET_ENABLED, set_enabled_request), TARGET_AGENT,
+	 FILL_SET, "all", TGP_MAX_WAIT_MS + 1, TOGGLE_EINVAL, false, false},
+	{"SetEnabled of a hook type the agent lacks", BODY(SET_ENABLED, set_enabled_request),
+	 TARGET_AGENT, FILL_SET, "no_such_type:0", 0, TOGGLE_ESPEC, true, false},
+	{"SubmitPlan with no entries", BODY(SUBMIT_PLAN, submit_plan_request), TARGET_AGENT,
+	 FILL_NONE, NULL, 0, TOGGLE_ELIMIT, false, false},
+	{"SubmitPlan of a negative step", BODY(SUBMIT_PLAN, submit_plan_request), TARGET_AGENT,
+	 FILL_PLAN, "resid_post:0", -5, TOGGLE_EINVAL, false, false},
+	{"SubmitPlan of a spec the agent refuses", BODY(SUBMIT_PLAN, submit_plan_request),
+	 TARGET_AGENT, FILL_PLAN, "no_such_type:0", 1000000, TOGGLE_ESPEC, true, false},
+	{"ClearPlan of an agent id nobody has", BODY(CLEAR_PLAN, clear_plan_request),
+	 TARGET_NO_SUCH_ID, FILL_NONE, NULL, 0, TOGGLE_ENOAGENT, false, false},
+	{"an Ack sent as a request", BODY(ACK, ack), TARGET_NONE, FILL_NONE, NULL, 0, TOGGLE_EPROTO,
+	 false, false},
+	{"a Hello of protocol 99", BODY(HELLO, hello_request), TARGET_NONE, FILL_HELLO, NULL, 99,
+	 TOGGLE_EVERSION, false, false},
+	{"a request with id 0", BODY(STATUS, status_request), TARGET_NONE, FILL_NONE, NULL, 0,
+	 TOGGLE_EPROTO, false, true},
+#undef BODY
 };
 
-/* Storage for one bad request's messages. */
+/* What one bad request points to. */
 struct bad_msgs {
+	void *body; /* malloc'd */
 	Toggle__Selector sel;
-	Toggle__RegisterAgentRequest reg;
-	Toggle__ListAgentsRequest agents;
-	Toggle__ListGraphsRequest graphs;
-	Toggle__HooksRequest hooks;
-	Toggle__ShowPlanRequest show;
-	Toggle__WatchRequest watch;
-	Toggle__SetEnabledRequest set;
-	Toggle__SubmitPlanRequest plan;
 	Toggle__PlanEntry entry;
 	Toggle__PlanEntry *entries[1];
-	Toggle__ClearPlanRequest clear;
-	Toggle__Ack ack;
-	Toggle__HelloRequest hello;
 };
+
+static Toggle__Selector bad_selector(enum bad_target t, uint64_t agent_id)
+{
+	switch (t) {
+	case TARGET_AGENT: return sel_id(agent_id);
+	case TARGET_NO_SUCH_ID: return sel_id(agent_id + 1000);
+	case TARGET_NO_SUCH_PID: return sel_pid((uint32_t)getpid() + 1000000);
+	default: return sel_group("..");
+	}
+}
 
 static void bad_build(const struct bad_request *b, struct bad_msgs *m, Toggle__Envelope *env,
 		      uint64_t agent_id)
 {
 	memset(m, 0, sizeof(*m));
+	m->body = calloc(1, b->desc->sizeof_message);
+	ASSERT(m->body, "out of memory");
+	protobuf_c_message_init(b->desc, m->body);
+	if (b->target != TARGET_NONE) {
+		const ProtobufCFieldDescriptor *f =
+			protobuf_c_message_descriptor_get_field_by_name(b->desc, "target");
+		ASSERT(f, "%s: no target field", b->what);
+		m->sel = bad_selector(b->target, agent_id);
+		*(Toggle__Selector **)(void *)((char *)m->body + f->offset) = &m->sel;
+	}
 	toggle__envelope__init(env);
-	toggle__plan_entry__init(&m->entry);
-	m->entry.step = 1000000;
-	m->entry.spec = (char *)(uintptr_t)"resid_post:0";
-	m->entries[0] = &m->entry;
-	switch (b->kind) {
-	case BAD_REGISTER_NO_FD:
-	case BAD_REGISTER_NAME:
-		toggle__register_agent_request__init(&m->reg);
-		m->reg.name = (char *)(uintptr_t)(b->kind == BAD_REGISTER_NAME ? ".." : "err-new");
-		m->reg.n_hook_types = NT;
-		m->reg.hook_types = (char **)(uintptr_t)type_names;
-		m->reg.n_layers = NL;
-		env->body_case = TOGGLE__ENVELOPE__BODY_REGISTER_AGENT;
-		env->register_agent = &m->reg;
-		break;
-	case BAD_LIST_AGENTS:
-		toggle__list_agents_request__init(&m->agents);
-		m->sel = sel_id(agent_id + 1000);
-		m->agents.target = &m->sel;
-		env->body_case = TOGGLE__ENVELOPE__BODY_LIST_AGENTS;
-		env->list_agents = &m->agents;
-		break;
-	case BAD_LIST_GRAPHS:
-		toggle__list_graphs_request__init(&m->graphs);
-		m->sel = sel_group("..");
-		m->graphs.target = &m->sel;
-		env->body_case = TOGGLE__ENVELOPE__BODY_LIST_GRAPHS;
-		env->list_graphs = &m->graphs;
-		break;
-	case BAD_HOOKS:
-		toggle__hooks_request__init(&m->hooks);
-		m->sel = sel_pid((uint32_t)getpid() + 1000000);
-		m->hooks.target = &m->sel;
-		env->body_case = TOGGLE__ENVELOPE__BODY_HOOKS;
-		env->hooks = &m->hooks;
-		break;
-	case BAD_SHOW_PLAN:
-		toggle__show_plan_request__init(&m->show);
-		m->sel = sel_group("a/b");
-		m->show.target = &m->sel;
-		env->body_case = TOGGLE__ENVELOPE__BODY_SHOW_PLAN;
-		env->show_plan = &m->show;
-		break;
-	case BAD_WATCH:
-		toggle__watch_request__init(&m->watch);
-		m->sel = sel_group("a/b");
-		m->watch.target = &m->sel;
-		env->body_case = TOGGLE__ENVELOPE__BODY_WATCH;
-		env->watch = &m->watch;
-		break;
-	case BAD_SET_OP:
-	case BAD_SET_WAIT:
-	case BAD_SET_SPEC:
-		toggle__set_enabled_request__init(&m->set);
-		m->sel = sel_id(agent_id);
-		m->set.target = &m->sel;
-		m->set.op = b->kind == BAD_SET_OP ? TOGGLE__SET_OP__SET_OP_UNSPECIFIED
-						  : TOGGLE__SET_OP__SET_OP_REPLACE;
-		m->set.spec = (char *)(uintptr_t)(b->kind == BAD_SET_SPEC ? "no_such_type:0" : "all");
-		m->set.wait_ms = b->kind == BAD_SET_WAIT ? TGP_MAX_WAIT_MS + 1 : 0;
-		env->body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
-		env->set_enabled = &m->set;
-		break;
-	case BAD_PLAN_EMPTY:
-	case BAD_PLAN_STEP:
-	case BAD_PLAN_SPEC:
-		toggle__submit_plan_request__init(&m->plan);
-		m->sel = sel_id(agent_id);
-		m->plan.target = &m->sel;
-		m->plan.n_entries = b->kind == BAD_PLAN_EMPTY ? 0 : 1;
-		m->plan.entries = m->entries;
-		if (b->kind == BAD_PLAN_STEP)
-			m->entry.step = -5;
-		if (b->kind == BAD_PLAN_SPEC)
-			m->entry.spec = (char *)(uintptr_t)"no_such_type:0";
-		env->body_case = TOGGLE__ENVELOPE__BODY_SUBMIT_PLAN;
-		env->submit_plan = &m->plan;
-		break;
-	case BAD_CLEAR_PLAN:
-		toggle__clear_plan_request__init(&m->clear);
-		m->sel = sel_id(agent_id + 1000);
-		m->clear.target = &m->sel;
-		env->body_case = TOGGLE__ENVELOPE__BODY_CLEAR_PLAN;
-		env->clear_plan = &m->clear;
-		break;
-	case BAD_BODY:
-		toggle__ack__init(&m->ack);
-		env->body_case = TOGGLE__ENVELOPE__BODY_ACK;
-		env->ack = &m->ack;
-		break;
-	case BAD_HELLO_VERSION:
-		toggle__hello_request__init(&m->hello);
-		m->hello.protocol_version = 99;
-		env->body_case = TOGGLE__ENVELOPE__BODY_HELLO;
-		env->hello = &m->hello;
-		break;
-	case BAD_ID_ZERO:
-		toggle__ack__init(&m->ack); /* a Status would do as well: the id is refused first */
-		env->body_case = TOGGLE__ENVELOPE__BODY_STATUS;
-		env->status = (Toggle__StatusRequest *)&m->ack;
-		break;
+	env->body_case = b->body;
+	env->hello = m->body; /* every body member is a pointer in one union */
+	if (b->fill == FILL_REGISTER) {
+		Toggle__RegisterAgentRequest *reg = m->body;
+		reg->name = (char *)(uintptr_t)b->arg;
+		reg->n_hook_types = NT;
+		reg->hook_types = (char **)(uintptr_t)type_names;
+		reg->n_layers = NL;
+	} else if (b->fill == FILL_SET) {
+		Toggle__SetEnabledRequest *set = m->body;
+		bool unspecified = strcmp(b->arg, "unspecified") == 0;
+		set->op = unspecified ? TOGGLE__SET_OP__SET_OP_UNSPECIFIED : TOGGLE__SET_OP__SET_OP_REPLACE;
+		set->spec = (char *)(uintptr_t)(unspecified ? "all" : b->arg);
+		set->wait_ms = (uint32_t)b->num;
+	} else if (b->fill == FILL_PLAN) {
+		Toggle__SubmitPlanRequest *plan = m->body;
+		toggle__plan_entry__init(&m->entry);
+		m->entry.step = b->num;
+		m->entry.spec = (char *)(uintptr_t)b->arg;
+		m->entries[0] = &m->entry;
+		plan->n_entries = 1;
+		plan->entries = m->entries;
+	} else if (b->fill == FILL_HELLO) {
+		((Toggle__HelloRequest *)m->body)->protocol_version = (uint32_t)b->num;
 	}
 }
 
-/* Send one bad request (a registration with shm_fd but BAD_REGISTER_NO_FD);
+/* Send one bad request (a registration with shm_fd where its num says so);
  * its Error must come with its id, code and agents. */
 static void bad_check(const struct env *e, const struct bad_request *b, uint64_t agent_id,
 		      int shm_fd)
@@ -2508,8 +2462,9 @@ static void bad_check(const struct env *e, const struct bad_request *b, uint64_t
 	struct bad_msgs m;
 	Toggle__Envelope env;
 	bad_build(b, &m, &env, agent_id);
-	env.id = b->kind == BAD_ID_ZERO ? 0 : 4200 + (uint64_t)b->kind;
-	raw_send_env(&r, &env, b->kind == BAD_REGISTER_NAME ? shm_fd : -1);
+	env.id = b->closes ? 0 : 4200 + (uint64_t)(b - bad_requests);
+	raw_send_env(&r, &env, b->fill == FILL_REGISTER && b->num ? shm_fd : -1);
+	free(m.body);
 	Toggle__Envelope *rep = NULL;
 	int got = raw_recv(&r, &rep, RPC_TIMEOUT_MS);
 	ASSERT(got == 1, "%s: no reply (%s)", b->what, got == 0 ? "closed" : "timed out");
