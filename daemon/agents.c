@@ -1,9 +1,10 @@
 /*
  * agents.c - the daemon's agent registry: registration (validated, shared
  * memory attached), selectors, writing control lanes, reading status lanes,
- * and turning what changed there into events and answered waits.
+ * and the desired state copied to the store and restored from it.  What
+ * changes in the status lanes becomes events and answered waits in
+ * events.c.
  */
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,7 @@ uint64_t td_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static uint64_t unix_ms(void)
+uint64_t td_unix_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -255,6 +256,70 @@ static int agent_check_register(const Toggle__RegisterAgentRequest *m, char *err
 	return toggle_catalog_validate(&cat, err, errlen);
 }
 
+/* Free an agent's memory and state copies (not its shared memory: unmap that first). */
+static void agent_free(struct td_agent *a)
+{
+	td_agent_state_free(&a->durable);
+	td_agent_state_free(&a->saving_state);
+	free(a->st);
+	free(a->st_tmp);
+	free(a->plans);
+	free(a);
+}
+
+/* An agent's memory, or NULL when out of memory; agent_free frees it. */
+static struct td_agent *agent_alloc(void)
+{
+	struct td_agent *a = calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
+	a->st = calloc(1, sizeof(*a->st));
+	a->st_tmp = calloc(1, sizeof(*a->st_tmp));
+	a->plans = calloc(TD_MAX_PENDING_PLAN, sizeof(*a->plans));
+	if (!a->st || !a->st_tmp || !a->plans) {
+		agent_free(a);
+		return NULL;
+	}
+	return a;
+}
+
+/* Identity and catalog: from the checked request and the peer's credentials. */
+static void agent_init(struct td_agent *a, struct td_peer *p, const Toggle__RegisterAgentRequest *m)
+{
+	a->d = p->d;
+	a->peer = p;
+	a->id = ++p->d->next_agent_id;
+	snprintf(a->name, sizeof(a->name), "%s", m->name);
+	snprintf(a->group, sizeof(a->group), "%s", m->group ? m->group : "");
+	for (size_t i = 0; i < m->n_hook_types; i++) {
+		snprintf(a->type_names[i], sizeof(a->type_names[i]), "%s", m->hook_types[i]);
+		a->type_ptrs[i] = a->type_names[i];
+	}
+	a->cat = (struct toggle_catalog){.type_names = a->type_ptrs,
+					 .n_types = (uint16_t)m->n_hook_types,
+					 .n_layers = (uint16_t)m->n_layers};
+	a->pid = p->pid;
+	a->uid = p->uid;
+	a->mode = m->mode;
+	a->driver_version = m->driver_version;
+	a->connected_ms = td_unix_ms();
+}
+
+/* First read of both lanes; watchers hear of what changes after it. */
+static void agent_read_lanes(struct td_agent *a)
+{
+	/* Continue the lane where a previous daemon left it. */
+	if (toggle_shm_control_read(a->shm.ctl, &a->ctl) != 0)
+		memset(&a->ctl, 0, sizeof(a->ctl));
+	a->st->step = -1;
+	td_agent_refresh(a);
+	a->st_anomalies = 0;
+	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
+		a->st_anomalies += a->st->anomalies[i];
+	a->ev_applied = a->st->version_applied;
+	a->ev_rejected = a->st->plan_rejected;
+}
+
 int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, uint64_t *id, char *err,
 		      size_t errlen)
 {
@@ -274,58 +339,18 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, 
 	if (m->group && m->group[0] &&
 	    td_auth_group_denied(d, m->group, p->uid, p->gid, p->pid, err, errlen))
 		return TOGGLE_EPERM;
-	struct td_agent *a = calloc(1, sizeof(*a));
-	if (a) {
-		a->st = calloc(1, sizeof(*a->st));
-		a->st_tmp = calloc(1, sizeof(*a->st_tmp));
-		a->plans = calloc(TD_MAX_PENDING_PLAN, sizeof(*a->plans));
-	}
-	if (!a || !a->st || !a->st_tmp || !a->plans) {
-		if (a) {
-			free(a->st);
-			free(a->st_tmp);
-			free(a->plans);
-		}
-		free(a);
+	struct td_agent *a = agent_alloc();
+	if (!a)
 		return TOGGLE_ENOMEM;
-	}
 	rc = toggle_shm_attach(p->pending_fd, &a->shm, err, errlen);
 	close(p->pending_fd);
 	p->pending_fd = -1;
 	if (rc) {
-		free(a->st);
-		free(a->st_tmp);
-		free(a->plans);
-		free(a);
+		agent_free(a);
 		return rc;
 	}
-	a->d = d;
-	a->peer = p;
-	a->id = ++d->next_agent_id;
-	snprintf(a->name, sizeof(a->name), "%s", m->name);
-	snprintf(a->group, sizeof(a->group), "%s", m->group ? m->group : "");
-	for (size_t i = 0; i < m->n_hook_types; i++) {
-		snprintf(a->type_names[i], sizeof(a->type_names[i]), "%s", m->hook_types[i]);
-		a->type_ptrs[i] = a->type_names[i];
-	}
-	a->cat = (struct toggle_catalog){.type_names = a->type_ptrs,
-					 .n_types = (uint16_t)m->n_hook_types,
-					 .n_layers = (uint16_t)m->n_layers};
-	a->pid = p->pid;
-	a->uid = p->uid;
-	a->mode = m->mode;
-	a->driver_version = m->driver_version;
-	a->connected_ms = unix_ms();
-	/* Continue the lane where a previous daemon left it. */
-	if (toggle_shm_control_read(a->shm.ctl, &a->ctl) != 0)
-		memset(&a->ctl, 0, sizeof(a->ctl));
-	a->st->step = -1;
-	td_agent_refresh(a);
-	a->st_anomalies = 0;
-	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
-		a->st_anomalies += a->st->anomalies[i];
-	a->ev_applied = a->st->version_applied;
-	a->ev_rejected = a->st->plan_rejected;
+	agent_init(a, p, m);
+	agent_read_lanes(a);
 	a->next = d->agents;
 	if (d->agents)
 		d->agents->prev = a;
@@ -363,184 +388,5 @@ void td_agent_gone(struct td_agent *a)
 		a->peer->agent = NULL;
 	td_commit_forget_agent(a);
 	toggle_shm_unmap(&a->shm);
-	td_agent_state_free(&a->durable);
-	td_agent_state_free(&a->saving_state);
-	free(a->st);
-	free(a->st_tmp);
-	free(a->plans);
-	free(a);
-}
-
-void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind kind,
-	      uint64_t version, int64_t step, const char *msg)
-{
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__Event ev = TOGGLE__EVENT__INIT;
-	env.id = 0;
-	env.body_case = TOGGLE__ENVELOPE__BODY_EVENT;
-	env.event = &ev;
-	ev.kind = kind;
-	ev.agent_id = a->id;
-	ev.agent_name = (char *)(uintptr_t)a->name;
-	ev.version = version;
-	ev.step = step;
-	ev.message = (char *)(uintptr_t)msg;
-	ev.unix_ms = unix_ms();
-	for (struct td_peer *p = d->peers, *next; p; p = next) {
-		next = p->next; /* sending may drop a slow watcher */
-		if (p->watching && td_selector_match(&p->watch_sel, a))
-			td_peer_send(p, &env);
-	}
-}
-
-/* Compare the fresh status with what watchers were last told: applied
- * versions, rejected plans and anomalies become events. */
-static void agent_events(struct td_agent *a)
-{
-	struct toggle_shm_status *s = a->st;
-	if (s->version_applied != a->ev_applied && s->version_applied)
-		td_event(a->d, a, TOGGLE__EVENT_KIND__EVENT_KIND_SET_APPLIED, s->version_applied, s->step, NULL);
-	a->ev_applied = s->version_applied;
-	if (s->plan_rejected != a->ev_rejected) {
-		char msg[128];
-		snprintf(msg, sizeof(msg), "plan batch %llu rejected: step %lld had already begun",
-			 (unsigned long long)s->plan_rejected_batch, (long long)s->plan_rejected_step);
-		td_event(a->d, a, TOGGLE__EVENT_KIND__EVENT_KIND_PLAN_REJECTED, a->ctl.version,
-			 s->plan_rejected_step, msg);
-		a->ev_rejected = s->plan_rejected;
-	}
-	uint64_t sum = 0;
-	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
-		sum += s->anomalies[i];
-	if (sum != a->st_anomalies) {
-		char msg[64];
-		snprintf(msg, sizeof(msg), "%llu anomalies in all", (unsigned long long)sum);
-		td_event(a->d, a, TOGGLE__EVENT_KIND__EVENT_KIND_ANOMALY, a->ctl.version, s->step, msg);
-		a->st_anomalies = sum;
-	}
-}
-
-static struct td_agent *agent_by_id(struct td_daemon *d, uint64_t id)
-{
-	for (struct td_agent *a = d->agents; a; a = a->next)
-		if (a->id == id)
-			return a;
-	return NULL;
-}
-
-void td_waiter_free(struct td_waiter *w)
-{
-	for (size_t i = 0; i < w->n_skipped; i++)
-		free(w->skipped[i]);
-	free(w->skipped);
-	free(w->names);
-	free(w->agent_ids);
-	free(w->versions);
-	free(w);
-}
-
-/* Answer a waiter: the versions when all applied, else a timeout error. */
-static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
-{
-	const char *late[64];
-	uint64_t late_ids[64];
-	size_t n_late = 0, n_named = 0, n_gone = 0;
-	for (size_t i = 0; i < w->n; i++) {
-		struct td_agent *a = agent_by_id(d, w->agent_ids[i]);
-		if (a && a->st->version_applied >= w->versions[i])
-			continue;
-		n_late++;
-		n_gone += !a;
-		if (n_named < 64) {
-			late_ids[n_named] = w->agent_ids[i];
-			late[n_named++] = w->names[i];
-		}
-	}
-	if (n_gone) {
-		/* An agent that left will never apply it: say so now, not at the deadline. */
-		char msg[128];
-		snprintf(msg, sizeof(msg), "%zu of %zu agents left before applying the set", n_gone, w->n);
-		td_peer_send_error_ids(w->peer, w->request_id, TOGGLE_ENOAGENT, msg, late, late_ids,
-				       n_named);
-		return true;
-	}
-	if (n_late && now < w->deadline_ms)
-		return false;
-	if (n_late) {
-		char msg[128];
-		snprintf(msg, sizeof(msg), "%zu of %zu agents did not apply the set at a replay in time",
-			 n_late, w->n);
-		td_peer_send_error_ids(w->peer, w->request_id, TOGGLE_ETIMEDOUT, msg, late, late_ids,
-				       n_named);
-		return true;
-	}
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__SetEnabledReply rep = TOGGLE__SET_ENABLED_REPLY__INIT;
-	Toggle__AgentVersion *vs = calloc(w->n, sizeof(*vs));
-	Toggle__AgentVersion **vp = calloc(w->n, sizeof(*vp));
-	if (vs && vp) {
-		for (size_t i = 0; i < w->n; i++) {
-			toggle__agent_version__init(&vs[i]);
-			vs[i].agent_id = w->agent_ids[i];
-			vs[i].version = w->versions[i];
-			vp[i] = &vs[i];
-		}
-		env.id = w->request_id;
-		env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY;
-		env.set_enabled_reply = &rep;
-		rep.n_versions = w->n;
-		rep.versions = vp;
-		rep.n_skipped = w->n_skipped;
-		rep.skipped = w->skipped;
-		td_peer_send(w->peer, &env);
-	} else {
-		td_peer_send_error(w->peer, w->request_id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
-	}
-	free(vs);
-	free(vp);
-	return true;
-}
-
-void td_agents_poll(struct td_daemon *d)
-{
-	for (struct td_agent *a = d->agents, *next; a; a = next) {
-		next = a->next;
-		/* The counters only: the set and graph records are read by queries. */
-		if (toggle_shm_status_read_head(a->shm.st, a->st_tmp) != 0)
-			continue;
-		memcpy(&a->st->step, &a->st_tmp->step,
-		       offsetof(struct toggle_shm_status, current) - offsetof(struct toggle_shm_status, step));
-		agent_events(a);
-	}
-	uint64_t now = td_now_ms();
-	for (struct td_waiter **w = &d->waiters; *w;) {
-		if (waiter_try(d, *w, now)) {
-			struct td_waiter *done = *w;
-			*w = done->next;
-			td_waiter_free(done);
-		} else {
-			w = &(*w)->next;
-		}
-	}
-	td_timer_update(d);
-}
-
-static void on_status_timer(uv_timer_t *t)
-{
-	td_agents_poll(t->data);
-}
-
-/* Poll fast while someone waits, slowly while agents or watchers exist. */
-void td_timer_update(struct td_daemon *d)
-{
-	uint64_t want = d->waiters ? TD_POLL_WAIT_MS : (d->n_agents ? TD_POLL_IDLE_MS : 0);
-	if (!uv_is_active((uv_handle_t *)&d->status_timer)) {
-		if (want)
-			uv_timer_start(&d->status_timer, on_status_timer, want, want);
-		return;
-	}
-	if (!want)
-		uv_timer_stop(&d->status_timer);
-	else if (uv_timer_get_repeat(&d->status_timer) != want)
-		uv_timer_start(&d->status_timer, on_status_timer, want, want);
+	agent_free(a);
 }

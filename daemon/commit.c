@@ -4,7 +4,7 @@
  *
  * Order: durable before visible.  A write handler checks the command
  * against the accepted state, applies it there (the agent's ctl and plans,
- * and the store's entries) and hands its reply here.  The check phase starts
+ * and the store's entries); the dispatcher hands its reply here.  The check phase starts
  * a save of everything accepted so far, one save at a time: the file work
  * (write, fsync, rename, fsync of the directory) runs on libuv's thread pool
  * while the loop keeps serving reads, pushes, accepts and watchers, and the

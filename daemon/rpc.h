@@ -1,37 +1,97 @@
 /*
- * rpc.h - request handlers.  Each fills a reply (or an error) for one
- * request and queues it to the peer; none touches the socket.
- * rpc_query.c: read-only requests; rpc_control.c: registration and the
- * requests that change the desired state.
+ * rpc.h - request handlers and the reply they fill.  A handler checks one
+ * request and fills a struct rpc_reply (a body, an error, or "deferred");
+ * it never encodes or sends: the dispatcher (dispatch.c) does, once the
+ * handler returned, as chrony's handlers fill a reply that only its
+ * dispatcher writes.  rpc_query.c: read-only requests; rpc_control.c:
+ * registration and the requests that change the desired state;
+ * rpc_target.c: the default target of those.
  */
 #ifndef TD_RPC_H
 #define TD_RPC_H
 
 #include "toggled.h"
 
-typedef void td_handler_fn(struct td_peer *p, const Toggle__Envelope *req);
-
-td_handler_fn rpc_register_agent, rpc_list_agents, rpc_list_graphs, rpc_status, rpc_hooks,
-	rpc_show_plan, rpc_watch, rpc_set_enabled, rpc_submit_plan, rpc_clear_plan;
-
-/* Parse the request's selector and select agents; on error replies and returns it. */
-int rpc_targets(struct td_peer *p, const Toggle__Envelope *req, const Toggle__Selector *sel,
-		struct td_agent ***agents, size_t *n);
 /* Agents a default-target command left out (their catalog refused it). */
 struct rpc_skipped {
 	char **v; /* "name (id N, uid U): reason" */
 	size_t n;
 };
+
+enum rpc_outcome {
+	RPC_BODY,     /* body, and its message in u */
+	RPC_ERROR,    /* an Error: code, text and the agents it concerns */
+	RPC_DEFERRED, /* a write whose answer comes after its save: from waiter, or
+		       * from nobody when waiter is NULL (the peer is dropped) */
+};
+
+struct rpc_mem; /* what a body points to, freed once it is encoded */
+
+struct rpc_reply {
+	enum rpc_outcome outcome;
+	bool after_save; /* a write's body: it leaves once the write is durable (commit.c) */
+	Toggle__Envelope__BodyCase body;
+	union {
+		Toggle__HelloReply hello;
+		Toggle__RegisterAgentReply registered;
+		Toggle__ListAgentsReply agents;
+		Toggle__ListGraphsReply graphs;
+		Toggle__StatusReply status;
+		Toggle__HooksReply hooks;
+		Toggle__ShowPlanReply plan;
+		Toggle__SetEnabledReply set;
+		Toggle__Ack ack;
+	} u;
+	int code;
+	char text[400];
+	const char *const *agents; /* n_agents names and their ids (ids may be NULL) */
+	const uint64_t *agent_ids;
+	size_t n_agents;
+	char agent[TGP_MAX_NAME];  /* storage for the one agent rpc_fail_ctl names */
+	const char *agent_ptr;
+	uint64_t agent_id;
+	struct td_waiter *waiter;  /* RPC_DEFERRED: armed once the write is saved */
+	struct rpc_skipped skipped; /* rpc_default_filter: named in the write's reply */
+	const char *drop;          /* drop the peer once the reply is queued: why */
+	struct rpc_mem *mem;
+};
+
+typedef void td_handler_fn(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r);
+
+td_handler_fn rpc_register_agent, rpc_list_agents, rpc_list_graphs, rpc_status, rpc_hooks,
+	rpc_show_plan, rpc_watch, rpc_set_enabled, rpc_submit_plan, rpc_clear_plan;
+
+/* dispatch.c: filling a reply. */
+void rpc_reply_init(struct rpc_reply *r);
+void rpc_reply_free(struct rpc_reply *r);
+/* Answer with a body: u's member for it, which the caller initialises and fills. */
+void *rpc_body(struct rpc_reply *r, Toggle__Envelope__BodyCase body);
+/* Answer with an Error; returns code. */
+int rpc_fail(struct rpc_reply *r, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* n zeroed elements (at least one) freed with the reply; NULL when out of memory. */
+void *rpc_alloc(struct rpc_reply *r, size_t n, size_t size);
+/* s (malloc'd, or NULL) is freed with the reply; NULL when out of memory (s freed). */
+char *rpc_adopt(struct rpc_reply *r, char *s);
+/*
+ * Encode and queue r to p as the reply to request id, then free it: the
+ * one place a reply is sent, for the dispatcher and for the replies that
+ * were deferred (a waiter's, events.c).
+ */
+void td_dispatch_reply(struct td_peer *p, uint64_t id, struct rpc_reply *r);
+
+/* Parse the request's selector and select agents; on error fills r and returns it. */
+int rpc_targets(struct td_peer *p, struct rpc_reply *r, const Toggle__Selector *sel,
+		struct td_agent ***agents, size_t *n);
 void rpc_skipped_free(struct rpc_skipped *sk);
 /*
  * Default target only (no selector, or all): drop from v the agents whose
- * catalog refuses one of specs, naming them in *sk (rpc_target.c).  When no
- * agent would be left, v is kept whole so that the command fails naming the
- * first.  0, or an error already sent to the peer.
+ * catalog refuses one of specs, naming them in r->skipped (rpc_target.c).
+ * When no agent would be left, v is kept whole so that the command fails
+ * naming the first.  0, or an error filled in r.
  */
-int rpc_default_filter(struct td_peer *p, uint64_t req_id, const Toggle__Selector *sel,
-		       struct td_agent **v, size_t *n, const char *const *specs, size_t n_specs,
-		       struct rpc_skipped *sk);
+int rpc_default_filter(struct td_peer *p, struct rpc_reply *r, const Toggle__Selector *sel,
+		       struct td_agent **v, size_t *n, const char *const *specs, size_t n_specs);
 /* Format a set of an agent as spec text into a malloc'd string (NULL on ENOMEM). */
 char *rpc_spec(const struct td_agent *a, const uint64_t *words);
 
@@ -63,7 +123,15 @@ int td_ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op
 	       struct td_ctl_err *e);
 int td_ctl_plan(struct td_agent **v, size_t n, const Toggle__SubmitPlanRequest *m,
 		struct td_ctl_err *e);
-/* Reply with *e as an Error (naming its agent, if any). */
-void td_ctl_err_send(struct td_peer *p, uint64_t id, const struct td_ctl_err *e);
+/*
+ * Fill r with a SetEnabledReply of n versions that names the skipped agents
+ * (not copied: they outlive the reply); the caller fills each version's
+ * agent_id and version.  NULL when out of memory.  Also for the waiters'
+ * replies (events.c).
+ */
+Toggle__AgentVersion **rpc_set_reply(struct rpc_reply *r, size_t n, char **skipped,
+				     size_t n_skipped);
+/* Answer with *e as an Error (naming its agent, if any); returns its code. */
+int rpc_fail_ctl(struct rpc_reply *r, const struct td_ctl_err *e);
 
 #endif

@@ -22,55 +22,38 @@
 _Static_assert(TGP_MAX_PLAN_ENTRIES == TOGGLE_SHM_PLAN_RING, "a plan is at most one ring");
 _Static_assert(TGP_MAX_PLAN_ENTRIES <= TD_MAX_PENDING_PLAN, "a plan fits the pending limit");
 
-/* Hand an accepted write's reply to commit.c: it leaves once the write is durable. */
-static void reply_after_save(struct td_peer *p, uint64_t id, const Toggle__Envelope *env)
+/* An accepted write's Ack, naming the agents the default target left out. */
+static void ack_after_save(struct rpc_reply *r)
 {
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	int rc = tgp_frame_encode(env, &buf, &len);
-	if (rc) {
-		log_warnx("cannot encode a reply for peer %llu: %s", (unsigned long long)p->id,
-			  toggle_strerror(rc));
-		buf = NULL;
-		len = 0;
-	}
-	td_commit_reply(p, id, buf, len, NULL);
+	Toggle__Ack *ack = rpc_body(r, TOGGLE__ENVELOPE__BODY_ACK);
+	toggle__ack__init(ack);
+	ack->n_skipped = r->skipped.n;
+	ack->skipped = r->skipped.v;
+	r->after_save = true;
 }
 
-static void reply_ack_skipped(struct td_peer *p, uint64_t id, const struct rpc_skipped *sk)
+/* No memory for an accepted write's reply: it is saved all the same, the
+ * peer hears nothing and is dropped. */
+static void reply_none(struct rpc_reply *r)
 {
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__Ack ack = TOGGLE__ACK__INIT;
-	env.id = id;
-	env.body_case = TOGGLE__ENVELOPE__BODY_ACK;
-	env.ack = &ack;
-	ack.n_skipped = sk ? sk->n : 0;
-	ack.skipped = sk ? sk->v : NULL;
-	reply_after_save(p, id, &env);
+	r->outcome = RPC_DEFERRED;
+	r->waiter = NULL;
+	r->drop = "out of memory";
 }
 
-static void reply_ack(struct td_peer *p, uint64_t id)
-{
-	reply_ack_skipped(p, id, NULL);
-}
-
-void rpc_register_agent(struct td_peer *p, const Toggle__Envelope *req)
+void rpc_register_agent(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
 {
 	char err[256] = "";
 	uint64_t id = 0;
 	int rc = td_agent_register(p, req->register_agent, &id, err, sizeof(err));
 	if (rc) {
 		log_warnx("registration from pid %u refused: %s", p->pid, err);
-		td_peer_send_error(p, req->id, rc, err, NULL, 0);
+		rpc_fail(r, rc, "%s", err);
 		return;
 	}
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__RegisterAgentReply rep = TOGGLE__REGISTER_AGENT_REPLY__INIT;
-	env.id = req->id;
-	env.body_case = TOGGLE__ENVELOPE__BODY_REGISTER_REPLY;
-	env.register_reply = &rep;
-	rep.agent_id = id;
-	td_peer_send(p, &env);
+	Toggle__RegisterAgentReply *rep = rpc_body(r, TOGGLE__ENVELOPE__BODY_REGISTER_REPLY);
+	toggle__register_agent_reply__init(rep);
+	rep->agent_id = id;
 }
 
 /* Record an error (and the agent it names, if any) for the caller to report. */
@@ -87,12 +70,6 @@ static int ctl_err(struct td_ctl_err *e, int code, const struct td_agent *a, con
 	snprintf(e->agent, sizeof(e->agent), "%s", a ? a->name : "");
 	e->agent_id = a ? a->id : 0;
 	return code;
-}
-
-void td_ctl_err_send(struct td_peer *p, uint64_t id, const struct td_ctl_err *e)
-{
-	const char *names[1] = {e->agent};
-	td_peer_send_error_ids(p, id, e->code, e->msg, names, &e->agent_id, e->agent[0] ? 1 : 0);
 }
 
 /* Parse spec against one agent's catalog; on error name the agent. */
@@ -117,49 +94,57 @@ static void set_apply_op(struct toggle_set *cur, const struct toggle_set *arg, T
 	}
 }
 
-static void set_reply(struct td_peer *p, uint64_t id, struct td_agent **v, size_t n,
-		      const struct rpc_skipped *sk)
+Toggle__AgentVersion **rpc_set_reply(struct rpc_reply *r, size_t n, char **skipped,
+				     size_t n_skipped)
 {
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__SetEnabledReply rep = TOGGLE__SET_ENABLED_REPLY__INIT;
-	Toggle__AgentVersion *vs = calloc(n, sizeof(*vs));
-	Toggle__AgentVersion **vp = calloc(n, sizeof(*vp));
-	if (!vs || !vp) {
-		td_commit_reply(p, id, NULL, 0, NULL); /* applied all the same; no reply */
-		td_peer_drop(p, "out of memory");
-	} else {
-		for (size_t i = 0; i < n; i++) {
-			toggle__agent_version__init(&vs[i]);
-			vs[i].agent_id = v[i]->id;
-			vs[i].version = v[i]->ctl.version;
-			vp[i] = &vs[i];
-		}
-		env.id = id;
-		env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY;
-		env.set_enabled_reply = &rep;
-		rep.n_versions = n;
-		rep.versions = vp;
-		rep.n_skipped = sk->n;
-		rep.skipped = sk->v;
-		reply_after_save(p, id, &env);
+	Toggle__AgentVersion *vs = rpc_alloc(r, n, sizeof(*vs));
+	Toggle__AgentVersion **vp = rpc_alloc(r, n, sizeof(*vp));
+	if (!vs || !vp)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		toggle__agent_version__init(&vs[i]);
+		vp[i] = &vs[i];
 	}
-	free(vs);
-	free(vp);
+	Toggle__SetEnabledReply *rep = rpc_body(r, TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY);
+	toggle__set_enabled_reply__init(rep);
+	rep->n_versions = n;
+	rep->versions = vp;
+	rep->n_skipped = n_skipped;
+	rep->skipped = skipped;
+	return vp;
 }
 
-/* A waiter for the versions just accepted, armed once they are saved. */
-static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_t n, uint32_t ms,
-		      struct rpc_skipped *sk)
+/* The versions just accepted, once they are saved. */
+static void set_reply(struct rpc_reply *r, struct td_agent **v, size_t n)
+{
+	Toggle__AgentVersion **vp = rpc_set_reply(r, n, r->skipped.v, r->skipped.n);
+	if (!vp) {
+		reply_none(r);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		vp[i]->agent_id = v[i]->id;
+		vp[i]->version = v[i]->ctl.version;
+	}
+	r->after_save = true;
+}
+
+/* set --wait: a waiter for the versions just accepted, armed once they are
+ * saved; it answers when the agents applied them (events.c). */
+static void wait_reply(struct td_peer *p, uint64_t id, struct rpc_reply *r, struct td_agent **v,
+		       size_t n, uint32_t ms)
 {
 	struct td_waiter *w = calloc(1, sizeof(*w));
-	if (!w)
-		return TOGGLE_ENOMEM;
-	w->agent_ids = calloc(n, sizeof(*w->agent_ids));
-	w->versions = calloc(n, sizeof(*w->versions));
-	w->names = calloc(n, sizeof(*w->names));
-	if (!w->agent_ids || !w->versions || !w->names) {
-		td_waiter_free(w);
-		return TOGGLE_ENOMEM;
+	if (w) {
+		w->agent_ids = calloc(n, sizeof(*w->agent_ids));
+		w->versions = calloc(n, sizeof(*w->versions));
+		w->names = calloc(n, sizeof(*w->names));
+	}
+	if (!w || !w->agent_ids || !w->versions || !w->names) {
+		if (w)
+			td_waiter_free(w);
+		reply_none(r);
+		return;
 	}
 	for (size_t i = 0; i < n; i++) {
 		w->agent_ids[i] = v[i]->id;
@@ -167,16 +152,15 @@ static int add_waiter(struct td_peer *p, uint64_t id, struct td_agent **v, size_
 		snprintf(w->names[i], sizeof(w->names[i]), "%s", v[i]->name);
 	}
 	w->n = n;
-	w->skipped = sk->v; /* the waiter's reply names them; it frees them */
-	w->n_skipped = sk->n;
-	sk->v = NULL;
-	sk->n = 0;
+	w->skipped = r->skipped.v; /* the waiter's reply names them; it frees them */
+	w->n_skipped = r->skipped.n;
+	r->skipped = (struct rpc_skipped){0};
 	w->peer = p;
 	w->request_id = id;
 	/* The deadline counts from the request: a slow save shortens the wait. */
 	w->deadline_ms = td_now_ms() + ms;
-	td_commit_reply(p, id, NULL, 0, w);
-	return 0;
+	r->outcome = RPC_DEFERRED;
+	r->waiter = w;
 }
 
 /*
@@ -219,49 +203,38 @@ int td_ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op
 	return rc;
 }
 
-void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req)
+void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
 {
 	const Toggle__SetEnabledRequest *m = req->set_enabled;
 	/* Unspecified is refused like an unknown op: a client that forgot op
 	 * must not replace the whole set by default. */
 	if (m->op != TOGGLE__SET_OP__SET_OP_REPLACE && m->op != TOGGLE__SET_OP__SET_OP_ADD &&
 	    m->op != TOGGLE__SET_OP__SET_OP_REMOVE) {
-		td_peer_send_error(p, req->id, TOGGLE_EINVAL,
-				   m->op == TOGGLE__SET_OP__SET_OP_UNSPECIFIED
-					   ? "set operation not given (SET_OP_UNSPECIFIED)"
-					   : "unknown set operation",
-				   NULL, 0);
+		rpc_fail(r, TOGGLE_EINVAL, "%s",
+			 m->op == TOGGLE__SET_OP__SET_OP_UNSPECIFIED
+				 ? "set operation not given (SET_OP_UNSPECIFIED)"
+				 : "unknown set operation");
 		return;
 	}
 	if (m->wait_ms > TGP_MAX_WAIT_MS) {
-		char msg[96];
-		snprintf(msg, sizeof(msg), "wait of %u ms is over the limit of %u ms", m->wait_ms,
+		rpc_fail(r, TOGGLE_EINVAL, "wait of %u ms is over the limit of %u ms", m->wait_ms,
 			 TGP_MAX_WAIT_MS);
-		td_peer_send_error(p, req->id, TOGGLE_EINVAL, msg, NULL, 0);
 		return;
 	}
 	struct td_agent **v;
 	size_t n;
-	struct rpc_skipped sk;
-	if (rpc_targets(p, req, m->target, &v, &n))
+	if (rpc_targets(p, r, m->target, &v, &n))
 		return;
 	const char *specs[1] = {m->spec};
-	if (rpc_default_filter(p, req->id, m->target, v, &n, specs, 1, &sk)) {
-		free(v);
-		return;
-	}
 	struct td_ctl_err e;
-	if (td_ctl_set(v, n, m->spec, m->op, &e)) {
-		td_ctl_err_send(p, req->id, &e);
-	} else if (m->wait_ms > 0) {
-		if (add_waiter(p, req->id, v, n, m->wait_ms, &sk)) {
-			td_commit_reply(p, req->id, NULL, 0, NULL); /* saved all the same */
-			td_peer_drop(p, "out of memory");
-		}
-	} else {
-		set_reply(p, req->id, v, n, &sk);
-	}
-	rpc_skipped_free(&sk);
+	if (rpc_default_filter(p, r, m->target, v, &n, specs, 1))
+		; /* r holds the error */
+	else if (td_ctl_set(v, n, m->spec, m->op, &e))
+		rpc_fail_ctl(r, &e);
+	else if (m->wait_ms > 0)
+		wait_reply(p, req->id, r, v, n, m->wait_ms);
+	else
+		set_reply(r, v, n);
 	free(v);
 }
 
@@ -395,40 +368,36 @@ int td_ctl_plan(struct td_agent **v, size_t n, const Toggle__SubmitPlanRequest *
 	return rc;
 }
 
-void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req)
+void rpc_submit_plan(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
 {
 	const Toggle__SubmitPlanRequest *m = req->submit_plan;
 	struct td_ctl_err e;
 	/* Entry errors come before target errors, as they always did. */
 	if (td_ctl_plan(NULL, 0, m, &e)) {
-		td_ctl_err_send(p, req->id, &e);
+		rpc_fail_ctl(r, &e);
 		return;
 	}
 	struct td_agent **v;
 	size_t n;
-	struct rpc_skipped sk = {0};
-	if (rpc_targets(p, req, m->target, &v, &n))
+	if (rpc_targets(p, r, m->target, &v, &n))
 		return;
 	const char *specs[TOGGLE_SHM_PLAN_RING];
 	for (size_t k = 0; k < m->n_entries; k++)
 		specs[k] = m->entries[k]->spec;
-	if (rpc_default_filter(p, req->id, m->target, v, &n, specs, m->n_entries, &sk)) {
-		free(v);
-		return;
-	}
-	if (td_ctl_plan(v, n, m, &e))
-		td_ctl_err_send(p, req->id, &e);
+	if (rpc_default_filter(p, r, m->target, v, &n, specs, m->n_entries))
+		; /* r holds the error */
+	else if (td_ctl_plan(v, n, m, &e))
+		rpc_fail_ctl(r, &e);
 	else
-		reply_ack_skipped(p, req->id, &sk);
-	rpc_skipped_free(&sk);
+		ack_after_save(r);
 	free(v);
 }
 
-void rpc_clear_plan(struct td_peer *p, const Toggle__Envelope *req)
+void rpc_clear_plan(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
 {
 	struct td_agent **v;
 	size_t n;
-	if (rpc_targets(p, req, req->clear_plan->target, &v, &n))
+	if (rpc_targets(p, r, req->clear_plan->target, &v, &n))
 		return;
 	for (size_t i = 0; i < n; i++) {
 		struct td_agent *a = v[i];
@@ -437,6 +406,6 @@ void rpc_clear_plan(struct td_peer *p, const Toggle__Envelope *req)
 		a->n_plans = 0;
 		td_agent_persist(a);
 	}
-	reply_ack(p, req->id);
+	ack_after_save(r);
 	free(v);
 }

@@ -1,7 +1,9 @@
 /*
  * rpc_query.c - read-only requests: list agents, list graphs, status, hooks,
  * show plan, watch.  Agent facts come from each agent's status lane, read
- * fresh for every query.
+ * fresh for every query.  What a reply points to is either the agents'
+ * own memory (sent before anything can change it) or the reply's
+ * (rpc_alloc, rpc_adopt).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +11,7 @@
 
 #include "rpc.h"
 
-int rpc_targets(struct td_peer *p, const Toggle__Envelope *req, const Toggle__Selector *sel,
+int rpc_targets(struct td_peer *p, struct rpc_reply *r, const Toggle__Selector *sel,
 		struct td_agent ***agents, size_t *n)
 {
 	struct td_selector s;
@@ -23,7 +25,7 @@ int rpc_targets(struct td_peer *p, const Toggle__Envelope *req, const Toggle__Se
 	else if (rc == TOGGLE_ENOMEM)
 		snprintf(err, sizeof(err), "out of memory");
 	if (rc)
-		td_peer_send_error(p, req->id, rc, err, NULL, 0);
+		rpc_fail(r, rc, "%s", err);
 	return rc;
 }
 
@@ -40,13 +42,12 @@ char *rpc_spec(const struct td_agent *a, const uint64_t *words)
 	return buf;
 }
 
-static void reply(struct td_peer *p, uint64_t id, Toggle__Envelope__BodyCase body, void *msg)
+/* A default target ("all") with no agent is answered with an empty list;
+ * a named target must exist. */
+static bool none_to_list(const struct td_peer *p, const Toggle__Selector *sel)
 {
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	env.id = id;
-	env.body_case = body;
-	env.hello = msg; /* every body member is a pointer in one union */
-	td_peer_send(p, &env);
+	return (!sel || sel->sel_case == TOGGLE__SELECTOR__SEL__NOT_SET ||
+		sel->sel_case == TOGGLE__SELECTOR__SEL_ALL) && !p->d->n_agents;
 }
 
 static uint64_t anomalies_sum(const struct td_agent *a)
@@ -89,52 +90,29 @@ void rpc_fill_agent(Toggle__AgentInfo *m, struct td_agent *a)
 	}
 }
 
-void rpc_list_agents(struct td_peer *p, const Toggle__Envelope *req)
+void rpc_list_agents(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
 {
+	Toggle__ListAgentsReply *rep = rpc_body(r, TOGGLE__ENVELOPE__BODY_AGENTS);
+	toggle__list_agents_reply__init(rep);
+	const Toggle__Selector *sel = req->list_agents->target;
 	struct td_agent **v;
 	size_t n;
-	Toggle__ListAgentsReply rep = TOGGLE__LIST_AGENTS_REPLY__INIT;
-	const Toggle__Selector *sel = req->list_agents->target;
-	/* An empty list is a fine answer to "all"; a named target must exist. */
-	if (!sel || sel->sel_case == TOGGLE__SELECTOR__SEL__NOT_SET ||
-	    sel->sel_case == TOGGLE__SELECTOR__SEL_ALL) {
-		if (!p->d->n_agents) {
-			reply(p, req->id, TOGGLE__ENVELOPE__BODY_AGENTS, &rep);
-			return;
-		}
-	}
-	if (rpc_targets(p, req, sel, &v, &n))
+	if (none_to_list(p, sel) || rpc_targets(p, r, sel, &v, &n))
 		return;
-	Toggle__AgentInfo *infos = calloc(n, sizeof(*infos));
-	Toggle__AgentInfo **ptrs = calloc(n, sizeof(*ptrs));
+	Toggle__AgentInfo *infos = rpc_alloc(r, n, sizeof(*infos));
+	Toggle__AgentInfo **ptrs = rpc_alloc(r, n, sizeof(*ptrs));
 	if (infos && ptrs) {
 		for (size_t i = 0; i < n; i++) {
 			rpc_fill_agent(&infos[i], v[i]);
+			infos[i].enabled = rpc_adopt(r, infos[i].enabled);
 			ptrs[i] = &infos[i];
 		}
-		rep.n_agents = n;
-		rep.agents = ptrs;
-		reply(p, req->id, TOGGLE__ENVELOPE__BODY_AGENTS, &rep);
-		for (size_t i = 0; i < n; i++)
-			free(infos[i].enabled);
+		rep->n_agents = n;
+		rep->agents = ptrs;
 	} else {
-		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+		rpc_fail(r, TOGGLE_ENOMEM, "out of memory");
 	}
-	free(infos);
-	free(ptrs);
 	free(v);
-}
-
-static bool select_all_or_empty(struct td_peer *p, const Toggle__Envelope *req,
-				 const Toggle__Selector *sel, Toggle__Envelope__BodyCase body,
-				 void *empty)
-{
-	if ((!sel || sel->sel_case == TOGGLE__SELECTOR__SEL__NOT_SET ||
-	     sel->sel_case == TOGGLE__SELECTOR__SEL_ALL) && !p->d->n_agents) {
-		reply(p, req->id, body, empty);
-		return true;
-	}
-	return false;
 }
 
 void rpc_fill_graph(Toggle__GraphInfo *m, const struct td_agent *a, const struct toggle_shm_graph *r)
@@ -156,45 +134,40 @@ void rpc_fill_graph(Toggle__GraphInfo *m, const struct td_agent *a, const struct
 	m->bare_running = (r->flags & TOGGLE_SHM_GRAPH_BARE_RUNNING) != 0;
 }
 
-void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req)
+void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
 {
-	Toggle__ListGraphsReply rep = TOGGLE__LIST_GRAPHS_REPLY__INIT;
+	Toggle__ListGraphsReply *rep = rpc_body(r, TOGGLE__ENVELOPE__BODY_GRAPHS);
+	toggle__list_graphs_reply__init(rep);
 	const Toggle__Selector *sel = req->list_graphs->target;
-	if (select_all_or_empty(p, req, sel, TOGGLE__ENVELOPE__BODY_GRAPHS, &rep))
-		return;
 	struct td_agent **v;
 	size_t n;
-	if (rpc_targets(p, req, sel, &v, &n))
+	if (none_to_list(p, sel) || rpc_targets(p, r, sel, &v, &n))
 		return;
 	size_t total = 0;
 	for (size_t i = 0; i < n; i++) {
 		td_agent_refresh(v[i]);
 		total += v[i]->st->n_graphs;
 	}
-	Toggle__GraphInfo *g = calloc(total ? total : 1, sizeof(*g));
-	Toggle__GraphInfo **gp = calloc(total ? total : 1, sizeof(*gp));
-	uint64_t *trunc = calloc(n, sizeof(*trunc));
+	Toggle__GraphInfo *g = rpc_alloc(r, total, sizeof(*g));
+	Toggle__GraphInfo **gp = rpc_alloc(r, total, sizeof(*gp));
+	uint64_t *trunc = rpc_alloc(r, n, sizeof(*trunc));
 	if (!g || !gp || !trunc) {
-		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+		rpc_fail(r, TOGGLE_ENOMEM, "out of memory");
 	} else {
 		size_t k = 0;
 		for (size_t i = 0; i < n; i++) {
 			const struct td_agent *a = v[i];
 			if (a->st->total_graphs > a->st->n_graphs)
-				trunc[rep.n_truncated_agents++] = a->id;
+				trunc[rep->n_truncated_agents++] = a->id;
 			for (uint64_t j = 0; j < a->st->n_graphs; j++, k++) {
 				rpc_fill_graph(&g[k], a, &a->st->graphs[j]);
 				gp[k] = &g[k];
 			}
 		}
-		rep.n_graphs = k;
-		rep.graphs = gp;
-		rep.truncated_agents = trunc;
-		reply(p, req->id, TOGGLE__ENVELOPE__BODY_GRAPHS, &rep);
+		rep->n_graphs = k;
+		rep->graphs = gp;
+		rep->truncated_agents = trunc;
 	}
-	free(g);
-	free(gp);
-	free(trunc);
 	free(v);
 }
 
@@ -217,25 +190,23 @@ void rpc_fill_status(Toggle__StatusReply *rep, const struct td_daemon *d)
 		rep->save_error = (char *)(uintptr_t)d->commit.reason;
 }
 
-void rpc_status(struct td_peer *p, const Toggle__Envelope *req)
+void rpc_status(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
 {
-	Toggle__StatusReply rep;
-	rpc_fill_status(&rep, p->d);
-	reply(p, req->id, TOGGLE__ENVELOPE__BODY_STATUS_REPLY, &rep);
+	(void)req;
+	rpc_fill_status(rpc_body(r, TOGGLE__ENVELOPE__BODY_STATUS_REPLY), p->d);
 }
 
-void rpc_hooks(struct td_peer *p, const Toggle__Envelope *req)
+void rpc_hooks(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
 {
-	Toggle__HooksReply rep = TOGGLE__HOOKS_REPLY__INIT;
+	Toggle__HooksReply *rep = rpc_body(r, TOGGLE__ENVELOPE__BODY_HOOKS_REPLY);
+	toggle__hooks_reply__init(rep);
 	const Toggle__Selector *sel = req->hooks->target;
-	if (select_all_or_empty(p, req, sel, TOGGLE__ENVELOPE__BODY_HOOKS_REPLY, &rep))
-		return;
 	struct td_agent **v;
 	size_t n;
-	if (rpc_targets(p, req, sel, &v, &n))
+	if (none_to_list(p, sel) || rpc_targets(p, r, sel, &v, &n))
 		return;
-	Toggle__AgentHooks *h = calloc(n, sizeof(*h));
-	Toggle__AgentHooks **hp = calloc(n, sizeof(*hp));
+	Toggle__AgentHooks *h = rpc_alloc(r, n, sizeof(*h));
+	Toggle__AgentHooks **hp = rpc_alloc(r, n, sizeof(*hp));
 	if (h && hp) {
 		for (size_t i = 0; i < n; i++) {
 			struct td_agent *a = v[i];
@@ -246,89 +217,80 @@ void rpc_hooks(struct td_peer *p, const Toggle__Envelope *req)
 			h[i].n_hook_types = a->cat.n_types;
 			h[i].hook_types = (char **)(uintptr_t)a->cat.type_names;
 			h[i].n_layers = a->cat.n_layers;
-			h[i].enabled = rpc_spec(a, a->has_standing ? a->ctl.standing : a->st->current);
-			h[i].current = rpc_spec(a, a->st->current);
+			h[i].enabled = rpc_adopt(r, rpc_spec(a, a->has_standing ? a->ctl.standing
+										 : a->st->current));
+			h[i].current = rpc_adopt(r, rpc_spec(a, a->st->current));
 			hp[i] = &h[i];
 		}
-		rep.n_agents = n;
-		rep.agents = hp;
-		reply(p, req->id, TOGGLE__ENVELOPE__BODY_HOOKS_REPLY, &rep);
-		for (size_t i = 0; i < n; i++) {
-			free(h[i].enabled);
-			free(h[i].current);
-		}
+		rep->n_agents = n;
+		rep->agents = hp;
 	} else {
-		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+		rpc_fail(r, TOGGLE_ENOMEM, "out of memory");
 	}
-	free(h);
-	free(hp);
 	free(v);
 }
 
-void rpc_show_plan(struct td_peer *p, const Toggle__Envelope *req)
+/* One agent's plan entries for steps not yet begun (entries live in e). */
+static void plan_fill(struct rpc_reply *r, Toggle__AgentPlan *ap, struct td_agent *a,
+		      Toggle__PlanEntry *e, Toggle__PlanEntry **ep)
 {
-	Toggle__ShowPlanReply rep = TOGGLE__SHOW_PLAN_REPLY__INIT;
+	td_agent_refresh(a);
+	int64_t now = a->st->step;
+	toggle__agent_plan__init(ap);
+	ap->agent_id = a->id;
+	ap->entries = ep;
+	for (size_t j = 0; j < a->n_plans; j++) {
+		if (a->plans[j].step <= now)
+			continue; /* begun: history, not plan */
+		Toggle__PlanEntry *en = &e[ap->n_entries];
+		toggle__plan_entry__init(en);
+		en->step = a->plans[j].step;
+		en->spec = rpc_adopt(r, rpc_spec(a, a->plans[j].set.bits));
+		ep[ap->n_entries++] = en;
+	}
+}
+
+void rpc_show_plan(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
+{
+	Toggle__ShowPlanReply *rep = rpc_body(r, TOGGLE__ENVELOPE__BODY_PLAN);
+	toggle__show_plan_reply__init(rep);
 	const Toggle__Selector *sel = req->show_plan->target;
-	if (select_all_or_empty(p, req, sel, TOGGLE__ENVELOPE__BODY_PLAN, &rep))
-		return;
 	struct td_agent **v;
 	size_t n;
-	if (rpc_targets(p, req, sel, &v, &n))
+	if (none_to_list(p, sel) || rpc_targets(p, r, sel, &v, &n))
 		return;
-	Toggle__AgentPlan *ap = calloc(n, sizeof(*ap));
-	Toggle__AgentPlan **app = calloc(n, sizeof(*app));
+	Toggle__AgentPlan *ap = rpc_alloc(r, n, sizeof(*ap));
+	Toggle__AgentPlan **app = rpc_alloc(r, n, sizeof(*app));
 	size_t total = 0;
 	for (size_t i = 0; i < n; i++)
 		total += v[i]->n_plans;
-	Toggle__PlanEntry *e = calloc(total ? total : 1, sizeof(*e));
-	Toggle__PlanEntry **ep = calloc(total ? total : 1, sizeof(*ep));
-	size_t k = 0;
+	Toggle__PlanEntry *e = rpc_alloc(r, total, sizeof(*e));
+	Toggle__PlanEntry **ep = rpc_alloc(r, total, sizeof(*ep));
 	if (ap && app && e && ep) {
+		size_t k = 0;
 		for (size_t i = 0; i < n; i++) {
-			struct td_agent *a = v[i];
-			td_agent_refresh(a);
-			int64_t now = a->st->step;
-			toggle__agent_plan__init(&ap[i]);
-			ap[i].agent_id = a->id;
-			ap[i].entries = &ep[k];
-			for (size_t j = 0; j < a->n_plans; j++) {
-				if (a->plans[j].step <= now)
-					continue; /* begun: history, not plan */
-				toggle__plan_entry__init(&e[k]);
-				e[k].step = a->plans[j].step;
-				e[k].spec = rpc_spec(a, a->plans[j].set.bits);
-				ep[k] = &e[k];
-				k++;
-				ap[i].n_entries++;
-			}
+			plan_fill(r, &ap[i], v[i], &e[k], &ep[k]);
+			k += ap[i].n_entries;
 			app[i] = &ap[i];
 		}
-		rep.n_plans = n;
-		rep.plans = app;
-		reply(p, req->id, TOGGLE__ENVELOPE__BODY_PLAN, &rep);
+		rep->n_plans = n;
+		rep->plans = app;
 	} else {
-		td_peer_send_error(p, req->id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
+		rpc_fail(r, TOGGLE_ENOMEM, "out of memory");
 	}
-	for (size_t i = 0; i < k; i++)
-		free(e[i].spec);
-	free(e);
-	free(ep);
-	free(ap);
-	free(app);
 	free(v);
 }
 
-void rpc_watch(struct td_peer *p, const Toggle__Envelope *req)
+void rpc_watch(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
 {
 	char err[160];
 	struct td_selector s;
 	int rc = td_selector_parse(req->watch->target, &s, err, sizeof(err));
 	if (rc) {
-		td_peer_send_error(p, req->id, rc, err, NULL, 0);
+		rpc_fail(r, rc, "%s", err);
 		return;
 	}
 	p->watching = true;
 	p->watch_sel = s;
-	Toggle__Ack ack = TOGGLE__ACK__INIT;
-	reply(p, req->id, TOGGLE__ENVELOPE__BODY_ACK, &ack);
+	toggle__ack__init(rpc_body(r, TOGGLE__ENVELOPE__BODY_ACK));
 }

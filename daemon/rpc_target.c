@@ -43,11 +43,11 @@ static bool catalog_accepts(const struct td_agent *a, const char *const *specs, 
 	return true;
 }
 
-int rpc_default_filter(struct td_peer *p, uint64_t req_id, const Toggle__Selector *sel,
-		       struct td_agent **v, size_t *n, const char *const *specs, size_t n_specs,
-		       struct rpc_skipped *sk)
+int rpc_default_filter(struct td_peer *p, struct rpc_reply *r, const Toggle__Selector *sel,
+		       struct td_agent **v, size_t *n, const char *const *specs, size_t n_specs)
 {
-	memset(sk, 0, sizeof(*sk));
+	struct rpc_skipped *sk = &r->skipped;
+	rpc_skipped_free(sk);
 	if (!target_is_default(sel) || *n < 2)
 		return 0; /* one agent: its own refusal is the answer */
 	char why[256];
@@ -67,8 +67,7 @@ int rpc_default_filter(struct td_peer *p, uint64_t req_id, const Toggle__Selecto
 			if (nv)
 				sk->v = nv;
 			rpc_skipped_free(sk);
-			td_peer_send_error(p, req_id, TOGGLE_ENOMEM, "out of memory", NULL, 0);
-			return TOGGLE_ENOMEM;
+			return rpc_fail(r, TOGGLE_ENOMEM, "out of memory");
 		}
 		sk->v = nv;
 		sk->v[sk->n++] = copy;

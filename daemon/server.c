@@ -4,7 +4,7 @@
  *
  * Sockets are driven with uv_poll on non-blocking fds rather than uv_pipe,
  * because agents pass a memfd with their registration frame and we want the
- * plain recvmsg semantics for it.  Replies are queued by handlers and written
+ * plain recvmsg semantics for it.  Replies are queued by the dispatcher and written
  * in the loop's check phase.  A reply to a write holds its place in the queue
  * until its save is done (commit.c): a command is never acknowledged before
  * it is durable, and a peer gets its replies in request order.  A peer whose

@@ -3,8 +3,10 @@
  * agents, the desired-state store, waiters, and the functions each module
  * offers the others.  Modules: main.c (start-up, signals), server.c
  * (listener, peers, framing, write queues), dispatch.c (validation order,
- * permission, routing), rpc_query.c and rpc_control.c (handlers), agents.c
- * (registry, shared memory, status polling, events), store.c (persistence),
+ * permission, routing, and the one place replies are encoded and sent),
+ * rpc_query.c, rpc_control.c and rpc_target.c (handlers: they fill a reply,
+ * rpc.h), agents.c (registry, shared memory), events.c (status polling,
+ * events to watchers, answers to waiters), store.c (persistence),
  * auth.c (SO_PEERCRED and the operator group), metrics.c (Prometheus
  * /metrics on its own thread).
  */
@@ -335,7 +337,8 @@ struct td_daemon {
 	struct td_cluster *cluster; /* NULL: not in a cluster */
 };
 
-uint64_t td_now_ms(void);
+uint64_t td_now_ms(void);  /* monotonic */
+uint64_t td_unix_ms(void); /* wall clock (agents.c) */
 
 /* server.c */
 int td_server_listen(struct td_daemon *d, int activated_fd);
@@ -391,10 +394,13 @@ int td_agents_select(struct td_daemon *d, const struct td_selector *s, struct td
 void td_agent_refresh(struct td_agent *a);           /* read its status lane */
 void td_agent_write_control(struct td_agent *a);     /* publish a->ctl */
 void td_agent_persist(struct td_agent *a);           /* copy desired state to the store */
+
+/* events.c */
 void td_agents_poll(struct td_daemon *d);            /* status lanes -> events, waiters */
+/* An event to every peer watching a selector that matches a. */
 void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind kind,
 	      uint64_t version, int64_t step, const char *msg);
-void td_timer_update(struct td_daemon *d);
+void td_timer_update(struct td_daemon *d);           /* the status timer's period */
 void td_waiter_free(struct td_waiter *w);
 
 /* commit.c: saves on the thread pool, group commit, replies after durability. */

@@ -2332,6 +2332,203 @@ START_TEST(test_bad_input)
 END_TEST
 
 /*
+ * Every handler's error path, and the dispatcher's, reaches the client as an
+ * Error carrying the request's id and the handler's code, naming the agent
+ * concerned (Error.agents and agent_ids) where there is one, and the
+ * connection keeps serving unless the error closes it (issue 16 item 4:
+ * handlers fill a reply, only the dispatcher sends it).
+ */
+enum bad_fill { FILL_NONE, FILL_REGISTER, FILL_SET, FILL_PLAN, FILL_HELLO };
+enum bad_target { TARGET_NONE, TARGET_AGENT, TARGET_NO_SUCH_ID, TARGET_NO_SUCH_PID, TARGET_BAD_GROUP };
+
+static const struct bad_request {
+	const char *what;
+	Toggle__Envelope__BodyCase body;
+	const ProtobufCMessageDescriptor *desc; /* the body's message */
+	enum bad_target target;                 /* its target field */
+	enum bad_fill fill;                     /* its other fields (bad_build) */
+	const char *arg;                        /* a name, spec or "unspecified", per fill */
+	int64_t num;                            /* a wait, step or protocol version, per fill */
+	int code;
+	bool names_agent; /* Error.agents and agent_ids name the test's agent */
+	bool closes;      /* sent with id 0: answered, then the connection is closed */
+} bad_requests[] = {
+#define BODY(x, m) TOGGLE__ENVELOPE__BODY_##x, &toggle__##m##__descriptor
+	{"RegisterAgent without its fd", BODY(REGISTER_AGENT, register_agent_request), TARGET_NONE,
+	 FILL_REGISTER, "err-new", 0, TOGGLE_ESHM, false, false},
+	{"RegisterAgent named '..'", BODY(REGISTER_AGENT, register_agent_request), TARGET_NONE,
+	 FILL_REGISTER, "..", 1, TOGGLE_EINVAL, false, false},
+	{"ListAgents of an agent id nobody has", BODY(LIST_AGENTS, list_agents_request),
+	 TARGET_NO_SUCH_ID, FILL_NONE, NULL, 0, TOGGLE_ENOAGENT, false, false},
+	{"ListGraphs of group '..'", BODY(LIST_GRAPHS, list_graphs_request), TARGET_BAD_GROUP,
+	 FILL_NONE, NULL, 0, TOGGLE_EINVAL, false, false},
+	{"Hooks of a pid no agent has", BODY(HOOKS, hooks_request), TARGET_NO_SUCH_PID, FILL_NONE,
+	 NULL, 0, TOGGLE_ENOAGENT, false, false},
+	{"ShowPlan of group '..'", BODY(SHOW_PLAN, show_plan_request), TARGET_BAD_GROUP, FILL_NONE,
+	 NULL, 0, TOGGLE_EINVAL, false, false},
+	{"Watch of group '..'", BODY(WATCH, watch_request), TARGET_BAD_GROUP, FILL_NONE, NULL, 0,
+	 TOGGLE_EINVAL, false, false},
+	{"SetEnabled without an op", BODY(SET_ENABLED, set_enabled_request), TARGET_AGENT, FILL_SET,
+	 "unspecified", 0, TOGGLE_EINVAL, false, false},
+	{"SetEnabled waiting over the limit", BODY(SET_ENABLED, set_enabled_request), TARGET_AGENT,
+	 FILL_SET, "all", TGP_MAX_WAIT_MS + 1, TOGGLE_EINVAL, false, false},
+	{"SetEnabled of a hook type the agent lacks", BODY(SET_ENABLED, set_enabled_request),
+	 TARGET_AGENT, FILL_SET, "no_such_type:0", 0, TOGGLE_ESPEC, true, false},
+	{"SubmitPlan with no entries", BODY(SUBMIT_PLAN, submit_plan_request), TARGET_AGENT,
+	 FILL_NONE, NULL, 0, TOGGLE_ELIMIT, false, false},
+	{"SubmitPlan of a negative step", BODY(SUBMIT_PLAN, submit_plan_request), TARGET_AGENT,
+	 FILL_PLAN, "resid_post:0", -5, TOGGLE_EINVAL, false, false},
+	{"SubmitPlan of a spec the agent refuses", BODY(SUBMIT_PLAN, submit_plan_request),
+	 TARGET_AGENT, FILL_PLAN, "no_such_type:0", 1000000, TOGGLE_ESPEC, true, false},
+	{"ClearPlan of an agent id nobody has", BODY(CLEAR_PLAN, clear_plan_request),
+	 TARGET_NO_SUCH_ID, FILL_NONE, NULL, 0, TOGGLE_ENOAGENT, false, false},
+	{"an Ack sent as a request", BODY(ACK, ack), TARGET_NONE, FILL_NONE, NULL, 0, TOGGLE_EPROTO,
+	 false, false},
+	{"a Hello of protocol 99", BODY(HELLO, hello_request), TARGET_NONE, FILL_HELLO, NULL, 99,
+	 TOGGLE_EVERSION, false, false},
+	{"a request with id 0", BODY(STATUS, status_request), TARGET_NONE, FILL_NONE, NULL, 0,
+	 TOGGLE_EPROTO, false, true},
+#undef BODY
+};
+
+/* What one bad request points to. */
+struct bad_msgs {
+	void *body; /* malloc'd */
+	Toggle__Selector sel;
+	Toggle__PlanEntry entry;
+	Toggle__PlanEntry *entries[1];
+};
+
+static Toggle__Selector bad_selector(enum bad_target t, uint64_t agent_id)
+{
+	switch (t) {
+	case TARGET_AGENT: return sel_id(agent_id);
+	case TARGET_NO_SUCH_ID: return sel_id(agent_id + 1000);
+	case TARGET_NO_SUCH_PID: return sel_pid((uint32_t)getpid() + 1000000);
+	default: return sel_group("..");
+	}
+}
+
+static void bad_build(const struct bad_request *b, struct bad_msgs *m, Toggle__Envelope *env,
+		      uint64_t agent_id)
+{
+	memset(m, 0, sizeof(*m));
+	m->body = calloc(1, b->desc->sizeof_message);
+	ASSERT(m->body, "out of memory");
+	protobuf_c_message_init(b->desc, m->body);
+	if (b->target != TARGET_NONE) {
+		const ProtobufCFieldDescriptor *f =
+			protobuf_c_message_descriptor_get_field_by_name(b->desc, "target");
+		ASSERT(f, "%s: no target field", b->what);
+		m->sel = bad_selector(b->target, agent_id);
+		*(Toggle__Selector **)(void *)((char *)m->body + f->offset) = &m->sel;
+	}
+	toggle__envelope__init(env);
+	env->body_case = b->body;
+	env->hello = m->body; /* every body member is a pointer in one union */
+	if (b->fill == FILL_REGISTER) {
+		Toggle__RegisterAgentRequest *reg = m->body;
+		reg->name = (char *)(uintptr_t)b->arg;
+		reg->n_hook_types = NT;
+		reg->hook_types = (char **)(uintptr_t)type_names;
+		reg->n_layers = NL;
+	} else if (b->fill == FILL_SET) {
+		Toggle__SetEnabledRequest *set = m->body;
+		bool unspecified = strcmp(b->arg, "unspecified") == 0;
+		set->op = unspecified ? TOGGLE__SET_OP__SET_OP_UNSPECIFIED : TOGGLE__SET_OP__SET_OP_REPLACE;
+		set->spec = (char *)(uintptr_t)(unspecified ? "all" : b->arg);
+		set->wait_ms = (uint32_t)b->num;
+	} else if (b->fill == FILL_PLAN) {
+		Toggle__SubmitPlanRequest *plan = m->body;
+		toggle__plan_entry__init(&m->entry);
+		m->entry.step = b->num;
+		m->entry.spec = (char *)(uintptr_t)b->arg;
+		m->entries[0] = &m->entry;
+		plan->n_entries = 1;
+		plan->entries = m->entries;
+	} else if (b->fill == FILL_HELLO) {
+		((Toggle__HelloRequest *)m->body)->protocol_version = (uint32_t)b->num;
+	}
+}
+
+/* Send one bad request (a registration with shm_fd where its num says so);
+ * its Error must come with its id, code and agents. */
+static void bad_check(const struct env *e, const struct bad_request *b, uint64_t agent_id,
+		      int shm_fd)
+{
+	struct raw r;
+	raw_open(&r, e);
+	raw_hello(&r);
+	struct bad_msgs m;
+	Toggle__Envelope env;
+	bad_build(b, &m, &env, agent_id);
+	env.id = b->closes ? 0 : 4200 + (uint64_t)(b - bad_requests);
+	raw_send_env(&r, &env, b->fill == FILL_REGISTER && b->num ? shm_fd : -1);
+	free(m.body);
+	Toggle__Envelope *rep = NULL;
+	int got = raw_recv(&r, &rep, RPC_TIMEOUT_MS);
+	ASSERT(got == 1, "%s: no reply (%s)", b->what, got == 0 ? "closed" : "timed out");
+	ASSERT(rep->id == env.id, "%s: reply id %llu, request id %llu", b->what,
+	       (unsigned long long)rep->id, (unsigned long long)env.id);
+	ASSERT(rep->body_case == TOGGLE__ENVELOPE__BODY_ERROR, "%s: reply body %d, not an Error",
+	       b->what, (int)rep->body_case);
+	const Toggle__Error *er = rep->error;
+	ASSERT((int)er->code == b->code, "%s: code %d (%s), expected %d (%s): %s", b->what,
+	       (int)er->code, toggle_strerror((int)er->code), b->code, toggle_strerror(b->code),
+	       er->message);
+	ASSERT(er->message && er->message[0], "%s: an Error without a message", b->what);
+	if (b->names_agent)
+		ASSERT(er->n_agents == 1 && strcmp(er->agents[0], "err-agent") == 0 &&
+			       er->n_agent_ids == 1 && er->agent_ids[0] == agent_id,
+		       "%s: the Error names %zu agents (%s), %zu ids (%llu), not err-agent id %llu",
+		       b->what, er->n_agents, er->n_agents ? er->agents[0] : "-", er->n_agent_ids,
+		       er->n_agent_ids ? (unsigned long long)er->agent_ids[0] : 0ULL,
+		       (unsigned long long)agent_id);
+	else
+		ASSERT(er->n_agents == 0 && er->n_agent_ids == 0, "%s: the Error names %zu agents",
+		       b->what, er->n_agents);
+	toggle__envelope__free_unpacked(rep, NULL);
+	if (b->closes) {
+		raw_expect_closed(&r, b->what);
+	} else {
+		char err[ERRLEN];
+		int rc = raw_status(&r, err);
+		ASSERT_CODE(rc, 0, err);
+	}
+	raw_close(&r);
+}
+
+START_TEST(test_error_replies)
+{
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	struct toggle_shm shm;
+	int rc = toggle_shm_create(&shm, err, ERRLEN);
+	ASSERT_CODE(rc, 0, err);
+	struct raw agent;
+	raw_open(&agent, &e);
+	raw_hello(&agent);
+	rc = raw_register(&agent, "err-agent", NT, NL, shm.fd, err);
+	ASSERT_CODE(rc, 0, err);
+	struct tgc *c = client(&e);
+	uint64_t id = agent_info(c, "err-agent").id;
+	for (size_t i = 0; i < sizeof(bad_requests) / sizeof(bad_requests[0]); i++)
+		bad_check(&e, &bad_requests[i], id, shm.fd);
+	/* Nothing of it reached the agent: the daemon set no standing set, no plan. */
+	struct ainfo ai = agent_info(c, "err-agent");
+	ASSERT(ai.control_version == 0 && ai.pending_plan == 0,
+	       "refused requests changed the agent: control version %llu, %u plan entries",
+	       (unsigned long long)ai.control_version, ai.pending_plan);
+	tgc_close(c);
+	raw_close(&agent);
+	toggle_shm_unmap(&shm);
+	daemon_alive(&e, "the bad requests");
+	env_teardown(&e);
+}
+END_TEST
+
+/*
  * Name squatting: an agent of another uid that registers under a root
  * agent's name gets nothing of its saved state, and what is set for it is
  * not what the root agent gets back after a restart (state keyed by name
@@ -3348,6 +3545,7 @@ static Suite *daemon_suite(void)
 	tc = add_tcase(s, "security");
 	tcase_add_test(tc, test_permission_denied);
 	tcase_add_test(tc, test_bad_input);
+	tcase_add_test(tc, test_error_replies);
 	tc = add_tcase(s, "durability");
 	tcase_add_test(tc, test_full_disk);
 	tcase_add_test(tc, test_name_squatting);
