@@ -72,10 +72,10 @@ demo: deps
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 
-$(B)/tests/%: tests/%.c tests/testutil.h $(B)/libtoggle-san.a
+$(B)/tests/%: tests/%.c tests/testutil.h $(B)/libtoggle-san.a $(B)/libtgutil-san.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) $(EXTRA_CFLAGS) -Itests -Ilibtoggle/src -o $@ $< \
-	    $(EXTRA_LIBS) $(B)/libtoggle-san.a $(CHECK_LIBS) $(LIB_LIBS)
+	    $(TGC_TEST_LIBS) $(EXTRA_LIBS) $(B)/libtoggle-san.a $(B)/libtgutil-san.a $(CHECK_LIBS) $(LIB_LIBS)
 
 # Every skipped test appends "test: reason" to $(SKIP_LOG) (tests/testutil.h,
 # tests/skip.sh); check lists them with a count at the end.
@@ -115,6 +115,9 @@ check-run: check-python
 
 # ---- demo_agent's CUDA kernels, embedded when nvcc exists
 -include examples/examples.mk
+
+# ---- the shared helpers (libc only): util/util.mk
+-include util/util.mk
 
 # ---- wire protocol, client library, daemon, CLI (need the Debian -dev packages)
 -include proto/proto.mk
