@@ -218,6 +218,8 @@ ctl graphs pid:abc
 expect_rc 2 "bad SELECTOR argument" && expect_in err "bad selector 'pid:abc'" "bad selector named"
 ctl hooks 'group:a/b'
 expect_rc 2 "bad group selector"
+ctl hooks 'group:..'
+expect_rc 2 "group selector '..'" && expect_in err "not . or .." "group selector '..'"
 ctl --target 1 graphs 1
 expect_rc 2 "target given twice"
 ctl --target 1 status
