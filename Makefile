@@ -12,8 +12,11 @@ PREFIX    ?= /usr/local
 CC        ?= cc
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 B         := build
-TOGGLE_VERSION_MAJOR := 0
-TOGGLE_VERSION_MINOR := 1
+# The version is written once, in libtoggle/include/toggle_version.h.
+TOGGLE_VERSION_OF = $(shell sed -n 's/^\#define TOGGLE_VERSION_$(1)  *\([0-9][0-9]*\)$$/\1/p' \
+	libtoggle/include/toggle_version.h)
+TOGGLE_VERSION_MAJOR := $(call TOGGLE_VERSION_OF,MAJOR)
+TOGGLE_VERSION_MINOR := $(call TOGGLE_VERSION_OF,MINOR)
 
 WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
           -Wpointer-arith -Wcast-qual -Wformat=2 -Wundef -Wvla
@@ -72,10 +75,10 @@ demo: deps
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 
-$(B)/tests/%: tests/%.c tests/testutil.h $(B)/libtoggle-san.a
+$(B)/tests/%: tests/%.c tests/testutil.h $(B)/libtoggle-san.a $(B)/libtgutil-san.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) $(EXTRA_CFLAGS) -Itests -Ilibtoggle/src -o $@ $< \
-	    $(EXTRA_LIBS) $(B)/libtoggle-san.a $(CHECK_LIBS) $(LIB_LIBS)
+	    $(TGC_TEST_LIBS) $(EXTRA_LIBS) $(B)/libtoggle-san.a $(B)/libtgutil-san.a $(CHECK_LIBS) $(LIB_LIBS)
 
 # Every skipped test appends "test: reason" to $(SKIP_LOG) (tests/testutil.h,
 # tests/skip.sh); check lists them with a count at the end.
@@ -116,6 +119,9 @@ check-run: check-python
 # ---- demo_agent's CUDA kernels, embedded when nvcc exists
 -include examples/examples.mk
 
+# ---- the shared helpers (libc only): util/util.mk
+-include util/util.mk
+
 # ---- wire protocol, client library, daemon, CLI (need the Debian -dev packages)
 -include proto/proto.mk
 -include daemon/daemon.mk
@@ -152,7 +158,8 @@ install: deps
 	ln -sf libtoggle.so.0 $(DESTDIR)$(PREFIX)/lib/libtoggle.so
 	install -m 644 libtoggle/include/toggle.h libtoggle/include/toggle_error.h \
 	    libtoggle/include/toggle_hooks.h libtoggle/include/toggle_sim.h \
-	    libtoggle/include/toggle_shm.h $(DESTDIR)$(PREFIX)/include/
+	    libtoggle/include/toggle_shm.h libtoggle/include/toggle_version.h \
+	    $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(TOGGLE_VERSION)|' \
 	    -e 's|@CUDA_INCLUDEDIR@|$(CUDA_HOME)/include|' libtoggle/libtoggle.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libtoggle.pc

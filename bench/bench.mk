@@ -5,10 +5,11 @@ $(B)/bench/bench_host: bench/bench_host.c $(B)/libtoggle.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(B)/libtoggle.a $(LIB_LIBS)
 
-$(B)/bench/bench_daemon: bench/bench_daemon.c $(B)/libtoggle.a $(B)/libtgproto.a
+$(B)/bench/bench_daemon: bench/bench_daemon.c $(B)/libtoggle.a $(B)/libtgclient.a $(B)/libtgproto.a \
+		$(B)/libtgutil.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(BENCH_CFLAGS) $(TGP_CFLAGS) -o $@ $< $(B)/libtgproto.a \
-	    $(B)/libtoggle.a $(TGP_LIBS) $(LIB_LIBS)
+	$(CC) $(ALL_CFLAGS) $(BENCH_CFLAGS) $(TGP_CFLAGS) -o $@ $< $(B)/libtgclient.a $(B)/libtgproto.a \
+	    $(B)/libtoggle.a $(B)/libtgutil.a $(TGP_LIBS) $(LIB_LIBS)
 
 .PHONY: bench
 bench:
@@ -22,10 +23,12 @@ gpu-bench:
 	@scripts/gpu-bench.sh
 
 # The cluster layer (docs/cluster.md): needs etcd; bench/cluster.sh starts one.
-$(B)/bench/bench_cluster: bench/bench_cluster.c $(B)/libtoggle.a $(B)/libtgproto.a $(B)/daemon/etcd.o $(B)/daemon/log.o
+$(B)/bench/bench_cluster: bench/bench_cluster.c $(B)/libtoggle.a $(B)/libtgclient.a $(B)/libtgproto.a \
+		$(B)/libtgutil.a $(B)/daemon/etcd.o $(B)/daemon/log.o
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(BENCH_CFLAGS) $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv) -o $@ $< \
-	    $(B)/daemon/etcd.o $(B)/daemon/log.o $(B)/libtgproto.a $(B)/libtoggle.a \
+	    $(B)/daemon/etcd.o $(B)/daemon/log.o $(B)/libtgclient.a $(B)/libtgproto.a $(B)/libtoggle.a \
+	    $(B)/libtgutil.a \
 	    $$(pkg-config --libs libcurl jansson libuv) $(TGP_LIBS) $(LIB_LIBS)
 
 .PHONY: bench-cluster

@@ -103,7 +103,7 @@ static bool g_no_device; /* --no-device: leave graphtoggle device mode out */
 /* ---- failure: die(), CUDA_CHECK, TG_CHECK ---------------------------------- */
 
 #define GPU_TAG "gpu-bench"
-#include "gpu_fail.h"
+#include "gpu_common.h"
 
 static void on_alarm(int sig)
 {
@@ -172,21 +172,6 @@ __global__ void set_conds(struct cond_handles hs, const int *flags, int n)
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-static double now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 struct summary {
 	double med, min, max;
 	int n;
@@ -201,7 +186,7 @@ static struct summary summarize(const double *v, int n)
 	if (n <= 0)
 		return s;
 	memcpy(tmp, v, (size_t)n * sizeof(double));
-	qsort(tmp, (size_t)n, sizeof(double), cmp_double);
+	qsort(tmp, (size_t)n, sizeof(double), gpu_cmp_double);
 	s.med = n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
 	s.min = tmp[0];
 	s.max = tmp[n - 1];
@@ -643,11 +628,11 @@ static bool meth_setup(struct bench *b, struct meth *m, const bool *en)
 		if (m->kind == M_LAZY) {
 			m->graph = capture_chain(b, P_PLAIN, NULL, NULL, m);
 			CUDA_CHECK(cudaGraphInstantiate(&m->exec, m->graph, 0));
-			b->bind_plain_us = now_us();
+			b->bind_plain_us = gpu_now_us();
 			if (!tg_ok(m, toggle_graph_bind(m->agent, m->graph, m->exec),
 				   "toggle_graph_bind"))
 				return false;
-			b->bind_plain_us = now_us() - b->bind_plain_us;
+			b->bind_plain_us = gpu_now_us() - b->bind_plain_us;
 		} else {
 			struct toggle_graph_status gs;
 
@@ -748,19 +733,19 @@ static double meth_change(struct bench *b, struct meth *m, const bool *en, doubl
 	case M_LAZY:
 	case M_DEVICE:
 		c0 = node_calls(m);
-		t0 = now_us();
+		t0 = gpu_now_us();
 		if (!agent_set(m, en, b->L) || !launch(b, m))
 			return -1;
-		t1 = now_us();
+		t1 = gpu_now_us();
 		*calls = (double)(node_calls(m) - c0);
 		return t1 - t0;
 	case M_RECAP:
 		old_graph = m->graph;
 		old_exec = m->exec;
-		t0 = now_us();
+		t0 = gpu_now_us();
 		g = capture_chain(b, P_PLAIN, en, NULL, NULL);
 		CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-		t1 = now_us();
+		t1 = gpu_now_us();
 		m->graph = g;
 		m->exec = e;
 		CUDA_CHECK(cudaGraphExecDestroy(old_exec)); /* idle stream: nothing in flight */
@@ -768,10 +753,10 @@ static double meth_change(struct bench *b, struct meth *m, const bool *en, doubl
 		return t1 - t0;
 	case M_UPDATE:
 		memset(&info, 0, sizeof info);
-		t0 = now_us();
+		t0 = gpu_now_us();
 		g = capture_chain(b, P_ACTIVE, en, NULL, NULL);
 		err = cudaGraphExecUpdate(m->exec, g, &info);
-		t1 = now_us();
+		t1 = gpu_now_us();
 		if (err != cudaSuccess || info.result != cudaGraphExecUpdateSuccess)
 			die("cudaGraphExecUpdate: %s (result %d)", cudaGetErrorName(err),
 			    (int)info.result);
@@ -780,11 +765,11 @@ static double meth_change(struct bench *b, struct meth *m, const bool *en, doubl
 		return t1 - t0;
 	case M_FLAG:
 	case M_COND:
-		t0 = now_us();
+		t0 = gpu_now_us();
 		fill_flags(m, en, b->L);
 		CUDA_CHECK(cudaMemcpyAsync(m->d_flags, m->h_flags, (size_t)b->L * sizeof(int),
 					   cudaMemcpyHostToDevice, b->s));
-		t1 = now_us();
+		t1 = gpu_now_us();
 		return t1 - t0;
 	}
 	return -1;
@@ -838,20 +823,6 @@ static void run_item4(struct bench *b)
 
 /* ---- item 6: the producer-free exec ------------------------------------------- */
 
-/* Resident host memory in KiB (/proc/self/statm), 0 where unknown. */
-static double rss_kib(void)
-{
-	FILE *f = fopen("/proc/self/statm", "r");
-	unsigned long size = 0, res = 0;
-
-	if (!f)
-		return 0;
-	if (fscanf(f, "%lu %lu", &size, &res) != 2)
-		res = 0;
-	fclose(f);
-	return (double)res * (double)sysconf(_SC_PAGESIZE) / 1024.0;
-}
-
 /*
  * A lazy agent with the producer-free exec and its own copy of the chain:
  * memory around the first bind and launch, then the build time over rebinds
@@ -876,10 +847,10 @@ static void bare_setup(struct bench *b)
 	CUDA_CHECK(cudaGraphUpload(m->exec, b->s));
 	CUDA_CHECK(cudaDeviceSynchronize());
 	CUDA_CHECK(cudaMemGetInfo(&free0, &total));
-	rss0 = rss_kib();
-	t0 = now_us();
+	rss0 = gpu_rss_kib();
+	t0 = gpu_now_us();
 	TG_CHECK(m->agent, toggle_graph_bind(m->agent, m->graph, m->exec));
-	b->build_us[0] = now_us() - t0;
+	b->build_us[0] = gpu_now_us() - t0;
 	b->n_build = 1;
 	set_all(none, b->L, false);
 	if (!agent_set(m, none, b->L) || !launch(b, m))
@@ -887,7 +858,7 @@ static void bare_setup(struct bench *b)
 	CUDA_CHECK(cudaDeviceSynchronize());
 	CUDA_CHECK(cudaMemGetInfo(&free1, &total));
 	b->dev_kib = free0 >= free1 ? (double)(free0 - free1) / 1024.0 : 0.0;
-	b->host_kib = rss_kib() - rss0;
+	b->host_kib = gpu_rss_kib() - rss0;
 	{
 		struct toggle_graph_status gs;
 
@@ -897,9 +868,9 @@ static void bare_setup(struct bench *b)
 	}
 	for (int i = 1; i < b->reps && i < 11; i++) {
 		CUDA_CHECK(cudaStreamSynchronize(b->s));
-		t0 = now_us();
+		t0 = gpu_now_us();
 		TG_CHECK(m->agent, toggle_graph_bind(m->agent, m->graph, m->exec));
-		b->build_us[b->n_build++] = now_us() - t0;
+		b->build_us[b->n_build++] = gpu_now_us() - t0;
 	}
 	for (int i = 0; i < WARM; i++)
 		if (!launch(b, m))
@@ -921,17 +892,17 @@ static void run_item6(struct bench *b)
 		CUDA_CHECK(cudaStreamSynchronize(b->s));
 		if (!agent_set(m, none, b->L))
 			die("bare: set failed");
-		t0 = now_us();
+		t0 = gpu_now_us();
 		if (!launch(b, m))
 			die("bare: launch failed");
-		b->sw_bare[rep] = now_us() - t0;
+		b->sw_bare[rep] = gpu_now_us() - t0;
 		CUDA_CHECK(cudaStreamSynchronize(b->s));
 		if (!agent_set(m, one, b->L))
 			die("bare: set failed");
-		t0 = now_us();
+		t0 = gpu_now_us();
 		if (!launch(b, m))
 			die("bare: launch failed");
-		b->sw_main[rep] = now_us() - t0;
+		b->sw_main[rep] = gpu_now_us() - t0;
 	}
 	b->bare.bad += check_ran(b, m, one);
 	b->bare.checks++;
@@ -994,10 +965,10 @@ static void run_item5(struct bench *b)
 			if (cost < 0)
 				continue;
 			CUDA_CHECK(cudaStreamSynchronize(b->s));
-			t0 = now_us();
+			t0 = gpu_now_us();
 			if (!launch(b, m))
 				continue;
-			t1 = now_us();
+			t1 = gpu_now_us();
 			us = time_replays(b, m);
 			if (us < 0)
 				continue;
@@ -1309,15 +1280,8 @@ bad:
 static void device_header(int argc, char **argv)
 {
 	struct cudaDeviceProp prop;
-	int n = 0, drv = 0, rt = 0, clk = 0, mclk = 0;
-	cudaError_t e = cudaGetDeviceCount(&n);
+	int n = gpu_device_or_skip(), drv = 0, rt = 0, clk = 0, mclk = 0;
 
-	if (e != cudaSuccess || n == 0) {
-		printf("gpu-bench: SKIPPED: no CUDA device (%s)\n",
-		       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-		exit(0);
-	}
-	CUDA_CHECK(cudaSetDevice(0));
 	CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
 	CUDA_CHECK(cudaDriverGetVersion(&drv));
 	CUDA_CHECK(cudaRuntimeGetVersion(&rt));

@@ -1,7 +1,38 @@
-# client.mk - togglectl, the CLI (client/togglectl.c, ctl_cmds.c,
-# ctl_output.c), and its end-to-end test (tests/cli/run.sh).  Included by
-# the top-level Makefile after daemon.mk; uses its B, CC, ALL_CFLAGS and
-# LIB_LIBS, and proto.mk's TGP_CFLAGS, TGP_LIBS and TGP_GEN_H.
+# client.mk - the client library (client/tgclient.c, tgclient.h) in
+# $(B)/libtgclient.a (ASan/UBSan for the tests: $(B)/libtgclient-san.a),
+# togglectl, the CLI (client/togglectl.c, ctl_cmds.c, ctl_output.c), and
+# its end-to-end test (tests/cli/run.sh).  Included by the top-level
+# Makefile after daemon.mk; uses its B, CC, ALL_CFLAGS and LIB_LIBS, and
+# proto.mk's TGP_CFLAGS, TGP_LIBS and TGP_GEN_H.  Link order for users of
+# the library: $(B)/libtgclient.a $(B)/libtgproto.a $(B)/libtgutil.a $(TGP_LIBS).
+
+TGC_OBJ := $(B)/client/tgclient.o
+TGC_SAN_OBJ := $(B)/san/client/tgclient.o
+
+all: $(B)/libtgclient.a
+
+$(TGC_OBJ): $(B)/%.o: %.c $(TGP_GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TGP_CFLAGS) -c $< -o $@
+
+$(TGC_SAN_OBJ): $(B)/san/%.o: %.c $(TGP_GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) $(TGP_CFLAGS) -c $< -o $@
+
+$(B)/libtgclient.a: $(TGC_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/libtgclient-san.a: $(TGC_SAN_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+# The tests that talk to toggled through the library: the generic test rule
+# links $(TGC_TEST_LIBS) first, ahead of libtgproto-san.a in their EXTRA_LIBS.
+TGC_TESTS := $(B)/tests/check_client $(B)/tests/check_peer $(B)/tests/check_proto \
+	$(B)/tests/check_daemon $(B)/tests/check_device
+$(TGC_TESTS): $(B)/libtgclient-san.a
+$(TGC_TESTS): TGC_TEST_LIBS = $(B)/libtgclient-san.a
 
 CTL_SRC := client/togglectl.c client/ctl_cmds.c client/ctl_output.c client/ctl_cluster.c
 CTL_OBJ := $(CTL_SRC:%.c=$(B)/%.o)
@@ -17,7 +48,8 @@ $(CTL_OBJ): $(B)/%.o: %.c $(TGP_GEN_H)
 	$(CC) $(ALL_CFLAGS) $(CTL_CFLAGS) -c $< -o $@
 
 # libtoggle.a brings toggle_strerror and the hook-spec parser (no CUDA).
-$(B)/togglectl: $(CTL_OBJ) $(CTL_DAEMON_OBJ) $(B)/libtgproto.a $(B)/libtoggle.a
+$(B)/togglectl: $(CTL_OBJ) $(CTL_DAEMON_OBJ) $(B)/libtgclient.a $(B)/libtgproto.a $(B)/libtoggle.a \
+		$(B)/libtgutil.a
 	$(CC) $(CFLAGS) -o $@ $^ $(CTL_LIBS) $(LIB_LIBS)
 
 # End to end: the real toggled, demo_agent and togglectl on a private socket.

@@ -16,7 +16,8 @@
 #include "tgclient.h"
 #include "toggle_proto.h"
 
-#define CTL_VERSION            "0.1.0"
+#include "toggle_version.h"
+#define CTL_VERSION            TOGGLE_VERSION_STRING
 #define CTL_DEFAULT_TIMEOUT_MS 5000        /* --timeout: every RPC and the connect */
 #define CTL_DEFAULT_WAIT_MS    5000        /* --wait without a value */
 #define CTL_MAX_DURATION_MS    600000      /* longest --timeout or --wait (TGP_MAX_WAIT_MS) */

@@ -16,6 +16,7 @@
 #include "ctl_output.h"
 #include "toggle_error.h"
 #include "toggle_hooks.h"
+#include "util.h"
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -38,19 +39,8 @@ static char *ctl_clean(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
 	char *c = ctl_xrealloc(NULL, n + 1);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char ch = (unsigned char)s[i];
-		c[i] = ch < 0x20 || ch >= 0x7f ? '?' : (char)ch;
-	}
-	c[n] = '\0';
+	util_clean(c, n + 1, s, UTIL_CLEAN_ASCII);
 	return c;
-}
-
-uint64_t ctl_unix_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 void ctl_fmt_duration(uint64_t ms, char *buf, size_t len)
@@ -285,7 +275,7 @@ static void human_agents(const Toggle__ListAgentsReply *r)
 		printf("no agents connected\n");
 		return;
 	}
-	uint64_t now = ctl_unix_ms();
+	uint64_t now = util_unix_ms();
 	struct ctl_table t;
 	ctl_table_init(&t, sizeof(head) / sizeof(head[0]), head);
 	for (size_t i = 0; i < r->n_agents; i++) {

@@ -65,7 +65,6 @@ int ctl_fail(const struct ctl_output *out, int exitcode, int code, const char *f
 /* Human units: "3h12m", "12m5s", "5s"; and "5s ago" for a wall-clock time. */
 void ctl_fmt_duration(uint64_t ms, char *buf, size_t len);
 void ctl_fmt_ago(uint64_t unix_ms, uint64_t now_unix_ms, char *buf, size_t len);
-uint64_t ctl_unix_ms(void);
 
 /* Mode names of AgentInfo.mode: "lazy", "eager", "device", "?". */
 const char *ctl_mode_name(uint32_t mode);

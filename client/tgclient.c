@@ -21,6 +21,7 @@
 #include "frame.h"
 #include "peer_trust.h"
 #include "tgclient.h"
+#include "util.h"
 
 #define TGC_VERSION_MAX 64   /* daemon_version kept, NUL included */
 #define TGC_NAME_MAX    64   /* client name sent in Hello */
@@ -42,28 +43,10 @@ struct tgc {
 
 /* ---- messages ----------------------------------------------------------- */
 
-__attribute__((format(printf, 3, 4)))
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || errlen == 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
-/* Append untrusted text, control characters replaced, truncated to fit. */
+/* Append untrusted text, control characters replaced (UTF-8 kept), truncated to fit. */
 static void err_append(char *err, size_t errlen, const char *s)
 {
-	if (!err || errlen == 0 || !s)
-		return;
-	size_t n = strnlen(err, errlen - 1);
-	for (; *s && n + 1 < errlen; s++, n++) {
-		unsigned char ch = (unsigned char)*s;
-		err[n] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
-	}
-	err[n] = '\0';
+	util_clean_append(err, errlen, s, UTIL_CLEAN_CONTROL);
 }
 
 /* Mark the connection unusable: later calls report the same error. */
@@ -75,13 +58,13 @@ static int mark_dead(struct tgc *c, int code, char *err, size_t errlen, const ch
 	vsnprintf(c->dead_msg, sizeof(c->dead_msg), fmt, ap);
 	va_end(ap);
 	c->dead = code;
-	set_err(err, errlen, "%s", c->dead_msg);
+	util_seterr(err, errlen, "%s", c->dead_msg);
 	return code;
 }
 
 static int dead_again(const struct tgc *c, char *err, size_t errlen)
 {
-	set_err(err, errlen, "%s", c->dead_msg);
+	util_seterr(err, errlen, "%s", c->dead_msg);
 	return c->dead;
 }
 
@@ -89,9 +72,7 @@ static int dead_again(const struct tgc *c, char *err, size_t errlen)
 
 static int64_t now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)util_mono_ms();
 }
 
 /* -1 stands for "no deadline". */
@@ -151,7 +132,7 @@ static int send_all(struct tgc *c, const uint8_t *p, size_t n, int64_t deadline,
 			if (done > 0)
 				return mark_dead(c, TOGGLE_EIO, err, errlen,
 						 "cannot write to toggled: timed out in the middle of a frame");
-			set_err(err, errlen, "cannot write to toggled: timed out");
+			util_seterr(err, errlen, "cannot write to toggled: timed out");
 			return rc;
 		}
 		if (k < 0 && (errno == EPIPE || errno == ECONNRESET))
@@ -268,7 +249,7 @@ static int sanitize_code(int32_t code)
 /* err = the daemon's message and the agents it names; returns the code. */
 static int reply_error(const Toggle__Error *e, char *err, size_t errlen)
 {
-	set_err(err, errlen, "%s", "");
+	util_seterr(err, errlen, "%s", "");
 	err_append(err, errlen, e->message && *e->message ? e->message : "error without a message");
 	for (size_t i = 0; i < e->n_agents; i++) {
 		err_append(err, errlen, i == 0 ? " (agents: " : ", ");
@@ -312,11 +293,11 @@ static int send_request(struct tgc *c, const Toggle__Envelope *req, int64_t dead
 	size_t len = 0;
 	int rc = tgp_frame_encode(req, &buf, &len);
 	if (rc == TOGGLE_ELIMIT)
-		set_err(err, errlen, "request too large (over %u bytes)", TGP_MAX_FRAME);
+		util_seterr(err, errlen, "request too large (over %u bytes)", TGP_MAX_FRAME);
 	else if (rc == TOGGLE_ENOMEM)
-		set_err(err, errlen, "out of memory");
+		util_seterr(err, errlen, "out of memory");
 	else if (rc)
-		set_err(err, errlen, "request has no body or misses a required field");
+		util_seterr(err, errlen, "request has no body or misses a required field");
 	if (rc)
 		return rc;
 	rc = send_all(c, buf, len, deadline, err, errlen);
@@ -329,9 +310,9 @@ int tgc_call(struct tgc *c, Toggle__Envelope *req, Toggle__Envelope **reply,
 {
 	if (reply)
 		*reply = NULL;
-	set_err(err, errlen, "%s", "");
+	util_seterr(err, errlen, "%s", "");
 	if (!c || !req) {
-		set_err(err, errlen, "invalid argument");
+		util_seterr(err, errlen, "invalid argument");
 		return TOGGLE_EINVAL;
 	}
 	if (c->dead)
@@ -344,7 +325,7 @@ int tgc_call(struct tgc *c, Toggle__Envelope *req, Toggle__Envelope **reply,
 	Toggle__Envelope *env = NULL;
 	rc = await_reply(c, req->id, &env, deadline, err, errlen);
 	if (rc == TOGGLE_ETIMEDOUT)
-		set_err(err, errlen, "no reply from toggled within %d ms", timeout_ms);
+		util_seterr(err, errlen, "no reply from toggled within %d ms", timeout_ms);
 	if (rc)
 		return rc;
 	if (env->body_case == TOGGLE__ENVELOPE__BODY_ERROR)
@@ -454,11 +435,11 @@ static int hello(struct tgc *c, int64_t deadline, char *err, size_t errlen)
 	Toggle__Envelope *rep = NULL;
 	int rc = tgc_call(c, &env, &rep, remaining_ms(deadline), err, errlen);
 	if (rc == 0 && rep->body_case != TOGGLE__ENVELOPE__BODY_HELLO_REPLY) {
-		set_err(err, errlen, "toggled answered Hello with message %d", (int)rep->body_case);
+		util_seterr(err, errlen, "toggled answered Hello with message %d", (int)rep->body_case);
 		rc = TOGGLE_EPROTO;
 	} else if (rc == 0 && rep->hello_reply->protocol_version != TGP_PROTOCOL_VERSION) {
-		set_err(err, errlen, "toggled speaks protocol %u, this client %u",
-			rep->hello_reply->protocol_version, TGP_PROTOCOL_VERSION);
+		util_seterr(err, errlen, "toggled speaks protocol %u, this client %u",
+			     rep->hello_reply->protocol_version, TGP_PROTOCOL_VERSION);
 		rc = TOGGLE_EVERSION;
 	} else if (rc == 0) {
 		c->may_write = rep->hello_reply->may_write;
@@ -472,11 +453,11 @@ static int hello(struct tgc *c, int64_t deadline, char *err, size_t errlen)
 static void connect_failed(const char *path, int e, char *err, size_t errlen)
 {
 	if (e == EACCES || e == EPERM)
-		set_err(err, errlen, "cannot connect to %s: %s; check the permissions of %s",
-			path, strerror(e), path);
+		util_seterr(err, errlen, "cannot connect to %s: %s; check the permissions of %s",
+			     path, strerror(e), path);
 	else
-		set_err(err, errlen, "cannot connect to %s: %s; is toggled running? "
-			"start it with `toggled --socket %s`", path, strerror(e), path);
+		util_seterr(err, errlen, "cannot connect to %s: %s; is toggled running? "
+			     "start it with `toggled --socket %s`", path, strerror(e), path);
 }
 
 /* Socket + connect: 0 with c->fd set, or TOGGLE_ECONNECT. */
@@ -486,13 +467,13 @@ static int open_socket(struct tgc *c, const char *path, int64_t deadline,
 	struct sockaddr_un sa;
 	socklen_t salen;
 	if (tgp_unix_address(path, &sa, &salen)) {
-		set_err(err, errlen, "cannot connect to %s: socket path empty or too long "
-			"(at most %zu bytes)", path, sizeof(sa.sun_path) - 1);
+		util_seterr(err, errlen, "cannot connect to %s: socket path empty or too long "
+			     "(at most %zu bytes)", path, sizeof(sa.sun_path) - 1);
 		return TOGGLE_ECONNECT;
 	}
 	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (c->fd < 0) {
-		set_err(err, errlen, "cannot create a socket: %s", strerror(errno));
+		util_seterr(err, errlen, "cannot create a socket: %s", strerror(errno));
 		return TOGGLE_ECONNECT;
 	}
 	int e = connect_fd(c->fd, &sa, salen, deadline);
@@ -503,7 +484,7 @@ static int open_socket(struct tgc *c, const char *path, int64_t deadline,
 	/* Nothing is sent, nothing read, before the listener is known to be trusted. */
 	char why[512];
 	if (tgp_peer_trusted(c->fd, path, getenv(TGP_TRUST_ENV), why, sizeof(why)) != 0) {
-		set_err(err, errlen, "cannot connect: %s", why);
+		util_seterr(err, errlen, "cannot connect: %s", why);
 		return TOGGLE_ECONNECT;
 	}
 	return 0;
@@ -511,18 +492,18 @@ static int open_socket(struct tgc *c, const char *path, int64_t deadline,
 
 int tgc_connect(const char *path, int timeout_ms, struct tgc **out, char *err, size_t errlen)
 {
-	set_err(err, errlen, "%s", "");
+	util_seterr(err, errlen, "%s", "");
 	if (!out)
 		return TOGGLE_EINVAL;
 	*out = NULL;
 	char pathbuf[PATH_MAX];
 	if (!path && !(path = tgp_default_socket_path(pathbuf, sizeof(pathbuf)))) {
-		set_err(err, errlen, "cannot connect: the default socket path is too long");
+		util_seterr(err, errlen, "cannot connect: the default socket path is too long");
 		return TOGGLE_ECONNECT;
 	}
 	struct tgc *c = calloc(1, sizeof(*c));
 	if (!c) {
-		set_err(err, errlen, "out of memory");
+		util_seterr(err, errlen, "out of memory");
 		return TOGGLE_ENOMEM;
 	}
 	c->fd = -1;

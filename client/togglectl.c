@@ -15,6 +15,7 @@
 #include "ctl_output.h"
 #include "frame.h"
 #include "toggle_error.h"
+#include "util.h"
 
 const struct ctl_cmd ctl_commands[] = {
 	{"status", NULL, 0, 0, 0, "", "the daemon: version, uptime, counters",
@@ -165,14 +166,6 @@ static bool ctl_parse_duration(const char *s, int *ms)
 	return true;
 }
 
-static bool ctl_group_ok(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n >= TGP_MAX_NAME)
-		return false;
-	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == n;
-}
-
 int ctl_selector_parse(const char *text, struct ctl_opts *opt, char *err, size_t errlen)
 {
 	Toggle__Selector *sel = &opt->target;
@@ -200,12 +193,12 @@ int ctl_selector_parse(const char *text, struct ctl_opts *opt, char *err, size_t
 			why = "a PID is a number from 1";
 		}
 	} else if (!strncmp(text, "group:", 6)) {
-		if (ctl_group_ok(text + 6)) {
+		if (util_name_ok(text + 6, TGP_MAX_NAME)) { /* the rule toggled applies */
 			snprintf(opt->target_group, sizeof(opt->target_group), "%s", text + 6);
 			sel->sel_case = TOGGLE__SELECTOR__SEL_GROUP;
 			sel->group = opt->target_group;
 		} else {
-			why = "a group name is 1 to 63 of [A-Za-z0-9_.-]";
+			why = "a group name is 1 to 63 of [A-Za-z0-9_.-], not . or ..";
 		}
 	} else {
 		why = "unknown form";

@@ -13,6 +13,7 @@
 
 #include "log.h"
 #include "toggled.h"
+#include "util.h"
 
 uint64_t td_now_ms(void)
 {
@@ -30,17 +31,8 @@ uint64_t td_unix_ms(void)
 
 static bool name_ok(const char *s)
 {
-	size_t n = s ? strlen(s) : 0;
 	/* "." and ".." name directories, not state files (issue 11 item 8). */
-	if (n == 0 || n >= TGP_MAX_NAME || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '-' || c == '.'))
-			return false;
-	}
-	return true;
+	return util_name_ok(s, TGP_MAX_NAME);
 }
 
 int td_selector_parse(const Toggle__Selector *m, struct td_selector *out, char *err, size_t errlen)

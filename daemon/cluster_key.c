@@ -12,19 +12,12 @@
 #include <jansson.h>
 
 #include "cluster.h"
+#include "util.h"
 
+/* The agent-name rule (util.h), bounded by the cluster's own name size. */
 bool cluster_name_ok(const char *s)
 {
-	size_t n = s ? strlen(s) : 0;
-	if (n == 0 || n >= CLUSTER_MAX_NAME || !strcmp(s, ".") || !strcmp(s, ".."))
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '-' || c == '.'))
-			return false;
-	}
-	return true;
+	return util_name_ok(s, CLUSTER_MAX_NAME);
 }
 
 /* Decimal digits only, 1 to max, no leading zero: one text per number. */

@@ -19,10 +19,11 @@ $(TD_SAN_OBJ) $(B)/san/daemon/main.o: $(B)/san/%.o: %.c $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN) $(TD_CFLAGS) -c $< -o $@
 
-$(B)/toggled: $(B)/daemon/main.o $(TD_OBJ) $(B)/libtgproto.a $(B)/libtoggle.a
+$(B)/toggled: $(B)/daemon/main.o $(TD_OBJ) $(B)/libtgproto.a $(B)/libtoggle.a $(B)/libtgutil.a
 	$(CC) $(CFLAGS) -o $@ $^ $(TD_LIBS) $(LIB_LIBS)
 
-$(B)/toggled-san: $(B)/san/daemon/main.o $(TD_SAN_OBJ) $(B)/libtgproto-san.a $(B)/libtoggle-san.a
+$(B)/toggled-san: $(B)/san/daemon/main.o $(TD_SAN_OBJ) $(B)/libtgproto-san.a $(B)/libtoggle-san.a \
+		$(B)/libtgutil-san.a
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ $(TD_LIBS) $(LIB_LIBS)
 
 $(B)/libtoggled-san.a: $(TD_SAN_OBJ)

@@ -25,6 +25,7 @@
 
 #include "etcd.h"
 #include "log.h"
+#include "util.h"
 
 #define ETCD_BACKOFF_MIN_MS 100
 #define ETCD_BACKOFF_MAX_MS 2000
@@ -799,13 +800,6 @@ static int status_put(struct etcd_watcher *w, int64_t lease, const char *value, 
 	return rc;
 }
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void *status_main(void *arg)
 {
 	struct etcd_watcher *w = arg;
@@ -831,7 +825,7 @@ static void *status_main(void *arg)
 			break;
 		}
 		int rc = 0;
-		uint64_t now = mono_ms();
+		uint64_t now = util_mono_ms();
 		if (!lease) {
 			lease = lease_grant(w, err, sizeof(err));
 			rc = lease ? 0 : -1;

@@ -20,6 +20,7 @@
 
 #include "log.h"
 #include "toggled.h"
+#include "util.h"
 
 #define SD_LISTEN_FDS_START 3
 
@@ -116,14 +117,6 @@ static const struct config_num config_nums[] = {
 	{"frames_per_turn", 1, 65536, offsetof(struct td_config, frames_per_turn), false},
 };
 
-static bool config_name_ok(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n >= TGP_MAX_NAME || !strcmp(s, ".") || !strcmp(s, ".."))
-		return false;
-	return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == n;
-}
-
 /* agent_group = NAME: UID|@UNIXGROUP[, ...] */
 static int config_group_rule(struct td_config *cfg, char *val, char *why, size_t len)
 {
@@ -134,7 +127,7 @@ static int config_group_rule(struct td_config *cfg, char *val, char *why, size_t
 	}
 	*colon = '\0';
 	char *name = trim(val);
-	if (!config_name_ok(name)) {
+	if (!util_name_ok(name, TGP_MAX_NAME)) { /* the rule of the group names agents send */
 		snprintf(why, len, "agent_group: bad group name '%s'", name);
 		return -1;
 	}

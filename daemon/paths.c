@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "toggled.h"
+#include "util.h"
 
 static const char *mode_what(mode_t m)
 {
@@ -85,26 +86,16 @@ int td_path_dir_trusted(const char *dir, bool sticky_leaf_ok, char *err, size_t 
 
 int td_path_mkdirs(const char *dir, mode_t leaf_mode, char *err, size_t errlen)
 {
-	char buf[PATH_MAX];
-	size_t n = strlen(dir);
-	if (n == 0 || n >= sizeof(buf)) {
+	char at[PATH_MAX];
+	switch (util_mkdirs(dir, 0755, leaf_mode, at, sizeof(at))) {
+	case UTIL_MKDIRS_OK:
+		return 0;
+	case UTIL_MKDIRS_BADPATH:
 		snprintf(err, errlen, "directory path empty or too long");
 		return -1;
-	}
-	memcpy(buf, dir, n + 1);
-	for (char *c = buf + 1; *c; c++) {
-		if (*c != '/')
-			continue;
-		*c = '\0';
-		if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-			snprintf(err, errlen, "cannot create %s: %s", buf, strerror(errno));
-			return -1;
-		}
-		*c = '/';
-	}
-	if (mkdir(buf, leaf_mode) != 0 && errno != EEXIST) {
-		snprintf(err, errlen, "cannot create %s: %s", buf, strerror(errno));
+	case UTIL_MKDIRS_FAILED:
+		snprintf(err, errlen, "cannot create %s: %s", at, strerror(errno));
 		return -1;
 	}
-	return 0;
+	return -1;
 }

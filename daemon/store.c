@@ -22,6 +22,7 @@
 
 #include "log.h"
 #include "toggled.h"
+#include "util.h"
 
 #define TD_MAX_STORED_AGENTS 4096 /* agent names remembered (files in agents/) */
 #define STORE_FORMAT         1
@@ -46,19 +47,6 @@
 #define STORE_JOURNAL_LIMIT  (256u << 20) /* a longer journal is not read: corrupt */
 #define STORE_SYNC_THREADS   16  /* fsyncs in flight at once */
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || errlen == 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 /*
  * Copy text from a file (or a file name) into out for an error message:
  * control and non-ASCII bytes become '?', so a hostile key cannot forge log
@@ -66,13 +54,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
  */
 static const char *printable(const char *in, char *out, size_t outlen)
 {
-	size_t i = 0;
-	for (; in[i] && i + 1 < outlen; i++) {
-		unsigned char c = (unsigned char)in[i];
-		out[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-	}
-	out[i] = '\0';
-	return out;
+	return util_clean(out, outlen, in, UTIL_CLEAN_ASCII);
 }
 
 /* Valid UTF-8 as jansson checks it; otherwise json_string() would fail at save time. */
@@ -116,15 +98,8 @@ static bool name_ok(const char *name)
 	size_t len = strnlen(name, TD_MAX_KEY);
 	const char *at = memchr(name, '@', len);
 	size_t n = at ? (size_t)(at - name) : len;
-	if (len >= TD_MAX_KEY || n == 0 || n >= TGP_MAX_NAME || (n == 1 && name[0] == '.') ||
-	    (n == 2 && name[0] == '.' && name[1] == '.'))
+	if (len >= TD_MAX_KEY || !util_name_ok_len(name, n, TGP_MAX_NAME))
 		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '-' || c == '.'))
-			return false;
-	}
 	if (!at)
 		return true;
 	size_t digits = len - n - 1;
@@ -296,34 +271,24 @@ int td_desired_set_plans(struct td_desired *dd, const int64_t *steps, char *cons
 /* mkdir -p with mode 0750 (less the umask); the last component must end up a directory. */
 static int mkdir_p(const char *dir, char *err, size_t errlen)
 {
-	char buf[PATH_MAX];
-	size_t len = strlen(dir);
-	if (len == 0 || len >= sizeof(buf)) {
-		seterr(err, errlen, "state directory: path empty or too long");
+	char at[PATH_MAX];
+	switch (util_mkdirs(dir, STORE_DIR_MODE, STORE_DIR_MODE, at, sizeof(at))) {
+	case UTIL_MKDIRS_OK:
+		break;
+	case UTIL_MKDIRS_BADPATH:
+		util_seterr(err, errlen, "state directory: path empty or too long");
 		return TOGGLE_EINVAL;
-	}
-	memcpy(buf, dir, len + 1);
-	for (char *p = buf + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char c = *p;
-		*p = '\0';
-		if (mkdir(buf, STORE_DIR_MODE) != 0 && errno != EEXIST) {
-			seterr(err, errlen, "cannot create state directory %s: %s", buf,
-			       strerror(errno));
-			return TOGGLE_EIO;
-		}
-		*p = c;
-		if (c == '\0')
-			break;
+	case UTIL_MKDIRS_FAILED:
+		util_seterr(err, errlen, "cannot create state directory %s: %s", at, strerror(errno));
+		return TOGGLE_EIO;
 	}
 	struct stat st;
 	if (stat(dir, &st) != 0) {
-		seterr(err, errlen, "state directory %s: %s", dir, strerror(errno));
+		util_seterr(err, errlen, "state directory %s: %s", dir, strerror(errno));
 		return TOGGLE_EIO;
 	}
 	if (!S_ISDIR(st.st_mode)) {
-		seterr(err, errlen, "state directory %s: not a directory", dir);
+		util_seterr(err, errlen, "state directory %s: not a directory", dir);
 		return TOGGLE_EIO;
 	}
 	return 0;
@@ -347,13 +312,13 @@ static int schema_error(const struct load_ctx *lc, const char *where, const char
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	seterr(lc->err, lc->errlen, "%s: %s: %s", lc->path, where, what);
+	util_seterr(lc->err, lc->errlen, "%s: %s: %s", lc->path, where, what);
 	return TOGGLE_EINVAL;
 }
 
 static int out_of_memory(const struct load_ctx *lc)
 {
-	seterr(lc->err, lc->errlen, "%s: out of memory while loading", lc->path);
+	util_seterr(lc->err, lc->errlen, "%s: out of memory while loading", lc->path);
 	return TOGGLE_ENOMEM;
 }
 
@@ -463,7 +428,7 @@ static int load_file(int dfd, const char *adir, const char *stem, struct td_stor
 	struct load_ctx lc = { path, err, errlen };
 	struct stat st;
 	if (fstatat(dfd, fname, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-		seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
+		util_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
 		return TOGGLE_EIO;
 	}
 	if (!S_ISREG(st.st_mode)) {
@@ -473,7 +438,7 @@ static int load_file(int dfd, const char *adir, const char *stem, struct td_stor
 	/* O_NOFOLLOW, O_NONBLOCK: whatever replaced it since the stat is not followed, nor waited on. */
 	int fd = openat(dfd, fname, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0) {
-		seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+		util_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
 		return TOGGLE_EIO;
 	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -483,7 +448,7 @@ static int load_file(int dfd, const char *adir, const char *stem, struct td_stor
 	}
 	if ((uintmax_t)st.st_size > STORE_MAX_FILE) {
 		close(fd);
-		seterr(err, errlen, "%s: larger than %zu bytes", path, STORE_MAX_FILE);
+		util_seterr(err, errlen, "%s: larger than %zu bytes", path, STORE_MAX_FILE);
 		return TOGGLE_EINVAL;
 	}
 	json_error_t jerr;
@@ -491,8 +456,8 @@ static int load_file(int dfd, const char *adir, const char *stem, struct td_stor
 	json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
 	close(fd);
 	if (!root) {
-		seterr(err, errlen, "%s: line %d, column %d: %s", path, jerr.line, jerr.column,
-		       jerr.text);
+		util_seterr(err, errlen, "%s: line %d, column %d: %s", path, jerr.line, jerr.column,
+		            jerr.text);
 		return TOGGLE_EINVAL;
 	}
 	int rc = parse_entry(&lc, stem, root, out);
@@ -546,7 +511,7 @@ static int load_dir(const char *adir, struct td_store *out, char *err, size_t er
 	int dfd = open(adir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *dp = dfd < 0 ? NULL : fdopendir(dfd);
 	if (!dp) {
-		seterr(err, errlen, "cannot open %s: %s", adir, strerror(errno));
+		util_seterr(err, errlen, "cannot open %s: %s", adir, strerror(errno));
 		if (dfd >= 0)
 			close(dfd);
 		return TOGGLE_EIO;
@@ -556,7 +521,7 @@ static int load_dir(const char *adir, struct td_store *out, char *err, size_t er
 		struct dirent *de = readdir(dp);
 		if (!de) {
 			if (errno) {
-				seterr(err, errlen, "cannot read %s: %s", adir, strerror(errno));
+				util_seterr(err, errlen, "cannot read %s: %s", adir, strerror(errno));
 				rc = TOGGLE_EIO;
 			}
 			break;
@@ -584,11 +549,11 @@ static int load_dir(const char *adir, struct td_store *out, char *err, size_t er
 			stem[stem_len] = '\0';
 		}
 		if (stem_len >= sizeof(stem) || !name_ok(stem)) {
-			seterr(err, errlen,
-			       "%s/%s: file name: must be <agent name>%s or <agent name>@<uid>%s, the "
-			       "name 1 to %d bytes of [A-Za-z0-9_.-]", adir,
-			       printable(fname, pf, sizeof(pf)), STORE_SUFFIX, STORE_SUFFIX,
-			       TGP_MAX_NAME - 1);
+			util_seterr(err, errlen,
+			            "%s/%s: file name: must be <agent name>%s or <agent name>@<uid>%s, the "
+			            "name 1 to %d bytes of [A-Za-z0-9_.-]", adir,
+			            printable(fname, pf, sizeof(pf)), STORE_SUFFIX, STORE_SUFFIX,
+			            TGP_MAX_NAME - 1);
 			rc = TOGGLE_EINVAL;
 			if (out->quarantine && quarantine(dfd, adir, fname, err, out) == 0) {
 				rc = 0;
@@ -597,12 +562,12 @@ static int load_dir(const char *adir, struct td_store *out, char *err, size_t er
 			break;
 		}
 		if (n >= TD_MAX_STORED_AGENTS) {
-			seterr(err, errlen, "%s: more than %d names", adir, TD_MAX_STORED_AGENTS);
+			util_seterr(err, errlen, "%s: more than %d names", adir, TD_MAX_STORED_AGENTS);
 			rc = TOGGLE_EINVAL;
 			break;
 		}
 		if (!stems && !(stems = malloc(TD_MAX_STORED_AGENTS * sizeof(*stems)))) {
-			seterr(err, errlen, "%s: out of memory while loading", adir);
+			util_seterr(err, errlen, "%s: out of memory while loading", adir);
 			rc = TOGGLE_ENOMEM;
 			break;
 		}
@@ -648,7 +613,7 @@ static int journal_record(const struct load_ctx *lc, const char *line, size_t le
 	json_t *rec = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
 	int rc = 0;
 	if (!rec) {
-		seterr(lc->err, lc->errlen, "%s: column %d: %s", lc->path, jerr.column, jerr.text);
+		util_seterr(lc->err, lc->errlen, "%s: column %d: %s", lc->path, jerr.column, jerr.text);
 		return TOGGLE_EINVAL;
 	}
 	if (!json_is_object(rec))
@@ -687,7 +652,7 @@ static int load_journal(const char *dir, struct td_store *out, char *err, size_t
 {
 	char path[PATH_MAX + 32];
 	if (!journal_path(path, sizeof(path), dir)) {
-		seterr(err, errlen, "state directory: path too long");
+		util_seterr(err, errlen, "state directory: path too long");
 		return TOGGLE_EINVAL;
 	}
 	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -695,14 +660,14 @@ static int load_journal(const char *dir, struct td_store *out, char *err, size_t
 		return 0;
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st) != 0) {
-		seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+		util_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return TOGGLE_EIO;
 	}
 	if (!S_ISREG(st.st_mode) || (uintmax_t)st.st_size > STORE_JOURNAL_LIMIT) {
-		seterr(err, errlen, "%s: not a regular file of at most %u bytes", path,
-		       STORE_JOURNAL_LIMIT);
+		util_seterr(err, errlen, "%s: not a regular file of at most %u bytes", path,
+		            STORE_JOURNAL_LIMIT);
 		close(fd);
 		return TOGGLE_EINVAL;
 	}
@@ -717,7 +682,7 @@ static int load_journal(const char *dir, struct td_store *out, char *err, size_t
 		got += (size_t)r;
 	}
 	if (!buf || got != size) {
-		seterr(err, errlen, buf ? "cannot read %s" : "%s: out of memory while loading", path);
+		util_seterr(err, errlen, buf ? "cannot read %s" : "%s: out of memory while loading", path);
 		free(buf);
 		close(fd);
 		return buf ? TOGGLE_EIO : TOGGLE_ENOMEM;
@@ -770,8 +735,8 @@ static int load_journal(const char *dir, struct td_store *out, char *err, size_t
 				  path, kept ? printable(aside, pf, sizeof(pf)) : "(could not copy)");
 		}
 		if (good < size && (ftruncate(fd, (off_t)good) != 0 || fsync(fd) != 0)) {
-			seterr(err, errlen, "cannot cut %s to its last complete record: %s", path,
-			       strerror(errno));
+			util_seterr(err, errlen, "cannot cut %s to its last complete record: %s", path,
+			            strerror(errno));
 			rc = TOGGLE_EIO;
 		}
 		out->jsize = good;
@@ -792,7 +757,7 @@ int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
 	tmp.journal_max = s->journal_max;
 	td_store_free(s);
 	if ((size_t)snprintf(adir, sizeof(adir), "%s/%s", dir, STORE_SUBDIR) >= sizeof(adir)) {
-		seterr(err, errlen, "state directory: path too long");
+		util_seterr(err, errlen, "state directory: path too long");
 		return TOGGLE_EINVAL;
 	}
 	int rc = mkdir_p(dir, err, errlen);
@@ -815,7 +780,7 @@ int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
 				&dd->saved_specs, dd->standing, dd->n_plans, dd->plan_steps,
 				dd->plan_specs)) {
 			td_store_free(&tmp);
-			seterr(err, errlen, "%s: out of memory while loading", adir);
+			util_seterr(err, errlen, "%s: out of memory while loading", adir);
 			return TOGGLE_ENOMEM;
 		}
 	}
@@ -1409,7 +1374,7 @@ int td_store_job_end(struct td_store *s, struct td_store_job *j, char *err, size
 		s->saves++;
 	} else {
 		s->save_errors++;
-		seterr(err, errlen, "%s", j->reason);
+		util_seterr(err, errlen, "%s", j->reason);
 	}
 	int e = j->err_no;
 	job_free(j);

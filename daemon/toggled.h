@@ -24,7 +24,8 @@
 #include "toggle.h"
 #include "toggle_shm.h"
 
-#define TD_VERSION          "0.1.0"
+#include "toggle_version.h"
+#define TD_VERSION          TOGGLE_VERSION_STRING
 #define TD_MAX_QUEUE        (8u << 20)  /* bytes queued to one peer before it is dropped */
 #define TD_MAX_PEERS        1024        /* default max_peers */
 #define TD_MAX_PEERS_LIMIT  65536       /* max_peers accepted from the configuration */

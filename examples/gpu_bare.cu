@@ -59,7 +59,7 @@
 #include "toggle.h"
 
 #define GPU_TAG "gpu-bare"
-#include "gpu_fail.h"
+#include "gpu_common.h"
 
 /* ---- the shape of the workload ------------------------------------------------ */
 
@@ -167,23 +167,6 @@ __global__ void gb_nothing(int x)
 
 /* ---- helpers -------------------------------------------------------------------- */
 
-static double now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static struct toggle_hook hook_of(int h)
 {
 	struct toggle_hook k;
@@ -210,30 +193,9 @@ static bool hook_in_graph(int h)
 	return h / NB != T_EDGE || h % NB < 2;
 }
 
-/* Resident host memory in KiB (/proc/self/statm), 0 where unknown. */
-static double rss_kib(void)
-{
-	FILE *f = fopen("/proc/self/statm", "r");
-	unsigned long size = 0, res = 0;
-
-	if (!f)
-		return 0;
-	if (fscanf(f, "%lu %lu", &size, &res) != 2)
-		res = 0;
-	fclose(f);
-	return (double)res * 4.0; /* 4 KiB pages */
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static double median(double *v, int n)
 {
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	qsort(v, (size_t)n, sizeof *v, gpu_cmp_double);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
@@ -543,13 +505,13 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 	reset(d);
 	CUDA_CHECK(cudaStreamSynchronize(d->s0));
 	for (int i = 0; i < PIPE; i++) {
-		unsigned kind = (unsigned)(rng_next(&rng) % 3);
+		unsigned kind = (unsigned)(gpu_rng_next(&rng) % 3);
 
 		toggle_set_clear(&sets[i]);
 		if (kind != 0) {
-			unsigned density = (unsigned)(rng_next(&rng) % 101);
+			unsigned density = (unsigned)(gpu_rng_next(&rng) % 101);
 			for (int h = 0; h < N_HOOKS; h++)
-				if (rng_next(&rng) % 100 < density)
+				if (gpu_rng_next(&rng) % 100 < density)
 					set_put(&sets[i], h);
 		}
 		{
@@ -765,13 +727,13 @@ static void figures(const struct toggle_catalog *cat, struct dev *d)
 	CUDA_CHECK(cudaGraphInstantiate(&eoff, goff, 0));
 	CUDA_CHECK(cudaDeviceSynchronize());
 	CUDA_CHECK(cudaMemGetInfo(&free0, &total));
-	rss0 = rss_kib();
-	t0 = now_us();
+	rss0 = gpu_rss_kib();
+	t0 = gpu_now_us();
 	TG_CHECK(on, toggle_graph_bind(on, gon, eon));
-	bind_on = now_us() - t0;
-	t0 = now_us();
+	bind_on = gpu_now_us() - t0;
+	t0 = gpu_now_us();
 	TG_CHECK(off, toggle_graph_bind(off, goff, eoff));
-	bind_off = now_us() - t0;
+	bind_off = gpu_now_us() - t0;
 	toggle_set_clear(&none);
 	toggle_set_fill(&all, cat);
 	toggle_set_clear(&one);
@@ -781,7 +743,7 @@ static void figures(const struct toggle_catalog *cat, struct dev *d)
 	TG_CHECK(on, toggle_graph_launch(on, gon, eon, (CUstream)d->s0)); /* uploads the bare exec */
 	CUDA_CHECK(cudaDeviceSynchronize());
 	CUDA_CHECK(cudaMemGetInfo(&free1, &total));
-	rss1 = rss_kib();
+	rss1 = gpu_rss_kib();
 	for (int r = 0; r < R; r++) {
 		floor_us[r] = time_replays(NULL, gf, ef, d, N);
 		TG_CHECK(on, toggle_set_enabled(on, &none));
@@ -800,19 +762,19 @@ static void figures(const struct toggle_catalog *cat, struct dev *d)
 		CUDA_CHECK(cudaStreamSynchronize(d->s0));
 		TG_CHECK(on, toggle_set_enabled(on, &none));
 		TG_CHECK(on, toggle_step_begin(on, ++step, NULL));
-		t0 = now_us();
+		t0 = gpu_now_us();
 		TG_CHECK(on, toggle_graph_launch(on, gon, eon, (CUstream)d->s0));
-		sw_bare[i] = now_us() - t0;
+		sw_bare[i] = gpu_now_us() - t0;
 		TG_CHECK(on, toggle_set_enabled(on, &one));
 		TG_CHECK(on, toggle_step_begin(on, ++step, NULL));
-		t0 = now_us();
+		t0 = gpu_now_us();
 		TG_CHECK(on, toggle_graph_launch(on, gon, eon, (CUstream)d->s0));
-		sw_main[i] = now_us() - t0;
+		sw_main[i] = gpu_now_us() - t0;
 		TG_CHECK(off, toggle_set_enabled(off, i % 2 ? &none : &one));
 		TG_CHECK(off, toggle_step_begin(off, step, NULL));
-		t0 = now_us();
+		t0 = gpu_now_us();
 		TG_CHECK(off, toggle_graph_launch(off, goff, eoff, (CUstream)d->s0));
-		sw_off[i] = now_us() - t0;
+		sw_off[i] = gpu_now_us() - t0;
 	}
 	CUDA_CHECK(cudaStreamSynchronize(d->s0));
 	{
@@ -846,15 +808,9 @@ static void figures(const struct toggle_catalog *cat, struct dev *d)
 static void device_header(void)
 {
 	struct cudaDeviceProp prop;
-	int n = 0, drv = 0;
-	cudaError_t e = cudaGetDeviceCount(&n);
+	int drv = 0;
 
-	if (e != cudaSuccess || n == 0) {
-		printf("gpu-bare: SKIPPED: no CUDA device (%s)\n",
-		       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-		exit(0);
-	}
-	CUDA_CHECK(cudaSetDevice(0));
+	gpu_device_or_skip();
 	CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
 	CUDA_CHECK(cudaDriverGetVersion(&drv));
 	printf("gpu-bare: device 0: %s (sm_%d%d), driver %d.%d\n", prop.name, prop.major,

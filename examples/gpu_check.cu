@@ -95,7 +95,7 @@ struct ring_rec {
 /* ---- failure: die(), CUDA_CHECK, TG_CHECK ---------------------------------- */
 
 #define GPU_TAG "gpu-check"
-#include "gpu_fail.h"
+#include "gpu_common.h"
 
 /* ---- kernels ---------------------------------------------------------------- */
 
@@ -146,26 +146,9 @@ __global__ void produce(const float *x, float *out, const long long *d_step,
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static unsigned rng_below(uint64_t *s, unsigned n)
 {
-	return (unsigned)(rng_next(s) % n);
-}
-
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+	return (unsigned)(gpu_rng_next(s) % n);
 }
 
 static struct toggle_hook hook_of(int h)
@@ -1087,9 +1070,9 @@ static void run_phase(struct phase *ph)
 	struct toggle_stats st;
 
 	setup(ph);
-	t0 = now_ms();
+	t0 = gpu_now_ms();
 	run_steps(ph);
-	ph->elapsed_ms = now_ms() - t0;
+	ph->elapsed_ms = gpu_now_ms() - t0;
 	check_totals(ph);
 	st = stats_of(ph);
 
@@ -1284,13 +1267,6 @@ static void bench_teardown(struct phase *ph)
 	CUDA_CHECK(cudaGraphDestroy(ph->graph[0]));
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /*
  * reps replays; with `change`, the set alternates between two sets that
  * differ in about half the hooks (48 of 96 producers flip at every replay).
@@ -1324,15 +1300,15 @@ static void bench_run(struct phase *ph, bool change, int reps)
 		double t0;
 
 		TG_CHECK(ph->agent, toggle_set_enabled(ph->agent, i % 2 ? &a : &b));
-		t0 = now_ms();
+		t0 = gpu_now_ms();
 		TG_CHECK(ph->agent, toggle_graph_launch(ph->agent, ph->graph[0], ph->exec[0],
 							 (CUstream)d->stream));
-		host_us[i] = (now_ms() - t0) * 1e3;
+		host_us[i] = (gpu_now_ms() - t0) * 1e3;
 		if (i % 32 == 31)
 			CUDA_CHECK(cudaStreamSynchronize(d->stream));
 	}
 	CUDA_CHECK(cudaStreamSynchronize(d->stream));
-	qsort(host_us, (size_t)reps, sizeof host_us[0], cmp_double);
+	qsort(host_us, (size_t)reps, sizeof host_us[0], gpu_cmp_double);
 
 	CUDA_CHECK(cudaEventCreate(&e0));
 	CUDA_CHECK(cudaEventCreate(&e1));
@@ -1392,11 +1368,11 @@ static void bench_writes(struct dev *d)
 					ops[w].writeValue.value64 = (uint64_t)i;
 					words[w] = (uint64_t)i;
 				}
-				t0 = now_ms();
+				t0 = gpu_now_ms();
 				r = how == 0 ? batch((CUstream)d->stream, (unsigned)k, ops, 0)
 					     : htod((CUdeviceptr)(uintptr_t)buf, words,
 						    (size_t)k * sizeof words[0], (CUstream)d->stream);
-				us[i] = (now_ms() - t0) * 1e3;
+				us[i] = (gpu_now_ms() - t0) * 1e3;
 				if (r != CUDA_SUCCESS)
 					die("bench: %s failed: %d", how ? "cuMemcpyHtoDAsync"
 									: "cuStreamBatchMemOp", (int)r);
@@ -1404,7 +1380,7 @@ static void bench_writes(struct dev *d)
 					CUDA_CHECK(cudaStreamSynchronize(d->stream));
 			}
 			CUDA_CHECK(cudaStreamSynchronize(d->stream));
-			qsort(us, 2048, sizeof us[0], cmp_double);
+			qsort(us, 2048, sizeof us[0], gpu_cmp_double);
 			printf("gpu-check: figures write=%s words=%d host_us_median=%.2f host_us_p90=%.2f\n",
 			       how ? "cuMemcpyHtoDAsync(pageable)" : "cuStreamBatchMemOp(write64)", k,
 			       us[1024], us[2048 * 9 / 10]);
@@ -1479,15 +1455,8 @@ bad:
 static void device_header(void)
 {
 	struct cudaDeviceProp prop;
-	int n = 0, drv = 0, rt = 0;
-	cudaError_t e = cudaGetDeviceCount(&n);
+	int n = gpu_device_or_skip(), drv = 0, rt = 0;
 
-	if (e != cudaSuccess || n == 0) {
-		printf("gpu-check: SKIPPED: no CUDA device (%s)\n",
-		       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-		exit(0);
-	}
-	CUDA_CHECK(cudaSetDevice(0));
 	CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
 	CUDA_CHECK(cudaDriverGetVersion(&drv));
 	CUDA_CHECK(cudaRuntimeGetVersion(&rt));

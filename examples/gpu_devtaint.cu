@@ -66,7 +66,7 @@ extern "C" {
 #define THREADS      256
 
 #define GPU_TAG "gpu-devtaint"
-#include "gpu_fail.h"
+#include "gpu_common.h"
 
 static const char *const type_names[N_TYPES] = {"resid_post", "attn_out", "mlp_out"};
 
@@ -98,15 +98,6 @@ __global__ void produce(const float *x, float *out, const long long *d_launch,
 			atomicExch(overflow, 1u);
 		}
 	}
-}
-
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
 }
 
 static struct toggle_hook hook_of(int h)
@@ -177,15 +168,9 @@ static void bind_not_uploaded(struct ctx *c)
 static void device_header(void)
 {
 	struct cudaDeviceProp prop;
-	int n = 0, drv = 0;
-	cudaError_t e = cudaGetDeviceCount(&n);
+	int drv = 0;
 
-	if (e != cudaSuccess || n == 0) {
-		printf("gpu-devtaint: SKIPPED: no CUDA device (%s)\n",
-		       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-		exit(0);
-	}
-	CUDA_CHECK(cudaSetDevice(0));
+	gpu_device_or_skip();
 	CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
 	CUDA_CHECK(cudaDriverGetVersion(&drv));
 	printf("gpu-devtaint: device 0: %s (sm_%d%d), driver %d.%d\n", prop.name, prop.major,
@@ -344,7 +329,7 @@ int main(void)
 	TG_CHECK(c.agent, toggle_graph_bind(c.agent, (CUgraph)c.graph, (CUgraphExec)c.exec));
 	for (int s = 0; s < STEPS; s++) {
 		for (int w = 0; w < HW; w++)
-			bits[w] = (uint32_t)rng_next(&c.rng);
+			bits[w] = (uint32_t)gpu_rng_next(&c.rng);
 		bits[HW - 1] &= N_HOOKS % 32 ? (1u << (N_HOOKS % 32)) - 1 : ~0u;
 		begin_step(&c, bits);
 		TG_CHECK(c.agent, launch(&c, bits));

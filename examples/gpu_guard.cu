@@ -42,7 +42,7 @@
 #include "toggle.h"
 
 #define GPU_TAG "gpu-guard"
-#include "gpu_fail.h"
+#include "gpu_common.h"
 
 #define N_TYPES     2
 #define N_LAYERS    4
@@ -463,17 +463,10 @@ int main(void)
 {
 	struct env e;
 	char err[256];
-	int n = 0, drv = 0, failed = 0;
-	cudaError_t ce;
+	int drv = 0, failed = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	ce = cudaGetDeviceCount(&n);
-	if (ce != cudaSuccess || n == 0) {
-		printf("gpu-guard: SKIPPED: no CUDA device (%s)\n",
-		       ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
-		return 0;
-	}
-	CUDA_CHECK(cudaSetDevice(0));
+	gpu_device_or_skip();
 	CUDA_CHECK(cudaFree(0)); /* the context is current: device mode loads its planner */
 	CUDA_CHECK(cudaDriverGetVersion(&drv));
 	printf("gpu-guard: driver %d.%d\n", drv / 1000, drv % 1000 / 10);

@@ -54,7 +54,7 @@
 #include "toggle.h"
 
 #define GPU_TAG "gpu-region"
-#include "gpu_fail.h"
+#include "gpu_common.h"
 
 #define N_TYPES   3
 #define N_LAYERS  8
@@ -99,23 +99,6 @@ __global__ void fill(unsigned char *src, size_t n, const long long *d_step)
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static struct toggle_hook hook_of(int h)
 {
 	struct toggle_hook k;
@@ -130,7 +113,7 @@ static uint32_t pick(uint64_t *rng, uint32_t prev, int n)
 {
 	uint32_t all = (1u << n) - 1;
 
-	switch (rng_next(rng) % 8) {
+	switch (gpu_rng_next(rng) % 8) {
 	case 0:
 		return 0;
 	case 1:
@@ -138,9 +121,9 @@ static uint32_t pick(uint64_t *rng, uint32_t prev, int n)
 	case 2:
 		return prev;
 	case 3:
-		return prev ^ (1u << (rng_next(rng) % (unsigned)n));
+		return prev ^ (1u << (gpu_rng_next(rng) % (unsigned)n));
 	default:
-		return (uint32_t)rng_next(rng) & all;
+		return (uint32_t)gpu_rng_next(rng) & all;
 	}
 }
 
@@ -218,19 +201,19 @@ static void k_stamp(struct region_leg *L, cudaStream_t s, int hook)
 
 static void region_begin(struct region_leg *L, struct toggle_agent *a)
 {
-	double t0 = now_ms();
+	double t0 = gpu_now_ms();
 
 	TG_CHECK(a, toggle_producer_begin(a, (CUstream)L->s0));
-	L->region_ms += now_ms() - t0;
+	L->region_ms += gpu_now_ms() - t0;
 }
 
 static void region_end(struct region_leg *L, struct toggle_agent *a, int h, size_t want)
 {
 	size_t n = 0;
-	double t0 = now_ms();
+	double t0 = gpu_now_ms();
 
 	TG_CHECK(a, toggle_producer_end(a, (CUstream)L->s0, hook_of(h), &n));
-	L->region_ms += now_ms() - t0;
+	L->region_ms += gpu_now_ms() - t0;
 	if (n != want)
 		die("region of hook %d recorded %zu kernels, not %zu", h, n, want);
 }
@@ -432,9 +415,9 @@ static uint64_t region_leg_run(enum toggle_mode mode, long long steps, uint64_t 
 		CUDA_CHECK(cudaMemsetAsync(L.d_slots, 0xff, MAX_SLOTS * sizeof(long long), L.s0));
 		set_step<<<1, 1, 0, L.s0>>>(L.d_step, s);
 		CUDA_LAUNCHED();
-		t0 = now_ms();
+		t0 = gpu_now_ms();
 		TG_CHECK(a, toggle_graph_launch(a, (CUgraph)graph, exec, (CUstream)L.s0));
-		launch_ms += now_ms() - t0;
+		launch_ms += gpu_now_ms() - t0;
 		CUDA_CHECK(cudaMemcpyAsync(L.h_slots, L.d_slots, MAX_SLOTS * sizeof(long long),
 					   cudaMemcpyDeviceToHost, L.s0));
 		CUDA_CHECK(cudaStreamSynchronize(L.s0));

@@ -28,9 +28,9 @@ $(B)/fuzz/fuzz_shm: fuzz/fuzz_shm.c libtoggle/src/shm.c libtoggle/src/hookset.c
 	$(FUZZ_CC) $(FUZZ_FLAGS) -pthread -o $@ $^
 
 # What a toggled in a cluster reads from etcd (keys, selectors, values, base64).
-$(B)/fuzz/fuzz_cluster: fuzz/fuzz_cluster.c daemon/cluster_key.c daemon/etcd.c daemon/log.c
+$(B)/fuzz/fuzz_cluster: fuzz/fuzz_cluster.c daemon/cluster_key.c daemon/etcd.c daemon/log.c util/util.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon $$(pkg-config --cflags libuv libcurl jansson) -o $@ $^ \
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon -Iutil $$(pkg-config --cflags libuv libcurl jansson) -o $@ $^ \
 	    $$(pkg-config --libs libuv libcurl jansson) -lpthread
 
 .PHONY: fuzz

@@ -1,7 +1,7 @@
-# proto.mk - the wire protocol (protoc-c output + frame.c) and the client
-# library (client/tgclient.c), built into $(B)/libtgproto.a and, for the
-# tests, the ASan/UBSan $(B)/libtgproto-san.a.  Included by the top-level
-# Makefile after the libtoggle rules; uses its B, CC, ALL_CFLAGS and SAN.
+# proto.mk - the wire protocol (protoc-c output + frame.c), built into
+# $(B)/libtgproto.a and, for the tests, the ASan/UBSan $(B)/libtgproto-san.a
+# (the client library on top of it: client/client.mk).  Included by the
+# top-level Makefile after the libtoggle rules; uses its B, CC, ALL_CFLAGS and SAN.
 
 TGP_GEN_C := $(B)/gen/proto/toggle.pb-c.c
 TGP_GEN_H := $(B)/gen/proto/toggle.pb-c.h
@@ -12,7 +12,7 @@ TGP_GEN_H := $(B)/gen/proto/toggle.pb-c.h
 TGP_CFLAGS = -Iproto -Iclient -I$(B)/gen $$(pkg-config --cflags libprotobuf-c)
 TGP_LIBS = $$(pkg-config --libs libprotobuf-c)
 
-TGP_SRC := proto/frame.c client/tgclient.c
+TGP_SRC := proto/frame.c
 TGP_OBJ := $(TGP_SRC:%.c=$(B)/%.o)
 TGP_SAN_OBJ := $(TGP_SRC:%.c=$(B)/san/%.o)
 TGP_GEN_OBJ := $(B)/gen/proto/toggle.pb-c.o

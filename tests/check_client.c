@@ -18,6 +18,7 @@
 #include "frame.h"
 #include "tgclient.h"
 #include "testutil.h"
+#include "util.h"
 
 #define T_OK_MS 5000     /* generous timeout for calls that must succeed */
 #define FLOOD   1100     /* events sent before one reply: more than the queue */
@@ -350,9 +351,7 @@ static Toggle__Envelope status_req(void)
 
 static int64_t mono_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)util_mono_ms();
 }
 
 /* ---- connect ------------------------------------------------------------ */

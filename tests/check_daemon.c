@@ -42,6 +42,7 @@
 #include "agent_impl.h" /* white-box: the agent's own status lane */
 #include "frame.h"
 #include "testutil.h"
+#include "util.h"
 #include "tgclient.h"
 #include "toggle.h"
 #include "toggle_shm.h"
@@ -91,9 +92,7 @@ static struct env *g_env;
 
 static uint64_t now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return util_mono_ms();
 }
 
 static void sleep_ms(int ms)

@@ -30,6 +30,7 @@
 #include "peer_trust.h"
 #include "tgclient.h"
 #include "testutil.h"
+#include "util.h"
 #include "toggle.h"
 #include "toggle_sim.h"
 
@@ -210,9 +211,7 @@ static bool squat_start(struct squat *s)
 
 static int64_t mono_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)util_mono_ms();
 }
 
 static int tally_get(int *counter)

@@ -21,6 +21,7 @@
 #include "frame.h"
 #include "tgclient.h"
 #include "testutil.h"
+#include "util.h"
 
 #ifndef TOGGLED_BIN
 #define TOGGLED_BIN "build/toggled-san"
@@ -118,9 +119,7 @@ static struct env g;
 
 static uint64_t now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return util_mono_ms();
 }
 
 static pid_t spawn(char *const argv[])

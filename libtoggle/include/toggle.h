@@ -29,8 +29,8 @@
 extern "C" {
 #endif
 
-#define TOGGLE_VERSION_MAJOR 0
-#define TOGGLE_VERSION_MINOR 1
+/* TOGGLE_VERSION_MAJOR, _MINOR (the API version toggle_version() reports), _PATCH */
+#include "toggle_version.h"
 
 #define TOGGLE_MAX_PLAN       256  /* pending per-step plan entries per agent */
 #define TOGGLE_MAX_GRAPHS     4096 /* graphs with producers per agent */

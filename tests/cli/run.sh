@@ -15,33 +15,20 @@
 set -u
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-TOP=$(cd "$HERE/../.." && pwd)
-B=${B:-build}
-case $B in /*) ;; *) B=$TOP/$B ;; esac
+TL_NAME=run.sh
+# shellcheck source=tests/lib.sh
+. "$HERE/../lib.sh"
 CTL=$B/togglectl
 DAEMON=$B/toggled
 AGENT=$B/examples/demo_agent
 GOLDEN=$HERE/golden
 UPDATE=${UPDATE_GOLDEN:-0}
 
-FAILS=0
-CHECKS=0
 DPID=
 APID=
 BGPIDS=
 
-fail() {
-	FAILS=$((FAILS + 1))
-	echo "FAIL: $*" >&2
-}
-. "$TOP/tests/skip.sh"
-
-for f in "$CTL" "$DAEMON" "$AGENT"; do
-	if [ ! -x "$f" ]; then
-		echo "run.sh: $f is missing; build it first (make $f)" >&2
-		exit 1
-	fi
-done
+tl_need "$CTL" "$DAEMON" "$AGENT"
 if ! command -v python3 >/dev/null 2>&1; then
 	echo "run.sh: python3 is needed to check the JSON output (apt-get install python3)" >&2
 	exit 1
@@ -51,8 +38,7 @@ if ! "$AGENT" --help 2>&1 | grep -q -- --socket; then
 	exit 1
 fi
 
-# A short private directory: socket paths must fit in sun_path.
-T=$(mktemp -d /tmp/tgcli.XXXXXX) || exit 1
+tl_tmpdir tgcli
 SOCK=$T/toggled.sock
 STATE=$T/state
 
@@ -62,11 +48,7 @@ cleanup() {
 		[ -n "$p" ] && kill "$p" 2>/dev/null
 	done
 	wait 2>/dev/null
-	if [ "${KEEP:-0}" = 1 ] || [ "$FAILS" -gt 0 ]; then
-		echo "run.sh: logs kept in $T" >&2
-	else
-		rm -rf "$T"
-	fi
+	tl_rm_tmpdir
 }
 trap cleanup EXIT
 
@@ -190,21 +172,6 @@ golden() {
 	fi
 }
 
-# wait_for SECONDS WHAT CMD...: retry CMD every 0.1 s.
-wait_for() {
-	local secs=$1 what=$2 i=0
-	shift 2
-	while ! "$@" >/dev/null 2>&1; do
-		i=$((i + 1))
-		if [ "$i" -ge $((secs * 10)) ]; then
-			fail "$what: not within ${secs}s"
-			return 1
-		fi
-		sleep 0.1
-	done
-	return 0
-}
-
 daemon_up() { "$CTL" --socket "$SOCK" status; }
 
 # The agent is registered with its graphs and is stepping.
@@ -251,6 +218,8 @@ ctl graphs pid:abc
 expect_rc 2 "bad SELECTOR argument" && expect_in err "bad selector 'pid:abc'" "bad selector named"
 ctl hooks 'group:a/b'
 expect_rc 2 "bad group selector"
+ctl hooks 'group:..'
+expect_rc 2 "group selector '..'" && expect_in err "not . or .." "group selector '..'"
 ctl --target 1 graphs 1
 expect_rc 2 "target given twice"
 ctl --target 1 status

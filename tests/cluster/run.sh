@@ -20,29 +20,15 @@
 # is bounded.
 set -u
 
-HERE=$(cd "$(dirname "$0")" && pwd)
-TOP=$(cd "$HERE/../.." && pwd)
-B=${B:-build}
-case $B in /*) ;; *) B=$TOP/$B ;; esac
+TL_NAME=cluster/run.sh
+TL_WAIT_IS_CHECK=1 # every wait_for counts in CHECKS
+# shellcheck source=tests/lib.sh
+. "$(cd "$(dirname "$0")/.." && pwd)/lib.sh"
 CTL=$B/togglectl
 DAEMON=${TOGGLED:-$B/toggled-san}
 AGENT=$B/examples/demo_agent
 
-FAILS=0
-CHECKS=0
-fail() {
-	FAILS=$((FAILS + 1))
-	echo "FAIL: $*" >&2
-}
-# shellcheck source=tests/skip.sh
-. "$TOP/tests/skip.sh"
-
-for f in "$CTL" "$DAEMON" "$AGENT"; do
-	if [ ! -x "$f" ]; then
-		echo "cluster/run.sh: $f is missing; build it first" >&2
-		exit 1
-	fi
-done
+tl_need "$CTL" "$DAEMON" "$AGENT"
 for t in etcd etcdctl python3; do
 	if ! command -v "$t" >/dev/null 2>&1; then
 		echo "cluster/run.sh: FAIL: $t is not installed (scripts/deps.sh installs etcd-server," \
@@ -51,7 +37,7 @@ for t in etcd etcdctl python3; do
 	fi
 done
 
-T=$(mktemp -d /tmp/tgclu.XXXXXX) || exit 1
+tl_tmpdir tgclu
 EPID=
 DPIDS=(x "" "" "" "")
 APIDS=
@@ -63,11 +49,7 @@ cleanup() {
 		[ -n "$p" ] && kill "$p" 2>/dev/null
 	done
 	wait 2>/dev/null
-	if [ "${KEEP:-0}" = 1 ] || [ "$FAILS" -gt 0 ]; then
-		echo "cluster/run.sh: logs kept in $T" >&2
-	else
-		rm -rf "$T"
-	fi
+	tl_rm_tmpdir
 }
 trap cleanup EXIT
 
@@ -130,20 +112,6 @@ start_host() {
 	fail "toggled h$n did not listen in 5 s"
 }
 
-# wait_for SECONDS WHAT CMD...: until CMD succeeds; a failure after SECONDS.
-wait_for() {
-	local secs=$1 what=$2
-	shift 2
-	CHECKS=$((CHECKS + 1))
-	local end=$(($(date +%s%N) / 1000000 + secs * 1000))
-	while :; do
-		"$@" && return 0
-		[ $(($(date +%s%N) / 1000000)) -ge "$end" ] && break
-		sleep 0.05
-	done
-	fail "$what (not within $secs s)"
-	return 1
-}
 
 # host_agents_are N EXPR: every agent of hN (2 of them) satisfies the Python
 # expression EXPR over a (the agent's JSON object from togglectl agents).
