@@ -28,7 +28,6 @@
 #define CONN_BACKOFF_MIN_MS 50
 #define CONN_BACKOFF_MAX_MS 2000
 #define CONN_REPLY_TIMEOUT_MS 2000
-#define CONN_MAX_REPLY 65536
 
 struct tg_conn {
 	pthread_t thread;
@@ -194,13 +193,13 @@ static int conn_exchange(struct tg_conn *c, int fd, const uint8_t *frame, size_t
 		conn_set_error(c, "sending to the daemon", strerror(errno));
 		return -1;
 	}
-	uint8_t hdr[4];
-	if (conn_read_full(c, fd, hdr, 4) != 0) {
+	uint8_t hdr[TGP_FRAME_HEADER];
+	if (conn_read_full(c, fd, hdr, sizeof(hdr)) != 0) {
 		conn_set_error(c, "no reply from the daemon", NULL);
 		return -1;
 	}
-	uint32_t n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-	if (n == 0 || n > CONN_MAX_REPLY) {
+	uint32_t n = tgp_frame_header_get(hdr);
+	if (tgp_frame_len_check(n) != 0) {
 		conn_set_error(c, "daemon reply has a bad length", NULL);
 		return -1;
 	}

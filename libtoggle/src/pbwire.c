@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pbwire.h"
+#include "toggle_proto.h"
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
@@ -58,18 +59,15 @@ void pbw_string(struct pbw_buf *b, uint32_t field, const char *s)
 static long pbw_frame(uint8_t *buf, size_t cap, uint64_t id, uint32_t field,
 		      const struct pbw_buf *body)
 {
-	if (cap < 4)
+	if (cap < TGP_FRAME_HEADER)
 		return -1;
-	struct pbw_buf env = {.p = buf + 4, .cap = cap - 4};
+	struct pbw_buf env = {.p = buf + TGP_FRAME_HEADER, .cap = cap - TGP_FRAME_HEADER};
 	pbw_varint(&env, PBW_ENV_ID, id);
 	pbw_bytes(&env, field, body->p, body->len);
-	if (env.overflow || body->overflow || env.len > UINT32_MAX)
+	if (env.overflow || body->overflow || tgp_frame_len_check(env.len) != 0)
 		return -1;
-	buf[0] = (uint8_t)(env.len >> 24);
-	buf[1] = (uint8_t)(env.len >> 16);
-	buf[2] = (uint8_t)(env.len >> 8);
-	buf[3] = (uint8_t)env.len;
-	return (long)(env.len + 4);
+	tgp_frame_header_put(buf, (uint32_t)env.len);
+	return (long)(env.len + TGP_FRAME_HEADER);
 }
 
 /* proto3 leaves out what equals the default. */
