@@ -24,6 +24,7 @@
 
 #include "toggle_error.h"
 #include "toggle_hooks.h"
+#include "toggle_shm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,7 +33,8 @@ extern "C" {
 #define TOGGLE_VERSION_MAJOR 0
 #define TOGGLE_VERSION_MINOR 1
 
-#define TOGGLE_MAX_PLAN       256  /* pending per-step plan entries per agent */
+/* TOGGLE_MAX_PLAN (pending per-step plan entries per agent), TOGGLE_MAX_NAME
+ * and the hook space: toggle_hooks.h, which toggled shares without CUDA. */
 #define TOGGLE_MAX_GRAPHS     4096 /* graphs with producers per agent */
 #define TOGGLE_MAX_NODES      16384 /* producer nodes per graph */
 
@@ -90,9 +92,10 @@ enum toggle_mode toggle_agent_mode(const struct toggle_agent *agent);
  */
 enum toggle_conn_state {
 	TOGGLE_CONN_STANDALONE = 0,   /* opened without socket_path: no daemon */
-	TOGGLE_CONN_CONNECTING = 1,   /* never registered yet; retrying with backoff */
-	TOGGLE_CONN_CONNECTED = 2,    /* registered with toggled */
-	TOGGLE_CONN_RECONNECTING = 3, /* was registered, the connection ended; retrying */
+	/* The status lane carries these to toggled: its numbers, one definition. */
+	TOGGLE_CONN_CONNECTING = TOGGLE_SHM_CONN_CONNECTING,     /* never registered yet; retrying with backoff */
+	TOGGLE_CONN_CONNECTED = TOGGLE_SHM_CONN_CONNECTED,       /* registered with toggled */
+	TOGGLE_CONN_RECONNECTING = TOGGLE_SHM_CONN_RECONNECTING, /* was registered, the connection ended; retrying */
 };
 
 struct toggle_conn_info {

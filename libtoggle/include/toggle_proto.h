@@ -28,15 +28,18 @@
 #include <stdint.h>
 
 #include "toggle_error.h"
+#include "toggle_hooks.h"
+#include "toggle_shm.h"
 
 #define TGP_PROTOCOL_VERSION 2
 #define TGP_FRAME_HEADER     4            /* length, network byte order */
 #define TGP_MAX_FRAME        (1u << 20)   /* envelope bytes; larger is refused (every reader) */
 #define TGP_MAX_SPEC         8192         /* bytes of one hook spec */
-#define TGP_MAX_PLAN_ENTRIES 64           /* entries of one SubmitPlan: the agent's plan ring */
+/* Entries of one SubmitPlan: a batch is published whole in the agent's plan ring. */
+#define TGP_MAX_PLAN_ENTRIES TOGGLE_SHM_PLAN_RING
 #define TGP_MAX_PLAN_AFTER   (1ll << 40)  /* largest relative step (PlanEntry.after) */
 #define TGP_MAX_WAIT_MS      600000u      /* longest SetEnabled wait */
-#define TGP_MAX_NAME         64           /* agent, group, hook type names (NUL included) */
+#define TGP_MAX_NAME         TOGGLE_MAX_NAME /* agent, group, hook type names (NUL included) */
 
 /* ---- the frame header: a 4-byte length, then that many envelope bytes ---- */
 

@@ -41,8 +41,8 @@ struct tg_conn {
 	char trust[TGP_TRUST_ENV_MAX + 2];
 	/* Copies of the registration strings. */
 	char name[TGP_MAX_NAME], group[TGP_MAX_NAME];
-	char types[32][TGP_MAX_NAME];
-	const char *type_ptrs[32];
+	char types[TOGGLE_MAX_HOOK_TYPES][TGP_MAX_NAME];
+	const char *type_ptrs[TOGGLE_MAX_HOOK_TYPES];
 	struct pbw_register reg;
 
 	pthread_mutex_t lock; /* guards st */
@@ -298,7 +298,7 @@ static void *conn_main(void *arg)
 
 static int conn_copy_reg(struct tg_conn *c, const struct pbw_register *reg)
 {
-	if (reg->n_types > 32 || strlen(reg->name) >= sizeof(c->name) ||
+	if (reg->n_types > TOGGLE_MAX_HOOK_TYPES || strlen(reg->name) >= sizeof(c->name) ||
 	    (reg->group && strlen(reg->group) >= sizeof(c->group)))
 		return -1;
 	snprintf(c->name, sizeof(c->name), "%s", reg->name);
