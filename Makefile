@@ -23,6 +23,9 @@ CSTD   := -std=c17 -D_GNU_SOURCE
 INC    := -Ilibtoggle/include -isystem $(CUDA_HOME)/include
 CFLAGS ?= -O2 -g
 ALL_CFLAGS := $(CSTD) $(WARN) $(INC) -fPIC -MMD -MP $(CFLAGS)
+# The wire protocol, the daemon and the CLI: no CUDA include directory
+# (check-nocuda in daemon.mk proves they need none).
+HOST_CFLAGS := $(CSTD) $(WARN) -Ilibtoggle/include -fPIC -MMD -MP $(CFLAGS)
 SAN    := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 LIB_SRC := $(wildcard libtoggle/src/*.c)

@@ -1,6 +1,6 @@
 # client.mk - togglectl, the CLI (client/togglectl.c, ctl_cmds.c,
 # ctl_output.c), and its end-to-end test (tests/cli/run.sh).  Included by
-# the top-level Makefile after daemon.mk; uses its B, CC, ALL_CFLAGS and
+# the top-level Makefile after daemon.mk; uses its B, CC, HOST_CFLAGS and
 # LIB_LIBS, and proto.mk's TGP_CFLAGS, TGP_LIBS and TGP_GEN_H.
 
 CTL_SRC := client/togglectl.c client/ctl_cmds.c client/ctl_output.c client/ctl_cluster.c
@@ -14,7 +14,7 @@ all: $(B)/togglectl
 
 $(CTL_OBJ): $(B)/%.o: %.c $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(CTL_CFLAGS) -c $< -o $@
+	$(CC) $(HOST_CFLAGS) $(CTL_CFLAGS) -c $< -o $@
 
 # libtoggle.a brings toggle_strerror and the hook-spec parser (no CUDA).
 $(B)/togglectl: $(CTL_OBJ) $(CTL_DAEMON_OBJ) $(B)/libtgproto.a $(B)/libtoggle.a

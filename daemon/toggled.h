@@ -20,7 +20,7 @@
 
 #include "cluster.h"
 #include "frame.h"
-#include "toggle.h"
+#include "toggle_hooks.h"
 #include "toggle_shm.h"
 
 #define TD_VERSION          "0.1.0"
