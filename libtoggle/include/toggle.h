@@ -504,7 +504,7 @@ int toggle_copy_out(struct toggle_agent *agent, CUstream stream, struct toggle_h
  * Struct layout self-description for bindings: every public struct that a
  * binding mirrors (toggle_config, toggle_hook, toggle_set, toggle_catalog,
  * toggle_plan_entry, toggle_graph_status, toggle_anomalies, toggle_stats,
- * toggle_copy, toggle_device_counters, toggle_registry_check), one entry for
+ * toggle_copy, toggle_device_counters, toggle_registry_check, toggle_limit), one entry for
  * the struct (field NULL, size = sizeof, offset 0) and one per field.
  */
 struct toggle_layout_entry {
@@ -514,6 +514,17 @@ struct toggle_layout_entry {
 	uint32_t offset;
 };
 const struct toggle_layout_entry *toggle_layout(size_t *count);
+/*
+ * The limits a binding mirrors as constants, by C name, as this library was
+ * built: TOGGLE_MAX_HOOK_TYPES, TOGGLE_MAX_LAYERS, TOGGLE_MAX_NAME,
+ * TOGGLE_MAX_PLAN and the wire's TGP_PROTOCOL_VERSION, TGP_MAX_FRAME,
+ * TGP_MAX_PLAN_ENTRIES (a client in another language checks its copies).
+ */
+struct toggle_limit {
+	const char *name;
+	uint64_t value;
+};
+const struct toggle_limit *toggle_limits(size_t *count);
 /* Library version for bindings: (TOGGLE_VERSION_MAJOR << 16) | MINOR. */
 unsigned toggle_version(void);
 
