@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "toggle_frame.h"
 
 /* A reader that held a big frame gives the memory back once drained. */
 #define READER_KEEP  (64u * 1024u)

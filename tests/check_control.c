@@ -20,7 +20,7 @@
 #include "pbwire.h"
 #include "testutil.h"
 #include "toggle.h"
-#include "toggle_proto.h"
+#include "toggle_frame.h"
 #include "toggle_sim.h"
 
 static const char *const names[2] = {"resid_post", "attn_out"};

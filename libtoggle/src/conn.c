@@ -23,6 +23,7 @@
 
 #include "conn.h"
 #include "peer_trust.h"
+#include "toggle_frame.h"
 #include "toggle_proto.h"
 
 #define CONN_BACKOFF_MIN_MS 50

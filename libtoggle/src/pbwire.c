@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "pbwire.h"
-#include "toggle_proto.h"
+#include "toggle_frame.h"
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
