@@ -21,9 +21,14 @@ TOGGLE_VERSION_MINOR := $(call TOGGLE_VERSION_OF,MINOR)
 WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
           -Wpointer-arith -Wcast-qual -Wformat=2 -Wundef -Wvla
 CSTD   := -std=c17 -D_GNU_SOURCE
-INC    := -Ilibtoggle/include -Iproto -isystem $(CUDA_HOME)/include
+# libtoggle is the lowest layer: its headers are on every path, proto/'s only
+# where proto.mk's TGP_CFLAGS add them (libtoggle never includes proto/).
+INC    := -Ilibtoggle/include -isystem $(CUDA_HOME)/include
 CFLAGS ?= -O2 -g
 ALL_CFLAGS := $(CSTD) $(WARN) $(INC) -fPIC -MMD -MP $(CFLAGS)
+# The wire protocol, the daemon and the CLI: no CUDA include directory
+# (check-nocuda in daemon.mk proves they need none).
+HOST_CFLAGS := $(CSTD) $(WARN) -Ilibtoggle/include -fPIC -MMD -MP $(CFLAGS)
 SAN    := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 LIB_SRC := $(wildcard libtoggle/src/*.c)

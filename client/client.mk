@@ -2,7 +2,7 @@
 # $(B)/libtgclient.a (ASan/UBSan for the tests: $(B)/libtgclient-san.a),
 # togglectl, the CLI (client/togglectl.c, ctl_cmds.c, ctl_output.c), and
 # its end-to-end test (tests/cli/run.sh).  Included by the top-level
-# Makefile after daemon.mk; uses its B, CC, ALL_CFLAGS and LIB_LIBS, and
+# Makefile after daemon.mk; uses its B, CC, HOST_CFLAGS and LIB_LIBS, and
 # proto.mk's TGP_CFLAGS, TGP_LIBS and TGP_GEN_H.  Link order for users of
 # the library: $(B)/libtgclient.a $(B)/libtgproto.a $(B)/libtgutil.a $(TGP_LIBS).
 
@@ -13,11 +13,11 @@ all: $(B)/libtgclient.a
 
 $(TGC_OBJ): $(B)/%.o: %.c $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TGP_CFLAGS) -c $< -o $@
+	$(CC) $(HOST_CFLAGS) $(TGP_CFLAGS) -c $< -o $@
 
 $(TGC_SAN_OBJ): $(B)/san/%.o: %.c $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) $(TGP_CFLAGS) -c $< -o $@
+	$(CC) $(HOST_CFLAGS) $(SAN) $(TGP_CFLAGS) -c $< -o $@
 
 $(B)/libtgclient.a: $(TGC_OBJ)
 	@rm -f $@
@@ -45,7 +45,7 @@ all: $(B)/togglectl
 
 $(CTL_OBJ): $(B)/%.o: %.c $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(CTL_CFLAGS) -c $< -o $@
+	$(CC) $(HOST_CFLAGS) $(CTL_CFLAGS) -c $< -o $@
 
 # libtoggle.a brings toggle_strerror and the hook-spec parser (no CUDA).
 $(B)/togglectl: $(CTL_OBJ) $(CTL_DAEMON_OBJ) $(B)/libtgclient.a $(B)/libtgproto.a $(B)/libtoggle.a \

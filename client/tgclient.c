@@ -24,7 +24,9 @@
 #include "util.h"
 
 #define TGC_VERSION_MAX 64   /* daemon_version kept, NUL included */
-#define TGC_NAME_MAX    64   /* client name sent in Hello */
+/* The client name sent in Hello: free text the daemon only logs, not an
+ * agent name, so not TGP_MAX_NAME (equal today by chance). */
+#define TGC_NAME_MAX    64
 #define TGC_READ_CHUNK  16384
 #define TGC_DEAD_MSG    256
 

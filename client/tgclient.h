@@ -27,7 +27,7 @@ struct tgc;
 /*
  * Connect to the daemon at path (NULL: tgp_default_socket_path) and say
  * Hello.  Before sending anything it checks who listens there (SO_PEERCRED:
- * root, our effective uid or a uid in TOGGLE_DAEMON_UID; proto/peer_trust.h).
+ * root, our effective uid or a uid in TOGGLE_DAEMON_UID; peer_trust.h).
  * Returns 0 with *out, or: TOGGLE_ECONNECT (err names the path, the reason
  * and a hint; also for a listener run by an untrusted uid), TOGGLE_EVERSION (err is the daemon's message),
  * TOGGLE_ETIMEDOUT, TOGGLE_EIO (the daemon closed the connection), another

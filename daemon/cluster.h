@@ -21,10 +21,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "toggle_hooks.h"
 #include "toggle_proto.h"
 
 #define CLUSTER_ROOT      "/graphtoggle/"
-#define CLUSTER_MAX_NAME  64    /* cluster names and host ids, with the NUL */
+/* Cluster names, host ids and the agent groups a selector names (group:G),
+ * with the NUL: an agent's group must fit, so it is the agents' name limit. */
+#define CLUSTER_MAX_NAME  TOGGLE_MAX_NAME
 #define CLUSTER_MAX_PLANS TGP_MAX_PLAN_ENTRIES /* entries of one plan */
 
 struct cluster_sel {

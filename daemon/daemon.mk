@@ -13,11 +13,11 @@ all: $(B)/toggled
 
 $(TD_OBJ) $(B)/daemon/main.o: $(B)/%.o: %.c $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TD_CFLAGS) -c $< -o $@
+	$(CC) $(HOST_CFLAGS) $(TD_CFLAGS) -c $< -o $@
 
 $(TD_SAN_OBJ) $(B)/san/daemon/main.o: $(B)/san/%.o: %.c $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) $(TD_CFLAGS) -c $< -o $@
+	$(CC) $(HOST_CFLAGS) $(SAN) $(TD_CFLAGS) -c $< -o $@
 
 $(B)/toggled: $(B)/daemon/main.o $(TD_OBJ) $(B)/libtgproto.a $(B)/libtoggle.a $(B)/libtgutil.a
 	$(CC) $(CFLAGS) -o $@ $^ $(TD_LIBS) $(LIB_LIBS)
@@ -64,3 +64,16 @@ check-run: check-metrics
 check-cluster: $(B)/toggled-san $(B)/togglectl $(B)/examples/demo_agent
 	@B=$(B) tests/cluster/run.sh
 check-run: check-cluster
+
+# toggled, togglectl and the wire protocol build without CUDA's headers: every
+# source of theirs compiled with the real build's flags (HOST_CFLAGS: no CUDA
+# include directory) behind tests/nocuda/, whose cuda.h is an #error.  So the
+# check fails on any include of cuda.h, also where CUDA is installed.
+NOCUDA_SRC = $(TD_SRC) daemon/main.c $(CTL_SRC) $(TGP_SRC) client/tgclient.c util/util.c
+.PHONY: check-nocuda
+check-nocuda: $(TGP_GEN_H)
+	@for src in $(NOCUDA_SRC); do \
+	  $(CC) -Itests/nocuda $(filter-out -MMD -MP,$(HOST_CFLAGS)) $(TD_CFLAGS) -Iclient \
+	    -fsyntax-only $$src || exit 1; \
+	done; echo "check-nocuda: $(words $(NOCUDA_SRC)) sources build without CUDA headers"
+check-run: check-nocuda

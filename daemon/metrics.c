@@ -54,15 +54,15 @@ static const struct {
 };
 #define TD_RPC_OTHER (TD_RPC_METHODS - 1)
 
-/* graphtoggle_agent_conn_state's states: enum toggle_conn_state 1..3, then "unknown"
+/* graphtoggle_agent_conn_state's states: TOGGLE_SHM_CONN_* 1..3, then "unknown"
  * for 0 (an agent that predates the connection words) or anything else it wrote. */
 static const char *const conn_states[] = {"connecting", "connected", "reconnecting", "unknown"};
 #define CONN_STATES (sizeof(conn_states) / sizeof(conn_states[0]))
 
 static size_t conn_state_index(uint64_t state)
 {
-	return state >= TOGGLE_CONN_CONNECTING && state <= TOGGLE_CONN_RECONNECTING
-		       ? (size_t)(state - TOGGLE_CONN_CONNECTING)
+	return state >= TOGGLE_SHM_CONN_CONNECTING && state <= TOGGLE_SHM_CONN_RECONNECTING
+		       ? (size_t)(state - TOGGLE_SHM_CONN_CONNECTING)
 		       : CONN_STATES - 1;
 }
 

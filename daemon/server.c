@@ -31,7 +31,7 @@
 #include "log.h"
 #include "toggled.h"
 
-#define READ_CHUNK 65536
+#define READ_CHUNK 65536 /* bytes per recvmsg, not a frame limit: tgp_reader bounds frames */
 #define MAX_FDS_PER_MSG 4
 #define HELD_BYTES 256 /* what a held place counts against the queue bound */
 #define FLUSH_IOV  64  /* frames per sendmsg: one wake-up of a pipelining client, not 64 */

@@ -20,8 +20,9 @@
 #include <sys/un.h>
 #include <uv.h>
 
+#include "cluster.h"
 #include "frame.h"
-#include "toggle.h"
+#include "toggle_hooks.h"
 #include "toggle_shm.h"
 
 #include "toggle_version.h"
@@ -36,6 +37,7 @@
 #define TD_FDS_PER_PEER     3           /* socket, a passed fd in flight, an agent's memfd */
 #define TD_FDS_SPARE        64          /* state files, /proc reads, the reserve fd */
 #define TD_MAX_GROUP_RULES  32          /* agent_group lines in toggled.conf */
+#define TD_UNIX_GROUP_MAX   64          /* unix group names (operator_group, @group), NUL included */
 #define TD_GROUP_MEMBERS    8           /* uids or @unix groups per agent_group line */
 #define TD_LOG_EVERY_MS     10000       /* repeated warnings: one line per this, with a count */
 #define TD_FRAMES_PER_TURN  4           /* default frames_per_turn: frames of all peers per loop turn */
@@ -53,7 +55,7 @@ struct td_group_rule {
 	struct {
 		bool is_group;     /* @name: a unix group, resolved at registration */
 		uint32_t uid;
-		char group[64];
+		char group[TD_UNIX_GROUP_MAX];
 	} m[TD_GROUP_MEMBERS];
 };
 
@@ -61,7 +63,7 @@ struct td_config {
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	char state_dir[PATH_MAX];
 	char config_path[PATH_MAX];
-	char operator_group[64];
+	char operator_group[TD_UNIX_GROUP_MAX];
 	unsigned socket_mode;
 	int verbose;
 	size_t max_queue;
@@ -79,10 +81,10 @@ struct td_config {
 	/* Cluster (cluster.c): etcd endpoints, cluster name, this host's id; set
 	 * at start-up only (a SIGHUP keeps them). */
 	char etcd[1024];
-	char cluster[64];
-	char host_id[64];
+	char cluster[CLUSTER_MAX_NAME];
+	char host_id[CLUSTER_MAX_NAME];
 	/* Given on the command line: they win over the file, also after SIGHUP. */
-	char cli_group[64];
+	char cli_group[TD_UNIX_GROUP_MAX]; /* -g: the operator group */
 	bool cli_verbose;
 	bool strict_state; /* a corrupt state file stops the start instead of being set aside */
 };

@@ -10,23 +10,11 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "toggle_frame.h"
 
 /* A reader that held a big frame gives the memory back once drained. */
 #define READER_KEEP  (64u * 1024u)
 #define READER_MIN   4096u
-
-static void put_be32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
-
-static uint32_t get_be32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
 int tgp_frame_encode(const Toggle__Envelope *env, uint8_t **buf, size_t *len)
 {
@@ -36,12 +24,13 @@ int tgp_frame_encode(const Toggle__Envelope *env, uint8_t **buf, size_t *len)
 	if (!protobuf_c_message_check(&env->base))
 		return TOGGLE_EINVAL;
 	size_t body = toggle__envelope__get_packed_size(env);
-	if (body > TGP_MAX_FRAME)
-		return TOGGLE_ELIMIT;
+	int rc = tgp_frame_len_check(body); /* never 0: the body's key is a byte at least */
+	if (rc)
+		return rc;
 	uint8_t *p = malloc(TGP_FRAME_HEADER + body);
 	if (!p)
 		return TOGGLE_ENOMEM;
-	put_be32(p, (uint32_t)body);
+	tgp_frame_header_put(p, (uint32_t)body);
 	if (toggle__envelope__pack(env, p + TGP_FRAME_HEADER) != body) {
 		free(p);
 		return TOGGLE_EINVAL;
@@ -131,11 +120,10 @@ static int check_headers(const struct tgp_reader *r, const uint8_t *data, size_t
 		uint8_t h[TGP_FRAME_HEADER];
 		for (size_t i = 0; i < TGP_FRAME_HEADER; i++)
 			h[i] = stream_byte(r, data, *scan + i);
-		uint32_t flen = get_be32(h);
-		if (flen == 0)
-			return TOGGLE_EPROTO;
-		if (flen > TGP_MAX_FRAME)
-			return TOGGLE_ELIMIT;
+		uint32_t flen = tgp_frame_header_get(h);
+		int rc = tgp_frame_len_check(flen);
+		if (rc)
+			return rc;
 		*scan += TGP_FRAME_HEADER + flen;
 	}
 	return 0;
@@ -203,11 +191,12 @@ int tgp_reader_next(struct tgp_reader *r, Toggle__Envelope **out)
 	size_t pending = tgp_reader_pending(r);
 	if (pending < TGP_FRAME_HEADER)
 		return r->err;
-	uint32_t flen = get_be32(r->buf + r->off);
+	uint32_t flen = tgp_frame_header_get(r->buf + r->off);
 	/* Already checked by feed; re-checked because it decides a memory read. */
-	if (flen == 0 || flen > TGP_MAX_FRAME) {
+	int bad = tgp_frame_len_check(flen);
+	if (bad) {
 		reader_discard(r);
-		return r->err = flen ? TOGGLE_ELIMIT : TOGGLE_EPROTO;
+		return r->err = bad;
 	}
 	if (pending - TGP_FRAME_HEADER < flen)
 		return r->err;

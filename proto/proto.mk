@@ -1,7 +1,7 @@
 # proto.mk - the wire protocol (protoc-c output + frame.c), built into
 # $(B)/libtgproto.a and, for the tests, the ASan/UBSan $(B)/libtgproto-san.a
 # (the client library on top of it: client/client.mk).  Included by the
-# top-level Makefile after the libtoggle rules; uses its B, CC, ALL_CFLAGS and SAN.
+# top-level Makefile after the libtoggle rules; uses its B, CC, HOST_CFLAGS and SAN.
 
 TGP_GEN_C := $(B)/gen/proto/toggle.pb-c.c
 TGP_GEN_H := $(B)/gen/proto/toggle.pb-c.h
@@ -41,20 +41,20 @@ $(TGP_GEN_C) $(TGP_GEN_H) &: proto/toggle.proto
 # protoc-c needs it.
 $(TGP_GEN_OBJ): $(TGP_GEN_C) $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TGP_CFLAGS) -c $< -o $@
+	$(CC) $(HOST_CFLAGS) $(TGP_CFLAGS) -c $< -o $@
 
 $(TGP_GEN_SAN_OBJ): $(TGP_GEN_C) $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) $(TGP_CFLAGS) -c $< -o $@
+	$(CC) $(HOST_CFLAGS) $(SAN) $(TGP_CFLAGS) -c $< -o $@
 
 # Our objects include the generated header: it must exist before they compile.
 $(TGP_OBJ): $(B)/%.o: %.c $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TGP_CFLAGS) -c $< -o $@
+	$(CC) $(HOST_CFLAGS) $(TGP_CFLAGS) -c $< -o $@
 
 $(TGP_SAN_OBJ): $(B)/san/%.o: %.c $(TGP_GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) $(TGP_CFLAGS) -c $< -o $@
+	$(CC) $(HOST_CFLAGS) $(SAN) $(TGP_CFLAGS) -c $< -o $@
 
 $(B)/libtgproto.a: $(TGP_GEN_OBJ) $(TGP_OBJ)
 	@rm -f $@

@@ -33,8 +33,8 @@ gpu_build_libtoggle() {
 		fail "build: $NVCC could not build libtoggle/src/copyout.cu"
 	scripts/embed.sh "$B/gen/tg_copyout.fatbin" "$B/gen/tg_copyout_fatbin.h" \
 		tg_copyout_fatbin_bytes || fail "build: could not embed the copy kernel"
-	# -Iproto: the agent's daemon connection uses the wire constants in
-	# proto/toggle_proto.h (header only; libtoggle encodes protobuf itself).
+	# No -Iproto: libtoggle includes only its own headers (the wire constants
+	# are libtoggle/include/toggle_proto.h; it encodes protobuf itself).
 	objs=""
 	for src in libtoggle/src/*.c; do
 		obj="$B/obj/$(basename "$src" .c).o"
@@ -44,7 +44,7 @@ gpu_build_libtoggle() {
 		# -fPIC: the same objects make libtoggle.so for the Python package
 		# shellcheck disable=SC2086 # $extra is empty or two flags without spaces
 		"$CC" -std=c17 -D_GNU_SOURCE -O2 -g -fPIC -Wall -Wextra -Werror $extra \
-			-Ilibtoggle/include -Iproto -isystem "$CUDA_HOME/include" -c "$src" -o "$obj" ||
+			-Ilibtoggle/include -isystem "$CUDA_HOME/include" -c "$src" -o "$obj" ||
 			fail "build: $CC could not compile $src"
 		objs="$objs $obj"
 	done

@@ -7,14 +7,20 @@
  * what happened.  No daemon runs: the agent's connection thread retries in
  * the background against a socket nobody listens on.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent_impl.h"
+#include "pbwire.h"
 #include "testutil.h"
 #include "toggle.h"
+#include "toggle_frame.h"
 #include "toggle_sim.h"
 
 static const char *const names[2] = {"resid_post", "attn_out"};
@@ -297,6 +303,161 @@ START_TEST(test_malformed_never_applied)
 }
 END_TEST
 
+/* ---- the agent's connection: replies up to the maximum frame ------------ */
+
+/* A stand-in for toggled that answers Hello and RegisterAgent by hand. */
+struct fake_daemon {
+	int lfd;
+	size_t pad;         /* bytes of an unknown field in the HelloReply */
+	uint32_t announce;  /* != 0: the HelloReply frame only announces this length */
+	pthread_t thread;
+};
+
+static int fake_read(int fd, uint8_t *buf, size_t n)
+{
+	while (n) {
+		ssize_t k = read(fd, buf, n);
+		if (k <= 0)
+			return -1;
+		buf += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static int fake_write(int fd, const uint8_t *buf, size_t n)
+{
+	while (n) {
+		ssize_t k = send(fd, buf, n, MSG_NOSIGNAL);
+		if (k <= 0)
+			return -1;
+		buf += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+/* Read one request frame (any fd passed with it is dropped by read()). */
+static int fake_skip_request(int fd)
+{
+	uint8_t hdr[TGP_FRAME_HEADER];
+	if (fake_read(fd, hdr, sizeof(hdr)))
+		return -1;
+	uint32_t n = tgp_frame_header_get(hdr);
+	uint8_t *body = tgp_frame_len_check(n) ? NULL : malloc(n);
+	int rc = body ? fake_read(fd, body, n) : -1;
+	free(body);
+	return rc;
+}
+
+/* Send Envelope{id, field: body} with pbwire's own encoder. */
+static int fake_reply(int fd, uint32_t field, const struct pbw_buf *body)
+{
+	size_t cap = body->len + 64;
+	uint8_t *frame = malloc(cap);
+	if (!frame)
+		return -1;
+	struct pbw_buf env = {.p = frame + TGP_FRAME_HEADER, .cap = cap - TGP_FRAME_HEADER};
+	pbw_varint(&env, PBW_ENV_ID, 1);
+	pbw_bytes(&env, field, body->p, body->len);
+	tgp_frame_header_put(frame, (uint32_t)env.len);
+	int rc = env.overflow ? -1 : fake_write(fd, frame, TGP_FRAME_HEADER + env.len);
+	free(frame);
+	return rc;
+}
+
+static void *fake_daemon_main(void *arg)
+{
+	struct fake_daemon *fd = arg;
+	int c = accept(fd->lfd, NULL, NULL);
+	if (c < 0 || fake_skip_request(c))
+		goto out;
+	if (fd->announce) {
+		uint8_t hdr[TGP_FRAME_HEADER];
+		tgp_frame_header_put(hdr, fd->announce);
+		(void)fake_write(c, hdr, sizeof(hdr));
+		goto out;
+	}
+	size_t cap = fd->pad + 64;
+	struct pbw_buf hr = {.p = malloc(cap), .cap = cap};
+	uint8_t *pad = calloc(1, fd->pad + 1);
+	if (!hr.p || !pad) {
+		free(hr.p);
+		free(pad);
+		goto out;
+	}
+	pbw_varint(&hr, PBW_HELLO_REPLY_PROTOCOL_VERSION, TGP_PROTOCOL_VERSION);
+	pbw_bytes(&hr, 1000, pad, fd->pad); /* a field this agent does not know */
+	int rc = fake_reply(c, PBW_ENV_HELLO_REPLY, &hr);
+	free(hr.p);
+	free(pad);
+	if (rc || fake_skip_request(c))
+		goto out;
+	uint8_t tmp[16];
+	struct pbw_buf rr = {.p = tmp, .cap = sizeof(tmp)};
+	pbw_varint(&rr, PBW_REGISTER_REPLY_AGENT_ID, 77);
+	if (fake_reply(c, PBW_ENV_REGISTER_REPLY, &rr))
+		goto out;
+	/* Registered: hold the connection until the agent closes it. */
+	while (read(c, tmp, sizeof(tmp)) > 0)
+		;
+out:
+	if (c >= 0)
+		close(c);
+	return NULL;
+}
+
+/*
+ * The agent reads the daemon's replies under the same maximum frame as
+ * every other reader (TGP_MAX_FRAME), no longer its own 64 KiB: a 200 KiB
+ * HelloReply registers; a header announcing more than the maximum is refused
+ * from the header alone.
+ */
+START_TEST(test_conn_reply_frame_limit)
+{
+	char dir[32], sock[64];
+	snprintf(dir, sizeof(dir), "/tmp/tgc-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/fake.sock", dir);
+	struct fake_daemon fd = {.pad = _i ? 0 : 200 * 1024,
+				 .announce = _i ? TGP_MAX_FRAME + 1 : 0};
+	fd.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd.lfd, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	ck_assert_int_eq(bind(fd.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(fd.lfd, 1), 0);
+	ck_assert_int_eq(pthread_create(&fd.thread, NULL, fake_daemon_main, &fd), 0);
+
+	struct toggle_sim *sim;
+	ck_assert_int_eq(toggle_sim_create(&sim), 0);
+	struct toggle_config cfg = {.name = "frame-test", .catalog = cat,
+				    .backend = TOGGLE_BACKEND_SIM, .sim = sim, .socket_path = sock};
+	struct toggle_agent *a;
+	ck_assert_int_eq(toggle_agent_open(&cfg, &a), 0);
+	struct toggle_conn_info ci;
+	for (int ms = 0; ms < 10000; ms += 10) {
+		ck_assert_int_eq(toggle_conn_get(a, &ci), 0);
+		if (ci.state == TOGGLE_CONN_CONNECTED || ci.failures > 0)
+			break;
+		nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+	}
+	if (_i == 0) {
+		ck_assert_msg(ci.state == TOGGLE_CONN_CONNECTED, "not registered: %s", ci.last_error);
+		ck_assert_uint_eq(ci.agent_id, 77);
+	} else {
+		ck_assert_int_ne(ci.state, TOGGLE_CONN_CONNECTED);
+		ck_assert_ptr_nonnull(strstr(ci.last_error, "bad length"));
+	}
+	toggle_agent_close(a); /* the fake sees EOF */
+	pthread_join(fd.thread, NULL);
+	close(fd.lfd);
+	toggle_sim_destroy(sim);
+	unlink(sock);
+	rmdir(dir);
+}
+END_TEST
+
 static Suite *control_suite(void)
 {
 	Suite *s = suite_create("control");
@@ -308,6 +469,7 @@ static Suite *control_suite(void)
 	tcase_add_test(tc, test_late_batch_rejected_whole);
 	tcase_add_test(tc, test_clear_drops_pending);
 	tcase_add_test(tc, test_malformed_never_applied);
+	tcase_add_loop_test(tc, test_conn_reply_frame_limit, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -200,6 +200,40 @@ START_TEST(test_hostile_bytes)
 }
 END_TEST
 
+/*
+ * pbwire's field numbers (pbwire.h, PBW_FIELDS) are the ones protoc-c
+ * generated from toggle.proto: looked up by name in the descriptors, each
+ * must have the same number and type.  A field renumbered, renamed or
+ * retyped in the .proto fails here, not at a daemon.
+ */
+START_TEST(test_field_numbers_match_proto)
+{
+	static const struct {
+		const char *constant;
+		const ProtobufCMessageDescriptor *msg;
+		const char *field;
+		ProtobufCType type;
+		unsigned number;
+	} fields[] = {
+#define PBW_FIELD_ROW(name, m, f, t, n) \
+	{"PBW_" #name, &toggle__##m##__descriptor, #f, PROTOBUF_C_TYPE_##t, PBW_##name},
+		PBW_FIELDS(PBW_FIELD_ROW)
+#undef PBW_FIELD_ROW
+	};
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+		const ProtobufCFieldDescriptor *f =
+			protobuf_c_message_descriptor_get_field_by_name(fields[i].msg, fields[i].field);
+		ck_assert_msg(f != NULL, "%s: %s has no field %s", fields[i].constant,
+			      fields[i].msg->name, fields[i].field);
+		ck_assert_msg(f->id == fields[i].number, "%s is %u, toggle.proto says %s.%s = %u",
+			      fields[i].constant, fields[i].number, fields[i].msg->name,
+			      fields[i].field, f->id);
+		ck_assert_msg(f->type == fields[i].type, "%s: %s.%s changed its type",
+			      fields[i].constant, fields[i].msg->name, fields[i].field);
+	}
+}
+END_TEST
+
 static Suite *pbwire_suite(void)
 {
 	Suite *s = suite_create("pbwire");
@@ -208,6 +242,7 @@ static Suite *pbwire_suite(void)
 	tcase_add_loop_test(tc, test_encoding_is_canonical, 0, 2);
 	tcase_add_test(tc, test_replies_decode_here);
 	tcase_add_test(tc, test_hostile_bytes);
+	tcase_add_test(tc, test_field_numbers_match_proto);
 	suite_add_tcase(s, tc);
 	return s;
 }

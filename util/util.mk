@@ -6,8 +6,10 @@
 UTIL_SRC := $(wildcard util/*.c)
 UTIL_OBJ := $(UTIL_SRC:%.c=$(B)/%.o)
 UTIL_SAN_OBJ := $(UTIL_SRC:%.c=$(B)/san/%.o)
-# Every C object may include "util.h" (the recipes expand ALL_CFLAGS when they run).
+# Every C object may include "util.h" (the recipes expand ALL_CFLAGS and
+# HOST_CFLAGS when they run).
 ALL_CFLAGS += -Iutil
+HOST_CFLAGS += -Iutil
 
 all: $(B)/libtgutil.a
 

@@ -24,6 +24,7 @@
 
 #include "toggle_error.h"
 #include "toggle_hooks.h"
+#include "toggle_shm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,7 +33,8 @@ extern "C" {
 /* TOGGLE_VERSION_MAJOR, _MINOR (the API version toggle_version() reports), _PATCH */
 #include "toggle_version.h"
 
-#define TOGGLE_MAX_PLAN       256  /* pending per-step plan entries per agent */
+/* TOGGLE_MAX_PLAN (pending per-step plan entries per agent), TOGGLE_MAX_NAME
+ * and the hook space: toggle_hooks.h, which toggled shares without CUDA. */
 #define TOGGLE_MAX_GRAPHS     4096 /* graphs with producers per agent */
 #define TOGGLE_MAX_NODES      16384 /* producer nodes per graph */
 
@@ -90,9 +92,10 @@ enum toggle_mode toggle_agent_mode(const struct toggle_agent *agent);
  */
 enum toggle_conn_state {
 	TOGGLE_CONN_STANDALONE = 0,   /* opened without socket_path: no daemon */
-	TOGGLE_CONN_CONNECTING = 1,   /* never registered yet; retrying with backoff */
-	TOGGLE_CONN_CONNECTED = 2,    /* registered with toggled */
-	TOGGLE_CONN_RECONNECTING = 3, /* was registered, the connection ended; retrying */
+	/* The status lane carries these to toggled: its numbers, one definition. */
+	TOGGLE_CONN_CONNECTING = TOGGLE_SHM_CONN_CONNECTING,     /* never registered yet; retrying with backoff */
+	TOGGLE_CONN_CONNECTED = TOGGLE_SHM_CONN_CONNECTED,       /* registered with toggled */
+	TOGGLE_CONN_RECONNECTING = TOGGLE_SHM_CONN_RECONNECTING, /* was registered, the connection ended; retrying */
 };
 
 struct toggle_conn_info {
@@ -521,7 +524,7 @@ int toggle_copy_out(struct toggle_agent *agent, CUstream stream, struct toggle_h
  * Struct layout self-description for bindings: every public struct that a
  * binding mirrors (toggle_config, toggle_hook, toggle_set, toggle_catalog,
  * toggle_plan_entry, toggle_graph_status, toggle_anomalies, toggle_stats,
- * toggle_copy, toggle_device_counters, toggle_registry_check), one entry for
+ * toggle_copy, toggle_device_counters, toggle_registry_check, toggle_limit), one entry for
  * the struct (field NULL, size = sizeof, offset 0) and one per field.
  */
 struct toggle_layout_entry {
@@ -531,6 +534,17 @@ struct toggle_layout_entry {
 	uint32_t offset;
 };
 const struct toggle_layout_entry *toggle_layout(size_t *count);
+/*
+ * The limits a binding mirrors as constants, by C name, as this library was
+ * built: TOGGLE_MAX_HOOK_TYPES, TOGGLE_MAX_LAYERS, TOGGLE_MAX_NAME,
+ * TOGGLE_MAX_PLAN and the wire's TGP_PROTOCOL_VERSION, TGP_MAX_FRAME,
+ * TGP_MAX_PLAN_ENTRIES (a client in another language checks its copies).
+ */
+struct toggle_limit {
+	const char *name;
+	uint64_t value;
+};
+const struct toggle_limit *toggle_limits(size_t *count);
 /* Library version for bindings: (TOGGLE_VERSION_MAJOR << 16) | MINOR. */
 unsigned toggle_version(void);
 

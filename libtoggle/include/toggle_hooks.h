@@ -1,6 +1,7 @@
 /*
  * toggle_hooks.h - hooks, hook sets, the hook catalog and the one hook-spec
- * grammar, shared by libtoggle, toggled and togglectl.  Needs no CUDA.
+ * grammar, shared by libtoggle, toggled and togglectl, and the limits they
+ * share (names, hook space, pending plans).  Needs no CUDA.
  * Catalog type names "all", "none" and "*" are reserved.
  */
 #ifndef TOGGLE_HOOKS_H
@@ -21,6 +22,10 @@ extern "C" {
 #define TOGGLE_MAX_LAYERS     256
 #define TOGGLE_MAX_HOOKS      (TOGGLE_MAX_HOOK_TYPES * TOGGLE_MAX_LAYERS)
 #define TOGGLE_MAX_NAME       64   /* agent, group and hook type names, NUL included */
+/* Pending per-step plan entries per agent (toggle_plan_submit); here, not in
+ * toggle.h, because toggled bounds what it keeps per agent by it and builds
+ * without CUDA's headers. */
+#define TOGGLE_MAX_PLAN       256
 
 struct toggle_hook {
 	uint16_t type;

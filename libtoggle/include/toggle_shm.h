@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "toggle_error.h"
+#include "toggle_hooks.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,11 +31,14 @@ extern "C" {
 
 #define TOGGLE_SHM_MAGIC          0x314d48534c474754ull /* "TGGLSHM1" */
 #define TOGGLE_SHM_LAYOUT_VERSION 1
-#define TOGGLE_SHM_SET_WORDS      128 /* 8192 hooks: TOGGLE_MAX_HOOKS / 64 */
-#define TOGGLE_SHM_PLAN_RING      64  /* plan slots */
+/* A set in the lanes is a struct toggle_set's bitmap, word for word (128
+ * words in layout 1: libtoggle/src/shm.c asserts both). */
+#define TOGGLE_SHM_SET_WORDS      (TOGGLE_MAX_HOOKS / 64)
+#define TOGGLE_SHM_PLAN_RING      64  /* plan slots; also the entries of one plan batch */
 #define TOGGLE_SHM_MAX_GRAPHS     64  /* per-graph records in the status lane */
-#define TOGGLE_SHM_MAX_TYPES      32
-#define TOGGLE_SHM_NAME           64
+/* Unused by the layout; kept as names for code built against older headers. */
+#define TOGGLE_SHM_MAX_TYPES      TOGGLE_MAX_HOOK_TYPES
+#define TOGGLE_SHM_NAME           TOGGLE_MAX_NAME
 #define TOGGLE_SHM_READ_TRIES     1000 /* seqlock retries before a reader gives up */
 
 /* Written once by the agent before the fd is handed over; read-only after. */
@@ -122,8 +126,11 @@ enum toggle_shm_anomaly {
  * the rest of the status: the last 32 bytes of what layout 1 first left
  * reserved (zero from agents that predate it).  Documented in docs/shm.md.
  */
+#define TOGGLE_SHM_CONN_CONNECTING   1 /* enum toggle_conn_state takes these values */
+#define TOGGLE_SHM_CONN_CONNECTED    2
+#define TOGGLE_SHM_CONN_RECONNECTING 3
 struct toggle_shm_conn {
-	uint64_t state;         /* enum toggle_conn_state: 1 connecting, 2 connected, 3 reconnecting */
+	uint64_t state;         /* TOGGLE_SHM_CONN_*: enum toggle_conn_state */
 	uint64_t sessions;      /* registrations so far: > 1 after a reconnect */
 	uint64_t failures;      /* failed connection or registration attempts so far */
 	uint64_t since_unix_ms; /* when state last changed */

@@ -23,12 +23,12 @@
 
 #include "conn.h"
 #include "peer_trust.h"
+#include "toggle_frame.h"
 #include "toggle_proto.h"
 
 #define CONN_BACKOFF_MIN_MS 50
 #define CONN_BACKOFF_MAX_MS 2000
 #define CONN_REPLY_TIMEOUT_MS 2000
-#define CONN_MAX_REPLY 65536
 
 struct tg_conn {
 	pthread_t thread;
@@ -42,8 +42,8 @@ struct tg_conn {
 	char trust[TGP_TRUST_ENV_MAX + 2];
 	/* Copies of the registration strings. */
 	char name[TGP_MAX_NAME], group[TGP_MAX_NAME];
-	char types[32][TGP_MAX_NAME];
-	const char *type_ptrs[32];
+	char types[TOGGLE_MAX_HOOK_TYPES][TGP_MAX_NAME];
+	const char *type_ptrs[TOGGLE_MAX_HOOK_TYPES];
 	struct pbw_register reg;
 
 	pthread_mutex_t lock; /* guards st */
@@ -194,13 +194,13 @@ static int conn_exchange(struct tg_conn *c, int fd, const uint8_t *frame, size_t
 		conn_set_error(c, "sending to the daemon", strerror(errno));
 		return -1;
 	}
-	uint8_t hdr[4];
-	if (conn_read_full(c, fd, hdr, 4) != 0) {
+	uint8_t hdr[TGP_FRAME_HEADER];
+	if (conn_read_full(c, fd, hdr, sizeof(hdr)) != 0) {
 		conn_set_error(c, "no reply from the daemon", NULL);
 		return -1;
 	}
-	uint32_t n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-	if (n == 0 || n > CONN_MAX_REPLY) {
+	uint32_t n = tgp_frame_header_get(hdr);
+	if (tgp_frame_len_check(n) != 0) {
 		conn_set_error(c, "daemon reply has a bad length", NULL);
 		return -1;
 	}
@@ -299,7 +299,7 @@ static void *conn_main(void *arg)
 
 static int conn_copy_reg(struct tg_conn *c, const struct pbw_register *reg)
 {
-	if (reg->n_types > 32 || strlen(reg->name) >= sizeof(c->name) ||
+	if (reg->n_types > TOGGLE_MAX_HOOK_TYPES || strlen(reg->name) >= sizeof(c->name) ||
 	    (reg->group && strlen(reg->group) >= sizeof(c->group)))
 		return -1;
 	snprintf(c->name, sizeof(c->name), "%s", reg->name);

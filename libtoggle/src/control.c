@@ -14,6 +14,10 @@
 #include "agent_impl.h"
 #include "conn.h"
 
+/* A batch is at most one ring (plan_take_batch) and is submitted whole to
+ * the agent's plan table: the table must hold one. */
+_Static_assert(TOGGLE_SHM_PLAN_RING <= TOGGLE_MAX_PLAN, "a plan batch fits the plan table");
+
 int tg_control_open(struct toggle_agent *a, const char *socket_path)
 {
 	int rc = toggle_shm_create(&a->shm, a->err, sizeof(a->err));

@@ -1,12 +1,14 @@
 /*
- * layout.c - toggle_layout() and toggle_version(): what a binding in another
- * language (the Python package) checks its mirrors of the public structs
- * and its expectation of the library against, from the compiler's own
- * sizeof/offsetof rather than by eye.
+ * layout.c - toggle_layout(), toggle_limits() and toggle_version(): what a
+ * binding in another language (the Python package) checks its mirrors of the
+ * public structs, of the limits and its expectation of the library against,
+ * from the compiler's own sizeof/offsetof and the headers' values rather
+ * than by eye.
  */
 #include <stddef.h>
 
 #include "toggle.h"
+#include "toggle_proto.h"
 
 #define TG_TYPE(T) { #T, NULL, sizeof(struct T), 0 }
 #define TG_FIELD(T, f) { #T, #f, sizeof(((struct T *)0)->f), offsetof(struct T, f) }
@@ -140,6 +142,22 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_layout_entry, field),
 	TG_FIELD(toggle_layout_entry, size),
 	TG_FIELD(toggle_layout_entry, offset),
+
+	TG_TYPE(toggle_limit),
+	TG_FIELD(toggle_limit, name),
+	TG_FIELD(toggle_limit, value),
+};
+
+#define TG_LIMIT(name) { #name, name }
+
+static const struct toggle_limit tg_limits[] = {
+	TG_LIMIT(TOGGLE_MAX_HOOK_TYPES),
+	TG_LIMIT(TOGGLE_MAX_LAYERS),
+	TG_LIMIT(TOGGLE_MAX_NAME),
+	TG_LIMIT(TOGGLE_MAX_PLAN),
+	TG_LIMIT(TGP_PROTOCOL_VERSION),
+	TG_LIMIT(TGP_MAX_FRAME),
+	TG_LIMIT(TGP_MAX_PLAN_ENTRIES),
 };
 
 const struct toggle_layout_entry *toggle_layout(size_t *count)
@@ -152,4 +170,11 @@ const struct toggle_layout_entry *toggle_layout(size_t *count)
 unsigned toggle_version(void)
 {
 	return ((unsigned)TOGGLE_VERSION_MAJOR << 16) | TOGGLE_VERSION_MINOR;
+}
+
+const struct toggle_limit *toggle_limits(size_t *count)
+{
+	if (count)
+		*count = sizeof(tg_limits) / sizeof(tg_limits[0]);
+	return tg_limits;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pbwire.h"
+#include "toggle_frame.h"
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
@@ -58,18 +59,15 @@ void pbw_string(struct pbw_buf *b, uint32_t field, const char *s)
 static long pbw_frame(uint8_t *buf, size_t cap, uint64_t id, uint32_t field,
 		      const struct pbw_buf *body)
 {
-	if (cap < 4)
+	if (cap < TGP_FRAME_HEADER)
 		return -1;
-	struct pbw_buf env = {.p = buf + 4, .cap = cap - 4};
+	struct pbw_buf env = {.p = buf + TGP_FRAME_HEADER, .cap = cap - TGP_FRAME_HEADER};
 	pbw_varint(&env, PBW_ENV_ID, id);
 	pbw_bytes(&env, field, body->p, body->len);
-	if (env.overflow || body->overflow || env.len > UINT32_MAX)
+	if (env.overflow || body->overflow || tgp_frame_len_check(env.len) != 0)
 		return -1;
-	buf[0] = (uint8_t)(env.len >> 24);
-	buf[1] = (uint8_t)(env.len >> 16);
-	buf[2] = (uint8_t)(env.len >> 8);
-	buf[3] = (uint8_t)env.len;
-	return (long)(env.len + 4);
+	tgp_frame_header_put(buf, (uint32_t)env.len);
+	return (long)(env.len + TGP_FRAME_HEADER);
 }
 
 /* proto3 leaves out what equals the default. */
@@ -89,8 +87,8 @@ long pbw_frame_hello(uint8_t *buf, size_t cap, uint64_t id, uint32_t version, co
 {
 	uint8_t tmp[256];
 	struct pbw_buf b = {.p = tmp, .cap = sizeof(tmp)};
-	pbw_varint_nz(&b, 1, version);
-	pbw_string_nz(&b, 2, client);
+	pbw_varint_nz(&b, PBW_HELLO_PROTOCOL_VERSION, version);
+	pbw_string_nz(&b, PBW_HELLO_CLIENT, client);
 	return pbw_frame(buf, cap, id, PBW_ENV_HELLO, &b);
 }
 
@@ -98,15 +96,15 @@ long pbw_frame_register(uint8_t *buf, size_t cap, uint64_t id, const struct pbw_
 {
 	uint8_t tmp[4096];
 	struct pbw_buf b = {.p = tmp, .cap = sizeof(tmp)};
-	pbw_string_nz(&b, 1, r->name);
-	pbw_string_nz(&b, 2, r->group);
+	pbw_string_nz(&b, PBW_REGISTER_NAME, r->name);
+	pbw_string_nz(&b, PBW_REGISTER_GROUP, r->group);
 	for (unsigned i = 0; i < r->n_types; i++)
-		pbw_string(&b, 3, r->hook_types[i]); /* repeated: every element, "" too */
-	pbw_varint_nz(&b, 4, r->n_layers);
-	pbw_varint_nz(&b, 5, r->mode);
+		pbw_string(&b, PBW_REGISTER_HOOK_TYPES, r->hook_types[i]); /* repeated: every element, "" too */
+	pbw_varint_nz(&b, PBW_REGISTER_N_LAYERS, r->n_layers);
+	pbw_varint_nz(&b, PBW_REGISTER_MODE, r->mode);
 	/* int32 on the wire: negative values sign-extend to 10 bytes. */
-	pbw_varint_nz(&b, 6, (uint64_t)(int64_t)r->driver_version);
-	pbw_varint_nz(&b, 7, r->shm_size);
+	pbw_varint_nz(&b, PBW_REGISTER_DRIVER_VERSION, (uint64_t)(int64_t)r->driver_version);
+	pbw_varint_nz(&b, PBW_REGISTER_SHM_SIZE, r->shm_size);
 	return pbw_frame(buf, cap, id, PBW_ENV_REGISTER, &b);
 }
 
@@ -173,13 +171,13 @@ static int pbw_decode_body(struct pbw_in in, uint32_t body, struct pbw_reply *ou
 		struct pbw_in sub = {0};
 		if (pbw_next(&in, &f, &v, &sub))
 			return -1;
-		if (body == PBW_ENV_HELLO_REPLY && f == 1)
+		if (body == PBW_ENV_HELLO_REPLY && f == PBW_HELLO_REPLY_PROTOCOL_VERSION)
 			out->protocol_version = (uint32_t)v;
-		else if (body == PBW_ENV_REGISTER_REPLY && f == 1)
+		else if (body == PBW_ENV_REGISTER_REPLY && f == PBW_REGISTER_REPLY_AGENT_ID)
 			out->agent_id = v;
-		else if (body == PBW_ENV_ERROR && f == 1)
+		else if (body == PBW_ENV_ERROR && f == PBW_ERROR_CODE)
 			out->error_code = (int32_t)(int64_t)v;
-		else if (body == PBW_ENV_ERROR && f == 2 && sub.p) {
+		else if (body == PBW_ENV_ERROR && f == PBW_ERROR_MESSAGE && sub.p) {
 			size_t len = sub.n < sizeof(out->error_message) - 1 ? sub.n
 									 : sizeof(out->error_message) - 1;
 			memcpy(out->error_message, sub.p, len);

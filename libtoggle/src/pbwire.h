@@ -10,13 +10,42 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Envelope field numbers used here (toggle.proto). */
-#define PBW_ENV_ID             1
-#define PBW_ENV_HELLO          10
-#define PBW_ENV_HELLO_REPLY    11
-#define PBW_ENV_ERROR          12
-#define PBW_ENV_REGISTER       20
-#define PBW_ENV_REGISTER_REPLY 21
+/*
+ * Every field number of toggle.proto used here, written once:
+ * X(constant, message, field, protobuf-c type, number).  message and field
+ * are protobuf-c's C names, so tests/check_pbwire.c looks each one up in the
+ * descriptors protoc-c generates from toggle.proto and checks its number and
+ * type: the two cannot drift apart.  Generating them here instead would need
+ * protoc (or a parser of .proto) on the GPU machine, which has only libc,
+ * pthreads, CUDA and python3.
+ */
+#define PBW_FIELDS(X)                                                          \
+	X(ENV_ID, envelope, id, UINT64, 1)                                     \
+	X(ENV_HELLO, envelope, hello, MESSAGE, 10)                             \
+	X(ENV_HELLO_REPLY, envelope, hello_reply, MESSAGE, 11)                 \
+	X(ENV_ERROR, envelope, error, MESSAGE, 12)                             \
+	X(ENV_REGISTER, envelope, register_agent, MESSAGE, 20)                 \
+	X(ENV_REGISTER_REPLY, envelope, register_reply, MESSAGE, 21)           \
+	X(HELLO_PROTOCOL_VERSION, hello_request, protocol_version, UINT32, 1)  \
+	X(HELLO_CLIENT, hello_request, client, STRING, 2)                      \
+	X(HELLO_REPLY_PROTOCOL_VERSION, hello_reply, protocol_version, UINT32, 1) \
+	X(ERROR_CODE, error, code, ENUM, 1)                                    \
+	X(ERROR_MESSAGE, error, message, STRING, 2)                            \
+	X(REGISTER_NAME, register_agent_request, name, STRING, 1)              \
+	X(REGISTER_GROUP, register_agent_request, group, STRING, 2)            \
+	X(REGISTER_HOOK_TYPES, register_agent_request, hook_types, STRING, 3)  \
+	X(REGISTER_N_LAYERS, register_agent_request, n_layers, UINT32, 4)      \
+	X(REGISTER_MODE, register_agent_request, mode, UINT32, 5)              \
+	X(REGISTER_DRIVER_VERSION, register_agent_request, driver_version, INT32, 6) \
+	X(REGISTER_SHM_SIZE, register_agent_request, shm_size, UINT64, 7)      \
+	X(REGISTER_REPLY_AGENT_ID, register_agent_reply, agent_id, UINT64, 1)
+
+/* PBW_ENV_HELLO, PBW_REGISTER_NAME, ... */
+enum pbw_field {
+#define PBW_FIELD_ENUM(name, msg, field, type, number) PBW_##name = number,
+	PBW_FIELDS(PBW_FIELD_ENUM)
+#undef PBW_FIELD_ENUM
+};
 
 struct pbw_buf {
 	uint8_t *p;

@@ -232,6 +232,22 @@ _Static_assert(offsetof(struct toggle_shm_status, graphs) ==
 /* Layout 1 as first published: fields added since come out of reserved space. */
 _Static_assert(offsetof(struct toggle_shm_status, graphs) == 1432, "status layout 1");
 _Static_assert(sizeof(struct toggle_shm_status) == 1432 + 64 * 64, "status layout 1");
+_Static_assert(sizeof(struct toggle_shm_control) == 68904, "control layout 1");
+
+/* Both sides memcpy a struct toggle_set's bitmap into and out of the lanes'
+ * sets: the same bytes.  Layout 1 fixes them at 128 words; a larger hook
+ * space is a new TOGGLE_SHM_LAYOUT_VERSION. */
+#define SHM_FIELD_SIZE(type, field) sizeof(((type *)0)->field)
+_Static_assert(TOGGLE_SHM_SET_WORDS == 128, "layout 1: 128-word sets");
+_Static_assert(SHM_FIELD_SIZE(struct toggle_shm_plan_slot, set) == sizeof(struct toggle_set),
+	       "plan slot set vs struct toggle_set");
+_Static_assert(SHM_FIELD_SIZE(struct toggle_shm_control, standing) == sizeof(struct toggle_set),
+	       "standing set vs struct toggle_set");
+_Static_assert(SHM_FIELD_SIZE(struct toggle_shm_control_view, standing) ==
+		       sizeof(struct toggle_set),
+	       "control view's standing set vs struct toggle_set");
+_Static_assert(SHM_FIELD_SIZE(struct toggle_shm_status, current) == sizeof(struct toggle_set),
+	       "status current set vs struct toggle_set");
 
 void toggle_shm_control_write(struct toggle_shm_control *ctl, const struct toggle_shm_control_view *v)
 {

@@ -23,6 +23,10 @@ MAX_LAYERS = 256
 MAX_HOOKS = MAX_HOOK_TYPES * MAX_LAYERS
 MAX_NAME = 64
 MAX_PLAN = 256
+# The C limits the constants above mirror; checked with the struct mirrors
+# against the library's toggle_limits().
+LIMITS = {"TOGGLE_MAX_HOOK_TYPES": MAX_HOOK_TYPES, "TOGGLE_MAX_LAYERS": MAX_LAYERS,
+          "TOGGLE_MAX_NAME": MAX_NAME, "TOGGLE_MAX_PLAN": MAX_PLAN}
 
 MODE_LAZY, MODE_EAGER, MODE_DEVICE = 0, 1, 2
 BACKEND_CUDA, BACKEND_SIM = 0, 1
@@ -141,6 +145,10 @@ class LayoutEntry(Structure):
     _fields_ = [("type", c_char_p), ("field", c_char_p), ("size", c_uint32), ("offset", c_uint32)]
 
 
+class Limit(Structure):
+    _fields_ = [("name", c_char_p), ("value", c_uint64)]
+
+
 # C struct name -> mirror.  Every struct a binding mirrors (toggle.h's toggle_layout list).
 MIRRORS = {
     "toggle_config": Config,
@@ -156,6 +164,7 @@ MIRRORS = {
     "toggle_registry_check": RegistryCheck,
     "toggle_taint": Taint,
     "toggle_conn_info": ConnInfo,
+    "toggle_limit": Limit,
 }
 
 SIM_KERNEL = ctypes.CFUNCTYPE(None, c_void_p)
@@ -166,6 +175,7 @@ P = c_void_p  # every opaque handle (agent, sim, CUstream, CUgraph, CUgraphExec)
 _PROTOS = {
     "toggle_version": (c_uint, []),
     "toggle_layout": (POINTER(LayoutEntry), [POINTER(c_size_t)]),
+    "toggle_limits": (POINTER(Limit), [POINTER(c_size_t)]),
     "toggle_strerror": (c_char_p, [c_int]),
     "toggle_err_name": (c_char_p, [c_int]),
     "toggle_agent_open": (c_int, [POINTER(Config), POINTER(P)]),
@@ -260,9 +270,17 @@ def _open():
         "the package), or set %s to its path" % ("; ".join(tried), ENV_LIB))
 
 
+def library_limits(lib):
+    """toggle_limits() as {C name: value}: the limits the library was built with."""
+    n = c_size_t(0)
+    table = lib.toggle_limits(ctypes.byref(n))
+    return {table[i].name.decode(): table[i].value for i in range(n.value)}
+
+
 def check_layout(lib):
-    """Compare every mirror with the library's own toggle_layout(); raise LibraryError on a
-    difference.  Returns the number of entries compared."""
+    """Compare every mirror with the library's own toggle_layout() and every mirrored limit
+    with its toggle_limits(); raise LibraryError on a difference.  Returns the number of
+    layout entries compared."""
     n = c_size_t(0)
     table = lib.toggle_layout(ctypes.byref(n))
     if not table or n.value == 0:
@@ -274,6 +292,12 @@ def check_layout(lib):
         seen.setdefault(e.type.decode(), {})[e.field.decode() if e.field else None] = (
             e.size, e.offset)
     errs = []
+    limits = library_limits(lib)
+    for cname, value in LIMITS.items():
+        if cname not in limits:
+            errs.append("%s: not described by the library" % cname)
+        elif limits[cname] != value:
+            errs.append("%s: %d in C, %d in Python" % (cname, limits[cname], value))
     for cname, mirror in MIRRORS.items():
         fields = seen.get(cname)
         if fields is None:

@@ -30,6 +30,23 @@ def test_layout_mismatch_is_refused(monkeypatch):
     assert "sizeof" in str(e.value)
 
 
+def test_limit_mismatch_is_refused(monkeypatch):
+    monkeypatch.setitem(_lib.LIMITS, "TOGGLE_MAX_NAME", _lib.MAX_NAME - 1)
+    with pytest.raises(_lib.LibraryError, match=r"TOGGLE_MAX_NAME: %d in C, %d in Python"
+                       % (_lib.MAX_NAME, _lib.MAX_NAME - 1)):
+        _lib.check_layout(_lib.lib())
+
+
+def test_client_constants_match_library():
+    # graphtoggle.client runs without libtoggle, so its copies of the wire
+    # limits are checked here, against the values the C library was built with.
+    from graphtoggle.client import _wire, client
+    limits = _lib.library_limits(_lib.lib())
+    assert _wire.MAX_FRAME == limits["TGP_MAX_FRAME"]
+    assert _wire.PROTOCOL_VERSION == limits["TGP_PROTOCOL_VERSION"]
+    assert client.MAX_PLAN_ENTRIES == limits["TGP_MAX_PLAN_ENTRIES"]
+
+
 def test_layout_offset_mismatch_is_refused(monkeypatch):
     class WrongHook(ctypes.Structure):
         _fields_ = [("layer", ctypes.c_uint16), ("type", ctypes.c_uint16)]

@@ -2,7 +2,11 @@
  * toggle_proto.h - the constants of the wire contract, shared by toggled,
  * the client library, togglectl and libtoggle's agent connection.
  * Messages: proto/toggle.proto.  Error codes: toggle_error.h (one enum, one
- * string table, carried as Error.code).
+ * string table, carried as Error.code).  The frame header: toggle_frame.h.
+ *
+ * Beside libtoggle's headers, not in proto/: libtoggle is the lowest layer
+ * and includes nothing of proto/ (docs/architecture.md).  Header only,
+ * libc only; not installed.
  *
  * Protocol versions:
  *   1 - first version (see toggle.proto).  Added compatibly since (optional
@@ -20,14 +24,16 @@
 #define TOGGLE_PROTO_H
 
 #include "toggle_error.h"
+#include "toggle_hooks.h"
+#include "toggle_shm.h"
 
 #define TGP_PROTOCOL_VERSION 2
 #define TGP_FRAME_HEADER     4            /* length, network byte order */
 #define TGP_MAX_FRAME        (1u << 20)   /* envelope bytes; larger is refused */
 #define TGP_MAX_SPEC         8192         /* bytes of one hook spec */
-#define TGP_MAX_PLAN_ENTRIES 64           /* entries of one SubmitPlan: the agent's plan ring */
+#define TGP_MAX_PLAN_ENTRIES TOGGLE_SHM_PLAN_RING /* entries of one SubmitPlan: the agent's plan ring */
 #define TGP_MAX_PLAN_AFTER   (1ll << 40)  /* largest relative step (PlanEntry.after) */
 #define TGP_MAX_WAIT_MS      600000u      /* longest SetEnabled wait */
-#define TGP_MAX_NAME         64           /* agent, group, hook type names (NUL included) */
+#define TGP_MAX_NAME         TOGGLE_MAX_NAME /* agent, group, hook type names (NUL included) */
 
 #endif /* TOGGLE_PROTO_H */
