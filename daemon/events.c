@@ -62,14 +62,6 @@ static void agent_events(struct td_agent *a)
 	}
 }
 
-static struct td_agent *agent_by_id(struct td_daemon *d, uint64_t id)
-{
-	for (struct td_agent *a = d->agents; a; a = a->next)
-		if (a->id == id)
-			return a;
-	return NULL;
-}
-
 void td_waiter_free(struct td_waiter *w)
 {
 	for (size_t i = 0; i < w->n_skipped; i++)
@@ -88,7 +80,7 @@ static bool waiter_answer(struct td_daemon *d, const struct td_waiter *w, uint64
 {
 	size_t n_late = 0, n_named = 0, n_gone = 0;
 	for (size_t i = 0; i < w->n; i++) {
-		struct td_agent *a = agent_by_id(d, w->agent_ids[i]);
+		struct td_agent *a = td_agent_find(d, w->agent_ids[i]);
 		if (a && a->st->version_applied >= w->versions[i])
 			continue;
 		n_late++;

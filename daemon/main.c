@@ -564,6 +564,7 @@ int main(int argc, char **argv)
 	uv_run(d->loop, UV_RUN_DEFAULT);
 	uv_loop_close(d->loop);
 	td_store_free(&d->store);
+	free(d->by_id);
 	log_info("stopped");
 	return 0;
 }

@@ -191,6 +191,7 @@ struct td_agent {
 	bool unsaved;                 /* accepted changes not yet in a save */
 	bool saving;                  /* `saving` holds what the save in flight writes */
 	bool publish_queued;          /* its lane waits for `durable` (commit.c) */
+	struct td_desired *desired;   /* its store entry, once found (entries never move) */
 	struct td_agent *publish_next;
 	struct td_agent_state saving_state, durable; /* durable: also what the lane shows */
 	/* Last status read, for events and queries. */
@@ -327,6 +328,8 @@ struct td_daemon {
 	size_t n_peers;
 	struct td_agent *agents;
 	size_t n_agents;
+	struct td_agent **by_id;       /* the same agents by id, ascending (agents.c) */
+	size_t by_id_cap;
 	uint64_t next_agent_id, next_peer_id;
 	struct td_waiter *waiters;
 	struct td_store store;
@@ -391,6 +394,8 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, 
 void td_agent_gone(struct td_agent *a);
 bool td_selector_match(const struct td_selector *s, const struct td_agent *a);
 int td_selector_parse(const Toggle__Selector *m, struct td_selector *out, char *err, size_t errlen);
+/* The agent with this id, or NULL: a binary search, not a walk. */
+struct td_agent *td_agent_find(struct td_daemon *d, uint64_t id);
 /* Agents a selector names; TOGGLE_ENOAGENT when none. *out freed by caller. */
 int td_agents_select(struct td_daemon *d, const struct td_selector *s, struct td_agent ***out,
 		     size_t *n);

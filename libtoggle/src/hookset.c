@@ -593,6 +593,15 @@ int toggle_set_parse(const struct toggle_catalog *cat, const char *spec,
 
 /* ---- formatter ---------------------------------------------------------- */
 
+/* No hook at all: stops at the first word with a bit (a count would visit all 128). */
+static bool hs_empty(const struct toggle_set *set)
+{
+	for (size_t i = 0; i < HS_WORDS; i++)
+		if (set->bits[i])
+			return false;
+	return true;
+}
+
 static bool hs_type_full(const struct toggle_set *set, const struct toggle_set *all, unsigned t)
 {
 	for (unsigned w = t * HS_TYPE_WORDS; w < (t + 1) * HS_TYPE_WORDS; w++)
@@ -650,7 +659,7 @@ int toggle_set_format(const struct toggle_catalog *cat, const struct toggle_set 
 
 	hs_out_init(&o, buf, len);
 	toggle_set_fill(&all, cat);
-	if (toggle_set_count(set) == 0) {
+	if (hs_empty(set)) {
 		hs_printf(&o, "none");
 	} else if (toggle_set_equal(set, &all)) {
 		hs_printf(&o, "all");
