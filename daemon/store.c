@@ -453,6 +453,21 @@ static void note_ignored(const char *adir, const char *fname, const char *why, s
 		log_warnx("state: ignoring %s/%s: %s", adir, printable(fname, pf, sizeof(pf)), why);
 }
 
+/* Up to cap bytes from a freshly opened fd, stopping at EOF or the first read error: how many. */
+static size_t read_upto(int fd, char *buf, size_t cap)
+{
+	size_t got = 0;
+	while (got < cap) {
+		ssize_t r = read(fd, buf + got, cap - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
+}
+
 /*
  * One entry file's bytes into out: the JSON document of the agent name
  * stem (which passed name_ok), checked whole.  path names the file in
@@ -510,24 +525,18 @@ static int load_file(int dfd, const char *adir, const char *stem, struct td_stor
 	}
 	/*
 	 * Its bytes up to EOF or the first read error, as json_loadfd read them
-	 * (a shorter read is parsed, and refused as JSON if it is cut).  The
-	 * files are replaced by rename, never rewritten in place: st_size + 1
-	 * bytes hold any of them.
+	 * (a cut read is parsed, and refused if its JSON is cut).  Entry files
+	 * are replaced by rename, never rewritten in place; the byte past
+	 * st_size makes one that grew all the same a JSON error rather than a
+	 * document cut silently at its old length.
 	 */
-	size_t cap = (size_t)st.st_size + 1, len = 0;
+	size_t cap = (size_t)st.st_size + 1;
 	char *text = malloc(cap);
 	if (!text) {
 		close(fd);
 		return out_of_memory(&lc);
 	}
-	while (len < cap) {
-		ssize_t r = read(fd, text + len, cap - len);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		len += (size_t)r;
-	}
+	size_t len = read_upto(fd, text, cap);
 	close(fd);
 	int rc = td_store_parse_file(path, stem, text, len, out, err, errlen);
 	free(text);
@@ -785,16 +794,9 @@ static int load_journal(const char *dir, struct td_store *out, char *err, size_t
 		close(fd);
 		return TOGGLE_EINVAL;
 	}
-	size_t size = (size_t)st.st_size, got = 0;
+	size_t size = (size_t)st.st_size;
 	char *buf = malloc(size ? size : 1);
-	while (buf && got < size) {
-		ssize_t r = pread(fd, buf + got, size - got, (off_t)got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
+	size_t got = buf ? read_upto(fd, buf, size) : 0;
 	if (!buf || got != size) {
 		seterr(err, errlen, buf ? "cannot read %s" : "%s: out of memory while loading", path);
 		free(buf);
