@@ -95,6 +95,10 @@ struct ctl_plan {
 	Toggle__PlanEntry **p;
 };
 int ctl_plan_load(const struct ctl_output *out, const char *path, struct ctl_plan *pl);
+/* ctl_plan_load's decoder, from the file's bytes (shown names it in errors;
+ * fuzz/fuzz_plan.c calls it too). */
+int ctl_plan_parse(const struct ctl_output *out, const char *shown, const char *buf, size_t len,
+		   struct ctl_plan *pl);
 void ctl_plan_free(struct ctl_plan *pl);
 
 /* ctl_cluster.c: the command, across every host of --cluster through --etcd. */

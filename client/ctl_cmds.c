@@ -396,19 +396,14 @@ static int ctl_plan_entry(const struct ctl_output *out, const char *shown, size_
 	return 0;
 }
 
-/* Read and validate a plan file: a JSON array of {"step": N, "hooks": "SPEC"}. */
-int ctl_plan_load(const struct ctl_output *out, const char *path, struct ctl_plan *pl)
+/* Validate a plan file's bytes: a JSON array of {"step": N, "hooks": "SPEC"}. */
+int ctl_plan_parse(const struct ctl_output *out, const char *shown, const char *buf, size_t len,
+		   struct ctl_plan *pl)
 {
-	const char *shown = strcmp(path, "-") ? path : "(standard input)";
-	char *buf = NULL;
-	size_t len = 0;
-	memset(pl, 0, sizeof(*pl));
-	int rc = ctl_read_file(out, path, shown, &buf, &len);
-	if (rc)
-		return rc;
+	int rc = 0;
 	json_error_t jerr;
+	memset(pl, 0, sizeof(*pl));
 	pl->root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-	free(buf);
 	if (!pl->root)
 		return ctl_fail(out, CTL_EXIT_USAGE, TOGGLE_EINVAL, "plan %s: line %d, column %d: %s",
 				shown, jerr.line, jerr.column, jerr.text);
@@ -438,6 +433,21 @@ int ctl_plan_load(const struct ctl_output *out, const char *path, struct ctl_pla
 	}
 	if (rc)
 		ctl_plan_free(pl);
+	return rc;
+}
+
+/* Read and validate a plan file (path, or "-" for standard input). */
+int ctl_plan_load(const struct ctl_output *out, const char *path, struct ctl_plan *pl)
+{
+	const char *shown = strcmp(path, "-") ? path : "(standard input)";
+	char *buf = NULL;
+	size_t len = 0;
+	memset(pl, 0, sizeof(*pl));
+	int rc = ctl_read_file(out, path, shown, &buf, &len);
+	if (rc)
+		return rc;
+	rc = ctl_plan_parse(out, shown, buf, len, pl);
+	free(buf);
 	return rc;
 }
 

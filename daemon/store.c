@@ -418,6 +418,43 @@ static void note_ignored(const char *adir, const char *fname, const char *why, s
 		log_warnx("state: ignoring %s/%s: %s", adir, printable(fname, pf, sizeof(pf)), why);
 }
 
+/* Up to cap bytes from a freshly opened fd, stopping at EOF or the first read error: how many. */
+static size_t read_upto(int fd, char *buf, size_t cap)
+{
+	size_t got = 0;
+	while (got < cap) {
+		ssize_t r = read(fd, buf + got, cap - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
+}
+
+/*
+ * One entry file's bytes into out: the JSON document of the agent name
+ * stem (which passed name_ok), checked whole.  path names the file in
+ * errors.  0, TOGGLE_EINVAL (not valid state) or TOGGLE_ENOMEM.
+ */
+int td_store_parse_file(const char *path, const char *stem, const char *text, size_t len,
+			struct td_store *out, char *err, size_t errlen)
+{
+	struct load_ctx lc = { path, err, errlen };
+	json_error_t jerr;
+	/* Duplicate keys are refused: which copy wins would otherwise be a guess. */
+	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		util_seterr(err, errlen, "%s: line %d, column %d: %s", path, jerr.line, jerr.column,
+		            jerr.text);
+		return TOGGLE_EINVAL;
+	}
+	int rc = parse_entry(&lc, stem, root, out);
+	json_decref(root);
+	return rc;
+}
+
 /* agents/<stem>.json into out; a file that is not regular is ignored (logged). */
 static int load_file(int dfd, const char *adir, const char *stem, struct td_store *out,
 		     char *err, size_t errlen, size_t *ignored)
@@ -451,17 +488,23 @@ static int load_file(int dfd, const char *adir, const char *stem, struct td_stor
 		util_seterr(err, errlen, "%s: larger than %zu bytes", path, STORE_MAX_FILE);
 		return TOGGLE_EINVAL;
 	}
-	json_error_t jerr;
-	/* Duplicate keys are refused: which copy wins would otherwise be a guess. */
-	json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
-	close(fd);
-	if (!root) {
-		util_seterr(err, errlen, "%s: line %d, column %d: %s", path, jerr.line, jerr.column,
-		            jerr.text);
-		return TOGGLE_EINVAL;
+	/*
+	 * Its bytes up to EOF or the first read error, as json_loadfd read them
+	 * (a cut read is parsed, and refused if its JSON is cut).  Entry files
+	 * are replaced by rename, never rewritten in place; the byte past
+	 * st_size makes one that grew all the same a JSON error rather than a
+	 * document cut silently at its old length.
+	 */
+	size_t cap = (size_t)st.st_size + 1;
+	char *text = malloc(cap);
+	if (!text) {
+		close(fd);
+		return out_of_memory(&lc);
 	}
-	int rc = parse_entry(&lc, stem, root, out);
-	json_decref(root);
+	size_t len = read_upto(fd, text, cap);
+	close(fd);
+	int rc = td_store_parse_file(path, stem, text, len, out, err, errlen);
+	free(text);
 	return rc;
 }
 
@@ -641,6 +684,51 @@ static int journal_record(const struct load_ctx *lc, const char *line, size_t le
 }
 
 /*
+ * The journal's bytes replayed over out: each complete record (a line) whole,
+ * in order, a later one overriding; a last line without its newline is left
+ * (torn).  *good: the length of the records applied; *corrupt: the record
+ * after them is a complete line that is not valid (TOGGLE_EINVAL).  path
+ * names the journal in errors.  0, TOGGLE_EINVAL or TOGGLE_ENOMEM.
+ */
+int td_store_parse_journal(const char *path, const char *buf, size_t size, struct td_store *out,
+			   size_t *good, bool *corrupt, char *err, size_t errlen)
+{
+	size_t pos = 0, lineno = 0;
+	int rc = 0;
+	*good = 0;
+	*corrupt = false;
+	while (pos < size) {
+		const char *nl = memchr(buf + pos, '\n', size - pos);
+		if (!nl)
+			break; /* torn: never completed, never acknowledged */
+		char where[PATH_MAX + 64];
+		snprintf(where, sizeof(where), "%s: record %zu", path, ++lineno);
+		struct load_ctx lc = { where, err, errlen };
+		struct td_store scratch = { 0 };
+		rc = journal_record(&lc, buf + pos, (size_t)(nl - buf) - pos, &scratch);
+		for (size_t i = 0; rc == 0 && i < scratch.n; i++) {
+			struct td_desired *sd = &scratch.v[i];
+			struct td_desired *dd = td_store_get(out, sd->name, true);
+			if (!dd || td_desired_set_standing(dd, sd->standing) != 0 ||
+			    td_desired_set_plans(dd, sd->plan_steps, sd->plan_specs, sd->n_plans) != 0)
+				rc = dd ? out_of_memory(&lc) : schema_error(&lc, "entries", "more than %d names",
+									      TD_MAX_STORED_AGENTS);
+			else
+				dd->in_journal = true;
+		}
+		td_store_free(&scratch);
+		if (rc == TOGGLE_EINVAL) {
+			*corrupt = true;
+			break;
+		}
+		if (rc)
+			break;
+		pos = *good = (size_t)(nl - buf) + 1;
+	}
+	return rc;
+}
+
+/*
  * Replay <dir>/agents.journal over what the files held: each record whole,
  * in order, a later one overriding.  A last line without its newline is a
  * record whose save never completed (and was never acknowledged): cut off.
@@ -671,53 +759,18 @@ static int load_journal(const char *dir, struct td_store *out, char *err, size_t
 		close(fd);
 		return TOGGLE_EINVAL;
 	}
-	size_t size = (size_t)st.st_size, got = 0;
+	size_t size = (size_t)st.st_size;
 	char *buf = malloc(size ? size : 1);
-	while (buf && got < size) {
-		ssize_t r = pread(fd, buf + got, size - got, (off_t)got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
+	size_t got = buf ? read_upto(fd, buf, size) : 0;
 	if (!buf || got != size) {
 		util_seterr(err, errlen, buf ? "cannot read %s" : "%s: out of memory while loading", path);
 		free(buf);
 		close(fd);
 		return buf ? TOGGLE_EIO : TOGGLE_ENOMEM;
 	}
-	size_t pos = 0, good = 0, lineno = 0;
-	int rc = 0;
+	size_t good = 0;
 	bool corrupt = false;
-	while (pos < size) {
-		char *nl = memchr(buf + pos, '\n', size - pos);
-		if (!nl)
-			break; /* torn: never completed, never acknowledged */
-		char where[PATH_MAX + 64];
-		snprintf(where, sizeof(where), "%s: record %zu", path, ++lineno);
-		struct load_ctx lc = { where, err, errlen };
-		struct td_store scratch = { 0 };
-		rc = journal_record(&lc, buf + pos, (size_t)(nl - buf) - pos, &scratch);
-		for (size_t i = 0; rc == 0 && i < scratch.n; i++) {
-			struct td_desired *sd = &scratch.v[i];
-			struct td_desired *dd = td_store_get(out, sd->name, true);
-			if (!dd || td_desired_set_standing(dd, sd->standing) != 0 ||
-			    td_desired_set_plans(dd, sd->plan_steps, sd->plan_specs, sd->n_plans) != 0)
-				rc = dd ? out_of_memory(&lc) : schema_error(&lc, "entries", "more than %d names",
-									      TD_MAX_STORED_AGENTS);
-			else
-				dd->in_journal = true;
-		}
-		td_store_free(&scratch);
-		if (rc == TOGGLE_EINVAL) {
-			corrupt = true;
-			break;
-		}
-		if (rc)
-			break;
-		pos = good = (size_t)(nl - buf) + 1;
-	}
+	int rc = td_store_parse_journal(path, buf, size, out, &good, &corrupt, err, errlen);
 	if (rc == 0 || (corrupt && out->quarantine)) {
 		rc = 0;
 		if (corrupt) {

@@ -450,6 +450,12 @@ void td_cluster_agent_joined(struct td_agent *a); /* the cluster's set for a new
 
 /* store.c: one file per agent name under <dir>/agents/. */
 int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen);
+/* What td_store_load decodes, from bytes (fuzz/fuzz_store.c calls them too): one
+ * agents/<stem>.json, and the journal (*good: its valid length). */
+int td_store_parse_file(const char *path, const char *stem, const char *text, size_t len,
+			struct td_store *out, char *err, size_t errlen);
+int td_store_parse_journal(const char *path, const char *buf, size_t size, struct td_store *out,
+			   size_t *good, bool *corrupt, char *err, size_t errlen);
 /*
  * Writes the dirty entries only (an empty one's file is removed), all or
  * nothing: every file is written and synced under a temporary name before
