@@ -15,20 +15,6 @@
 #include "toggled.h"
 #include "util.h"
 
-uint64_t td_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-uint64_t td_unix_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static bool name_ok(const char *s)
 {
 	/* "." and ".." name directories, not state files (issue 11 item 8). */
@@ -354,7 +340,7 @@ static void agent_init(struct td_agent *a, struct td_peer *p, const Toggle__Regi
 	a->uid = p->uid;
 	a->mode = m->mode;
 	a->driver_version = m->driver_version;
-	a->connected_ms = td_unix_ms();
+	a->connected_ms = util_unix_ms();
 }
 
 /* First read of both lanes; watchers hear of what changes after it. */

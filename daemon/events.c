@@ -27,7 +27,7 @@ void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind k
 	ev.version = version;
 	ev.step = step;
 	ev.message = (char *)(uintptr_t)msg;
-	ev.unix_ms = td_unix_ms();
+	ev.unix_ms = util_unix_ms();
 	for (struct td_peer *p = d->peers, *next; p; p = next) {
 		next = p->next; /* sending may drop a slow watcher */
 		if (p->watching && td_selector_match(&p->watch_sel, a))
@@ -145,7 +145,7 @@ void td_agents_poll(struct td_daemon *d)
 		       offsetof(struct toggle_shm_status, current) - offsetof(struct toggle_shm_status, step));
 		agent_events(a);
 	}
-	uint64_t now = td_now_ms();
+	uint64_t now = util_mono_ms();
 	for (struct td_waiter **w = &d->waiters; *w;) {
 		if (waiter_try(d, *w, now)) {
 			struct td_waiter *done = *w;

@@ -299,7 +299,7 @@ int main(int argc, char **argv)
 	td_auth_reload(d);
 	fd_limit_fit(&d->cfg);
 	d->loop = uv_default_loop();
-	d->start_ms = td_now_ms();
+	d->start_ms = util_mono_ms();
 	td_commit_init(d);
 	uv_timer_init(d->loop, &d->status_timer);
 	d->status_timer.data = d;

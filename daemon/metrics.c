@@ -156,7 +156,7 @@ static int snap_fill(struct td_metrics *m, struct snapshot *s)
 		s->agents = v;
 		s->cap_agents = d->n_agents;
 	}
-	s->uptime_ms = td_now_ms() - d->start_ms;
+	s->uptime_ms = util_mono_ms() - d->start_ms;
 	s->peers_agent = s->peers_client = s->peers_watcher = 0;
 	for (struct td_peer *p = d->peers; p; p = p->next) {
 		if (p->agent)

@@ -158,7 +158,7 @@ static void wait_reply(struct td_peer *p, uint64_t id, struct rpc_reply *r, stru
 	w->peer = p;
 	w->request_id = id;
 	/* The deadline counts from the request: a slow save shortens the wait. */
-	w->deadline_ms = td_now_ms() + ms;
+	w->deadline_ms = util_mono_ms() + ms;
 	r->outcome = RPC_DEFERRED;
 	r->waiter = w;
 }

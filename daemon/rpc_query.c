@@ -176,7 +176,7 @@ void rpc_fill_status(Toggle__StatusReply *rep, const struct td_daemon *d)
 	toggle__status_reply__init(rep);
 	rep->daemon_version = (char *)TD_VERSION;
 	rep->protocol_version = TGP_PROTOCOL_VERSION;
-	rep->uptime_ms = td_now_ms() - d->start_ms;
+	rep->uptime_ms = util_mono_ms() - d->start_ms;
 	rep->agents = (uint32_t)d->n_agents;
 	rep->clients = (uint32_t)(d->n_peers - d->n_agents);
 	rep->requests = d->stats.requests;

@@ -43,7 +43,7 @@ static void flush_remove(struct td_peer *p);
 /* true when a repeated warning may be logged now; *suppressed says how many were not. */
 static bool ratelog_ok(struct td_ratelog *r, uint64_t *suppressed)
 {
-	uint64_t now = td_now_ms();
+	uint64_t now = util_mono_ms();
 	if (now < r->next_ms) {
 		r->suppressed++;
 		return false;
@@ -433,7 +433,7 @@ static void peer_frame(struct td_peer *p)
 	}
 	if (got == 0)
 		return;
-	p->active_ms = td_now_ms();
+	p->active_ms = util_mono_ms();
 	/* protobuf-c keeps a string's bytes past a NUL, but C reads it up to the
 	 * NUL: "a\0/../x" would act as "a".  Such a frame re-packs shorter. */
 	if (toggle__envelope__get_packed_size(env) != flen) {
@@ -658,7 +658,7 @@ static void peer_add(struct td_daemon *d, int fd)
 	p->gid = cred.gid;
 	p->pending_fd = -1;
 	p->may_write = may_write;
-	p->connected_ms = p->active_ms = td_now_ms();
+	p->connected_ms = p->active_ms = util_mono_ms();
 	tgp_reader_init(&p->rd);
 	if (uv_poll_init(d->loop, &p->poll, fd) != 0) {
 		close(fd);
@@ -689,7 +689,7 @@ static void on_peer_timer(uv_timer_t *t)
 {
 	struct td_daemon *d = t->data;
 	const struct td_config *c = &d->cfg;
-	uint64_t now = td_now_ms();
+	uint64_t now = util_mono_ms();
 	for (struct td_peer *p = d->peers, *next; p; p = next) {
 		next = p->next;
 		const char *why = NULL;

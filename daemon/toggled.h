@@ -26,6 +26,7 @@
 #include "toggle_shm.h"
 
 #include "toggle_version.h"
+#include "util.h"
 #define TD_VERSION          TOGGLE_VERSION_STRING
 #define TD_MAX_QUEUE        (8u << 20)  /* bytes queued to one peer before it is dropped */
 #define TD_MAX_PEERS        1024        /* default max_peers */
@@ -131,7 +132,7 @@ struct td_peer {
 	bool closing;
 	bool want_write;
 	uint32_t pid, uid, gid;
-	uint64_t connected_ms, active_ms; /* td_now_ms() at accept and at the last frame */
+	uint64_t connected_ms, active_ms; /* util_mono_ms() at accept and at the last frame */
 	struct tgp_reader rd;
 	int pending_fd; /* from SCM_RIGHTS, until a RegisterAgent claims it */
 	struct td_out *out_head, *out_tail;
@@ -343,8 +344,6 @@ struct td_daemon {
 	struct td_cluster *cluster; /* NULL: not in a cluster */
 };
 
-uint64_t td_now_ms(void);  /* monotonic */
-uint64_t td_unix_ms(void); /* wall clock (agents.c) */
 
 /* server.c */
 int td_server_listen(struct td_daemon *d, int activated_fd);

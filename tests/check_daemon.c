@@ -2979,6 +2979,82 @@ START_TEST(test_reply_after_every_lane)
 END_TEST
 
 /*
+ * Issue 17: agents are found by id through an index kept in id order
+ * (td_agent_find), not a walk.  Agents that leave from the middle and the
+ * ends, and one that registers after: every live id is found (its lane
+ * shows the set), every gone id is TOGGLE_ENOAGENT.
+ */
+START_TEST(test_agent_ids_after_leaves)
+{
+	enum { N = 7 };
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	static struct toggle_shm shm[N];
+	static struct raw conn[N];
+	uint64_t ids[N];
+	bool gone[N] = {false};
+	struct tgc *c = client(&e);
+	for (int i = 0; i < N; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "byid-%d", i);
+		ASSERT_CODE(toggle_shm_create(&shm[i], err, ERRLEN), 0, err);
+		raw_open(&conn[i], &e);
+		raw_hello(&conn[i]);
+		ASSERT_CODE(raw_register_group(&conn[i], name, "", shm[i].fd, err), 0, err);
+		ids[i] = agent_info(c, name).id;
+		if (i == N - 2) {
+			/* Leave: the first, one in the middle, the newest so far. */
+			static const int leave[3] = {0, 2, N - 2};
+			for (int k = 0; k < 3; k++) {
+				raw_close(&conn[leave[k]]);
+				gone[leave[k]] = true;
+			}
+			for (int k = 0; k < 3; k++) {
+				char n2[32];
+				snprintf(n2, sizeof(n2), "byid-%d", leave[k]);
+				for (int t = 0; t < 200 && agent_lookup(c, n2, NULL, NULL); t++)
+					sleep_ms(10);
+				ASSERT(!agent_lookup(c, n2, NULL, NULL), "%s still listed", n2);
+			}
+		}
+	}
+	struct toggle_set want;
+	ASSERT_CODE(toggle_set_parse(&catalog, "attn_out:1-2", &want, err, sizeof(err)), 0, err);
+	for (int i = 0; i < N; i++) {
+		Toggle__Selector sel = sel_id(ids[i]);
+		Toggle__Envelope *rep = NULL;
+		int rc = rpc_set(c, &sel, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:1-2", 0, &rep, err);
+		if (rep)
+			toggle__envelope__free_unpacked(rep, NULL);
+		if (gone[i]) {
+			ASSERT_CODE(rc, TOGGLE_ENOAGENT, err);
+			continue;
+		}
+		ASSERT_CODE(rc, 0, err);
+		struct toggle_shm_control_view v;
+		ASSERT_CODE(toggle_shm_control_read(shm[i].ctl, &v), 0, "control lane");
+		ASSERT(memcmp(v.standing, want.bits, sizeof(v.standing)) == 0,
+		       "the set to id %llu did not reach byid-%d", (unsigned long long)ids[i], i);
+	}
+	/* An id never given: refused, not another agent's. */
+	Toggle__Selector none = sel_id(ids[N - 1] + 1);
+	Toggle__Envelope *rep = NULL;
+	ASSERT_CODE(rpc_set(c, &none, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:0", 0, &rep, err),
+		    TOGGLE_ENOAGENT, err);
+	if (rep)
+		toggle__envelope__free_unpacked(rep, NULL);
+	tgc_close(c);
+	for (int i = 0; i < N; i++) {
+		if (!gone[i])
+			raw_close(&conn[i]);
+		toggle_shm_unmap(&shm[i]);
+	}
+	env_teardown(&e);
+}
+END_TEST
+
+/*
  * The state directory on a small tmpfs (a private mount namespace: it goes
  * away with the test process), then filled: every write is refused with
  * TOGGLE_EIO and the reason, nothing of it reaches the agent or the saved
@@ -3553,6 +3629,7 @@ static Suite *daemon_suite(void)
 	tc = add_tcase(s, "fairness");
 	tcase_add_test(tc, test_flood_does_not_starve);
 	tcase_add_test(tc, test_reply_after_every_lane);
+	tcase_add_test(tc, test_agent_ids_after_leaves);
 	tc = add_tcase(s, "issue11");
 	tcase_add_test(tc, test_shm_offsets_rewritten_while_registering);
 	tcase_add_test(tc, test_names_dot_and_nul_refused);

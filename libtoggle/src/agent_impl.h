@@ -351,4 +351,11 @@ void tg_device_graph_free(struct toggle_agent *a, struct tg_graph *g);
 /* At step_begin (the step already moved): read the planners' reports, note the step. */
 void tg_device_step(struct toggle_agent *a);
 
+/* Hash of a node handle for open-addressing node sets (device.c, region.c):
+ * Fibonacci hashing; the low bits of a pointer are alignment, so shift. */
+static inline size_t tg_node_hash(CUgraphNode n)
+{
+	return (size_t)(((uint64_t)(uintptr_t)n * 0x9e3779b97f4a7c15ull) >> 20);
+}
+
 #endif

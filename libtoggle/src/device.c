@@ -349,14 +349,9 @@ struct node_set {
 	size_t cap, n; /* cap: a power of two */
 };
 
-static size_t node_hash(CUgraphNode n)
-{
-	return (size_t)(((uint64_t)(uintptr_t)n * 0x9e3779b97f4a7c15ull) >> 20);
-}
-
 static bool node_set_has(const struct node_set *s, CUgraphNode n)
 {
-	for (size_t i = node_hash(n) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+	for (size_t i = tg_node_hash(n) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
 		if (s->slot[i] == n)
 			return true;
 		if (!s->slot[i])
@@ -377,7 +372,7 @@ static int node_set_add(struct node_set *s, CUgraphNode n)
 		free(s->slot);
 		*s = t;
 	}
-	size_t i = node_hash(n) & (s->cap - 1);
+	size_t i = tg_node_hash(n) & (s->cap - 1);
 	for (; s->slot[i]; i = (i + 1) & (s->cap - 1))
 		if (s->slot[i] == n)
 			return 0;

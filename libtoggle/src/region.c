@@ -235,11 +235,6 @@ struct walk {
 	size_t dcap;
 };
 
-static size_t walk_hash(CUgraphNode n)
-{
-	return (size_t)(((uint64_t)(uintptr_t)n * 0x9e3779b97f4a7c15ull) >> 20);
-}
-
 /* 1: added, 0: seen before, <0: out of memory. */
 static int walk_mark(struct walk *w, CUgraphNode n)
 {
@@ -254,7 +249,7 @@ static int walk_mark(struct walk *w, CUgraphNode n)
 		w->seen = t.seen;
 		w->cap = t.cap;
 	}
-	size_t i = walk_hash(n) & (w->cap - 1);
+	size_t i = tg_node_hash(n) & (w->cap - 1);
 	for (; w->seen[i]; i = (i + 1) & (w->cap - 1))
 		if (w->seen[i] == n)
 			return 0;
