@@ -107,6 +107,11 @@ static void by_id_remove(struct td_daemon *d, const struct td_agent *a)
 		memmove(&d->by_id[i], &d->by_id[i + 1], (d->n_agents - i - 1) * sizeof(*d->by_id));
 }
 
+size_t td_agent_index(const struct td_daemon *d, uint64_t id)
+{
+	return by_id_lower(d, id);
+}
+
 struct td_agent *td_agent_find(struct td_daemon *d, uint64_t id)
 {
 	size_t i = by_id_lower(d, id);

@@ -134,17 +134,53 @@ static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 	return true;
 }
 
+/* The counters only: the set and graph records are read by queries. */
+static void agent_poll(struct td_agent *a)
+{
+	if (toggle_shm_status_read_head(a->shm.st, a->st_tmp) != 0)
+		return;
+	memcpy(&a->st->step, &a->st_tmp->step,
+	       offsetof(struct toggle_shm_status, current) - offsetof(struct toggle_shm_status, step));
+	agent_events(a);
+}
+
+/*
+ * How the idle poll is spread: many agents are read a slice per tick, so
+ * no tick reads hundreds of lanes at once while requests wait (issue 17),
+ * and every agent is still read every TD_POLL_IDLE_MS.
+ */
+static void poll_plan(size_t n_agents, uint64_t *interval_ms, size_t *per_tick)
+{
+	size_t slices = (n_agents + TD_POLL_SLICE - 1) / TD_POLL_SLICE;
+	if (slices < 1)
+		slices = 1;
+	if (slices > TD_POLL_IDLE_MS)
+		slices = TD_POLL_IDLE_MS;
+	*interval_ms = TD_POLL_IDLE_MS / slices;
+	*per_tick = (n_agents + slices - 1) / slices;
+}
+
+/* One idle tick: the next slice of agents in id order, wrapping around. */
+static void agents_poll_slice(struct td_daemon *d)
+{
+	uint64_t interval;
+	size_t per_tick;
+	poll_plan(d->n_agents, &interval, &per_tick);
+	size_t i = td_agent_index(d, d->poll_next_id);
+	for (size_t k = 0; k < per_tick && d->n_agents; k++, i++) {
+		if (i >= d->n_agents)
+			i = 0;
+		struct td_agent *a = d->by_id[i];
+		d->poll_next_id = a->id + 1;
+		agent_poll(a);
+	}
+	td_timer_update(d);
+}
+
 void td_agents_poll(struct td_daemon *d)
 {
-	for (struct td_agent *a = d->agents, *next; a; a = next) {
-		next = a->next;
-		/* The counters only: the set and graph records are read by queries. */
-		if (toggle_shm_status_read_head(a->shm.st, a->st_tmp) != 0)
-			continue;
-		memcpy(&a->st->step, &a->st_tmp->step,
-		       offsetof(struct toggle_shm_status, current) - offsetof(struct toggle_shm_status, step));
-		agent_events(a);
-	}
+	for (struct td_agent *a = d->agents; a; a = a->next)
+		agent_poll(a);
 	uint64_t now = util_mono_ms();
 	for (struct td_waiter **w = &d->waiters; *w;) {
 		if (waiter_try(d, *w, now)) {
@@ -160,13 +196,22 @@ void td_agents_poll(struct td_daemon *d)
 
 static void on_status_timer(uv_timer_t *t)
 {
-	td_agents_poll(t->data);
+	struct td_daemon *d = t->data;
+	if (d->waiters)
+		td_agents_poll(d);
+	else
+		agents_poll_slice(d);
 }
 
-/* Poll fast while someone waits, slowly while agents or watchers exist. */
+/* Poll every agent fast while someone waits, a slice at a time while agents exist. */
 void td_timer_update(struct td_daemon *d)
 {
-	uint64_t want = d->waiters ? TD_POLL_WAIT_MS : (d->n_agents ? TD_POLL_IDLE_MS : 0);
+	uint64_t want = 0;
+	size_t per_tick;
+	if (d->waiters)
+		want = TD_POLL_WAIT_MS;
+	else if (d->n_agents)
+		poll_plan(d->n_agents, &want, &per_tick);
 	if (!uv_is_active((uv_handle_t *)&d->status_timer)) {
 		if (want)
 			uv_timer_start(&d->status_timer, on_status_timer, want, want);

@@ -42,7 +42,8 @@
 #define TD_GROUP_MEMBERS    8           /* uids or @unix groups per agent_group line */
 #define TD_LOG_EVERY_MS     10000       /* repeated warnings: one line per this, with a count */
 #define TD_FRAMES_PER_TURN  4           /* default frames_per_turn: frames of all peers per loop turn */
-#define TD_POLL_IDLE_MS     10          /* status-lane polling for events */
+#define TD_POLL_IDLE_MS     10          /* status-lane polling for events: each agent this often */
+#define TD_POLL_SLICE       32          /* agents whose lanes one idle tick reads, at least */
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
 /* Pending plan entries (steps not begun) per agent: the agent's own limit. */
 #define TD_MAX_PENDING_PLAN TOGGLE_MAX_PLAN
@@ -331,6 +332,7 @@ struct td_daemon {
 	size_t n_agents;
 	struct td_agent **by_id;       /* the same agents by id, ascending (agents.c) */
 	size_t by_id_cap;
+	uint64_t poll_next_id;         /* the idle status poll goes on from this id (events.c) */
 	uint64_t next_agent_id, next_peer_id;
 	struct td_waiter *waiters;
 	struct td_store store;
@@ -395,6 +397,8 @@ bool td_selector_match(const struct td_selector *s, const struct td_agent *a);
 int td_selector_parse(const Toggle__Selector *m, struct td_selector *out, char *err, size_t errlen);
 /* The agent with this id, or NULL: a binary search, not a walk. */
 struct td_agent *td_agent_find(struct td_daemon *d, uint64_t id);
+/* Index in d->by_id of the first agent whose id is at least id (d->n_agents if none). */
+size_t td_agent_index(const struct td_daemon *d, uint64_t id);
 /* Agents a selector names; TOGGLE_ENOAGENT when none. *out freed by caller. */
 int td_agents_select(struct td_daemon *d, const struct td_selector *s, struct td_agent ***out,
 		     size_t *n);

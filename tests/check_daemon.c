@@ -3055,6 +3055,68 @@ START_TEST(test_agent_ids_after_leaves)
 END_TEST
 
 /*
+ * Issue 17: with many agents the status poll reads a slice of them per tick
+ * (events.c), not all at once.  Every agent must still be read: 100 agents
+ * each publish an applied version on their status lane, and a watcher gets
+ * a SET_APPLIED event from every one of them.
+ */
+START_TEST(test_events_from_many_agents)
+{
+	enum { N = 100 };
+	struct env e;
+	env_setup(&e);
+	char err[ERRLEN];
+	static struct toggle_shm shm[N];
+	static struct raw conn[N];
+	bool seen[N] = {false};
+	struct tgc *w = client(&e);
+	for (int i = 0; i < N; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "ev-%d", i);
+		ASSERT_CODE(toggle_shm_create(&shm[i], err, ERRLEN), 0, err);
+		raw_open(&conn[i], &e);
+		raw_hello(&conn[i]);
+		ASSERT_CODE(raw_register_group(&conn[i], name, "", shm[i].fd, err), 0, err);
+	}
+	ASSERT_CODE(rpc_watch(w, NULL, err), 0, err);
+	struct toggle_shm_status *st = calloc(1, sizeof(*st));
+	ASSERT(st, "out of memory");
+	for (int i = 0; i < N; i++) {
+		st->version_applied = 40 + (uint64_t)i;
+		toggle_shm_status_write(shm[i].st, st);
+	}
+	free(st);
+	int left = N;
+	uint64_t end = now_ms() + 10000;
+	while (left > 0) {
+		uint64_t now = now_ms();
+		ASSERT(now < end, "%d of %d agents never reported their applied version", left, N);
+		Toggle__Envelope *ev = NULL;
+		int got = tgc_next_event(w, &ev, (int)(end - now));
+		ASSERT(got >= 0, "watch connection failed: %d", got);
+		if (got == 0)
+			continue;
+		const Toggle__Event *m = ev->event;
+		int i = -1;
+		if (m->kind == TOGGLE__EVENT_KIND__EVENT_KIND_SET_APPLIED &&
+		    sscanf(m->agent_name, "ev-%d", &i) == 1 && i >= 0 && i < N && !seen[i]) {
+			ASSERT(m->version == 40 + (uint64_t)i, "ev-%d: version %llu", i,
+			       (unsigned long long)m->version);
+			seen[i] = true;
+			left--;
+		}
+		toggle__envelope__free_unpacked(ev, NULL);
+	}
+	tgc_close(w);
+	for (int i = 0; i < N; i++) {
+		raw_close(&conn[i]);
+		toggle_shm_unmap(&shm[i]);
+	}
+	env_teardown(&e);
+}
+END_TEST
+
+/*
  * The state directory on a small tmpfs (a private mount namespace: it goes
  * away with the test process), then filled: every write is refused with
  * TOGGLE_EIO and the reason, nothing of it reaches the agent or the saved
@@ -3630,6 +3692,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_flood_does_not_starve);
 	tcase_add_test(tc, test_reply_after_every_lane);
 	tcase_add_test(tc, test_agent_ids_after_leaves);
+	tcase_add_test(tc, test_events_from_many_agents);
 	tc = add_tcase(s, "issue11");
 	tcase_add_test(tc, test_shm_offsets_rewritten_while_registering);
 	tcase_add_test(tc, test_names_dot_and_nul_refused);
