@@ -182,7 +182,7 @@ static int64_t agent_step(const struct td_agent *a)
 void td_agent_persist(struct td_agent *a)
 {
 	struct td_store *s = &a->d->store;
-	a->unsaved = true;
+	td_commit_touch(a);
 	char key[TD_MAX_KEY];
 	/* Looked up once: a store entry stays where it is until the daemon exits. */
 	if (!a->desired && td_store_key(key, sizeof(key), a->name, a->uid) == 0)

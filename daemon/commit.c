@@ -212,9 +212,33 @@ static void publish_add(struct td_commit *c, struct td_agent *a)
 	c->publish_added++;
 }
 
+void td_commit_touch(struct td_agent *a)
+{
+	struct td_commit *c = &a->d->commit;
+	a->unsaved = true;
+	if (a->touched)
+		return;
+	a->touched = true;
+	a->touched_next = c->touched;
+	c->touched = a;
+}
+
+static void touched_remove(struct td_commit *c, struct td_agent *a)
+{
+	for (struct td_agent **pp = &c->touched; *pp; pp = &(*pp)->touched_next)
+		if (*pp == a) {
+			*pp = a->touched_next;
+			break;
+		}
+	a->touched = false;
+	a->touched_next = NULL;
+}
+
 void td_commit_forget_agent(struct td_agent *a)
 {
 	struct td_commit *c = &a->d->commit;
+	if (a->touched)
+		touched_remove(c, a);
 	if (!a->publish_queued)
 		return;
 	struct td_agent *prev = NULL;
@@ -270,14 +294,21 @@ static void commit_done(struct td_daemon *d, int rc, const char *reason)
 	struct td_pending *list = c->inflight;
 	c->inflight = NULL;
 	if (rc == 0) {
-		for (struct td_agent *a = d->agents; a; a = a->next) {
-			if (!a->saving)
+		for (struct td_agent **pp = &c->touched, *a; (a = *pp);) {
+			if (a->saving) {
+				td_agent_state_free(&a->durable);
+				a->durable = a->saving_state;
+				memset(&a->saving_state, 0, sizeof(a->saving_state));
+				a->saving = false;
+				publish_add(c, a);
+			}
+			if (a->unsaved) { /* changed again meanwhile: the next save */
+				pp = &a->touched_next;
 				continue;
-			td_agent_state_free(&a->durable);
-			a->durable = a->saving_state;
-			memset(&a->saving_state, 0, sizeof(a->saving_state));
-			a->saving = false;
-			publish_add(c, a);
+			}
+			*pp = a->touched_next;
+			a->touched = false;
+			a->touched_next = NULL;
 		}
 		for (struct td_pending *pd = list; pd; pd = pd->next)
 			pd->publish_mark = c->publish_added;
@@ -304,9 +335,13 @@ static void commit_done(struct td_daemon *d, int rc, const char *reason)
 	snprintf(c->reason, sizeof(c->reason), "%s", reason);
 	char msg[400];
 	snprintf(msg, sizeof(msg), "desired state not saved, nothing applied: %s", reason);
-	for (struct td_agent *a = d->agents; a; a = a->next)
-		if (a->saving || a->unsaved)
-			agent_rollback(a);
+	for (struct td_agent *a = c->touched, *next; a; a = next) {
+		next = a->touched_next;
+		agent_rollback(a);
+		a->touched = false;
+		a->touched_next = NULL;
+	}
+	c->touched = NULL;
 	td_store_rollback(&d->store);
 	struct td_pending *q = c->queued;
 	c->queued = NULL;
@@ -349,7 +384,7 @@ static void commit_start(struct td_daemon *d, bool sync)
 	uv_timer_stop(&c->retry);
 	struct td_store_job *j = td_store_job_begin(&d->store, d->cfg.state_dir);
 	bool ok = j != NULL;
-	for (struct td_agent *a = d->agents; ok && a; a = a->next) {
+	for (struct td_agent *a = c->touched; ok && a; a = a->touched_next) {
 		if (!a->unsaved)
 			continue;
 		if (td_agent_state_copy(&a->saving_state, a) != 0) {

@@ -193,6 +193,8 @@ struct td_agent {
 	bool unsaved;                 /* accepted changes not yet in a save */
 	bool saving;                  /* `saving` holds what the save in flight writes */
 	bool publish_queued;          /* its lane waits for `durable` (commit.c) */
+	bool touched;                 /* on commit.c's list: unsaved or saving */
+	struct td_agent *touched_next;
 	struct td_desired *desired;   /* its store entry, once found (entries never move) */
 	struct td_agent *publish_next;
 	struct td_agent_state saving_state, durable; /* durable: also what the lane shows */
@@ -283,6 +285,9 @@ struct td_commit {
 	 * (td_commit_step): agents whose lane waits for their durable state,
 	 * oldest first, and replies that wait for the agents queued before them. */
 	struct td_agent *publish_head, *publish_tail;
+	/* Agents with accepted changes not yet durable (unsaved or saving): a
+	 * save visits these, not every agent. */
+	struct td_agent *touched;
 	uint64_t publish_added, publish_done; /* agents that joined, and left, the queue */
 	struct td_pending *answers, **answers_tail;
 	bool failing;                 /* the last save failed */
@@ -420,8 +425,10 @@ void td_commit_init(struct td_daemon *d);
 void td_commit_kick(struct td_daemon *d);
 /* Check phase: a bounded share of a finished save's lanes and replies; true if more wait. */
 bool td_commit_step(struct td_daemon *d);
-/* An agent leaves: out of the queue of lanes to write. */
+/* An agent leaves: out of the queue of lanes to write and the list of changed agents. */
 void td_commit_forget_agent(struct td_agent *a);
+/* The agent's accepted state changed: the next save holds it. */
+void td_commit_touch(struct td_agent *a);
 /*
  * A write was accepted (its agents' state changed, td_agent_persist done):
  * reply (an encoded frame, taken) leaves after the save that holds it, or
