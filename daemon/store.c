@@ -446,8 +446,9 @@ int td_store_parse_file(const char *path, const char *stem, const char *text, si
 	/* Duplicate keys are refused: which copy wins would otherwise be a guess. */
 	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
+		char pt[sizeof(jerr.text)]; /* jansson quotes the bad token: bytes of the file */
 		util_seterr(err, errlen, "%s: line %d, column %d: %s", path, jerr.line, jerr.column,
-		            jerr.text);
+		            printable(jerr.text, pt, sizeof(pt)));
 		return TOGGLE_EINVAL;
 	}
 	int rc = parse_entry(&lc, stem, root, out);
@@ -656,7 +657,9 @@ static int journal_record(const struct load_ctx *lc, const char *line, size_t le
 	json_t *rec = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
 	int rc = 0;
 	if (!rec) {
-		util_seterr(lc->err, lc->errlen, "%s: column %d: %s", lc->path, jerr.column, jerr.text);
+		char pt[sizeof(jerr.text)]; /* jansson quotes the bad token: bytes of the file */
+		util_seterr(lc->err, lc->errlen, "%s: column %d: %s", lc->path, jerr.column,
+			    printable(jerr.text, pt, sizeof(pt)));
 		return TOGGLE_EINVAL;
 	}
 	if (!json_is_object(rec))

@@ -1507,6 +1507,41 @@ START_TEST(test_setters)
 }
 END_TEST
 
+/*
+ * A state file's JSON syntax error is reported with jansson's text, which
+ * quotes the bad token: bytes of the file.  They reach the log cleaned,
+ * like every other text from a state file (found by fuzz_store's author).
+ */
+static void assert_clean(const char *what, const char *err)
+{
+	ck_assert_msg(err[0] != '\0', "%s: no error text", what);
+	for (const unsigned char *c = (const unsigned char *)err; *c; c++)
+		ck_assert_msg(*c >= 0x20 && *c < 0x7f, "%s: byte 0x%02x in the error: %s", what, *c,
+			      err);
+}
+
+START_TEST(test_parse_error_text_clean)
+{
+	static const char entry[] = "{\"format\": 1, \"name\": \x1b[31m}";
+	static const char journal[] = "{\"x\": \x1b[2J\x07}\n";
+	struct td_store st = { 0 };
+	char err[512];
+	ck_assert_int_ne(td_store_parse_file("x.json", "x", entry, sizeof(entry) - 1, &st, err,
+					     sizeof(err)), 0);
+	assert_clean("entry file", err);
+	td_store_free(&st);
+	size_t good = 0;
+	bool corrupt = false;
+	memset(&st, 0, sizeof(st));
+	err[0] = '\0';
+	td_store_parse_journal("agents.journal", journal, sizeof(journal) - 1, &st, &good, &corrupt,
+			       err, sizeof(err));
+	ck_assert_msg(corrupt, "a record that is not JSON was accepted");
+	assert_clean("journal", err);
+	td_store_free(&st);
+}
+END_TEST
+
 /* ---- auth ---------------------------------------------------------------- */
 
 START_TEST(test_auth_owner_and_root)
@@ -1663,6 +1698,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_store_keys);
 	tcase_add_test(tc, test_journal);
 	tcase_add_test(tc, test_quarantine);
+	tcase_add_test(tc, test_parse_error_text_clean);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("auth");
