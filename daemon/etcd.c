@@ -567,7 +567,13 @@ static int watch_line(void *arg, char *line, size_t len)
 	const json_t *r = json_object_get(j, "result");
 	int stop = 0;
 	if (!json_is_object(r)) {
-		log_warnx("cluster: etcd watch: unexpected message (%.120s)", line);
+		char shown[121]; /* what the server sent: cleaned before it is logged */
+		size_t k = len < sizeof(shown) - 1 ? len : sizeof(shown) - 1;
+		char head[121];
+		memcpy(head, line, k);
+		head[k] = '\0';
+		log_warnx("cluster: etcd watch: unexpected message (%s)",
+			  util_clean(shown, sizeof(shown), head, UTIL_CLEAN_ASCII));
 		stop = 1;
 		goto out;
 	}
