@@ -111,6 +111,15 @@ def test_error_table_equals_the_c_list():
     assert lib.toggle_strerror(min(python.values()) - 1).decode() == "unknown error"
 
 
+def test_docs_error_table_equals_the_list():
+    """docs/python.md's table of codes and classes says what errors._CODES does."""
+    import re
+    text = open(os.path.join(REPO, "docs", "python.md"), encoding="utf-8").read()
+    pairs = dict(re.findall(r"`(TOGGLE_E[A-Z]+)` \| `([A-Za-z]+Error)`", text))
+    want = {name: cls for _, name, cls, _ in errors._CODES}
+    assert pairs == want, "docs/python.md's error table differs from errors._CODES"
+
+
 def test_error_for():
     e = graphtoggle.error_for(-5, "no window")
     assert isinstance(e, graphtoggle.CaptureError)
