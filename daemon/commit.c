@@ -181,17 +181,10 @@ static void answer_eio(struct td_daemon *d, struct td_pending *pd, const char *m
 	}
 	d->commit.failed_writes++;
 	if (pd->peer) {
-		Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-		Toggle__Error err = TOGGLE__ERROR__INIT;
 		uint8_t *buf = NULL;
 		size_t len = 0;
-		env.id = pd->request_id;
-		env.body_case = TOGGLE__ENVELOPE__BODY_ERROR;
-		env.error = &err;
-		err.code = (Toggle__ErrorCode)TOGGLE_EIO;
-		err.message = (char *)(uintptr_t)msg;
 		d->stats.errors++;
-		if (tgp_frame_encode(&env, &buf, &len) != 0)
+		if (td_error_frame(pd->request_id, TOGGLE_EIO, msg, NULL, NULL, 0, &buf, &len) != 0)
 			buf = NULL, len = 0; /* the slot is released: the peer times out */
 		td_peer_fill(pd->peer, pd->slot, buf, len);
 	}

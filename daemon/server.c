@@ -158,18 +158,9 @@ static void flush_remove(struct td_peer *p)
 	p->flush_next = NULL;
 }
 
-void td_peer_send(struct td_peer *p, const Toggle__Envelope *env)
+/* Queue an encoded frame (taken) behind the peer's other replies. */
+static void peer_queue(struct td_peer *p, uint8_t *buf, size_t len)
 {
-	if (p->closing)
-		return;
-	uint8_t *buf;
-	size_t len;
-	int rc = tgp_frame_encode(env, &buf, &len);
-	if (rc) {
-		log_warnx("cannot encode a reply for peer %llu: %s", (unsigned long long)p->id,
-			  toggle_strerror(rc));
-		return;
-	}
 	if (p->out_bytes + len > p->d->cfg.max_queue) {
 		free(buf);
 		p->d->stats.dropped_peers++;
@@ -191,6 +182,38 @@ void td_peer_send(struct td_peer *p, const Toggle__Envelope *env)
 	p->out_tail = o;
 	p->out_bytes += len;
 	flush_add(p);
+}
+
+void td_peer_send(struct td_peer *p, const Toggle__Envelope *env)
+{
+	if (p->closing)
+		return;
+	uint8_t *buf;
+	size_t len;
+	int rc = tgp_frame_encode(env, &buf, &len);
+	if (rc) {
+		log_warnx("cannot encode a reply for peer %llu: %s", (unsigned long long)p->id,
+			  toggle_strerror(rc));
+		return;
+	}
+	peer_queue(p, buf, len);
+}
+
+int td_error_frame(uint64_t id, int code, const char *msg, const char *const *agents,
+		   const uint64_t *ids, size_t n_agents, uint8_t **buf, size_t *len)
+{
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	Toggle__Error err = TOGGLE__ERROR__INIT;
+	env.id = id;
+	env.body_case = TOGGLE__ENVELOPE__BODY_ERROR;
+	env.error = &err;
+	err.code = code;
+	err.message = (char *)(uintptr_t)msg;
+	err.n_agents = n_agents;
+	err.agents = (char **)(uintptr_t)agents;
+	err.n_agent_ids = ids ? n_agents : 0;
+	err.agent_ids = (uint64_t *)(uintptr_t)ids;
+	return tgp_frame_encode(&env, buf, len);
 }
 
 struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend)
@@ -240,20 +263,19 @@ void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *ms
 void td_peer_send_error_ids(struct td_peer *p, uint64_t id, int code, const char *msg,
 			    const char *const *agents, const uint64_t *ids, size_t n_agents)
 {
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__Error err = TOGGLE__ERROR__INIT;
-	env.id = id;
-	env.body_case = TOGGLE__ENVELOPE__BODY_ERROR;
-	env.error = &err;
-	err.code = code;
-	err.message = (char *)(uintptr_t)msg;
-	err.n_agents = n_agents;
-	err.agents = (char **)(uintptr_t)agents;
-	err.n_agent_ids = ids ? n_agents : 0;
-	err.agent_ids = (uint64_t *)(uintptr_t)ids;
 	p->d->stats.errors++;
 	p->d->rpc_code = code; /* for --metrics */
-	td_peer_send(p, &env);
+	if (p->closing)
+		return;
+	uint8_t *buf;
+	size_t len;
+	int rc = td_error_frame(id, code, msg, agents, ids, n_agents, &buf, &len);
+	if (rc) {
+		log_warnx("cannot encode an error for peer %llu: %s", (unsigned long long)p->id,
+			  toggle_strerror(rc));
+		return;
+	}
+	peer_queue(p, buf, len);
 }
 
 /* Write what can be written now; 0, or -1 if the peer was dropped. */
@@ -571,15 +593,9 @@ static void peer_on_io(uv_poll_t *h, int status, int events)
 /* Tell a connection we will not serve why (best effort: its buffer is empty), then close it. */
 static void refuse_fd(int fd, int code, const char *msg)
 {
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__Error err = TOGGLE__ERROR__INIT;
-	env.body_case = TOGGLE__ENVELOPE__BODY_ERROR;
-	env.error = &err;
-	err.code = code;
-	err.message = (char *)(uintptr_t)msg;
 	uint8_t *buf;
 	size_t len;
-	if (tgp_frame_encode(&env, &buf, &len) == 0) {
+	if (td_error_frame(0, code, msg, NULL, NULL, 0, &buf, &len) == 0) {
 		ssize_t n;
 		do
 			n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -357,6 +357,9 @@ int td_server_listen(struct td_daemon *d, int activated_fd);
 void td_server_close(struct td_daemon *d);
 /* Queue an envelope to a peer (written in the loop's check phase). */
 void td_peer_send(struct td_peer *p, const Toggle__Envelope *env);
+/* The one place an Error frame is built: encoded into *buf (malloc'd); 0 or a TOGGLE_E*. */
+int td_error_frame(uint64_t id, int code, const char *msg, const char *const *agents,
+		   const uint64_t *ids, size_t n_agents, uint8_t **buf, size_t *len);
 void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
 			const char *const *agents, size_t n_agents);
 /* The same, naming the agents concerned by id too (ids[i] is agents[i]'s). */
