@@ -1152,6 +1152,22 @@ static const struct want wants[] = {
 	W_T(toggle_registry_check), W_F(toggle_registry_check, graphs),
 	W_F(toggle_registry_check, unbound), W_F(toggle_registry_check, complete),
 	W_F(toggle_registry_check, uniform), W_F(toggle_registry_check, hooks_uncovered),
+	W_F(toggle_config, no_bare_exec),
+	W_F(toggle_graph_status, tainted_launches), W_F(toggle_graph_status, tainted_step),
+	W_F(toggle_graph_status, tainted), W_F(toggle_graph_status, blocked),
+	W_F(toggle_graph_status, bare_exec), W_F(toggle_graph_status, bare_running),
+	W_F(toggle_graph_status, bare_replays),
+	W_F(toggle_anomalies, device_tainted),
+	W_F(toggle_stats, reuse_fences), W_F(toggle_stats, bare_builds),
+	W_F(toggle_stats, bare_build_failures), W_F(toggle_stats, bare_switches),
+	W_T(toggle_taint), W_F(toggle_taint, launches), W_F(toggle_taint, lost),
+	W_F(toggle_taint, calls_failed), W_F(toggle_taint, last_step), W_F(toggle_taint, last_graph),
+	W_T(toggle_conn_info), W_F(toggle_conn_info, state), W_F(toggle_conn_info, agent_id),
+	W_F(toggle_conn_info, sessions), W_F(toggle_conn_info, failures),
+	W_F(toggle_conn_info, since_unix_ms), W_F(toggle_conn_info, last_error),
+	W_F(toggle_layout_entry, type), W_F(toggle_layout_entry, field),
+	W_F(toggle_layout_entry, size), W_F(toggle_layout_entry, offset),
+	W_T(toggle_limit), W_F(toggle_limit, name), W_F(toggle_limit, value),
 };
 
 START_TEST(layout_matches_the_compiler)
@@ -1176,6 +1192,23 @@ START_TEST(layout_matches_the_compiler)
 		ck_assert_msg(hits == 1, "%s.%s listed %zu times", x->type, x->field ? x->field : "",
 			      hits);
 	}
+	/* And the other way: every entry the library lists is one of ours (a struct
+	 * or field added to toggle_layout() must be added here too). */
+	char missing[2048] = "";
+	for (size_t i = 0; i < n; i++) {
+		bool found = !e[i].field && strcmp(e[i].type, "toggle_layout_entry") == 0;
+		for (size_t w = 0; !found && w < sizeof(wants) / sizeof(wants[0]); w++)
+			found = strcmp(e[i].type, wants[w].type) == 0 &&
+				(wants[w].field ? e[i].field && strcmp(e[i].field, wants[w].field) == 0
+						: !e[i].field);
+		if (!found) {
+			size_t used = strlen(missing);
+			snprintf(missing + used, sizeof(missing) - used, " %s.%s", e[i].type,
+				 e[i].field ? e[i].field : "");
+		}
+	}
+	ck_assert_msg(missing[0] == '\0', "toggle_layout() lists what this test does not check:%s",
+		      missing);
 	/* Every field of a struct lies inside it; a struct entry comes before its fields. */
 	for (size_t i = 0; i < n; i++) {
 		if (!e[i].field)
