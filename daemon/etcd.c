@@ -558,6 +558,17 @@ static void nap(struct etcd_watcher *w, unsigned ms)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/* Its first 120 bytes, cleaned: what the server sent is not ours to print raw. */
+static void log_bad_line(const char *line, size_t len)
+{
+	char head[121], shown[121];
+	size_t k = len < sizeof(head) - 1 ? len : sizeof(head) - 1;
+	memcpy(head, line, k);
+	head[k] = '\0';
+	log_warnx("cluster: etcd watch: unexpected message (%s)",
+		  util_clean(shown, sizeof(shown), head, UTIL_CLEAN_ASCII));
+}
+
 /* One line of the watch stream: {"result": {...}} or {"error": {...}}. */
 static int watch_line(void *arg, char *line, size_t len)
 {
@@ -567,13 +578,7 @@ static int watch_line(void *arg, char *line, size_t len)
 	const json_t *r = json_object_get(j, "result");
 	int stop = 0;
 	if (!json_is_object(r)) {
-		char shown[121]; /* what the server sent: cleaned before it is logged */
-		size_t k = len < sizeof(shown) - 1 ? len : sizeof(shown) - 1;
-		char head[121];
-		memcpy(head, line, k);
-		head[k] = '\0';
-		log_warnx("cluster: etcd watch: unexpected message (%s)",
-			  util_clean(shown, sizeof(shown), head, UTIL_CLEAN_ASCII));
+		log_bad_line(line, len);
 		stop = 1;
 		goto out;
 	}
