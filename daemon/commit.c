@@ -281,45 +281,47 @@ bool td_commit_step(struct td_daemon *d)
 	return c->publish_head || c->answers;
 }
 
-static void commit_done(struct td_daemon *d, int rc, const char *reason)
+/* Durable: the saved agents' state becomes durable and joins the lanes to
+ * write; the replies queue behind them (td_commit_step sends both). */
+static void commit_saved(struct td_daemon *d, struct td_pending *list)
 {
 	struct td_commit *c = &d->commit;
-	struct td_pending *list = c->inflight;
-	c->inflight = NULL;
-	if (rc == 0) {
-		for (struct td_agent **pp = &c->touched, *a; (a = *pp);) {
-			if (a->saving) {
-				td_agent_state_free(&a->durable);
-				a->durable = a->saving_state;
-				memset(&a->saving_state, 0, sizeof(a->saving_state));
-				a->saving = false;
-				publish_add(c, a);
-			}
-			if (a->unsaved) { /* changed again meanwhile: the next save */
-				pp = &a->touched_next;
-				continue;
-			}
-			*pp = a->touched_next;
-			a->touched = false;
-			a->touched_next = NULL;
+	for (struct td_agent **pp = &c->touched, *a; (a = *pp);) {
+		if (a->saving) {
+			td_agent_state_free(&a->durable);
+			a->durable = a->saving_state;
+			memset(&a->saving_state, 0, sizeof(a->saving_state));
+			a->saving = false;
+			publish_add(c, a);
 		}
-		for (struct td_pending *pd = list; pd; pd = pd->next)
-			pd->publish_mark = c->publish_added;
-		if (list) {
-			*c->answers_tail = list;
-			while (*c->answers_tail)
-				c->answers_tail = &(*c->answers_tail)->next;
+		if (a->unsaved) { /* changed again meanwhile: the next save */
+			pp = &a->touched_next;
+			continue;
 		}
-		if (c->failing)
-			log_info("state: saved under %s again (%llu saves had failed)",
-				 d->cfg.state_dir, (unsigned long long)c->failures);
-		c->failing = false;
-		c->reason[0] = '\0';
-		td_timer_update(d);
-		return;
+		*pp = a->touched_next;
+		a->touched = false;
+		a->touched_next = NULL;
 	}
-	/* Every write not yet durable fails, those accepted since the save began too:
-	 * they were checked against state that is now rolled back. */
+	for (struct td_pending *pd = list; pd; pd = pd->next)
+		pd->publish_mark = c->publish_added;
+	if (list) {
+		*c->answers_tail = list;
+		while (*c->answers_tail)
+			c->answers_tail = &(*c->answers_tail)->next;
+	}
+	if (c->failing)
+		log_info("state: saved under %s again (%llu saves had failed)", d->cfg.state_dir,
+			 (unsigned long long)c->failures);
+	c->failing = false;
+	c->reason[0] = '\0';
+	td_timer_update(d);
+}
+
+/* Every write not yet durable fails, those accepted since the save began too:
+ * they were checked against state that is now rolled back. */
+static void commit_failed(struct td_daemon *d, struct td_pending *list, const char *reason)
+{
+	struct td_commit *c = &d->commit;
 	c->failures++;
 	if (!c->failing)
 		log_warnx("state: cannot save the desired state: %s; writes are answered with "
@@ -347,6 +349,16 @@ static void commit_done(struct td_daemon *d, int rc, const char *reason)
 	/* A file the failed save replaced is written back to its saved value later. */
 	if (d->store.dirty && !c->stopping)
 		uv_timer_start(&c->retry, on_retry, COMMIT_RETRY_MS, 0);
+}
+
+static void commit_done(struct td_daemon *d, int rc, const char *reason)
+{
+	struct td_pending *list = d->commit.inflight;
+	d->commit.inflight = NULL;
+	if (rc == 0)
+		commit_saved(d, list);
+	else
+		commit_failed(d, list, reason);
 }
 
 static void work_run(uv_work_t *w)

@@ -24,9 +24,9 @@ infn { next }
 END { printf "functions %d, lines in functions %d, mean %.1f\n", n, total, n ? total / n : 0 > "/dev/stderr" }
 ' $srcs 2>/tmp/code-stats.$$ | sort -rn > /tmp/code-stats-fn.$$
 cat /tmp/code-stats.$$
-echo "longest:"
-head -12 /tmp/code-stats-fn.$$ | awk '{printf "  %4d  %s %s\n", $1, $2, $3}'
-awk '$1 > 60 { n++ } END { printf "over 60 lines: %d\n", n }' /tmp/code-stats-fn.$$
+echo "over 60 lines:"
+awk '$1 > 60 {printf "  %4d  %s %s\n", $1, $2, $3; n++} END { printf "%d functions over 60 lines\n", n }' \
+	/tmp/code-stats-fn.$$
 rm -f /tmp/code-stats.$$ /tmp/code-stats-fn.$$
 
 echo "== include graph (module -> modules whose headers it includes)"
