@@ -285,7 +285,8 @@ static void agent_labels(FILE *f, const struct snap_agent *a)
 		}                                                        \
 	} while (0)
 
-static void render(FILE *f, const struct snapshot *s)
+/* The daemon itself: up, uptime, peers, agents, drops. */
+static void render_daemon(FILE *f, const struct snapshot *s)
 {
 	put_help(f, "graphtoggle_up", "gauge", "1: toggled answered this scrape");
 	fprintf(f, "graphtoggle_up 1\n");
@@ -305,7 +306,11 @@ static void render(FILE *f, const struct snapshot *s)
 		 "connection kept)");
 	fprintf(f, "graphtoggle_frames_refused_total %llu\n",
 		(unsigned long long)s->stats.frames_refused);
+}
 
+/* Requests by method and code, and their time on the loop. */
+static void render_rpc(FILE *f, const struct snapshot *s)
+{
 	put_help(f, "graphtoggle_rpc_requests_total", "counter",
 		 "Requests by method and result code (ErrorCode without its prefix; OK)");
 	for (size_t mi = 0; mi < TD_RPC_METHODS; mi++) {
@@ -325,6 +330,11 @@ static void render(FILE *f, const struct snapshot *s)
 			 mi < TD_RPC_OTHER ? rpc_methods[mi].name : "other");
 		put_hist(f, "graphtoggle_rpc_duration_seconds", labels, &s->rpc_lat[mi]);
 	}
+}
+
+/* Saves of the desired state. */
+static void render_store(FILE *f, const struct snapshot *s)
+{
 	put_help(f, "graphtoggle_store_saves_total", "counter", "Desired-state saves that succeeded");
 	fprintf(f, "graphtoggle_store_saves_total %llu\n", (unsigned long long)s->saves);
 	put_help(f, "graphtoggle_store_save_failures_total", "counter", "Desired-state saves that failed");
@@ -332,7 +342,11 @@ static void render(FILE *f, const struct snapshot *s)
 	put_help(f, "graphtoggle_store_save_duration_seconds", "histogram",
 		 "Time of a desired-state save (write, fsync, rename)");
 	put_hist(f, "graphtoggle_store_save_duration_seconds", "", &s->save_lat);
+}
 
+/* One series per agent, from its status lane. */
+static void render_agents(FILE *f, const struct snapshot *s)
+{
 	AGENT_SERIES(f, s, a, "graphtoggle_agent_connected", "gauge",
 		     "1 while the agent's connection to toggled is open (agents that left are not listed)",
 		     "} %d\n", 1);
@@ -369,7 +383,11 @@ static void render(FILE *f, const struct snapshot *s)
 	AGENT_SERIES(f, s, a, "graphtoggle_agent_graphs", "gauge",
 		     "Graphs the agent has",
 		     "} %llu\n", (unsigned long long)a->graphs);
-	/* The agent's side of the connection, from its status lane (docs/shm.md). */
+}
+
+/* The agent's own view of its connection, and its anomalies by kind. */
+static void render_agent_conn(FILE *f, const struct snapshot *s)
+{
 	put_help(f, "graphtoggle_agent_conn_state", "gauge",
 		 "The agent's own view of its connection to toggled: 1 for the state it reports "
 		 "(unknown: an agent without the status lane's connection words)");
@@ -398,6 +416,15 @@ static void render(FILE *f, const struct snapshot *s)
 				(unsigned long long)a->anomalies[k]);
 		}
 	}
+}
+
+static void render(FILE *f, const struct snapshot *s)
+{
+	render_daemon(f, s);
+	render_rpc(f, s);
+	render_store(f, s);
+	render_agents(f, s);
+	render_agent_conn(f, s);
 }
 
 static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, char *body, size_t len,
