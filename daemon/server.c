@@ -35,6 +35,10 @@
 #define MAX_FDS_PER_MSG 4
 #define HELD_BYTES 256 /* what a held place counts against the queue bound */
 #define FLUSH_IOV  64  /* frames per sendmsg: one wake-up of a pipelining client, not 64 */
+/* Per turn: reads of peers whose writes wait for a save, and writes at the
+ * turn's end.  A save's replies to many pipelining clients, and their next
+ * windows, are spread over turns instead of all in one (issue 17). */
+#define BUSY_IO_PER_TURN 4
 
 static void peer_on_io(uv_poll_t *h, int status, int events);
 static void queue_remove(struct td_peer *p);
@@ -143,15 +147,22 @@ static void flush_add(struct td_peer *p)
 	if (p->flush_queued || p->closing)
 		return;
 	p->flush_queued = true;
-	p->flush_next = p->d->flush_head;
-	p->d->flush_head = p;
+	p->flush_next = NULL;
+	if (p->d->flush_tail)
+		p->d->flush_tail->flush_next = p;
+	else
+		p->d->flush_head = p;
+	p->d->flush_tail = p; /* in order: a peer is written within a few turns */
 }
 
 static void flush_remove(struct td_peer *p)
 {
-	for (struct td_peer **q = &p->d->flush_head; *q; q = &(*q)->flush_next)
+	struct td_peer *prev = NULL;
+	for (struct td_peer **q = &p->d->flush_head; *q; prev = *q, q = &(*q)->flush_next)
 		if (*q == p) {
 			*q = p->flush_next;
+			if (p->d->flush_tail == p)
+				p->d->flush_tail = prev;
 			break;
 		}
 	p->flush_queued = false;
@@ -520,15 +531,18 @@ static void on_check(uv_check_t *h)
 	serve_turn(d);
 	td_commit_kick(d);
 	bool more = td_commit_step(d);
-	while (d->flush_head) {
+	for (int n = 0; n < BUSY_IO_PER_TURN && d->flush_head; n++) {
 		struct td_peer *p = d->flush_head;
 		d->flush_head = p->flush_next;
+		if (!d->flush_head)
+			d->flush_tail = NULL;
 		p->flush_queued = false;
 		p->flush_next = NULL;
 		if (p->out_head && !p->out_head->pend && !p->want_write)
 			peer_flush(p);
 	}
-	if (more || d->fresh.head || d->busy.head)
+	d->busy_reads = 0;
+	if (more || d->fresh.head || d->busy.head || d->flush_head)
 		uv_idle_start(&d->turn_idle, on_turn_idle);
 	else
 		uv_idle_stop(&d->turn_idle);
@@ -539,6 +553,11 @@ static void peer_read(struct td_peer *p)
 	/* Buffered frames first (and a passed fd must stay with its frame). */
 	if (p->queued != TD_QUEUE_NONE)
 		return;
+	/* Its bytes wait in the socket, and poll reports it again next turn. */
+	if (p->held && p->d->busy_reads >= BUSY_IO_PER_TURN)
+		return;
+	if (p->held)
+		p->d->busy_reads++;
 	uint8_t buf[READ_CHUNK];
 	size_t room = tgp_reader_room(&p->rd);
 	ssize_t n = peer_recv(p, buf, room < sizeof(buf) ? room : sizeof(buf));

@@ -328,7 +328,8 @@ struct td_daemon {
 	uv_idle_t turn_idle;           /* active while work is left: poll does not block */
 	struct td_peer_queue fresh, busy;
 	bool last_fresh;               /* the last frame came from `fresh` */
-	struct td_peer *flush_head;    /* peers with replies ready to write */
+	struct td_peer *flush_head, *flush_tail; /* peers with replies ready to write, FIFO */
+	unsigned busy_reads;           /* this turn's reads of peers with writes in flight */
 	uv_timer_t status_timer;
 	uv_signal_t sig_term, sig_int, sig_hup;
 	struct td_peer *peers;

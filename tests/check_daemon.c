@@ -2731,7 +2731,7 @@ START_TEST(test_pipelined_order)
 	int a = agent_start(&e, &(struct agent_opts){.name = "order", .group = "g", .steps = true});
 	struct agent_proc *ap = &e.agents[a];
 	agent_wait_listed(c, ap, 1);
-	enum { N = 120, OTHERS = 2 };
+	enum { N = 120, OTHERS = 9 }; /* more writers than a turn reads and writes (BUSY_IO_PER_TURN) */
 	struct raw r[1 + OTHERS];
 	for (int k = 0; k <= OTHERS; k++) {
 		raw_open(&r[k], &e);
