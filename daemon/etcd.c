@@ -420,6 +420,19 @@ static int range_parse(const json_t *j, struct etcd_kv **kvs, size_t *n, int64_t
 	return 0;
 }
 
+int etcd_range_parse_text(const char *text, size_t len, struct etcd_kv **kvs, size_t *n,
+			  int64_t *revision)
+{
+	json_error_t je;
+	json_t *j = json_loadb(text, len, 0, &je);
+	*kvs = NULL;
+	*n = 0;
+	*revision = 0;
+	int rc = j ? range_parse(j, kvs, n, revision) : -1;
+	json_decref(j);
+	return rc;
+}
+
 int etcd_range(const char *endpoints, const char *prefix, struct etcd_kv **kvs, size_t *n,
 	       int64_t *revision, char *err, size_t errlen)
 {
@@ -570,76 +583,99 @@ static void log_bad_line(const char *line, size_t len)
 }
 
 /* One line of the watch stream: {"result": {...}} or {"error": {...}}. */
-static int watch_line(void *arg, char *line, size_t len)
+/* The events array of a watch result, each at or after next_rev. */
+static enum etcd_watch_outcome watch_events(const json_t *evs, int64_t next_rev,
+					    struct etcd_batch **out)
 {
-	struct etcd_watcher *w = arg;
-	json_error_t je;
-	json_t *j = json_loadb(line, len, 0, &je);
-	const json_t *r = json_object_get(j, "result");
-	int stop = 0;
-	if (!json_is_object(r)) {
-		log_bad_line(line, len);
-		stop = 1;
-		goto out;
-	}
-	int64_t compact = 0;
-	if (json_i64(r, "compact_revision", &compact)) {
-		stop = 1;
-		goto out;
-	}
-	if (compact > 0) {
-		w->compacted = compact;
-		stop = 1;
-		goto out;
-	}
-	if (json_is_true(json_object_get(r, "canceled"))) {
-		log_warnx("cluster: etcd canceled the watch");
-		stop = 1;
-		goto out;
-	}
-	if (json_is_true(json_object_get(r, "created"))) {
-		w->up = true;
-		push_state(w, ETCD_CONNECTED, NULL);
-	}
-	const json_t *evs = json_object_get(r, "events");
-	if (!evs)
-		goto out;
-	if (!json_is_array(evs) || json_array_size(evs) > ETCD_MAX_KVS) {
-		stop = 1;
-		goto out;
-	}
+	if (!json_is_array(evs) || json_array_size(evs) > ETCD_MAX_KVS)
+		return ETCD_WATCH_BAD;
 	size_t n = json_array_size(evs);
+	if (!n)
+		return ETCD_WATCH_GO_ON;
 	struct etcd_batch *b = calloc(1, sizeof(*b));
 	if (b)
-		b->kvs = calloc(n ? n : 1, sizeof(*b->kvs));
+		b->kvs = calloc(n, sizeof(*b->kvs));
 	if (!b || !b->kvs) {
 		free(b);
-		stop = 1;
-		goto out;
+		return ETCD_WATCH_BAD;
 	}
 	b->kind = ETCD_EVENTS;
 	for (size_t i = 0; i < n; i++) {
 		const json_t *ev = json_array_get(evs, i), *t = json_object_get(ev, "type");
 		bool del = json_is_string(t) && strcmp(json_string_value(t), "DELETE") == 0;
-		if ((t && !json_is_string(t)) || kv_parse(json_object_get(ev, "kv"), del, &b->kvs[i]) ||
-		    b->kvs[i].mod_revision < w->next_rev) {
-			log_warnx("cluster: etcd watch: malformed or out-of-order event; reconnecting");
+		if ((t && !json_is_string(t)) || kv_parse(json_object_get(ev, "kv"), del, &b->kvs[i])) {
 			b->n = i;
 			etcd_batch_free(b);
-			stop = 1;
-			goto out;
+			return ETCD_WATCH_BAD_EVENT;
 		}
-		b->n = i + 1;
+		b->n = i + 1; /* parsed: freed with the batch (an old event leaked its key) */
+		if (b->kvs[i].mod_revision < next_rev) {
+			etcd_batch_free(b);
+			return ETCD_WATCH_BAD_EVENT;
+		}
 	}
-	if (n) {
-		w->next_rev = b->kvs[n - 1].mod_revision + 1;
-		push(w, b);
-	} else {
-		etcd_batch_free(b);
+	*out = b;
+	return ETCD_WATCH_GO_ON;
+}
+
+enum etcd_watch_outcome etcd_watch_parse(const char *line, size_t len, int64_t next_rev,
+					 struct etcd_watch_msg *msg)
+{
+	memset(msg, 0, sizeof(*msg));
+	json_error_t je;
+	json_t *j = json_loadb(line, len, 0, &je);
+	const json_t *r = json_object_get(j, "result");
+	enum etcd_watch_outcome o = ETCD_WATCH_GO_ON;
+	const json_t *evs;
+	if (!json_is_object(r))
+		o = ETCD_WATCH_NOT_RESULT;
+	else if (json_i64(r, "compact_revision", &msg->compacted))
+		o = ETCD_WATCH_BAD;
+	else if (msg->compacted > 0)
+		o = ETCD_WATCH_COMPACTED;
+	else if (json_is_true(json_object_get(r, "canceled")))
+		o = ETCD_WATCH_CANCELED;
+	else {
+		msg->created = json_is_true(json_object_get(r, "created"));
+		if ((evs = json_object_get(r, "events")))
+			o = watch_events(evs, next_rev, &msg->events);
 	}
-out:
 	json_decref(j);
-	return stop;
+	return o;
+}
+
+static int watch_line(void *arg, char *line, size_t len)
+{
+	struct etcd_watcher *w = arg;
+	struct etcd_watch_msg m;
+	enum etcd_watch_outcome o = etcd_watch_parse(line, len, w->next_rev, &m);
+	if (m.created) {
+		w->up = true;
+		push_state(w, ETCD_CONNECTED, NULL);
+	}
+	switch (o) {
+	case ETCD_WATCH_GO_ON:
+		if (m.events) {
+			w->next_rev = m.events->kvs[m.events->n - 1].mod_revision + 1;
+			push(w, m.events);
+		}
+		return 0;
+	case ETCD_WATCH_NOT_RESULT:
+		log_bad_line(line, len);
+		break;
+	case ETCD_WATCH_COMPACTED:
+		w->compacted = m.compacted;
+		break;
+	case ETCD_WATCH_CANCELED:
+		log_warnx("cluster: etcd canceled the watch");
+		break;
+	case ETCD_WATCH_BAD_EVENT:
+		log_warnx("cluster: etcd watch: malformed or out-of-order event; reconnecting");
+		break;
+	case ETCD_WATCH_BAD:
+		break;
+	}
+	return 1;
 }
 
 /* Range read: 0, 1 when `at` is compacted, -1 on other errors. */

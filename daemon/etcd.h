@@ -52,6 +52,32 @@ struct etcd_batch {
 
 void etcd_batch_free(struct etcd_batch *b);
 
+/*
+ * The decoders of what etcd sends, from its bytes (fuzz/fuzz_cluster.c):
+ * a range response's kvs and revision (0, or -1 if malformed), and one line
+ * of the watch stream, whose outcome says what the watcher does with it.
+ */
+int etcd_range_parse_text(const char *text, size_t len, struct etcd_kv **kvs, size_t *n,
+			  int64_t *revision);
+
+enum etcd_watch_outcome {
+	ETCD_WATCH_GO_ON,      /* events (if any) in msg->events; read on */
+	ETCD_WATCH_NOT_RESULT, /* not {"result": {...}}: log it, reconnect */
+	ETCD_WATCH_BAD,        /* a bad field or no memory: reconnect */
+	ETCD_WATCH_COMPACTED,  /* msg->compacted: resync from a range read */
+	ETCD_WATCH_CANCELED,   /* etcd canceled the watch: reconnect */
+	ETCD_WATCH_BAD_EVENT,  /* malformed or before next_rev: reconnect */
+};
+
+struct etcd_watch_msg {
+	bool created;               /* the line said the watch is set up */
+	int64_t compacted;
+	struct etcd_batch *events;  /* ETCD_EVENTS, n >= 1, revisions >= next_rev; caller frees */
+};
+
+enum etcd_watch_outcome etcd_watch_parse(const char *line, size_t len, int64_t next_rev,
+					 struct etcd_watch_msg *msg);
+
 /* Parse "http://h:p[,http://h:p...]" into endpoints. 0, or -1 with err. */
 int etcd_endpoints_parse(const char *text, char urls[][ETCD_MAX_URL], size_t *n, char *err,
 			 size_t errlen);

@@ -1,9 +1,11 @@
 /*
  * fuzz_cluster.c - libFuzzer target: what a toggled in a cluster reads from
  * etcd (daemon/cluster_key.c, daemon/etcd.c): keys, selector text, set and
- * plan values, base64.  The first byte picks the decoder.  Must never crash
- * or leak; a key it accepts must be the canonical key of what it parsed,
- * and base64 must round-trip.
+ * plan values, base64, a range response and a line of the watch stream.
+ * The first byte picks the decoder.  Must never crash or leak; a key it
+ * accepts must be the canonical key of what it parsed, base64 must
+ * round-trip, and what the etcd decoders accept must be within their
+ * bounds (keys decoded, revisions at or after where the watch stands).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	s[size - 1] = '\0';
 	char err[256], key[1024];
 	struct cluster_sel sel;
-	switch (data[0] % 5) {
+	switch (data[0] % 7) {
 	case 0: {
 		enum cluster_key_kind kind;
 		if (cluster_key_parse("/graphtoggle/c/desired/", s, &kind, &sel, err, sizeof(err)) == 0 &&
@@ -52,6 +54,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct cluster_plan p;
 		if (cluster_plan_value_parse(s, &p, err, sizeof(err)) == 0)
 			cluster_plan_free(&p);
+		break;
+	}
+	case 5: { /* a watch line; where the watch stands: the first byte / 7 */
+		int64_t next_rev = data[0] / 7;
+		struct etcd_watch_msg m;
+		enum etcd_watch_outcome o = etcd_watch_parse(s, size - 1, next_rev, &m);
+		if (m.events) {
+			if (o != ETCD_WATCH_GO_ON || m.events->kind != ETCD_EVENTS || !m.events->n)
+				abort();
+			for (size_t i = 0; i < m.events->n; i++)
+				if (!m.events->kvs[i].key || m.events->kvs[i].mod_revision < next_rev)
+					abort();
+			etcd_batch_free(m.events);
+		}
+		if (o == ETCD_WATCH_COMPACTED && m.compacted <= 0)
+			abort();
+		break;
+	}
+	case 6: { /* a range response */
+		struct etcd_kv *kvs;
+		size_t n;
+		int64_t rev;
+		if (etcd_range_parse_text(s, size - 1, &kvs, &n, &rev) == 0) {
+			if (rev <= 0 || n > ETCD_MAX_KVS || (n && !kvs))
+				abort();
+			for (size_t i = 0; i < n; i++)
+				if (!kvs[i].key || !kvs[i].value)
+					abort();
+			etcd_kvs_free(kvs, n);
+		}
 		break;
 	}
 	default: {
