@@ -17,6 +17,7 @@
 
 #include "cluster.h"
 #include "ctl.h"
+#include "ctl_host.h"
 #include "ctl_output.h"
 #include "etcd.h"
 #include "toggle_error.h"
@@ -152,38 +153,6 @@ static int ctl_cluster_plan(struct ctl_ctx *ctx, char **argv)
 
 /* ---- the hosts' status -------------------------------------------------- */
 
-struct ctl_host {
-	json_t *doc;                    /* the published JSON */
-	const char *host;
-	Toggle__ListAgentsReply *agents;
-	Toggle__ListGraphsReply *graphs;
-	Toggle__StatusReply *status;
-};
-
-static void *ctl_unpack_b64(const json_t *doc, const char *field,
-			    void *(*unpack)(ProtobufCAllocator *, size_t, const uint8_t *))
-{
-	const json_t *v = json_object_get(doc, field);
-	char *raw;
-	size_t len;
-	if (!json_is_string(v) || etcd_b64_decode(json_string_value(v), &raw, &len, ETCD_MAX_VALUE))
-		return NULL;
-	void *m = unpack(NULL, len, (const uint8_t *)raw);
-	free(raw);
-	return m;
-}
-
-static void ctl_host_free(struct ctl_host *h)
-{
-	if (h->agents)
-		toggle__list_agents_reply__free_unpacked(h->agents, NULL);
-	if (h->graphs)
-		toggle__list_graphs_reply__free_unpacked(h->graphs, NULL);
-	if (h->status)
-		toggle__status_reply__free_unpacked(h->status, NULL);
-	json_decref(h->doc);
-}
-
 /* Keep the agents (and their graphs) the target names on this host. */
 static void ctl_host_filter(struct ctl_host *h, const struct cluster_sel *sel)
 {
@@ -237,26 +206,13 @@ static int ctl_cluster_query(struct ctl_ctx *ctx, const char *what)
 	size_t nh = 0, bad = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct ctl_host *h = &hosts[nh];
-		json_error_t je;
-		h->doc = json_loads(kvs[i].value, 0, &je);
-		const json_t *host = json_object_get(h->doc, "host");
-		h->host = json_is_string(host) ? json_string_value(host) : NULL;
-		h->agents = ctl_unpack_b64(h->doc, "agents", (void *(*)(ProtobufCAllocator *, size_t,
-					   const uint8_t *))toggle__list_agents_reply__unpack);
-		h->graphs = ctl_unpack_b64(h->doc, "graphs", (void *(*)(ProtobufCAllocator *, size_t,
-					   const uint8_t *))toggle__list_graphs_reply__unpack);
-		h->status = ctl_unpack_b64(h->doc, "status", (void *(*)(ProtobufCAllocator *, size_t,
-					   const uint8_t *))toggle__status_reply__unpack);
-		if (!h->host || !cluster_name_ok(h->host) || !h->agents || !h->graphs || !h->status) {
-			ctl_host_free(h);
-			memset(h, 0, sizeof(*h));
+		if (ctl_host_parse(kvs[i].value, h) != 0) {
 			bad++;
 			continue;
 		}
 		ctl_host_filter(h, &sel);
 		if (sel.kind == CLUSTER_SEL_HOST && strcmp(sel.host, h->host)) {
 			ctl_host_free(h);
-			memset(h, 0, sizeof(*h));
 			continue;
 		}
 		nh++;
@@ -303,15 +259,8 @@ static int ctl_cluster_query(struct ctl_ctx *ctx, const char *what)
 			if (!strcmp(what, "status")) {
 				ctx->out->status(h->status, false);
 				const json_t *rs = json_object_get(h->doc, "rejections");
-				for (size_t k = 0; k < json_array_size(rs); k++) {
-					const json_t *x = json_array_get(rs, k);
-					const char *ag = json_string_value(json_object_get(x, "agent"));
-					printf("rejected  %s (revision %lld)%s%s: %s\n",
-					       json_string_value(json_object_get(x, "key")),
-					       (long long)json_integer_value(json_object_get(x, "revision")),
-					       ag && ag[0] ? " on agent " : "", ag ? ag : "",
-					       json_string_value(json_object_get(x, "message")));
-				}
+				for (size_t k = 0; k < json_array_size(rs); k++)
+					ctl_host_print_rejection(stdout, json_array_get(rs, k));
 			} else if (!strcmp(what, "agents")) {
 				ctx->out->agents(h->agents);
 			} else {

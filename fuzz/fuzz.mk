@@ -12,7 +12,7 @@ FUZZ_FLAGS = -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-Ilibtoggle/include -Ilibtoggle/src -Iproto -Iclient -Iutil -I$(B)/gen \
 	-isystem $(CUDA_HOME)/include
 FUZZ_NAMES := fuzz_frame fuzz_spec fuzz_pbwire fuzz_shm fuzz_cluster fuzz_store fuzz_config \
-	      fuzz_plan
+	      fuzz_plan fuzz_hosts
 FUZZ_TARGETS := $(FUZZ_NAMES:%=$(B)/fuzz/%)
 
 $(B)/fuzz/fuzz_frame: fuzz/fuzz_frame.c proto/frame.c $(TGP_GEN_C) $(TGP_GEN_H)
@@ -59,6 +59,14 @@ $(B)/fuzz/fuzz_plan: fuzz/fuzz_plan.c client/ctl_cmds.c \
 	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon $$(pkg-config --cflags jansson libcurl libuv) -o $@ $^ \
 	    $(CTL_LIBS) $(LIB_LIBS)
 
+# A host's published status, as togglectl --etcd reads it (client/ctl_host.c).
+$(B)/fuzz/fuzz_hosts: fuzz/fuzz_hosts.c client/ctl_host.c \
+		$(filter-out $(B)/client/ctl_host.o $(B)/client/togglectl.o,$(CTL_OBJ)) \
+		$(CTL_DAEMON_OBJ) $(B)/libtgclient.a $(B)/libtgproto.a $(B)/libtoggle.a $(B)/libtgutil.a
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon $$(pkg-config --cflags jansson libcurl libuv) -o $@ $^ \
+	    $(CTL_LIBS) $(LIB_LIBS)
+
 # Seeds: a target's run starts from its checked-in corpus.
 .PHONY: fuzz
 fuzz: $(FUZZ_TARGETS)
@@ -92,6 +100,11 @@ $(B)/fuzz/replay/fuzz_plan: $(FZ_CTL_SAN_OBJ) $(B)/libtoggled-san.a $(B)/libtgpr
 $(B)/fuzz/replay/fuzz_plan: FZ_CFLAGS = $(CTL_CFLAGS)
 $(B)/fuzz/replay/fuzz_plan: $(B)/libtgclient-san.a
 $(B)/fuzz/replay/fuzz_plan: FZ_LIBS = $(FZ_CTL_SAN_OBJ) $(B)/libtoggled-san.a $(B)/libtgclient-san.a \
+	$(B)/libtgproto-san.a $(CTL_LIBS)
+$(B)/fuzz/replay/fuzz_hosts: $(FZ_CTL_SAN_OBJ) $(B)/libtoggled-san.a $(B)/libtgproto-san.a \
+	$(B)/libtgclient-san.a
+$(B)/fuzz/replay/fuzz_hosts: FZ_CFLAGS = $(CTL_CFLAGS)
+$(B)/fuzz/replay/fuzz_hosts: FZ_LIBS = $(FZ_CTL_SAN_OBJ) $(B)/libtoggled-san.a $(B)/libtgclient-san.a \
 	$(B)/libtgproto-san.a $(CTL_LIBS)
 
 $(FUZZ_REPLAYS): $(B)/fuzz/replay/%: fuzz/%.c fuzz/replay.c $(B)/libtoggle-san.a $(B)/libtgutil-san.a \

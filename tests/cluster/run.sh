@@ -212,6 +212,27 @@ assert hs == ["h1", "h2", "h3"], hs
 assert all(len(h["agents"]) == 2 and "enabled" in h["agents"][0] for h in d["hosts"])
 EOF
 
+# A host status whose rejections carry terminal escapes (whoever may write to
+# etcd may write there): togglectl prints the host, its text cleaned.
+etcdctl --endpoints "$EURL" get --print-value-only /graphtoggle/tc/status/h1 >"$T/h1status" ||
+	fail "etcdctl get h1's status"
+python3 - "$T/h1status" >"$T/evil" <<'EOF' || fail "forging a host status"
+import json, sys
+d = json.loads(open(sys.argv[1]).read())
+d["host"] = "evil"
+d["rejections"] = [{"key": "\x1b[2J/k", "revision": 1, "agent": "\x1b]0;pwned\x07", "message": "\x1b[31mred"},
+                   {"key": 5, "revision": "x", "agent": ["a"], "message": None}]
+sys.stdout.write(json.dumps(d))
+EOF
+etcdctl --endpoints "$EURL" put /graphtoggle/tc/status/evil <"$T/evil" >/dev/null || fail "put evil"
+ctl_cluster status
+grep -q "== host evil" "$T/out" || fail "togglectl --etcd status left out the forged host"
+if tr -d '\n' <"$T/out" | LC_ALL=C grep -q '[[:cntrl:]]'; then
+	fail "togglectl --etcd status printed a control byte from a host's status"
+fi
+CHECKS=$((CHECKS + 1))
+etcdctl --endpoints "$EURL" del /graphtoggle/tc/status/evil >/dev/null
+
 # ---- 3. kill -9 a toggled, change the state, restart: it catches up ---------
 ctl_cluster set 'resid_post:1'
 wait_for 5 "set before the kill" enabled_is 'resid_post:1'
