@@ -2933,22 +2933,44 @@ END_TEST
 static int raw_register_group(struct raw *r, const char *name, const char *group, int fd,
 			      char *err);
 
+/* Agent i of a raw fleet: its own region and connection, registered as
+ * "<prefix>-i" in group (the test owns the region: it reads the lanes). */
+struct raw_agent {
+	struct toggle_shm shm;
+	struct raw conn;
+	bool gone;
+};
+
+static void raw_agent_open(struct env *e, struct raw_agent *a, const char *prefix, int i,
+			   const char *group)
+{
+	char name[32], err[ERRLEN];
+	snprintf(name, sizeof(name), "%s-%d", prefix, i);
+	ASSERT_CODE(toggle_shm_create(&a->shm, err, ERRLEN), 0, err);
+	raw_open(&a->conn, e);
+	raw_hello(&a->conn);
+	ASSERT_CODE(raw_register_group(&a->conn, name, group, a->shm.fd, err), 0, err);
+	a->gone = false;
+}
+
+static void raw_agents_close(struct raw_agent *a, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (!a[i].gone)
+			raw_close(&a[i].conn);
+		toggle_shm_unmap(&a[i].shm);
+	}
+}
+
 START_TEST(test_reply_after_every_lane)
 {
 	enum { N = 100 };
 	struct env e;
 	env_setup(&e);
 	char err[ERRLEN];
-	static struct toggle_shm shm[N];
-	static struct raw conn[N];
-	for (int i = 0; i < N; i++) {
-		char name[32];
-		snprintf(name, sizeof(name), "many-%d", i);
-		ASSERT_CODE(toggle_shm_create(&shm[i], err, ERRLEN), 0, err);
-		raw_open(&conn[i], &e);
-		raw_hello(&conn[i]);
-		ASSERT_CODE(raw_register_group(&conn[i], name, "many", shm[i].fd, err), 0, err);
-	}
+	static struct raw_agent ag[N];
+	for (int i = 0; i < N; i++)
+		raw_agent_open(&e, &ag[i], "many", i, "many");
 	struct tgc *c = client(&e);
 	Toggle__Selector sel = sel_group("many");
 	static const char *const specs[3] = {"attn_out:1-2", "resid_post:0", "attn_out:0"};
@@ -2963,17 +2985,14 @@ START_TEST(test_reply_after_every_lane)
 		toggle__envelope__free_unpacked(rep, NULL);
 		for (int i = 0; i < N; i++) {
 			struct toggle_shm_control_view v;
-			ASSERT_CODE(toggle_shm_control_read(shm[i].ctl, &v), 0, "control lane");
+			ASSERT_CODE(toggle_shm_control_read(ag[i].shm.ctl, &v), 0, "control lane");
 			ASSERT(memcmp(v.standing, want.bits, sizeof(v.standing)) == 0,
 			       "set %d (%s) answered, but agent many-%d's lane does not show it", k,
 			       specs[k], i);
 		}
 	}
 	tgc_close(c);
-	for (int i = 0; i < N; i++) {
-		raw_close(&conn[i]);
-		toggle_shm_unmap(&shm[i]);
-	}
+	raw_agents_close(ag, N);
 	env_teardown(&e);
 }
 END_TEST
@@ -2990,25 +3009,20 @@ START_TEST(test_agent_ids_after_leaves)
 	struct env e;
 	env_setup(&e);
 	char err[ERRLEN];
-	static struct toggle_shm shm[N];
-	static struct raw conn[N];
+	static struct raw_agent ag[N];
 	uint64_t ids[N];
-	bool gone[N] = {false};
 	struct tgc *c = client(&e);
 	for (int i = 0; i < N; i++) {
 		char name[32];
 		snprintf(name, sizeof(name), "byid-%d", i);
-		ASSERT_CODE(toggle_shm_create(&shm[i], err, ERRLEN), 0, err);
-		raw_open(&conn[i], &e);
-		raw_hello(&conn[i]);
-		ASSERT_CODE(raw_register_group(&conn[i], name, "", shm[i].fd, err), 0, err);
+		raw_agent_open(&e, &ag[i], "byid", i, "");
 		ids[i] = agent_info(c, name).id;
 		if (i == N - 2) {
 			/* Leave: the first, one in the middle, the newest so far. */
 			static const int leave[3] = {0, 2, N - 2};
 			for (int k = 0; k < 3; k++) {
-				raw_close(&conn[leave[k]]);
-				gone[leave[k]] = true;
+				raw_close(&ag[leave[k]].conn);
+				ag[leave[k]].gone = true;
 			}
 			for (int k = 0; k < 3; k++) {
 				char n2[32];
@@ -3027,13 +3041,13 @@ START_TEST(test_agent_ids_after_leaves)
 		int rc = rpc_set(c, &sel, TOGGLE__SET_OP__SET_OP_REPLACE, "attn_out:1-2", 0, &rep, err);
 		if (rep)
 			toggle__envelope__free_unpacked(rep, NULL);
-		if (gone[i]) {
+		if (ag[i].gone) {
 			ASSERT_CODE(rc, TOGGLE_ENOAGENT, err);
 			continue;
 		}
 		ASSERT_CODE(rc, 0, err);
 		struct toggle_shm_control_view v;
-		ASSERT_CODE(toggle_shm_control_read(shm[i].ctl, &v), 0, "control lane");
+		ASSERT_CODE(toggle_shm_control_read(ag[i].shm.ctl, &v), 0, "control lane");
 		ASSERT(memcmp(v.standing, want.bits, sizeof(v.standing)) == 0,
 		       "the set to id %llu did not reach byid-%d", (unsigned long long)ids[i], i);
 	}
@@ -3045,11 +3059,7 @@ START_TEST(test_agent_ids_after_leaves)
 	if (rep)
 		toggle__envelope__free_unpacked(rep, NULL);
 	tgc_close(c);
-	for (int i = 0; i < N; i++) {
-		if (!gone[i])
-			raw_close(&conn[i]);
-		toggle_shm_unmap(&shm[i]);
-	}
+	raw_agents_close(ag, N);
 	env_teardown(&e);
 }
 END_TEST
@@ -3066,24 +3076,17 @@ START_TEST(test_events_from_many_agents)
 	struct env e;
 	env_setup(&e);
 	char err[ERRLEN];
-	static struct toggle_shm shm[N];
-	static struct raw conn[N];
+	static struct raw_agent ag[N];
 	bool seen[N] = {false};
 	struct tgc *w = client(&e);
-	for (int i = 0; i < N; i++) {
-		char name[32];
-		snprintf(name, sizeof(name), "ev-%d", i);
-		ASSERT_CODE(toggle_shm_create(&shm[i], err, ERRLEN), 0, err);
-		raw_open(&conn[i], &e);
-		raw_hello(&conn[i]);
-		ASSERT_CODE(raw_register_group(&conn[i], name, "", shm[i].fd, err), 0, err);
-	}
+	for (int i = 0; i < N; i++)
+		raw_agent_open(&e, &ag[i], "ev", i, "");
 	ASSERT_CODE(rpc_watch(w, NULL, err), 0, err);
 	struct toggle_shm_status *st = calloc(1, sizeof(*st));
 	ASSERT(st, "out of memory");
 	for (int i = 0; i < N; i++) {
 		st->version_applied = 40 + (uint64_t)i;
-		toggle_shm_status_write(shm[i].st, st);
+		toggle_shm_status_write(ag[i].shm.st, st);
 	}
 	free(st);
 	int left = N;
@@ -3108,10 +3111,7 @@ START_TEST(test_events_from_many_agents)
 		toggle__envelope__free_unpacked(ev, NULL);
 	}
 	tgc_close(w);
-	for (int i = 0; i < N; i++) {
-		raw_close(&conn[i]);
-		toggle_shm_unmap(&shm[i]);
-	}
+	raw_agents_close(ag, N);
 	env_teardown(&e);
 }
 END_TEST
