@@ -585,9 +585,11 @@ int main(int argc, char **argv)
 	if (tgc_connect(b.sock, 2000, &c, err, sizeof(err)))
 		die(err);
 	double d50, d99;
-	disk_save_latency(&b, 500, &d50, &d99);
-	printf("disk: one save (write, fsync, rename, fsync dir) p50 %.1f us, p99 %.1f us (%s)\n",
-	       d50, d99, b.dir);
+	/* As many saves as the latency rows have requests: the two p99s then
+	 * see the disk's stalls equally often (issue 17 target b compares them). */
+	disk_save_latency(&b, n_req, &d50, &d99);
+	printf("disk: %zu saves (write, fsync, rename, fsync dir) p50 %.1f us, p99 %.1f us (%s)\n",
+	       n_req, d50, d99, b.dir);
 	printf("daemon: SetEnabled latency in microseconds (state dir on %s)\n", b.dir);
 	printf("  %6s %8s %10s %10s %10s %10s\n", "agents", "requests", "visible50", "visible99",
 	       "rtt50", "rtt99");
@@ -618,8 +620,8 @@ int main(int argc, char **argv)
 		printf("  %8s %10.1f %10.1f %10.1f %10.1f %10.2f %12.0f\n", agents ? "agents" : "status",
 		       a50, a99, l50, l99, l99 / a99, w);
 	}
-	disk_save_latency(&b, 500, &d50, &d99);
-	printf("disk: one save again, at the end: p50 %.1f us, p99 %.1f us\n", d50, d99);
+	disk_save_latency(&b, n_req, &d50, &d99);
+	printf("disk: %zu saves again, at the end: p50 %.1f us, p99 %.1f us\n", n_req, d50, d99);
 	if (!reads_only)
 		metrics_bench(&b, c, seconds);
 	tgc_close(c);
