@@ -2122,6 +2122,33 @@ _Noreturn static void nobody_main(const struct env *e)
 	_exit(0);
 }
 
+/*
+ * Run fn(e) in a child process (it drops privileges and _exits 0, or a
+ * code that why[] explains) and assert that it passed, within 20 s.
+ */
+static void run_child(const struct env *e, void (*fn)(const struct env *),
+		      const char *what, const char *const *why, size_t n_why)
+{
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_detach(parent);
+		fn(e);
+		_exit(125); /* fn does not return */
+	}
+	int st = 0;
+	bool done = wait_exit(pid, 20000, &st);
+	if (!done) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	ASSERT(done && code == 0, "%s: %s (%s)", what, status_text(st),
+	       code > 0 && (size_t)code < n_why && why[code] ? why[code] : "?");
+}
+
 START_TEST(test_permission_denied)
 {
 	if (geteuid() != 0)
@@ -2134,20 +2161,6 @@ START_TEST(test_permission_denied)
 			&(struct agent_opts){.name = "guarded", .group = "g", .steps = true});
 	agent_wait_listed(c, &e.agents[a], 1);
 
-	pid_t parent = getpid();
-	fflush(NULL);
-	pid_t pid = fork();
-	ASSERT(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		child_detach(parent);
-		nobody_main(&e);
-	}
-	int st = 0;
-	bool done = wait_exit(pid, 20000, &st);
-	if (!done) {
-		kill(pid, SIGKILL);
-		waitpid(pid, &st, 0);
-	}
 	static const char *const why[] = {
 		[10] = "cannot become nobody", [11] = "cannot connect",
 		[12] = "may_write is true for nobody", [13] = "set_enabled was not refused with EPERM",
@@ -2155,9 +2168,7 @@ START_TEST(test_permission_denied)
 		[16] = "list_agents failed", [17] = "submit_plan was not refused with EPERM",
 		[18] = "clear_plan was not refused with EPERM",
 	};
-	int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-	ASSERT(done && code == 0, "unprivileged client: %s (%s)", status_text(st),
-	       code > 0 && code < (int)(sizeof(why) / sizeof(why[0])) && why[code] ? why[code] : "?");
+	run_child(&e, nobody_main, "unprivileged client", why, sizeof(why) / sizeof(why[0]));
 	ASSERT(file_contains(e.dlog, "denied"), "the daemon log does not mention the denial");
 	struct ainfo ai = agent_info(c, "guarded");
 	ASSERT(ai.control_version == 0, "a denied request wrote the control lane");
@@ -3617,27 +3628,11 @@ START_TEST(test_agent_group_tied_to_uid)
 	raw_hello(&r);
 	rc = raw_register_group(&r, "rooted", "prod", shm.fd, err); /* root may */
 	ASSERT_CODE(rc, 0, err);
-	pid_t parent = getpid();
-	fflush(NULL);
-	pid_t pid = fork();
-	ASSERT(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		child_detach(parent);
-		group_child(&e);
-	}
-	int st = 0;
-	bool done = wait_exit(pid, 20000, &st);
-	if (!done) {
-		kill(pid, SIGKILL);
-		waitpid(pid, &st, 0);
-	}
 	static const char *const why[] = {
 		[10] = "cannot become nobody", [11] = "shm", [12] = "group prod was not refused with EPERM",
 		[13] = "the refusal does not name agent_group", [14] = "open group lab was refused",
 	};
-	int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-	ASSERT(done && code == 0, "uid 65534 agent: %s (%s)", status_text(st),
-	       code > 0 && code < (int)(sizeof(why) / sizeof(why[0])) && why[code] ? why[code] : "?");
+	run_child(&e, group_child, "uid 65534 agent", why, sizeof(why) / sizeof(why[0]));
 	struct tgc *c = client(&e);
 	ASSERT(!agent_lookup(c, "squatter", NULL, NULL), "the squatter is registered");
 	tgc_close(c);
