@@ -41,7 +41,7 @@
 #define TD_UNIX_GROUP_MAX   64          /* unix group names (operator_group, @group), NUL included */
 #define TD_GROUP_MEMBERS    8           /* uids or @unix groups per agent_group line */
 #define TD_LOG_EVERY_MS     10000       /* repeated warnings: one line per this, with a count */
-#define TD_FRAMES_PER_TURN  4           /* default frames_per_turn: frames of all peers per loop turn */
+#define TD_FRAMES_PER_TURN  2           /* default frames_per_turn: frames of all peers per loop turn */
 #define TD_POLL_IDLE_MS     10          /* status-lane polling for events: each agent this often */
 #define TD_POLL_SLICE       32          /* agents whose lanes one idle tick reads, at least */
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
@@ -319,10 +319,11 @@ struct td_daemon {
 	int reserve_fd;      /* spent to accept and refuse when accept() says EMFILE */
 	uv_timer_t peer_timer; /* hello deadlines and idle timeouts */
 	struct td_ratelog log_refused, log_accept;
-	/* One turn of the loop's work, in its check phase (server.c): at most
-	 * frames_per_turn frames, one per peer at a time, taken in turn from
-	 * peers with nothing in flight (fresh) and peers with frames left or
-	 * replies waiting for a save (busy); then a slice of finished saves
+	/* One turn of the loop's work (server.c): at most frames_per_turn
+	 * frames, one per peer at a time: those of peers with nothing in flight
+	 * (fresh) as soon as read, up to half of them; the rest in the check
+	 * phase, taken in turn from the fresh queue and peers with frames left
+	 * or replies waiting for a save (busy); then a slice of finished saves
 	 * (commit.c); then replies are written. */
 	uv_check_t turn_check;
 	uv_idle_t turn_idle;           /* active while work is left: poll does not block */
@@ -330,6 +331,7 @@ struct td_daemon {
 	bool last_fresh;               /* the last frame came from `fresh` */
 	struct td_peer *flush_head, *flush_tail; /* peers with replies ready to write, FIFO */
 	unsigned busy_reads;           /* this turn's reads of peers with writes in flight */
+	unsigned fresh_served;         /* fresh frames handled in this turn's poll phase */
 	uv_timer_t status_timer;
 	uv_signal_t sig_term, sig_int, sig_hup;
 	struct td_peer *peers;
