@@ -610,7 +610,7 @@ static void peer_read(struct td_peer *p)
 		return;
 	/* A client with nothing in flight is answered as soon as its request is
 	 * read, ahead of the busy peers' reads still to come in this poll phase
-	 * (up to frames_per_turn such frames a turn; then the fresh queue). */
+	 * (up to half the turn's frames; then the fresh queue). */
 	struct td_daemon *d = p->d;
 	if (!p->held && d->fresh_served < fresh_budget(d)) {
 		d->fresh_served++;
