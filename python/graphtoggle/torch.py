@@ -257,8 +257,8 @@ def _gen_offset(device):
 def _probe(st, torch_replay, stream, strict=True):
     """The first replay of a graph with random_ops=False or automatic: torch's own
     (correct whatever the graph holds), checking that torch's default generator did not
-    advance (strict: raising when it did; automatic: noting it, torch's replay kept).  torch 2.11
-    registers that generator with every capture and advances it at each replay by the
+    advance (strict: raising when it did; automatic: noting it, torch's replay kept).
+    torch 2.11 registers that generator with every capture and advances it at each replay by the
     graph's whole increment, which is 0 exactly when no random op read it (CUDAGraph::
     replay's generator prologue); nothing else in torch's Python API says whether a graph
     drew random numbers.  A generator the caller registered (register_generator_state) is
@@ -267,7 +267,8 @@ def _probe(st, torch_replay, stream, strict=True):
     if st.random_used and strict:
         raise InvalidArgumentError(
             "replay(random_ops=False) refused: this graph has random ops (torch's generator "
-            "advanced at its first such replay); replay it with random_ops=True (the default)")
+            "advanced at its first such replay); replay it with random_ops=True or the "
+            "default (automatic)")
     before = _gen_offset(st.device)
     rc = a._prepare(a._h or a._agent(), st.graph, st.exec, stream)
     if rc:
@@ -283,8 +284,8 @@ def _probe(st, torch_replay, stream, strict=True):
             "random_ops=False, but this graph has random ops: torch's default generator "
             "advanced by %d at this replay, which ran through torch's own replay (correct, new "
             "random numbers); later replays with random_ops=False are refused: replay it with "
-            "random_ops=True (the default), or capture the random ops outside the graph"
-            % (after - before))
+            "random_ops=True or the default (automatic), or capture the random ops outside "
+            "the graph" % (after - before))
     st.no_random = True
     _want_bare(st)  # built now if it was not at the bind (random_ops=False given at replay)
     return None
@@ -546,8 +547,14 @@ def _make_methods(orig):
             _want_bare(st)  # before the bind: decided once, kept through rebinds
             st.finalizer = weakref.finalize(self, _forget, weakref.ref(agent), graph)
             self.instantiate()  # binds (patched instantiate)
-        elif not st.want_keep:
-            self.instantiate()  # what torch does for keep_graph=False
+        else:
+            if agent.mode == "device":
+                # the planner made the graph known to the agent (a registry slot): forget
+                # it once torch destroys the graph, so that freed graphs (CUDA Graph
+                # Trees, pieces without hooks) do not fill the registry
+                st.finalizer = weakref.finalize(self, _forget, weakref.ref(agent), graph)
+            if not st.want_keep:
+                self.instantiate()  # what torch does for keep_graph=False
 
     def instantiate(self):
         st = _owner_of(self)
@@ -584,7 +591,7 @@ def _make_methods(orig):
 
     def reset(self):
         st = _owner_of(self)
-        if st is not None and st.graph is not None:
+        if st is not None:
             if st.finalizer is not None:
                 st.finalizer()  # forgets now, once
             st.graph = st.exec = None
@@ -682,7 +689,9 @@ def _watch_capture(agent, graph, producers):
         w.with_producers += 1
         agent._gt_check = None  # the hooks ran in a capture: later graphs without are pieces
         return
-    if _graph_nodes(agent, graph) == 0:
+    n = _graph_nodes(agent, graph)
+    # device mode captured the planner first in every graph: one kernel node of ours
+    if n is not None and n <= (1 if agent.mode == "device" else 0):
         return  # an empty capture (CUDA Graph Trees' pool keeper): no hook could run
     w.silent += 1
     if w.with_producers == 0:

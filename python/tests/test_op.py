@@ -375,3 +375,35 @@ def test_import_graphtoggle_gives_graphtoggle_torch_lazily():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         graphtoggle.nope  # noqa: B018
+
+
+def test_device_mode_graphs_without_producers():
+    """Device mode captures the planner into every graph under the patch, so graphs without
+    a producer are known to the agent too: one holding only the planner counts as empty
+    for the silent-loss check (CUDA Graph Trees' pool keeper), and each is forgotten
+    when torch destroys it (freed graphs do not fill the registry)."""
+    import gc
+    with Agent("dev-op", hooks=HOOKS, backend="sim", sim=SIM, mode="device",
+               strict=True) as a:
+        assert a.mode == "device"
+        net = Net()
+        att = a.attach(modules_of(net), max_tokens=4, width=2, method="copy_out")
+        with gtt.patch(a):
+            keeper = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(keeper):
+                pass
+            raw = keeper.raw_cuda_graph()
+            assert a.graph_status(raw)["nodes"] == 0 and not a.graph_status(raw)["stale"]
+            a.step(0)  # the planner alone: no loss
+            assert att.captures()["silent"] == 0
+            del keeper
+            gc.collect()
+            assert a.graph_status(raw)["stale"]  # forgotten with the graph
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                _plain_kernels()
+            raw = g.raw_cuda_graph()
+            with pytest.raises(graphtoggle.CaptureError, match="none recorded a producer"):
+                a.step(1)
+            g.reset()
+            assert a.graph_status(raw)["stale"]

@@ -244,3 +244,30 @@ def test_eager_per_op_cost_is_small(agent):
     assert us < 50, us
     if os.environ.get("GRAPHTOGGLE_TEST_VERBOSE"):
         print("eager tap, disabled: %.2f us" % us)
+
+
+def test_each_hooked_instance_needs_its_own_compiled_code(agent):
+    """torch.compile keeps compiled code per code object and (torch 2.11) does not guard on
+    forward hooks: torch.compile(other.forward) of an instance of the same class without
+    hooks, compiled first, serves hooked.forward too, without the hooks (seen on the CPU
+    and the H200; docs/python.md).  A function of its own per instance compiles the
+    hooks in."""
+    import copy
+    floor = Model().eval()
+    hooked = copy.deepcopy(floor)
+    att = agent.attach(modules_of(hooked), max_tokens=4, width=H, device="cpu")
+    agent.set_enabled("all")
+    agent.step()
+    ns = {}
+    exec("def f_floor(x):\n    return floor(x)\ndef f_hooked(x):\n    return hooked(x)\n",
+         {"floor": floor, "hooked": hooked}, ns)
+    cf = torch.compile(ns["f_floor"], fullgraph=True, dynamic=False, backend="eager")
+    ch = torch.compile(ns["f_hooked"], fullgraph=True, dynamic=False, backend="eager")
+    x = torch.randn(4, H)
+    cf(x)
+    reset(att)
+    ch(x)
+    assert written(att) == set(att.hook_ids)
+    reset(att)
+    cf(x)
+    assert written(att) == set()
