@@ -122,6 +122,7 @@ def check(x, buf, hook):
 
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (lambda: False)
 _ready = {}  # hook id -> its agent's weakref, once the id was checked against the catalog
+_no_grad = torch.no_grad
 
 
 def tap(x, buf, hook):
@@ -141,7 +142,8 @@ def tap(x, buf, hook):
     raw = a._last_raw if a._step >= 0 else a._current_raw()
     if raw[f >> 3] >> (f & 7) & 1:
         check(x, buf, hook)  # contiguity and device too, before the copy
-        buf.view(-1)[: x.numel()].view(x.shape).copy_(x)
+        with _no_grad():  # a monitor buffer is never part of autograd's graph
+            buf.view(-1)[: x.numel()].view(x.shape).copy_(x)
     return None
 
 
@@ -150,26 +152,31 @@ def _record(a, x, buf, hook):
     nothing is recorded for a buffer that cannot hold x)."""
     check(x, buf, hook)
     dst = buf.view(-1)[: x.numel()].view(x.shape)
-    f = hook & HOOK_MASK
-    h = divmod(f, _LAYERS)
+    t, layer = divmod(hook & HOOK_MASK, _LAYERS)
+    h = (a.catalog.names[t], layer)
     try:
-        if hook & COPY_OUT:
-            try:
-                _gtt.copy_geometry(x, dst)
-            except InvalidArgumentError:
-                x = x.contiguous()  # neither contiguous nor evenly strided rows
-            a.copy_out(x, dst, h)
-        else:
-            with a.producer(h):
-                torch.mul(x, 1, out=dst)
+        with _no_grad():  # torch.mul(out=) refuses inputs that require grad
+            _record_copy(a, x, dst, h, hook)
     except CaptureError as e:
         raise CaptureError(
-            "graphtoggle::tap: %s ran in a CUDA graph capture that the agent's capture window "
-            "does not cover: capture while graphtoggle.torch.patch(agent) is active (patch "
-            "before the engine, torch.compile's CUDA Graph Trees or the piecewise backend "
-            "create their graphs) or inside agent.capture(g); nothing was recorded (%s)"
-            % (_describe(hook), e.detail or e)) from None
+            "graphtoggle::tap: %s was refused in this CUDA graph capture, nothing recorded "
+            "(%s).  Usually the agent's capture window does not cover the capture: capture "
+            "while graphtoggle.torch.patch(agent) is active (patch before the engine, "
+            "torch.compile's CUDA Graph Trees or the piecewise backend create their graphs) "
+            "or inside agent.capture(g)" % (_describe(hook), e.detail or e)) from None
     return None
+
+
+def _record_copy(a, x, dst, h, hook):
+    if hook & COPY_OUT:
+        try:
+            _gtt.copy_geometry(x, dst)
+        except InvalidArgumentError:
+            x = x.contiguous()  # neither contiguous nor evenly strided rows
+        a.copy_out(x, dst, h)
+    else:
+        with a.producer(h):
+            torch.mul(x, 1, out=dst)
 
 
 def tap_fake(x, buf, hook):

@@ -249,6 +249,18 @@ def test_shape_with_no_buffer(agent):
         torch.ops.graphtoggle.tap(x22(), buf, gtt.hook_id(agent, ("mlp_out", 0)))
 
 
+def test_capture_outside_the_window_is_refused(agent):
+    """The op in a capture no patch or agent.capture(g) covers (torch.compile's CUDA Graph
+    Trees without the patch, say): CaptureError naming the patch, nothing recorded."""
+    net = Net()
+    agent.attach(modules_of(net), max_tokens=4, width=2)
+    g = torch.cuda.CUDAGraph(keep_graph=True)
+    with pytest.raises(graphtoggle.CaptureError, match=r"mlp_out:0.*graphtoggle.torch.patch"):
+        with torch.cuda.graph(g):
+            net(x22())
+    assert agent.graphs() == []
+
+
 def test_graph_recorded_while_the_agent_is_closed():
     a = Agent("closed", hooks=HOOKS, backend="sim", sim=SIM)
     net = Net()
@@ -407,3 +419,14 @@ def test_device_mode_graphs_without_producers():
                 a.step(1)
             g.reset()
             assert a.graph_status(raw)["stale"]
+
+
+@pytest.mark.parametrize("script", ["torch_compile_proof.py", "torch_compile_bench.py"])
+def test_gpu_scripts_skip_cleanly_without_torch_compile(script):
+    """The GPU legs parse and skip (exit 0, a SKIPPED line) where torch.compile is missing:
+    here, the fake torch."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.path.join(here, "fake_torch"))
+    r = subprocess.run([sys.executable, os.path.join(here, "gpu", script)],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and ": SKIPPED: " in r.stdout, (r.stdout, r.stderr)

@@ -340,14 +340,18 @@ def run_mode(args, mode):
         att = agent.attach(modules_of(hooked), max_tokens=max(args.batches + [8]),
                            width=args.hidden, dtype=dt)
         out = []
-        if "a" in args.legs:
-            out += bench_a(args, agent, floor, hooked, att, x_all)
+        for leg, fn in (("a", bench_a), ("c", bench_c), ("eager", bench_eager)):
+            if leg not in args.legs:
+                continue
+            try:  # each leg on its own: one that breaks leaves the others' figures
+                lines = fn(args, agent, floor, hooked, att, x_all)
+                out += lines if leg != "eager" else ["%s %s" % (mode, ln) for ln in lines]
+            except Exception as e:
+                traceback.print_exc()
+                fail("%s %s: exception %s: %s" % (mode, leg, type(e).__name__, e))
+                gtt.unpatch()
+            torch.cuda.synchronize()
             torch._dynamo.reset()
-        if "c" in args.legs:
-            out += bench_c(args, agent, floor, hooked, att, x_all)
-        if "eager" in args.legs:
-            out += ["%s %s" % (mode, ln) for ln in bench_eager(args, agent, floor, hooked, att,
-                                                               x_all)]
         att.detach()
         torch.cuda.synchronize()
     return out

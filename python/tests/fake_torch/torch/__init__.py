@@ -31,6 +31,14 @@ from ._tensor import (Tensor, contiguous_format, empty, empty_like, float32,  # 
 from .library import ops  # noqa: E402,F401
 
 
+class no_grad:  # noqa: N801  (the fake has no autograd: a no-op context manager)
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def manual_seed(seed):
     """Seeds the (one) default CUDA generator, offset back to 0."""
     return _C.default_generator.manual_seed(seed)
