@@ -9,12 +9,20 @@
 #   gpu_bare    issue #14: the producer-free exec (what ran, in which order,
 #               outputs equal to the main exec's), its figures
 #   torch_proof graphtoggle from PyTorch (python/tests/gpu/torch_proof.py)
+#   torch_compile_proof  issue #23: the producer op under torch.compile (fullgraph,
+#               engine-captured graphs per batch size in one pool; CUDA Graph Trees;
+#               eager runs), lazy and device (python/tests/gpu/torch_compile_proof.py;
+#               ~20-60 s, most of it torch.compile)
 #   torch_engine_lazy, torch_engine_device  examples/torch_engine.py standalone
 #   torch_decode_bench  only with TORCH_DECODE_BENCH=1: issue #14's PyTorch
 #               target, a bf16 LLM-shaped decode step: floor, producers off
 #               (disabled nodes), off through the producer-free exec
 #               (random_ops=False), all on (python/tests/gpu/torch_decode_bench.py;
 #               ~12 GiB of GPU memory, ~30-60 s)
+#   torch_compile_bench  only with TORCH_COMPILE_BENCH=1: issue #23's targets, the
+#               op under torch.compile (modes a and c) against the same compiled model
+#               without graphtoggle, and the op's eager cost
+#               (python/tests/gpu/torch_compile_bench.py; ~30-60 s)
 # Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check); the
 # Python legs need a python3 with torch (they print SKIPPED without torch or
 # a GPU) and use $B/libtoggle.so and the package in python/.
@@ -26,7 +34,9 @@
 # Usage: scripts/gpu-check.sh [gpu_check args, e.g. --steps N --seed N]
 # Environment: GPU_REGION_ARGS (e.g. "--steps 500") for gpu_region,
 # TORCH_PROOF_ARGS (e.g. "--steps 10000 --bench") for torch_proof, PYTHON,
-# TORCH_DECODE_BENCH=1 (and TORCH_DECODE_BENCH_ARGS, e.g. "--batches 1,4,8").
+# TORCH_COMPILE_PROOF_ARGS (e.g. "--modes lazy --steps 2000") for torch_compile_proof,
+# TORCH_DECODE_BENCH=1 (and TORCH_DECODE_BENCH_ARGS, e.g. "--batches 1,4,8"),
+# TORCH_COMPILE_BENCH=1 (and TORCH_COMPILE_BENCH_ARGS, e.g. "--batches 1,8 --modes lazy").
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
 set -eu
 
@@ -119,6 +129,9 @@ run_leg gpu_guard
 run_leg gpu_bare
 # shellcheck disable=SC2086 # TORCH_PROOF_ARGS is a list of words
 run_py_leg torch_proof python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-}
+# shellcheck disable=SC2086 # TORCH_COMPILE_PROOF_ARGS is a list of words
+run_py_leg torch_compile_proof python/tests/gpu/torch_compile_proof.py \
+	${TORCH_COMPILE_PROOF_ARGS:-}
 # the example engine standalone (nn.Module forward-hook producers, graphs per batch size
 # captured by its own code under the patch), every replay checked
 for mode in lazy device; do
@@ -132,11 +145,19 @@ if [ "${TORCH_DECODE_BENCH:-0}" = 1 ]; then
 		${TORCH_DECODE_BENCH_ARGS:-}
 fi
 
+if [ "${TORCH_COMPILE_BENCH:-0}" = 1 ]; then
+	# shellcheck disable=SC2086 # TORCH_COMPILE_BENCH_ARGS is a list of words
+	run_py_leg torch_compile_bench python/tests/gpu/torch_compile_bench.py \
+		${TORCH_COMPILE_BENCH_ARGS:-}
+fi
+
 printf '%s\n' "$results" | sed '/^$/d'
 # the producer-free exec's figures again, for pasting
 grep -h '^gpu-bare: figures:' "$B/gpu_bare.log" 2>/dev/null || true
 [ "${TORCH_DECODE_BENCH:-0}" = 1 ] &&
 	grep -h '^torch-decode-bench: table:' "$B/torch_decode_bench.log" 2>/dev/null || true
+[ "${TORCH_COMPILE_BENCH:-0}" = 1 ] &&
+	grep -h '^torch-compile-bench: table:' "$B/torch_compile_bench.log" 2>/dev/null || true
 if [ "$status" -eq 0 ]; then
 	echo "gpu-check: no leg failed"
 else
