@@ -14,6 +14,15 @@
 #               eager runs), lazy and device (python/tests/gpu/torch_compile_proof.py;
 #               ~20-60 s, most of it torch.compile)
 #   torch_engine_lazy, torch_engine_device  examples/torch_engine.py standalone
+#   piecewise_proof, piecewise_proof_standin  issue #23: torch.compile with
+#               graphtoggle.piecewise (split at the attention op, inductor pieces,
+#               per size every piece captured into one pool, FULL graphs, eager
+#               sizes), lazy and device, producers through attach() and through a
+#               stand-in op (python/tests/gpu/piecewise_proof.py)
+#   torch_piecewise_lazy, torch_piecewise_device  examples/torch_piecewise.py
+#   piecewise_bench  issue #23's piecewise target: GPU time all off / all on
+#               against the same piecewise graphs without graphtoggle, host time
+#               per step added by step() and the guarded replays (~60 s)
 #   torch_decode_bench  only with TORCH_DECODE_BENCH=1: issue #14's PyTorch
 #               target, a bf16 LLM-shaped decode step: floor, producers off
 #               (disabled nodes), off through the producer-free exec
@@ -36,7 +45,8 @@
 # TORCH_PROOF_ARGS (e.g. "--steps 10000 --bench") for torch_proof, PYTHON,
 # TORCH_COMPILE_PROOF_ARGS (e.g. "--modes lazy --steps 2000") for torch_compile_proof,
 # TORCH_DECODE_BENCH=1 (and TORCH_DECODE_BENCH_ARGS, e.g. "--batches 1,4,8"),
-# TORCH_COMPILE_BENCH=1 (and TORCH_COMPILE_BENCH_ARGS, e.g. "--batches 1,8 --modes lazy").
+# TORCH_COMPILE_BENCH=1 (and TORCH_COMPILE_BENCH_ARGS, e.g. "--batches 1,8 --modes lazy"),
+# PIECEWISE_PROOF_ARGS (e.g. "--steps 2000"), PIECEWISE_BENCH_ARGS (e.g. "--reps 11").
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
 set -eu
 
@@ -139,6 +149,16 @@ for mode in lazy device; do
 		--check-every 1 --change-every 100
 done
 
+# issue #23: graphtoggle under torch.compile, piecewise (graphtoggle.piecewise)
+# shellcheck disable=SC2086 # PIECEWISE_PROOF_ARGS is a list of words
+run_py_leg piecewise_proof python/tests/gpu/piecewise_proof.py ${PIECEWISE_PROOF_ARGS:-}
+run_py_leg piecewise_proof_standin python/tests/gpu/piecewise_proof.py --producers standin
+for mode in lazy device; do
+	run_py_leg torch_piecewise_$mode examples/torch_piecewise.py --mode $mode --steps 1000
+done
+# shellcheck disable=SC2086 # PIECEWISE_BENCH_ARGS is a list of words
+run_py_leg piecewise_bench python/tests/gpu/piecewise_bench.py ${PIECEWISE_BENCH_ARGS:-}
+
 if [ "${TORCH_DECODE_BENCH:-0}" = 1 ]; then
 	# shellcheck disable=SC2086 # TORCH_DECODE_BENCH_ARGS is a list of words
 	run_py_leg torch_decode_bench python/tests/gpu/torch_decode_bench.py \
@@ -154,6 +174,7 @@ fi
 printf '%s\n' "$results" | sed '/^$/d'
 # the producer-free exec's figures again, for pasting
 grep -h '^gpu-bare: figures:' "$B/gpu_bare.log" 2>/dev/null || true
+grep -h '^piecewise-bench: table:' "$B/piecewise_bench.log" 2>/dev/null || true
 [ "${TORCH_DECODE_BENCH:-0}" = 1 ] &&
 	grep -h '^torch-decode-bench: table:' "$B/torch_decode_bench.log" 2>/dev/null || true
 [ "${TORCH_COMPILE_BENCH:-0}" = 1 ] &&
