@@ -200,7 +200,9 @@ def main():
     if args.producers == "attach":
         att = agent.attach({"resid_post": list(model.layers),
                             "attn_out": [l.attn for l in model.layers],
-                            "mlp_out": [l.mlp for l in model.layers]})
+                            "mlp_out": [l.mlp for l in model.layers]},
+                           # declared buffers: torch.compile meets the shapes first
+                           max_tokens=max(sizes + full), width=H, dtype=torch.float32)
     else:
         Producer.agent, Producer.hooks = agent, hooks
         for l in model.layers:
@@ -213,7 +215,7 @@ def main():
     t0 = time.perf_counter()
     full_graphs, full_out = {}, {}
     with torch.inference_mode():
-        # 4. warm-up without graphs (compiles; attach() makes its monitor buffers), then
+        # 4. warm-up without graphs (compiles), then
         # the piecewise graphs largest size first, then the FULL graphs, one pool
         with backend.forward_mode("none"):
             for bs in sorted(set(sizes) | set(full), reverse=True):

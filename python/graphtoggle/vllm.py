@@ -406,8 +406,28 @@ def _attach(st, worker):
     if st.attachment is not None:
         st.attachment.detach()  # the model was loaded again: attach to the new one
     modules = {t: resolve(model, path) for t, path in st.config.hooks}
-    st.attachment = st.agent.attach(modules)
+    # vLLM compiles the model before any eager forward meets a shape, so the monitor
+    # buffers are declared now: one per hook, rows for the most tokens a step can carry
+    # (the runner's max_num_tokens, scheduler_config.max_num_batched_tokens), the model's
+    # hidden size wide, in its dtype (docs/python.md, Declared buffers)
+    st.attachment = st.agent.attach(modules, **_declared_buffers(runner))
     return st.attachment
+
+
+def _declared_buffers(runner):
+    tokens = getattr(runner, "max_num_tokens", None)
+    mc = getattr(runner, "model_config", None)
+    hf = getattr(mc, "hf_text_config", None) or getattr(mc, "hf_config", None)
+    width = getattr(hf, "hidden_size", None)
+    if not isinstance(tokens, int) or not isinstance(width, int):
+        raise InvalidArgumentError(
+            "graphtoggle.vllm: the model runner gives no max_num_tokens (%r) or hidden size "
+            "(%r) to declare the monitor buffers with" % (tokens, width))
+    out = {"max_tokens": tokens, "width": width}
+    dtype = getattr(mc, "dtype", None)
+    if dtype is not None and not isinstance(dtype, str):
+        out["dtype"] = dtype  # a torch.dtype (vLLM resolves "auto" before the runner exists)
+    return out
 
 
 __all__ = ["register", "current", "Config", "State", "parse_hooks", "resolve", "unwrap",

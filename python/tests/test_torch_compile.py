@@ -271,3 +271,54 @@ def test_each_hooked_instance_needs_its_own_compiled_code(agent):
     reset(att)
     cf(x)
     assert written(att) == set()
+
+
+# ---- attach()'s op inside graphtoggle.piecewise (vLLM's PIECEWISE split) ------------------
+
+@torch.library.custom_op("gt_compile_test::attention", mutates_args=("out",))
+def _split_attention(q: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(torch.tanh(q))
+
+
+@_split_attention.register_fake
+def _(q, out):
+    return None
+
+
+class SplitLayer(nn.Module):
+    """A layer whose attention is the splitting op (vLLM: unified_attention_with_output),
+    so its hooks' ops land in the pieces before and after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(H, H)
+        self.mlp = Mlp()
+
+    def forward(self, x):
+        a = torch.empty_like(x)
+        torch.ops.gt_compile_test.attention(self.q(x), a)
+        x = x + a
+        return x + self.mlp(x)
+
+
+@pytest.mark.parametrize("forward_mode", ["none", "full"])
+def test_piecewise_pieces_carry_the_op_and_follow_the_step_set(agent, forward_mode):
+    """The merge of the op (item 1) and the piecewise backend (item 2b): attach() before the
+    compile, declared buffers, the backend splits at the attention op, the op survives in
+    the inductor pieces, and the pieces run outside graphs (modes none and full: CPU tensors
+    have no CUDA graphs) following every step's set, read from the buffers."""
+    from graphtoggle import piecewise
+    m = Model().eval()
+    m.layers = nn.ModuleList(SplitLayer() for _ in range(L))
+    att = agent.attach(modules_of(m), max_tokens=16, width=H, device="cpu")
+    b = piecewise.Backend(splitting_ops=["gt_compile_test::attention"], compiler="inductor")
+    fwd = torch.compile(m, backend=b, fullgraph=True, dynamic=False)
+    x = torch.randn(4, H)
+    with b.forward_mode(forward_mode):
+        _walk(agent, att, fwd, x, STEPS)
+        stats0 = stats()
+        _walk(agent, att, fwd, x, STEPS[::-1])
+    st = b.stats()
+    assert st["splits"] == L and st["pieces"] == L + 1, st
+    assert stats() == stats0, "a recompile or graph break after the first walk"
+    assert stats0[1] == 0, "graph breaks: %r" % (stats0,)

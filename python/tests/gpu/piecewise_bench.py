@@ -136,7 +136,9 @@ def bench(args):
             StandIn.hooks = [(t, l) for t in TYPES for l in range(L)]
             StandIn.current = frozenset()
         model = make_model(args, dtype, taps)
-        att = gtt.attach(agent, model.hook_modules()) if args.producers == "attach" else None
+        att = (gtt.attach(agent, model.hook_modules(), max_tokens=max(sizes),
+                          width=args.hidden, dtype=dtype)  # declared: compiled first
+               if args.producers == "attach" else None)
         t0 = time.perf_counter()
         eng = Engine(model, sizes)
         eng.build()

@@ -109,7 +109,9 @@ def prove_mode(mode, args, rng):
     ref, acts = reference(model)
     att = None
     if args.producers == "attach":
-        att = gtt.attach(agent, model.hook_modules())
+        # torch.compile meets every shape before any eager forward: declared buffers
+        att = gtt.attach(agent, model.hook_modules(), max_tokens=max(PW + FULL + EAGER),
+                         width=args.hidden, dtype=torch.float32)
     else:
         taps = Taps(L, args.hidden, PW + FULL + EAGER, torch.float32, SENT)
         model.set_taps(taps)
