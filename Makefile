@@ -135,6 +135,7 @@ check-run: check-python
 -include fuzz/fuzz.mk
 -include tests/docs/docs.mk
 -include tests/install/install.mk
+-include tests/systemd/systemd.mk
 
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:
@@ -151,7 +152,8 @@ TOGGLE_VERSION := $(TOGGLE_VERSION_MAJOR).$(TOGGLE_VERSION_MINOR)
 # The man pages name docs/, proto/toggle.proto and demo_agent as they are in
 # the source tree; installed, they name where make install put them.
 MAN_SED := -e 's|docs/|$(DOCDIR)/|g' -e 's|examples/demo_agent\.c|$(DOCDIR)/examples/demo_agent.c|g' \
-           -e 's|proto/toggle\.proto|$(DATADIR)/toggle.proto|g' -e 's|^\$$ demo_agent |$$ $(PKGLIBDIR)/demo_agent |'
+           -e 's|proto/toggle\.proto|$(DATADIR)/toggle.proto|g' -e 's|^\$$ demo_agent |$$ $(PKGLIBDIR)/demo_agent |' \
+           -e 's|systemd/toggled\.service\.d/|$(DATADIR)/systemd/toggled.service.d/|g'
 
 install: deps
 	@$(MAKE) --no-print-directory all
@@ -173,6 +175,13 @@ install: deps
 	sed -e 's|/usr/bin/toggled|$(PREFIX)/bin/toggled|' -e 's|/etc/toggle|$(SYSCONFDIR)/toggle|' \
 	    systemd/toggled.service > $(DESTDIR)$(UNITDIR)/toggled.service
 	install -m 644 systemd/toggled.socket $(DESTDIR)$(UNITDIR)/
+	@# drop-ins for the modes that need more than AF_UNIX: examples to copy
+	@# into /etc/systemd/system/toggled.service.d/ (toggled(8), SYSTEMD)
+	install -d $(DESTDIR)$(DATADIR)/systemd/toggled.service.d
+	for f in systemd/toggled.service.d/*.conf; do \
+	  sed -e 's|/usr/bin/toggled|$(PREFIX)/bin/toggled|' -e 's|/etc/toggle|$(SYSCONFDIR)/toggle|' \
+	    "$$f" > $(DESTDIR)$(DATADIR)/systemd/toggled.service.d/$${f##*/} || exit 1; \
+	done
 	install -m 644 systemd/toggle.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/toggle.conf
 	install -m 644 systemd/toggle.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/toggle.conf
 	[ -e $(DESTDIR)$(SYSCONFDIR)/toggle/toggled.conf ] || \
@@ -185,6 +194,9 @@ install: deps
 	install -m 644 examples/demo_agent.c $(DESTDIR)$(DOCDIR)/examples/
 	install -m 644 proto/toggle.proto $(DESTDIR)$(DATADIR)/
 	install -m 755 $(B)/examples/demo_agent $(DESTDIR)$(PKGLIBDIR)/
+	@# the new libtoggle.so.0 in the linker's cache (docs/libtoggle.md, Installing)
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ] && command -v ldconfig >/dev/null; then \
+	  echo ldconfig; ldconfig; fi
 
 clean:
 	rm -rf $(B)

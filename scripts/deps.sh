@@ -9,6 +9,9 @@ set -eu
 # The toolchain: make, a C compiler with libc headers, and g++, which nvcc
 # calls as its host compiler (without it: "cannot execute 'cc1plus'").
 pkgs="make gcc g++ libc6-dev pkg-config"
+# systemd-analyze verify of the units (tests/systemd/run.sh) resolves
+# ExecReload=/bin/kill: procps
+pkgs="$pkgs procps"
 pkgs="$pkgs libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev check python3 python3-pytest"
 # --metrics (libmicrohttpd); graphtoggle.client (protoc, the protobuf runtime) and its tests
 pkgs="$pkgs libprotobuf-dev libmicrohttpd-dev protobuf-compiler python3-protobuf python3-prometheus-client"
