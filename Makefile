@@ -149,10 +149,10 @@ DOCDIR     ?= $(PREFIX)/share/doc/graphtoggle
 DATADIR    ?= $(PREFIX)/share/graphtoggle
 PKGLIBDIR  ?= $(PREFIX)/lib/graphtoggle
 TOGGLE_VERSION := $(TOGGLE_VERSION_MAJOR).$(TOGGLE_VERSION_MINOR)
-# The man pages name docs/, proto/toggle.proto and demo_agent as they are in
+# The man pages name docs/, proto/graphtoggle/v1/toggle.proto and demo_agent as they are in
 # the source tree; installed, they name where make install put them.
 MAN_SED := -e 's|docs/|$(DOCDIR)/|g' -e 's|examples/demo_agent\.c|$(DOCDIR)/examples/demo_agent.c|g' \
-           -e 's|proto/toggle\.proto|$(DATADIR)/toggle.proto|g' -e 's|^\$$ demo_agent |$$ $(PKGLIBDIR)/demo_agent |' \
+           -e 's|proto/graphtoggle/v1/toggle\.proto|$(DATADIR)/proto/graphtoggle/v1/toggle.proto|g' -e 's|^\$$ demo_agent |$$ $(PKGLIBDIR)/demo_agent |' \
            -e 's|systemd/toggled\.service\.d/|$(DATADIR)/systemd/toggled.service.d/|g'
 
 install: deps
@@ -192,7 +192,8 @@ install: deps
 	install -d $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DATADIR) $(DESTDIR)$(PKGLIBDIR)
 	install -m 644 README.md CHANGES docs/*.md docs/*.png $(DESTDIR)$(DOCDIR)/
 	install -m 644 examples/demo_agent.c $(DESTDIR)$(DOCDIR)/examples/
-	install -m 644 proto/toggle.proto $(DESTDIR)$(DATADIR)/
+	install -d $(DESTDIR)$(DATADIR)/proto/graphtoggle/v1
+	install -m 644 proto/graphtoggle/v1/toggle.proto $(DESTDIR)$(DATADIR)/proto/graphtoggle/v1/
 	install -m 755 $(B)/examples/demo_agent $(DESTDIR)$(PKGLIBDIR)/
 	@# the new libtoggle.so.0 in the linker's cache (docs/libtoggle.md, Installing)
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ] && command -v ldconfig >/dev/null; then \

@@ -1,6 +1,6 @@
 /*
  * ctl_cmds.c - togglectl's command handlers: each builds one request
- * (proto/toggle.proto), calls toggled through tgclient, checks the reply's
+ * (proto/graphtoggle/v1/toggle.proto), calls toggled through tgclient, checks the reply's
  * type and hands it to the output table.  The plan file is read and
  * validated here, before anything is sent.  Handlers return the exit code.
  */

@@ -15,6 +15,8 @@ pkgs="$pkgs procps"
 pkgs="$pkgs libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev check python3 python3-pytest"
 # --metrics (libmicrohttpd); graphtoggle.client (protoc, the protobuf runtime) and its tests
 pkgs="$pkgs libprotobuf-dev libmicrohttpd-dev protobuf-compiler python3-protobuf python3-prometheus-client"
+# tests/proto/run.sh: the public contract through protoc-gen-go (small; no Go toolchain)
+pkgs="$pkgs protoc-gen-go"
 # The cluster layer (docs/cluster.md): libcurl for the etcd client; etcd and
 # etcdctl for tests/cluster/run.sh, which fails without them.
 pkgs="$pkgs libcurl4-openssl-dev etcd-server etcd-client"

@@ -10,7 +10,7 @@
             for ev in w:
                 print(ev)
 
-Messages are the classes generated from proto/toggle.proto (graphtoggle.client.pb);
+Messages are the classes generated from proto/graphtoggle/v1/toggle.proto (graphtoggle.client.pb);
 errors are graphtoggle's exception classes, one per error code (SpecError,
 NoAgentError, LatePlanError, ...), with .agents and .agent_ids.  Needs no
 libtoggle, only the protobuf runtime.

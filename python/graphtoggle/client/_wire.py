@@ -1,6 +1,6 @@
 """Framing and the generated messages (docs/protocol.md).
 
-toggle_pb2 is generated from proto/toggle.proto at build time (`make
+toggle_pb2 is generated from proto/graphtoggle/v1/toggle.proto at build time (`make
 python-client`, protoc from Debian's protobuf-compiler): it then always
 matches the schema of this checkout and the protobuf runtime installed with
 that protoc (python3-protobuf), which a committed copy would not.
