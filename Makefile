@@ -3,7 +3,8 @@
 #   make check      build and run every Check test under ASan + UBSan
 #   make demo       the demo (see README)
 #   make gpu-check  build and run the GPU suite (skips cleanly without a GPU)
-#   make python     the Python package (python/graphtoggle, libtoggle.so beside it)
+#   make python     python/graphtoggle usable in place (libtoggle.so beside it)
+#   make wheel      the Python package's wheel and sdist in build/dist
 #   make bench      host benchmarks
 #   make install    PREFIX=/usr/local DESTDIR= (layout: docs/libtoggle.md, Installing)
 
@@ -104,10 +105,13 @@ check-run: $(TEST_BIN)
 	    $$t || fail=1; \
 	done; exit $$fail
 
-# ---- Python package (python/): `pip install ./python` after `make python` -----
+# ---- Python package (python/) ----------------------------------------------
+# `pip install ./python` (in a venv) builds libtoggle.so and the client's
+# messages itself (python/setup.py); make wheel: tests/pypkg/pypkg.mk.
+# make python is for using the checkout in place (PYTHONPATH=python).
 python: $(B)/libtoggle.so
 	cp $(B)/libtoggle.so python/graphtoggle/libtoggle.so
-	@echo "python: python/graphtoggle is ready: pip install ./python, or PYTHONPATH=python"
+	@echo "python: python/graphtoggle is ready for PYTHONPATH=python (pip install ./python builds its own)"
 
 $(B)/libtoggle-san.so: $(LIB_SAN_OBJ)
 	$(CC) -shared $(SAN) -o $@ $^ $(LIB_LIBS)
@@ -136,6 +140,7 @@ check-run: check-python
 -include tests/docs/docs.mk
 -include tests/install/install.mk
 -include tests/systemd/systemd.mk
+-include tests/pypkg/pypkg.mk
 
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:

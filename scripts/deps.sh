@@ -13,6 +13,9 @@ pkgs="make gcc g++ libc6-dev pkg-config"
 # ExecReload=/bin/kill: procps
 pkgs="$pkgs procps"
 pkgs="$pkgs libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev check python3 python3-pytest"
+# The Python package as the README installs it (a venv: python3-venv) and as
+# tests/pypkg/run.sh builds it (pip wheel, python3 -m build, setuptools, wheel)
+pkgs="$pkgs python3-venv python3-pip python3-build python3-setuptools python3-wheel"
 # --metrics (libmicrohttpd); graphtoggle.client (protoc, the protobuf runtime) and its tests
 pkgs="$pkgs libprotobuf-dev libmicrohttpd-dev protobuf-compiler python3-protobuf python3-prometheus-client"
 # tests/proto/run.sh: the public contract through protoc-gen-go (small; no Go toolchain)
