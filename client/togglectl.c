@@ -79,7 +79,8 @@ static void ctl_usage(FILE *f)
 		"\noptions:\n"
 		"  -s, --socket PATH        the daemon's socket (default: $TOGGLE_SOCKET, else\n"
 		"                           /run/toggle/toggled.sock as root, else\n"
-		"                           $XDG_RUNTIME_DIR/toggle/toggled.sock)\n"
+		"                           $XDG_RUNTIME_DIR/toggle/toggled.sock, else\n"
+		"                           /tmp/toggle-EUID/toggled.sock)\n"
 		"  -t, --target SELECTOR    which agents: all (the default), agent:ID, pid:PID,\n"
 		"                           group:NAME, or a bare agent ID\n"
 		"  -j, --json               JSON output (schema: docs/cli.md)\n"
@@ -223,6 +224,12 @@ static bool ctl_wants_json(int argc, char **argv)
 	return false;
 }
 
+/*
+ * --wait given without "=TIMEOUT": getopt leaves "--wait 2s"'s "2s" among
+ * the arguments, where it would be read as a hook spec (ctl_check_args).
+ */
+static bool ctl_wait_bare;
+
 /* Options: 0 to go on, -1 done (help, version), or an exit code > 0. */
 static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 {
@@ -238,6 +245,7 @@ static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 		case 'j': o->json = true; break;
 		case OPT_WAIT:
 			o->wait = true;
+			ctl_wait_bare = !optarg;
 			if (optarg && !ctl_parse_duration(optarg, &o->wait_ms))
 				return ctl_usage_error(ctx, NULL, "bad --wait value '%s': expected a "
 						       "duration such as 500ms, 2s or 1m (at most 10m)", optarg);
@@ -299,7 +307,7 @@ static const struct ctl_cmd *ctl_find(const struct ctl_ctx *ctx, int argc, char 
 				      argc > 1 ? "')" : "");
 	else
 		*rc = ctl_usage_error(ctx, NULL, "unknown command '%s' (commands: status, agents, graphs, "
-				      "hooks, enable, disable, set, plan, watch)", argv[0]);
+				      "hooks, enable, disable, set, plan, watch, help)", argv[0]);
 	return NULL;
 }
 
@@ -327,6 +335,12 @@ static int ctl_check_args(struct ctl_ctx *ctx, const struct ctl_cmd *c, int *arg
 				       c->name);
 	if (ctx->opt.wait && !(c->flags & CTL_F_WAIT))
 		return ctl_usage_error(ctx, c, "--wait applies to enable, disable and set only");
+	for (int i = 0; ctl_wait_bare && i < *argc; i++) {
+		int ms;
+		if (ctl_parse_duration((*argv)[i], &ms))
+			return ctl_usage_error(ctx, c, "'%s' is a duration, not a hook spec: --wait takes "
+					       "its timeout after '=' (--wait=%s)", (*argv)[i], (*argv)[i]);
+	}
 	return 0;
 }
 
@@ -346,6 +360,10 @@ int main(int argc, char **argv)
 	char **cargv = argv + optind;
 	if (cargc == 0)
 		return ctl_usage_error(&ctx, NULL, "no command given");
+	if (!strcmp(cargv[0], "help")) { /* as --help: the command people type first */
+		ctl_usage(stdout);
+		return CTL_EXIT_OK;
+	}
 	ctx.cmd = ctl_find(&ctx, cargc, cargv, &used, &rc);
 	if (!ctx.cmd)
 		return rc;

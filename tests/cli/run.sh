@@ -226,6 +226,10 @@ ctl --target 1 status
 expect_rc 2 "status takes no target"
 ctl --wait status
 expect_rc 2 "--wait on status" && expect_in err "--wait applies to enable, disable and set" "--wait"
+ctl set resid_post:1 --wait 2s
+expect_rc 2 "--wait 2s (a separate value)" &&
+	expect_in err "'2s' is a duration, not a hook spec: --wait takes its timeout after '=' (--wait=2s)" \
+		"--wait 2s says how to write it"
 ctl --wait=3x enable resid_post
 expect_rc 2 "bad --wait" && expect_in err "500ms, 2s or 1m" "bad --wait"
 ctl --timeout 0 status
@@ -248,6 +252,8 @@ expect_empty err "usage error in JSON mode"
 
 ctl_raw --help
 expect_rc 0 "--help" && golden help raw
+ctl_raw help
+expect_rc 0 "togglectl help" && golden help raw
 ctl_raw --version
 expect_rc 0 "--version" && expect_in out "togglectl " "--version" && expect_in out "(protocol 2)" "--version"
 
