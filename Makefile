@@ -72,8 +72,13 @@ $(B)/libtoggle-san.a: $(LIB_SAN_OBJ)
 $(B)/examples/demo_agent: $(B)/examples/demo_agent.o $(B)/examples/demo_cuda.o $(B)/libtoggle.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIB_LIBS)
 
+# The build's compiler lines go to $(B)/demo-build.log (its tail shown if the
+# build fails), so the demo's own lines come first; V=1 shows them all.
 demo: deps
-	@$(MAKE) --no-print-directory all
+	@if [ "$(V)" = 1 ]; then $(MAKE) --no-print-directory all; else \
+	  mkdir -p $(B); echo "demo: building (compiler lines in $(B)/demo-build.log; V=1 shows them)"; \
+	  $(MAKE) --no-print-directory all >$(B)/demo-build.log 2>&1 || \
+	  { tail -n 40 $(B)/demo-build.log; echo "demo: the build failed (log: $(B)/demo-build.log)"; exit 1; }; fi
 	@B=$(B) scripts/demo.sh
 	@B=$(B) scripts/demo-torch.sh
 

@@ -48,9 +48,19 @@ if [ "$(id -u)" -ne 0 ]; then
 		exit 1
 	fi
 fi
-echo "deps.sh: installing$missing" >&2
+# apt and dpkg print a few lines per package (~500 on a fresh machine): into a
+# log, its tail shown if the install fails; V=1 shows everything.
+log=${TMPDIR:-/tmp}/graphtoggle-deps.$$.log
+if [ "${V:-0}" = 1 ]; then log=/dev/stderr; fi
+n=$(echo $missing | wc -w)
+echo "deps.sh: installing $n package(s):$missing$([ "$log" = /dev/stderr ] || echo " (log: $log)")" >&2
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq >&2
+fail_log() {
+	if [ "$log" != /dev/stderr ]; then tail -n 30 "$log" >&2; fi
+	echo "deps.sh: apt-get failed (full log: $log)" >&2
+	exit 1
+}
+$sudo apt-get update -qq >>"$log" 2>&1 || fail_log
 # etcd-server's maintainer scripts start its service.  Where no init system
 # runs (a CI container: no systemd, invoke-rc.d finds no runlevel), a
 # policy-rc.d that forbids every start makes that explicit, so that the
@@ -65,4 +75,6 @@ if [ ! -d /run/systemd/system ] && [ ! -e /usr/sbin/policy-rc.d ]; then
 	trap '$sudo rm -f "$policy"' EXIT
 fi
 # shellcheck disable=SC2086
-$sudo apt-get install -y -qq --no-install-recommends $missing >&2
+$sudo apt-get install -y -qq --no-install-recommends $missing >>"$log" 2>&1 || fail_log
+if [ "$log" != /dev/stderr ]; then rm -f "$log"; fi
+echo "deps.sh: installed$missing" >&2
