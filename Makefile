@@ -182,6 +182,8 @@ install: deps
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libtoggle.pc
 	install -m 755 $(B)/toggled $(DESTDIR)$(PREFIX)/bin/
 	if [ -x $(B)/togglectl ]; then install -m 755 $(B)/togglectl $(DESTDIR)$(PREFIX)/bin/; fi
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 644 client/togglectl.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/togglectl
 	sed -e 's|/usr/bin/toggled|$(PREFIX)/bin/toggled|' -e 's|/etc/toggle|$(SYSCONFDIR)/toggle|' \
 	    systemd/toggled.service > $(DESTDIR)$(UNITDIR)/toggled.service
 	install -m 644 systemd/toggled.socket $(DESTDIR)$(UNITDIR)/
