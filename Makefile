@@ -146,6 +146,7 @@ check-run: check-python
 -include tests/install/install.mk
 -include tests/systemd/systemd.mk
 -include tests/pypkg/pypkg.mk
+-include tests/alerts/alerts.mk
 
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:
