@@ -128,6 +128,40 @@ int ctl_cmd_status(struct ctl_ctx *ctx, int argc, char **argv)
 	return CTL_EXIT_OK;
 }
 
+int ctl_resolve_name(struct ctl_ctx *ctx)
+{
+	const char *name = ctx->opt.target_name;
+	Toggle__ListAgentsRequest m = TOGGLE__LIST_AGENTS_REQUEST__INIT;
+	Toggle__Envelope req = ctl_envelope(TOGGLE__ENVELOPE__BODY_LIST_AGENTS, &m), *rep;
+	int rc = ctl_request(ctx, &req, TOGGLE__ENVELOPE__BODY_AGENTS, &rep);
+	if (rc)
+		return rc;
+	uint64_t id = 0;
+	size_t n = 0;
+	char ids[256] = "";
+	for (size_t i = 0; i < rep->agents->n_agents; i++) {
+		const Toggle__AgentInfo *a = rep->agents->agents[i];
+		if (!a->name || strcmp(a->name, name))
+			continue;
+		id = a->agent_id;
+		size_t l = strlen(ids);
+		if (l + 24 < sizeof(ids))
+			snprintf(ids + l, sizeof(ids) - l, "%s%llu", n ? ", " : "", (unsigned long long)id);
+		n++;
+	}
+	toggle__envelope__free_unpacked(rep, NULL);
+	if (n == 0)
+		return ctl_fail(ctx->out, CTL_EXIT_ERROR, TOGGLE_ENOAGENT,
+				"no agent called '%s' (togglectl agents lists them)", name);
+	if (n > 1)
+		return ctl_fail(ctx->out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
+				"%zu agents are called '%s' (ids %s): choose one with agent:ID", n, name,
+				ids);
+	ctx->opt.target.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+	ctx->opt.target.agent_id = id;
+	return 0;
+}
+
 int ctl_cmd_agents(struct ctl_ctx *ctx, int argc, char **argv)
 {
 	(void)argc, (void)argv;

@@ -30,12 +30,12 @@ for a in ags:
     if sys.argv[1] == "types":
         out += a.get("hook_types", [])
     else:
-        out += ["agent:%d" % a["agent_id"], "pid:%d" % a["pid"]]
+        out += ["agent:%d" % a["agent_id"], "name:" + a["name"], "pid:%d" % a["pid"]]
         out += ["group:" + a["group"]] if a.get("group") else []
 print(" ".join(dict.fromkeys(out)))' "$1" 2>/dev/null
 }
 
-_togglectl_selectors() { echo "all agent: pid: group: $(_togglectl_known selectors)"; }
+_togglectl_selectors() { echo "all agent: name: pid: group: $(_togglectl_known selectors)"; }
 _togglectl_specs() { echo "none all $(_togglectl_known types)"; }
 
 _togglectl() {

@@ -42,7 +42,7 @@ const struct ctl_cmd ctl_commands[] = {
 };
 const size_t ctl_n_commands = sizeof(ctl_commands) / sizeof(ctl_commands[0]);
 
-#define CTL_SELECTOR_FORMS "all, agent:ID, pid:PID, group:NAME, or a bare agent ID"
+#define CTL_SELECTOR_FORMS "all, agent:ID, name:NAME, pid:PID, group:NAME, or a bare agent ID"
 
 enum { OPT_WAIT = 256, OPT_TIMEOUT, OPT_ETCD, OPT_CLUSTER };
 
@@ -81,7 +81,8 @@ static void ctl_usage(FILE *f)
 		"                           /run/toggle/toggled.sock as root, else\n"
 		"                           $XDG_RUNTIME_DIR/toggle/toggled.sock, else\n"
 		"                           /tmp/toggle-EUID/toggled.sock)\n"
-		"  -t, --target SELECTOR    which agents: all (the default), agent:ID, pid:PID,\n"
+		"  -t, --target SELECTOR    which agents: all (the default), agent:ID,\n"
+		"                           name:NAME (the one agent of that name), pid:PID,\n"
 		"                           group:NAME, or a bare agent ID\n"
 		"  -j, --json               JSON output (schema: docs/cli.md)\n"
 		"      --wait[=TIMEOUT]     enable/disable/set: wait until every targeted agent\n"
@@ -192,6 +193,14 @@ int ctl_selector_parse(const char *text, struct ctl_opts *opt, char *err, size_t
 			sel->pid = (uint32_t)v;
 		} else {
 			why = "a PID is a number from 1";
+		}
+	} else if (!strncmp(text, "name:", 5)) {
+		if (util_name_ok(text + 5, TGP_MAX_NAME)) {
+			/* resolved to agent:ID once connected (ctl_resolve_name) */
+			snprintf(opt->target_name, sizeof(opt->target_name), "%s", text + 5);
+			sel->sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+		} else {
+			why = "an agent name is 1 to 63 of [A-Za-z0-9_.-], not . or ..";
 		}
 	} else if (!strncmp(text, "group:", 6)) {
 		if (util_name_ok(text + 6, TGP_MAX_NAME)) { /* the rule toggled applies */
@@ -370,8 +379,12 @@ int main(int argc, char **argv)
 	cargc -= used;
 	cargv += used;
 	rc = ctl_check_args(&ctx, ctx.cmd, &cargc, &cargv);
-	if (rc)
+	if (!rc && ctx.opt.target_name[0] && !ctx.opt.etcd)
+		rc = ctl_resolve_name(&ctx);
+	if (rc) {
+		tgc_close(ctx.conn);
 		return rc;
+	}
 	rc = ctx.opt.etcd ? ctl_cluster_run(&ctx, cargc, cargv) : ctx.cmd->handler(&ctx, cargc, cargv);
 	tgc_close(ctx.conn);
 	return rc;

@@ -2,7 +2,8 @@
 # completion.sh - client/togglectl.bash, the bash completion make install
 # puts in share/bash-completion/completions: commands, options, plan's
 # subcommands, selectors and hook types read from a real toggled with a
-# simulator agent, and nothing (at once) where no daemon answers.
+# simulator agent, and nothing (at once) where no daemon answers.  Then, on
+# the same daemon, togglectl's name:NAME where two agents share a name.
 set -u
 TL_NAME=cli/completion.sh
 # shellcheck source=tests/lib.sh
@@ -39,7 +40,7 @@ expect "an option" "--target --timeout" --t
 expect "--wait's form" "--wait=10s --wait=1m" --wait=1
 start=$(date +%s%N)
 expect "no daemon: specs" "all none" -s "$T/none.sock" enable ""
-expect "no daemon: selectors" "agent: all group: pid:" -s "$T/none.sock" -t ""
+expect "no daemon: selectors" "agent: all group: name: pid:" -s "$T/none.sock" -t ""
 [ $(( ($(date +%s%N) - start) / 1000000 )) -lt 3000 ] || fail "completion without a daemon took over 3 s"
 
 "$B/toggled" --socket "$T/sock" --state-dir "$T/state" >"$T/toggled.log" 2>&1 &
@@ -54,6 +55,21 @@ expect "hook types from the daemon" "attn_out" -s "$T/sock" set "at"
 expect "specs from the daemon" "all attn_out mlp_out none resid_post" --socket="$T/sock" enable ""
 expect "selectors from the daemon" "agent: agent:$id" -s "$T/sock" --target "ag"
 expect "a group from the daemon" "group: group:decode" -s "$T/sock" hooks "gr"
+expect "a name from the daemon" "name: name:comp-engine" -s "$T/sock" graphs "na"
+
+# name:NAME where two agents share a name (run.sh has one agent): refused,
+# naming both ids, nothing sent to either (the second agent lives here only)
+"$B/examples/demo_agent" --backend sim --socket "$T/sock" --period-ms 20 --name comp-engine \
+	>"$T/agent2.log" 2>&1 &
+PIDS="$PIDS $!"
+two() { [ "$("$CTL" -s "$T/sock" --json agents | grep -c '"name": "comp-engine"')" -eq 2 ]; }
+wait_for 10 "a second comp-engine" two || exit 1
+ids=$("$CTL" -s "$T/sock" --json agents | python3 -c 'import json,sys; print(", ".join(str(a["agent_id"]) for a in json.load(sys.stdin)["agents"]))')
+"$CTL" -s "$T/sock" -t name:comp-engine set none >"$T/out" 2>&1
+rc=$?
+CHECKS=$((CHECKS + 1))
+grep -qF "2 agents are called 'comp-engine' (ids $ids): choose one with agent:ID" "$T/out" && [ "$rc" -eq 2 ] ||
+	fail "name: of two agents: exit $rc, $(cat "$T/out")"
 
 [ "$FAILS" -eq 0 ] || { echo "$TL_NAME: $FAILS failure(s) in $CHECKS checks"; exit 1; }
 echo "$TL_NAME: $CHECKS completions as expected"

@@ -213,7 +213,7 @@ ctl frobnicate
 expect_rc 2 "unknown command" && expect_in err "commands: status, agents" "unknown command"
 ctl --target bogus agents
 expect_rc 2 "bad --target" &&
-	expect_in err "all, agent:ID, pid:PID, group:NAME, or a bare agent ID" "bad selector forms"
+	expect_in err "all, agent:ID, name:NAME, pid:PID, group:NAME, or a bare agent ID" "bad selector forms"
 ctl graphs pid:abc
 expect_rc 2 "bad SELECTOR argument" && expect_in err "bad selector 'pid:abc'" "bad selector named"
 ctl hooks 'group:a/b'
@@ -304,7 +304,7 @@ ctl set resid_post:0-3 attn_out:5 --wait
 expect_rc 0 "set --wait" && golden set 1 2 && expect_aligned "set --wait"
 ctl hooks
 expect_rc 0 "hooks" && golden hooks 1 && expect_aligned "hooks"
-for sel in 1 agent:1 group:demo "pid:$APID" all; do
+for sel in 1 agent:1 name:demo-engine group:demo "pid:$APID" all; do
 	ctl hooks "$sel"
 	expect_rc 0 "hooks $sel" && golden hooks 1
 	ctl --target "$sel" hooks
@@ -314,6 +314,13 @@ ctl hooks --json
 expect_rc 0 "options after the command" && pyjson "options after the command" "assert len(d['agents']) == 1"
 ctl hooks group:nosuch
 expect_rc 1 "hooks of an unknown group" && expect_in err "no agent matches" "ENOAGENT"
+ctl hooks name:nosuch
+expect_rc 1 "hooks of an unknown name" &&
+	expect_in err "no agent called 'nosuch' (togglectl agents lists them)" "name: ENOAGENT"
+ctl --json -t name:nosuch set none
+expect_rc 1 "set to an unknown name (json)" && expect_json_error "set to an unknown name" ENOAGENT
+ctl hooks 'name:a/b'
+expect_rc 2 "bad name selector" && expect_in err "an agent name is 1 to 63" "bad name selector"
 ctl --json hooks
 expect_rc 0 "hooks (json)" && pyjson "hooks (json)" "
 a, = d['agents']
