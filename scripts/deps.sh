@@ -17,7 +17,8 @@ pkgs="$pkgs libuv1-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev chec
 # tests/pypkg/run.sh builds it (pip wheel, python3 -m build, setuptools, wheel)
 pkgs="$pkgs python3-venv python3-pip python3-build python3-setuptools python3-wheel"
 # --metrics (libmicrohttpd); graphtoggle.client (protoc, the protobuf runtime) and its tests
-pkgs="$pkgs libprotobuf-dev libmicrohttpd-dev protobuf-compiler python3-protobuf python3-prometheus-client"
+# (zlib: /metrics gzipped when the scraper asks)
+pkgs="$pkgs libprotobuf-dev libmicrohttpd-dev zlib1g-dev protobuf-compiler python3-protobuf python3-prometheus-client"
 # tests/proto/run.sh: the public contract through protoc-gen-go (small; no Go toolchain)
 pkgs="$pkgs protoc-gen-go"
 # The cluster layer (docs/cluster.md): libcurl for the etcd client; etcd and
