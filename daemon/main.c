@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "netcheck.h"
 #include "toggled.h"
 
 #define SD_LISTEN_FDS_START 3
@@ -290,6 +291,9 @@ int main(int argc, char **argv)
 	log_init("toggled", d->cfg.verbose);
 
 	char err[512];
+	/* before anything is created: a mode the sandbox forbids fails here, saying so */
+	if (td_netcheck(metrics_address, d->cfg.etcd, err, sizeof(err)) != 0)
+		fatalx("%s", err);
 	if (state_dir_prepare(d->cfg.state_dir, err, sizeof(err)) != 0)
 		fatalx("state directory: %s", err);
 	d->store.quarantine = !d->cfg.strict_state;

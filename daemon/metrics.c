@@ -24,6 +24,7 @@
 
 #include <microhttpd.h>
 
+#include "gzipenc.h"
 #include "log.h"
 #include "toggled.h"
 
@@ -496,7 +497,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		free(body);
 		return respond_text(c, 500, "out of memory\n");
 	}
-	return respond(c, 200, body, len, "text/plain; version=0.0.4; charset=utf-8");
+	/* gzip when asked (Prometheus does): the text grows with the agents */
+	const char *ae = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+	char *z = NULL;
+	size_t zlen = 0;
+	bool gz = td_gzip_accepted(ae) && td_gzip(body, len, &z, &zlen) == 0;
+	if (gz) {
+		free(body);
+		body = z;
+		len = zlen;
+	}
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+	MHD_add_response_header(r, "Vary", "Accept-Encoding");
+	if (gz)
+		MHD_add_response_header(r, "Content-Encoding", "gzip");
+	enum MHD_Result ret = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return ret;
 }
 
 /* ---- start and stop ---- */

@@ -12,7 +12,7 @@ FUZZ_FLAGS = -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-Ilibtoggle/include -Ilibtoggle/src -Iproto -Iclient -Iutil -I$(B)/gen \
 	-isystem $(CUDA_HOME)/include
 FUZZ_NAMES := fuzz_frame fuzz_spec fuzz_pbwire fuzz_shm fuzz_cluster fuzz_store fuzz_config \
-	      fuzz_plan fuzz_hosts
+	      fuzz_plan fuzz_hosts fuzz_gzip
 FUZZ_TARGETS := $(FUZZ_NAMES:%=$(B)/fuzz/%)
 
 $(B)/fuzz/fuzz_frame: fuzz/fuzz_frame.c proto/frame.c $(TGP_GEN_C) $(TGP_GEN_H)
@@ -67,6 +67,11 @@ $(B)/fuzz/fuzz_hosts: fuzz/fuzz_hosts.c client/ctl_host.c \
 	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon $$(pkg-config --cflags jansson libcurl libuv) -o $@ $^ \
 	    $(CTL_LIBS) $(LIB_LIBS)
 
+# /metrics' Accept-Encoding header and its gzip (daemon/gzipenc.c).
+$(B)/fuzz/fuzz_gzip: fuzz/fuzz_gzip.c daemon/gzipenc.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon -o $@ $^ $$(pkg-config --libs zlib)
+
 # Seeds: a target's run starts from its checked-in corpus.
 .PHONY: fuzz
 fuzz: $(FUZZ_TARGETS)
@@ -88,6 +93,9 @@ $(FZ_CTL_SAN_OBJ): $(B)/san/%.o: %.c $(TGP_GEN_H)
 
 $(B)/fuzz/replay/fuzz_frame: $(B)/libtgproto-san.a
 $(B)/fuzz/replay/fuzz_frame: FZ_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS)
+$(B)/fuzz/replay/fuzz_gzip: $(B)/libtoggled-san.a
+$(B)/fuzz/replay/fuzz_gzip: FZ_CFLAGS = -Idaemon
+$(B)/fuzz/replay/fuzz_gzip: FZ_LIBS = $(B)/libtoggled-san.a $$(pkg-config --libs zlib)
 $(B)/fuzz/replay/fuzz_spec $(B)/fuzz/replay/fuzz_pbwire: FZ_LIBS =
 $(B)/fuzz/replay/fuzz_shm: FZ_LIBS = -pthread
 $(B)/fuzz/replay/fuzz_cluster $(B)/fuzz/replay/fuzz_store $(B)/fuzz/replay/fuzz_config: \

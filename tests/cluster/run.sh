@@ -320,7 +320,7 @@ rev_at_least() { test "$(h4_rev)" -ge "$1"; }
 if [ "$(id -u)" != 0 ]; then
 	skip "cluster/run.sh 7 (a failed save in a cluster): needs root for a tmpfs" root
 elif ! unshare -m --propagation private true 2>/dev/null; then
-	skip "cluster/run.sh 7 (a failed save in a cluster): unshare -m refused here" root
+	skip "cluster/run.sh 7 (a failed save in a cluster): unshare -m refused here (in a chroot: / is not a mount point)"
 else
 	mkdir -p "$T/h4/state"
 	unshare -m --propagation private sh -c \
