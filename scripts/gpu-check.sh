@@ -6,6 +6,10 @@
 #   gpu_devtaint device mode's injected device-side failure: tainted launch
 #               reported, 0 mismatches otherwise
 #   gpu_guard   issue #10: a failed upload, late producers, reused handles
+#   gpu_lifetime issue #28: recorded graphs destroyed, strangers captured until
+#               the driver reuses their handles and node handles (how often is
+#               reported), every stranger launched untouched and exact; a graph
+#               destroyed before its exec; a bound exec destroyed
 #   gpu_bare    issue #14: the producer-free exec (what ran, in which order,
 #               outputs equal to the main exec's), its figures
 #   torch_proof graphtoggle from PyTorch (python/tests/gpu/torch_proof.py)
@@ -136,6 +140,7 @@ run_leg gpu_check "$@"
 run_leg gpu_region ${GPU_REGION_ARGS:-}
 run_leg gpu_devtaint
 run_leg gpu_guard
+run_leg gpu_lifetime
 run_leg gpu_bare
 # shellcheck disable=SC2086 # TORCH_PROOF_ARGS is a list of words
 run_py_leg torch_proof python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-}
@@ -175,6 +180,8 @@ printf '%s\n' "$results" | sed '/^$/d'
 # the producer-free exec's figures again, for pasting
 grep -h '^gpu-bare: figures:' "$B/gpu_bare.log" 2>/dev/null || true
 grep -h '^piecewise-bench: table:' "$B/piecewise_bench.log" 2>/dev/null || true
+# and the lifetime leg's reuse counts (issue #28)
+grep -h '^gpu-lifetime: leg=stranger' "$B/gpu_lifetime.log" 2>/dev/null || true
 [ "${TORCH_DECODE_BENCH:-0}" = 1 ] &&
 	grep -h '^torch-decode-bench: table:' "$B/torch_decode_bench.log" 2>/dev/null || true
 [ "${TORCH_COMPILE_BENCH:-0}" = 1 ] &&
