@@ -32,16 +32,28 @@ RATE, BURST = 10, 10  # metrics.c METRICS_RATE, METRICS_BURST: answers a second
 
 
 def connect(address, timeout):
+    """A connection within timeout, as a blocking client gets one: a Unix
+    socket's full backlog (EAGAIN to a socket with a timeout) is waited out."""
+    end = time.monotonic() + timeout
     if address.startswith("/"):
-        s = socket.socket(socket.AF_UNIX)
-        target = address
+        fam, target = socket.AF_UNIX, address
     else:
         host, port = address.rsplit(":", 1)
-        s = socket.socket(socket.AF_INET)
-        target = (host, int(port))
-    s.settimeout(timeout)
-    s.connect(target)
-    return s
+        fam, target = socket.AF_INET, (host, int(port))
+    while True:
+        s = socket.socket(fam)
+        s.settimeout(max(0.001, end - time.monotonic()))
+        try:
+            s.connect(target)
+            return s
+        except BlockingIOError:
+            s.close()
+            if time.monotonic() >= end:
+                raise TimeoutError("the backlog stayed full for %.1f s" % timeout)
+            time.sleep(0.001)
+        except OSError:
+            s.close()
+            raise
 
 
 def scrape(address, timeout=SCRAPE_BOUND_S):
