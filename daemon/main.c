@@ -272,6 +272,13 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		fprintf(stderr, "toggled: default socket path too long; use --socket\n");
 		exit(2);
 	}
+	/* Binding both on one path would take the RPC socket away (issue 30);
+	 * another spelling of it is refused when the metrics start. */
+	if (metrics_address && strcmp(metrics_address, cfg->socket_path) == 0) {
+		fprintf(stderr, "toggled: --metrics %s is the RPC socket (--socket): give the metrics "
+			"a path of their own\n", metrics_address);
+		exit(2);
+	}
 	if (state)
 		snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", state);
 	else if (default_state_dir(cfg->state_dir, sizeof(cfg->state_dir)) != 0) {
@@ -317,8 +324,11 @@ int main(int argc, char **argv)
 		uv_signal_start(sigs[i], nums[i] == SIGHUP ? on_hup : on_stop, nums[i]);
 	}
 	signal(SIGPIPE, SIG_IGN);
-	if (metrics_address && td_metrics_start(d, metrics_address, err, sizeof(err)) != 0)
+	if (metrics_address && td_metrics_start(d, metrics_address, err, sizeof(err)) != 0) {
+		if (d->socket_owned)
+			unlink(d->cfg.socket_path); /* not left behind by a start that failed */
 		fatalx("--metrics: %s", err);
+	}
 	if (td_cluster_start(d, err, sizeof(err)) != 0)
 		fatalx("cluster: %s", err);
 	log_info("toggled %s listening on %s (state in %s, operator group '%s'%s)", TD_VERSION,
