@@ -28,6 +28,7 @@
 #include "etcd.h"
 #include "log.h"
 #include "rpc.h"
+#include "util.h"
 
 #define CL_PUBLISH_MS  1000 /* status to etcd at most this often */
 #define CL_MAX_REJECTS 16   /* last rejections kept for the status */
@@ -35,6 +36,13 @@
 #define CL_MAX_PLANS   256  /* newest plan keys remembered for agents that join */
 #define CL_MAX_SEEN    4096 /* agent names and the revision they were served up to */
 #define CL_REDO_MS     1000 /* after a failed save, re-apply this much later */
+/* Rejections in the log: one line per key and revision (not one per agent,
+ * nor again at a resync), at most CL_LOG_BURST lines per CL_LOG_WINDOW_MS,
+ * then one line that says how many were left out.  status/HOST keeps the
+ * last CL_MAX_REJECTS whatever the log shows. */
+#define CL_LOG_BURST     10
+#define CL_LOG_WINDOW_MS 10000
+#define CL_LOG_SEEN      64   /* (key, revision) pairs remembered as logged */
 
 struct cl_set {
 	char *key;
@@ -83,7 +91,13 @@ struct td_cluster {
 	struct cl_seen *seen; /* agents by name: served up to which revision */
 	size_t n_seen;
 	bool connected, down_logged;
-	uint64_t applied, rejected, resyncs;
+	uint64_t applied, rejected, resyncs, skipped;
+	/* The log's rate limit (reject()). */
+	uint64_t log_window_start;
+	unsigned log_in_window;
+	uint64_t log_suppressed;
+	uint64_t log_seen[CL_LOG_SEEN];
+	size_t log_seen_next;
 	struct cl_reject rejects[CL_MAX_REJECTS];
 	size_t n_rejects, next_reject;
 	uv_timer_t pub_timer;
@@ -276,6 +290,35 @@ static void notify_saved(struct td_cluster *c, bool force)
 
 /* ---- applying ----------------------------------------------------------- */
 
+/* FNV-1a of a key and its revision: "this rejection was logged". */
+static uint64_t log_hash(const char *key, int64_t rev)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	return (h ^ (uint64_t)rev) * 1099511628211ull;
+}
+
+/* Say how many rejections the rate limit kept out of the log, once its window is over. */
+static void log_flush_suppressed(struct td_cluster *c, uint64_t now)
+{
+	if (now - c->log_window_start < CL_LOG_WINDOW_MS)
+		return;
+	if (c->log_suppressed)
+		log_warnx("cluster: %" PRIu64 " more rejections not logged in %d s (the last %d are "
+			  "in %s)", c->log_suppressed, CL_LOG_WINDOW_MS / 1000, CL_MAX_REJECTS,
+			  c->status_key);
+	c->log_suppressed = 0;
+	c->log_in_window = 0;
+	c->log_window_start = now;
+}
+
+/*
+ * A key, or a key on one agent, not applied: kept for status/HOST, counted,
+ * logged.  Key and message come from etcd (a key may hold a newline that
+ * forges a log line, or an escape for the terminal): both are cleaned here,
+ * for the log and for the status alike.
+ */
 static void reject(struct td_cluster *c, const char *key, int64_t rev, const char *agent, int code,
 		   const char *msg)
 {
@@ -283,14 +326,26 @@ static void reject(struct td_cluster *c, const char *key, int64_t rev, const cha
 	c->next_reject = (c->next_reject + 1) % CL_MAX_REJECTS;
 	if (c->n_rejects < CL_MAX_REJECTS)
 		c->n_rejects++;
-	snprintf(r->key, sizeof(r->key), "%s", key);
+	util_clean(r->key, sizeof(r->key), key, UTIL_CLEAN_ASCII);
 	r->rev = rev;
-	snprintf(r->agent, sizeof(r->agent), "%s", agent ? agent : "");
+	util_clean(r->agent, sizeof(r->agent), agent ? agent : "", UTIL_CLEAN_ASCII);
 	r->code = code;
-	snprintf(r->msg, sizeof(r->msg), "%s", msg);
+	util_clean(r->msg, sizeof(r->msg), msg, UTIL_CLEAN_ASCII);
 	c->rejected++;
-	log_warnx("cluster: %s (revision %" PRId64 ")%s%s: %s", key, rev, agent && agent[0] ? " on agent " : "",
-		  agent ? agent : "", msg);
+	uint64_t h = log_hash(key, rev), now = util_mono_ms();
+	for (size_t i = 0; i < CL_LOG_SEEN; i++)
+		if (c->log_seen[i] == h)
+			return; /* this key at this revision is in the log already */
+	c->log_seen[c->log_seen_next] = h;
+	c->log_seen_next = (c->log_seen_next + 1) % CL_LOG_SEEN;
+	log_flush_suppressed(c, now);
+	if (c->log_in_window >= CL_LOG_BURST) {
+		c->log_suppressed++;
+		return;
+	}
+	c->log_in_window++;
+	log_warnx("cluster: %s (revision %" PRId64 ")%s%s: %s", r->key, rev,
+		  r->agent[0] ? " on agent " : "", r->agent, r->msg);
 }
 
 /* The local agents sel names (none when it is another host's). */
@@ -405,6 +460,7 @@ static struct cl_set *set_remember(struct td_cluster *c, const struct etcd_kv *k
 	}
 	struct cl_set *s = set_find(c, kv->key);
 	if (!s) {
+		/* Only keys that may name this host's agents count against the limit. */
 		if (c->n_sets == CL_MAX_SETS) {
 			free(spec);
 			reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_ELIMIT, "too many standing-set keys");
@@ -481,6 +537,41 @@ static void seen_update(struct td_cluster *c, const struct td_agent *only)
 	}
 }
 
+/* Does a selector name any of this host's agents (now or when they join)? */
+static bool sel_here(const struct td_cluster *c, const struct cluster_sel *sel)
+{
+	int kind;
+	uint64_t id;
+	const char *group;
+	return cluster_sel_local(sel, c->d->cfg.host_id, &kind, &id, &group);
+}
+
+/*
+ * A key etcd.c could not take (over the limits, a NUL, not base64): skipped
+ * and reported, and the watch goes on past it.  A standing set this host
+ * held under that key is forgotten (its agents keep what they have, as for
+ * a deleted key).  Another host's set is not this host's to report.
+ */
+static void on_bad_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply)
+{
+	enum cluster_key_kind kind = CLUSTER_KEY_OTHER;
+	struct cluster_sel sel;
+	char err[256];
+	if (!kv->bad_key) {
+		if (cluster_key_parse(c->desired, kv->key, &kind, &sel, err, sizeof(err)) == 0 &&
+		    kind == CLUSTER_KEY_SET) {
+			set_forget(c, kv->key);
+			if (!sel_here(c, &sel))
+				return;
+		}
+	}
+	if (!apply || kv->deleted) /* a deleted key changes nothing on agents */
+		return;
+	c->skipped++;
+	snprintf(err, sizeof(err), "skipped: %s", kv->bad);
+	reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_ELIMIT, err);
+}
+
 /* One key, in revision order: remember it, and apply it if it is new to us. */
 static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply, bool apply_plans)
 {
@@ -489,9 +580,22 @@ static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply, bo
 	char err[256];
 	if (c->redo_pending)
 		apply = false; /* remembered now, applied by on_redo */
-	if (cluster_key_parse(c->desired, kv->key, &kind, &sel, err, sizeof(err))) {
-		if (apply)
-			reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_EINVAL, err);
+	if (kv->bad) {
+		on_bad_kv(c, kv, apply);
+		return;
+	}
+	/* A malformed or unknown key: skipped whole, and reported. */
+	if (cluster_key_parse(c->desired, kv->key, &kind, &sel, err, sizeof(err)) ||
+	    kind == CLUSTER_KEY_OTHER) {
+		if (kind == CLUSTER_KEY_OTHER)
+			snprintf(err, sizeof(err), "not a key of this version's layout "
+				 "(desired/set/... or desired/plan/NAME)");
+		if (apply && !kv->deleted) {
+			c->skipped++;
+			char msg[300];
+			snprintf(msg, sizeof(msg), "skipped: %s", err);
+			reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_EINVAL, msg);
+		}
 		return;
 	}
 	if (kind == CLUSTER_KEY_SET) {
@@ -499,6 +603,8 @@ static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply, bo
 			set_forget(c, kv->key);
 			return;
 		}
+		if (!sel_here(c, &sel)) /* another host's: not remembered, not counted */
+			return;
 		struct cl_set *s = set_remember(c, kv, &sel);
 		if (!s || !apply)
 			return;
@@ -511,8 +617,17 @@ static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply, bo
 		apply_set(c, s, v, n);
 		free(v);
 	} else if (kind == CLUSTER_KEY_PLAN && kv->value) {
-		if (kv->mod_revision > c->start_rev)
-			plan_remember(c, kv);
+		/* Another host's plan is not remembered: it would push this host's
+		 * out of the ring that agents joining late are served from. */
+		struct cluster_plan p;
+		if (cluster_plan_value_parse(kv->value, &p, err, sizeof(err)) == 0) {
+			bool here = sel_here(c, &p.target);
+			cluster_plan_free(&p);
+			if (!here)
+				return;
+			if (kv->mod_revision > c->start_rev)
+				plan_remember(c, kv);
+		}
 		if (apply && apply_plans)
 			apply_plan(c, kv->key, kv->mod_revision, kv->value, NULL);
 	}
@@ -574,13 +689,18 @@ static void on_batch(void *arg, struct etcd_batch *b)
 	case ETCD_SNAPSHOT:
 		on_snapshot(c, b);
 		break;
-	case ETCD_EVENTS:
+	case ETCD_EVENTS: {
+		/* New to us: above what was applied before this batch.  Keys of one
+		 * revision (a transaction) all arrive in one batch; comparing with
+		 * the revision of the key before applied only the first of them. */
+		int64_t before = c->applied_rev;
 		for (size_t i = 0; i < b->n; i++) {
-			on_kv(c, &b->kvs[i], b->kvs[i].mod_revision > c->applied_rev, true);
+			on_kv(c, &b->kvs[i], b->kvs[i].mod_revision > before, true);
 			if (b->kvs[i].mod_revision > c->applied_rev)
 				c->applied_rev = b->kvs[i].mod_revision;
 		}
 		break;
+	}
 	}
 	etcd_batch_free(b);
 	seen_update(c, NULL);
@@ -755,10 +875,11 @@ static char *status_json(struct td_cluster *c)
 						     "code", x->code, "message", x->msg));
 	}
 	json_t *j = agents && graphs && status && rej
-			    ? json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:s, s:O}", "host",
+			    ? json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:s, s:O}", "host",
 					d->cfg.host_id, "revision", (json_int_t)c->applied_rev, "applied",
 					(json_int_t)c->applied, "rejected", (json_int_t)c->rejected,
-					"resyncs", (json_int_t)c->resyncs, "agents", agents, "graphs",
+					"resyncs", (json_int_t)c->resyncs, "skipped",
+					(json_int_t)c->skipped, "agents", agents, "graphs",
 					graphs, "status", status, "rejections", rej)
 			    : NULL;
 	out = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
@@ -780,6 +901,7 @@ done:
 static void on_publish(uv_timer_t *t)
 {
 	struct td_cluster *c = t->data;
+	log_flush_suppressed(c, util_mono_ms());
 	char *s = status_json(c);
 	if (!s)
 		return;

@@ -196,27 +196,74 @@ static int json_i64(const json_t *o, const char *name, int64_t *out)
 	return 0;
 }
 
-/* One kv object ({"key","value","mod_revision"}); deleted: value stays NULL. */
-static int kv_parse(const json_t *j, bool deleted, struct etcd_kv *kv)
+/*
+ * A key we skip, shown in reports: the first ETCD_MAX_SHOWN_KEY bytes of
+ * what it decodes to, every byte outside printable ASCII (a NUL, a newline,
+ * an escape) as '?', "..." when cut; "(not base64)" if it is not.
+ */
+static char *shown_key(const char *b64)
+{
+	char *raw = NULL, *out = malloc(ETCD_MAX_SHOWN_KEY + 16);
+	size_t len = 0;
+	if (!out)
+		return NULL;
+	if (etcd_b64_decode(b64, &raw, &len, ETCD_MAX_RESPONSE)) {
+		snprintf(out, ETCD_MAX_SHOWN_KEY + 16, "(not base64)");
+		return out;
+	}
+	size_t k = len < ETCD_MAX_SHOWN_KEY ? len : ETCD_MAX_SHOWN_KEY;
+	for (size_t i = 0; i < k; i++) {
+		unsigned char c = (unsigned char)raw[i];
+		out[i] = c < 0x20 || c >= 0x7f ? '?' : (char)c;
+	}
+	snprintf(out + k, 16, "%s", k < len ? "..." : "");
+	free(raw);
+	return out;
+}
+
+/*
+ * One kv object ({"key","value","mod_revision"}); deleted: value stays
+ * NULL.  -1 only when the object or its revision is malformed (then nothing
+ * says where the watch stands); a key or value we do not take is a bad kv.
+ */
+_Static_assert(ETCD_MAX_KEY == 512, "kv_parse's message names the key limit");
+
+static int kv_parse(const json_t *j, bool deleted, size_t max_value, struct etcd_kv *kv)
 {
 	memset(kv, 0, sizeof(*kv));
+	kv->deleted = deleted;
 	const json_t *k = json_object_get(j, "key"), *v = json_object_get(j, "value");
 	size_t klen;
 	if (!json_is_object(j) || !json_is_string(k) || (v && !json_is_string(v)) ||
-	    json_i64(j, "mod_revision", &kv->mod_revision) || kv->mod_revision < 0)
+	    json_i64(j, "mod_revision", &kv->mod_revision) || kv->mod_revision < 0 ||
+	    kv->mod_revision == INT64_MAX) /* the watch goes on from mod_revision + 1 */
 		return -1;
-	if (etcd_b64_decode(json_string_value(k), &kv->key, &klen, ETCD_MAX_KEY) ||
-	    strlen(kv->key) != klen) {
+	const char *kt = json_string_value(k);
+	if (etcd_b64_decode(kt, &kv->key, &klen, ETCD_MAX_KEY) || strlen(kv->key) != klen) {
+		char *raw = NULL;
+		size_t rlen = 0;
+		int notb64 = etcd_b64_decode(kt, &raw, &rlen, ETCD_MAX_RESPONSE);
+		kv->bad = notb64 ? "key is not base64"
+			  : rlen > ETCD_MAX_KEY ? "key over 512 bytes"
+						: "key with a NUL byte";
+		free(raw);
 		free(kv->key);
-		kv->key = NULL;
-		return -1;
+		kv->key = shown_key(kt);
+		kv->bad_key = true;
+		return kv->key ? 0 : -1;
 	}
 	if (!deleted) {
-		if (etcd_b64_decode(v ? json_string_value(v) : "", &kv->value, &kv->value_len,
-				    ETCD_MAX_VALUE)) {
-			free(kv->key);
-			kv->key = NULL;
-			return -1;
+		const char *vt = v ? json_string_value(v) : "";
+		size_t vn = strlen(vt);
+		if (vn / 4 * 3 > max_value + 2 || vn % 4) {
+			kv->bad = vn % 4 ? "value is not base64" : "value over the size limit";
+		} else if (etcd_b64_decode(vt, &kv->value, &kv->value_len, max_value)) {
+			kv->bad = "value is not base64 or over the size limit";
+		} else if (strlen(kv->value) != kv->value_len) {
+			kv->bad = "value with a NUL byte";
+			free(kv->value);
+			kv->value = NULL;
+			kv->value_len = 0;
 		}
 	}
 	return 0;
@@ -394,7 +441,8 @@ static json_t *range_request(const char *prefix, int64_t at)
 }
 
 /* A range response into kvs; -1 on anything malformed. */
-static int range_parse(const json_t *j, struct etcd_kv **kvs, size_t *n, int64_t *revision)
+static int range_parse(const json_t *j, size_t max_value, struct etcd_kv **kvs, size_t *n,
+		       int64_t *revision)
 {
 	const json_t *arr = json_object_get(j, "kvs");
 	*kvs = NULL;
@@ -410,7 +458,7 @@ static int range_parse(const json_t *j, struct etcd_kv **kvs, size_t *n, int64_t
 	if (!v)
 		return -1;
 	for (size_t i = 0; i < cnt; i++) {
-		if (kv_parse(json_array_get(arr, i), false, &v[i])) {
+		if (kv_parse(json_array_get(arr, i), false, max_value, &v[i])) {
 			etcd_kvs_free(v, i);
 			return -1;
 		}
@@ -420,21 +468,21 @@ static int range_parse(const json_t *j, struct etcd_kv **kvs, size_t *n, int64_t
 	return 0;
 }
 
-int etcd_range_parse_text(const char *text, size_t len, struct etcd_kv **kvs, size_t *n,
-			  int64_t *revision)
+int etcd_range_parse_text(const char *text, size_t len, size_t max_value, struct etcd_kv **kvs,
+			  size_t *n, int64_t *revision)
 {
 	json_error_t je;
 	json_t *j = json_loadb(text, len, 0, &je);
 	*kvs = NULL;
 	*n = 0;
 	*revision = 0;
-	int rc = j ? range_parse(j, kvs, n, revision) : -1;
+	int rc = j ? range_parse(j, max_value, kvs, n, revision) : -1;
 	json_decref(j);
 	return rc;
 }
 
-int etcd_range(const char *endpoints, const char *prefix, struct etcd_kv **kvs, size_t *n,
-	       int64_t *revision, char *err, size_t errlen)
+int etcd_range(const char *endpoints, const char *prefix, size_t max_value, struct etcd_kv **kvs,
+	       size_t *n, int64_t *revision, char *err, size_t errlen)
 {
 	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
 	size_t nu, cur = 0;
@@ -449,7 +497,7 @@ int etcd_range(const char *endpoints, const char *prefix, struct etcd_kv **kvs, 
 	json_decref(req);
 	if (!j)
 		return -1;
-	int rc = range_parse(j, kvs, n, revision);
+	int rc = range_parse(j, max_value, kvs, n, revision);
 	if (rc)
 		snprintf(err, errlen, "malformed range response from etcd");
 	json_decref(j);
@@ -603,13 +651,17 @@ static enum etcd_watch_outcome watch_events(const json_t *evs, int64_t next_rev,
 	for (size_t i = 0; i < n; i++) {
 		const json_t *ev = json_array_get(evs, i), *t = json_object_get(ev, "type");
 		bool del = json_is_string(t) && strcmp(json_string_value(t), "DELETE") == 0;
-		if ((t && !json_is_string(t)) || kv_parse(json_object_get(ev, "kv"), del, &b->kvs[i])) {
+		if ((t && !json_is_string(t)) ||
+		    kv_parse(json_object_get(ev, "kv"), del, ETCD_MAX_VALUE, &b->kvs[i])) {
 			b->n = i;
 			etcd_batch_free(b);
 			return ETCD_WATCH_BAD_EVENT;
 		}
 		b->n = i + 1; /* parsed: freed with the batch (an old event leaked its key) */
-		if (b->kvs[i].mod_revision < next_rev) {
+		/* In revision order, at or after where the watch stands: the watch
+		 * then goes on after the last one and has seen all before it. */
+		if (b->kvs[i].mod_revision < next_rev ||
+		    (i > 0 && b->kvs[i].mod_revision < b->kvs[i - 1].mod_revision)) {
 			etcd_batch_free(b);
 			return ETCD_WATCH_BAD_EVENT;
 		}
@@ -694,7 +746,7 @@ static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int
 	if (!j)
 		return strstr(err, "compacted") || strstr(err, "future revision") ? 1 : -1;
 	struct etcd_batch *b = calloc(1, sizeof(*b));
-	int rc = b ? range_parse(j, &b->kvs, &b->n, &b->revision) : -1;
+	int rc = b ? range_parse(j, ETCD_MAX_VALUE, &b->kvs, &b->n, &b->revision) : -1;
 	json_decref(j);
 	if (rc) {
 		free(b);

@@ -19,17 +19,29 @@
 #define ETCD_MAX_ENDPOINTS  8
 #define ETCD_MAX_URL        256
 #define ETCD_MAX_KEY        512          /* bytes of a key we accept */
-#define ETCD_MAX_VALUE      (256u << 10) /* bytes of a value we accept */
+#define ETCD_MAX_VALUE      (256u << 10) /* bytes of a desired-state value we accept */
+#define ETCD_MAX_STATUS     (8u << 20)   /* bytes of a host's status value togglectl reads */
+#define ETCD_MAX_SHOWN_KEY  160          /* bytes of a bad key kept for reports */
 #define ETCD_MAX_RESPONSE   (64u << 20)  /* bytes of one JSON response or watch message */
 #define ETCD_MAX_KVS        100000       /* keys of one range read */
 #define ETCD_LEASE_TTL_S    10
 #define ETCD_TIMEOUT_MS     5000         /* connect and one-shot requests */
 
+/*
+ * One key.  A key or value over the limits, a key with a NUL byte, a value
+ * with one, text that is not base64: not an error of the whole response but
+ * a key to skip and report (bad says why; the watch moves past it).  Then
+ * value is NULL, and key is etcd's key if it was fine (a bad value), or a
+ * cleaned, shortened copy for reports (bad_key).
+ */
 struct etcd_kv {
 	char *key;
-	char *value;        /* NUL-terminated copy; NULL for a delete */
+	char *value;        /* NUL-terminated copy; NULL for a delete or a bad kv */
 	size_t value_len;
 	int64_t mod_revision;
+	const char *bad;    /* NULL, or why this key is skipped (static text) */
+	bool bad_key;       /* key is a display copy, not etcd's key */
+	bool deleted;       /* a DELETE event */
 };
 
 enum etcd_batch_kind {
@@ -57,8 +69,8 @@ void etcd_batch_free(struct etcd_batch *b);
  * a range response's kvs and revision (0, or -1 if malformed), and one line
  * of the watch stream, whose outcome says what the watcher does with it.
  */
-int etcd_range_parse_text(const char *text, size_t len, struct etcd_kv **kvs, size_t *n,
-			  int64_t *revision);
+int etcd_range_parse_text(const char *text, size_t len, size_t max_value, struct etcd_kv **kvs,
+			  size_t *n, int64_t *revision);
 
 enum etcd_watch_outcome {
 	ETCD_WATCH_GO_ON,      /* events (if any) in msg->events; read on */
@@ -102,9 +114,10 @@ void etcd_watcher_stop(struct etcd_watcher *w);
 
 /* ---- blocking one-shot calls (togglectl) ---- */
 
-/* Every key under prefix: kvs (free with etcd_kvs_free), n, revision. */
-int etcd_range(const char *endpoints, const char *prefix, struct etcd_kv **kvs, size_t *n,
-	       int64_t *revision, char *err, size_t errlen);
+/* Every key under prefix: kvs (free with etcd_kvs_free), n, revision; a
+ * value over max_value is a bad kv (skipped and reported, not an error). */
+int etcd_range(const char *endpoints, const char *prefix, size_t max_value, struct etcd_kv **kvs,
+	       size_t *n, int64_t *revision, char *err, size_t errlen);
 void etcd_kvs_free(struct etcd_kv *kvs, size_t n);
 /*
  * One transaction: put every (key, value) if each key in must_be_new does

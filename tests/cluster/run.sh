@@ -153,6 +153,28 @@ ctl_cluster() {
 
 count_in_log() { grep -c -- "$2" "$T/h$1/toggled.log"; }
 
+# gw OP ARGS: etcd's JSON gateway straight (keys etcdctl cannot write: a NUL,
+# a newline; values read from files).  gw put KEY VALUE | gw txn KEY VALUE
+# [KEY VALUE ...] (one transaction, one revision); KEY and VALUE are Python
+# escapes ("\x00"), a VALUE of @FILE is that file's bytes.
+gw() {
+	python3 - "$EURL" "$@" <<'EOF2'
+import base64, codecs, json, sys, urllib.request
+url, op, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+def b(x):
+    if x.startswith("@"):
+        data = open(x[1:], "rb").read()
+    else:
+        data = codecs.decode(x, "unicode_escape").encode("latin-1")
+    return base64.b64encode(data).decode()
+puts = [{"request_put": {"key": b(args[i]), "value": b(args[i + 1])}} for i in range(0, len(args), 2)]
+body = {"success": puts} if op == "txn" else puts[0]["request_put"]
+req = urllib.request.Request(url + ("/v3/kv/txn" if op == "txn" else "/v3/kv/put"),
+                             data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+json.load(urllib.request.urlopen(req, timeout=10))
+EOF2
+}
+
 # ---- start --------------------------------------------------------------------
 start_etcd
 for n in 1 2 3; do start_host "$n"; done
@@ -201,6 +223,105 @@ d = json.loads(subprocess.run(['$CTL'] + '$CL'.split() + ['--json', 'status'], c
 sys.exit(0 if all(any('already begun step' in r['message'] for r in h['rejections'])
                    for h in d['hosts']) and len(d['hosts']) == 3 else 1)"
 all_hosts_are "a['pending_plan'] == 2" || fail "a late plan left entries behind"
+
+# ---- 2b. keys a host does not take: skipped, reported, the watch moves on ----
+D=/graphtoggle/tc/desired
+# Two keys in one transaction (one revision): both are applied (only the
+# first of them was: the second compared equal to the revision just applied).
+gw txn $D/set/host/h1 '{"hooks":"attn_out:1"}' $D/set/host/h2 '{"hooks":"attn_out:2"}' ||
+	fail "gateway txn"
+txn_keys_applied() {
+	host_agents_are 1 "a['enabled'] == 'attn_out:1'" && host_agents_are 2 "a['enabled'] == 'attn_out:2'"
+}
+wait_for 5 "both keys of one transaction reach their hosts" txn_keys_applied
+
+# togglectl refuses what a host would refuse (a value over 256 KiB: 64
+# entries of 8 KiB specs), before it writes anything.
+python3 -c '
+import json
+spec = ",".join(["resid_post:0"] * 630)
+print(json.dumps([{"step": "+%d" % (1000 + i), "hooks": spec} for i in range(64)]))' >"$T/bigplan.json"
+plans_before=$(etcdctl --endpoints "$EURL" get --prefix --keys-only $D/plan/ | grep -c .)
+"$CTL" $CL plan submit "$T/bigplan.json" >"$T/out" 2>&1
+rc=$?
+CHECKS=$((CHECKS + 1))
+[ "$rc" != 0 ] && grep -q "nothing written" "$T/out" ||
+	fail "togglectl --etcd plan submit of a 64 x 8 KiB plan: exit $rc ($(head -c 200 "$T/out"))"
+[ "$(etcdctl --endpoints "$EURL" get --prefix --keys-only $D/plan/ | grep -c .)" = "$plans_before" ] ||
+	fail "the refused plan was written to etcd"
+
+# Keys a host skips but that leave its watch alone even before: a key
+# whose newline would forge a log line, an unknown key, 100 malformed plans
+# at once (one transaction).  The log: cleaned, and rate-limited.
+gw put "$D/plan/p\\ncluster: forged line" '{}' || fail "put a key with a newline"
+gw put "$D/unknown" '{}' || fail "put an unknown key"
+bulk=()
+for i in $(seq 100); do bulk+=("$D/plan/bulk$i" 'not json'); done
+gw txn "${bulk[@]}" || fail "put 100 malformed plans"
+bulk_logged() { grep -q 'bulk' "$T/h$1/toggled.log"; }
+for n in 1 2 3; do
+	wait_for 5 "h$n reads the malformed plans" bulk_logged "$n"
+done
+sleep 0.5
+for n in 1 2 3; do
+	CHECKS=$((CHECKS + 1))
+	if grep -q '^cluster: forged' "$T/h$n/toggled.log"; then
+		fail "h$n: a key with a newline forged a log line"
+	fi
+	bulk_lines=$(grep -c 'bulk' "$T/h$n/toggled.log")
+	[ "$bulk_lines" -le 12 ] ||
+		fail "h$n: 100 malformed plan keys made $bulk_lines log lines (rate limit: 10 per 10 s)"
+done
+etcdctl --endpoints "$EURL" del --prefix $D/plan/bulk >/dev/null
+etcdctl --endpoints "$EURL" del $D/unknown >/dev/null
+
+# Limits count this host's keys only: 4,100 standing sets for agents of a
+# host that is none of ours take none of h1's room for its own selectors.
+python3 - "$EURL" <<'EOF2' || fail "writing 4,100 other-host keys"
+import base64, json, sys, urllib.request
+url = sys.argv[1]
+b = lambda s: base64.b64encode(s.encode()).decode()
+for t in range(41):
+    ops = [{"request_put": {"key": b("/graphtoggle/tc/desired/set/agent/h9/%d" % (t * 100 + i + 1)),
+                            "value": b('{"hooks":"all"}')}} for i in range(100)]
+    req = urllib.request.Request(url + "/v3/kv/txn", data=json.dumps({"success": ops}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    json.load(urllib.request.urlopen(req, timeout=10))
+EOF2
+ctl_cluster set --target host:h1 'mlp_out:3'
+wait_for 10 "h1's own set with 4,100 other-host keys in etcd" \
+	host_agents_are 1 "a['enabled'] == 'mlp_out:3'"
+CHECKS=$((CHECKS + 1))
+if grep -q 'too many standing-set keys' "$T/h1/toggled.log"; then
+	fail "h1 counted another host's keys against its limit"
+fi
+etcdctl --endpoints "$EURL" del --prefix $D/set/agent/h9/ >/dev/null
+
+# Keys that stopped a host's watch for good (it reconnected at the same
+# revision, forever): the 64 x 8 KiB plan written by another writer, a key
+# over 512 bytes, a key with a NUL, a value with a NUL.  Skipped, reported,
+# and every later change applied.
+python3 - "$T/bigplan.json" >"$T/bigplan.value" <<'EOF2'
+import json, sys
+es = json.load(open(sys.argv[1]))
+print(json.dumps({"target": "all", "entries": [{"after": int(e["step"][1:]), "hooks": e["hooks"]} for e in es]}))
+EOF2
+gw put $D/plan/big @"$T/bigplan.value" || fail "put the big plan"
+gw put "$D/set/host/$(head -c 600 /dev/zero | tr '\0' x)" '{"hooks":"all"}' || fail "put a long key"
+gw put "$D/set/a\\x00ll" '{"hooks":"all"}' || fail "put a key with a NUL"
+gw put "$D/set/all" '{"hooks":"all"}\x00x' || fail "put a value with a NUL"
+ctl_cluster set 'resid_post:0-1'
+wait_for 10 "a set after keys no host takes reaches every agent" enabled_is 'resid_post:0-1'
+wait_for 5 "every host reports the skipped keys in its status" python3 -c "
+import json, subprocess, sys
+d = json.loads(subprocess.run(['$CTL'] + '$CL'.split() + ['--json', 'status'], capture_output=True).stdout)
+sys.exit(0 if len(d['hosts']) == 3 and all(h.get('skipped', 0) >= 4 and
+    any('skipped: key with a NUL byte' in r['message'] for r in h['rejections']) for h in d['hosts']) else 1)"
+for n in 1 2 3; do
+	grep -q 'key with a NUL byte' "$T/h$n/toggled.log" || fail "h$n: the key with a NUL was not logged"
+done
+CHECKS=$((CHECKS + 3))
+etcdctl --endpoints "$EURL" del $D/plan/big >/dev/null
 
 # The cluster view: agents of every host, same JSON as one host's.
 ctl_cluster --json agents
