@@ -273,7 +273,7 @@ static int ctl_cluster_query(struct ctl_ctx *ctx, const char *what)
 			if (!o)
 				continue;
 			const char *keys[] = {"host", "revision", "applied", "rejected", "resyncs",
-					      "skipped", "rejections"};
+					      "skipped", "rejections", "etcd"};
 			for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
 				json_t *x = json_object_get(h->doc, keys[k]);
 				if (x)
@@ -299,6 +299,7 @@ static int ctl_cluster_query(struct ctl_ctx *ctx, const char *what)
 			printf("%s== host %s (applied revision %lld, %lld rejected, %lld keys skipped)\n",
 			       i ? "\n" : "", h->host, (long long)r, (long long)rj, (long long)sk);
 			if (!strcmp(what, "status")) {
+				ctl_host_print_etcd(stdout, json_object_get(h->doc, "etcd"));
 				ctx->out->status(h->status, false);
 				const json_t *rs = json_object_get(h->doc, "rejections");
 				for (size_t k = 0; k < json_array_size(rs); k++)

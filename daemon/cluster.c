@@ -91,6 +91,12 @@ struct td_cluster {
 	struct cl_seen *seen; /* agents by name: served up to which revision */
 	size_t n_seen;
 	bool connected, down_logged;
+	/* The member the watch reads from, since when (unix ms), the last
+	 * reason a watch ended, and how often it moved to another member. */
+	char member[ETCD_MAX_URL];
+	uint64_t member_since;
+	char last_error[256];
+	uint64_t failovers;
 	uint64_t applied, rejected, resyncs, skipped;
 	/* The log's rate limit (reject()). */
 	uint64_t log_window_start;
@@ -675,14 +681,22 @@ static void on_batch(void *arg, struct etcd_batch *b)
 	struct td_cluster *c = arg;
 	switch (b->kind) {
 	case ETCD_CONNECTED:
-		if (!c->connected)
-			log_info("cluster: watching etcd from revision %" PRId64, c->applied_rev + 1);
+		if (c->member[0] && strcmp(c->member, b->err))
+			c->failovers++;
+		if (!c->connected || strcmp(c->member, b->err))
+			log_info("cluster: watching etcd at %s from revision %" PRId64, b->err,
+				 c->applied_rev + 1);
+		snprintf(c->member, sizeof(c->member), "%s", b->err);
+		c->member_since = util_unix_ms();
 		c->connected = true;
 		c->down_logged = false;
 		break;
 	case ETCD_DISCONNECTED:
+		util_clean(c->last_error, sizeof(c->last_error), b->err, UTIL_CLEAN_ASCII);
+		/* Once per episode: the first failure after a watch was up. */
 		if (c->connected || !c->down_logged)
-			log_warnx("cluster: etcd unreachable (%s); local requests go on, retrying", b->err);
+			log_warnx("cluster: etcd unreachable or unfit (%s); local requests go on, trying "
+				  "the next member", c->last_error);
 		c->connected = false;
 		c->down_logged = true;
 		break;
@@ -874,17 +888,21 @@ static char *status_json(struct td_cluster *c)
 						     "revision", (json_int_t)x->rev, "agent", x->agent,
 						     "code", x->code, "message", x->msg));
 	}
-	json_t *j = agents && graphs && status && rej
-			    ? json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:s, s:O}", "host",
+	json_t *member = json_pack("{s:s, s:b, s:I, s:I, s:s}", "member", c->member, "connected",
+				   c->connected, "since_ms", (json_int_t)c->member_since, "failovers",
+				   (json_int_t)c->failovers, "last_error", c->last_error);
+	json_t *j = agents && graphs && status && rej && member
+			    ? json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:s, s:O, s:O}", "host",
 					d->cfg.host_id, "revision", (json_int_t)c->applied_rev, "applied",
 					(json_int_t)c->applied, "rejected", (json_int_t)c->rejected,
 					"resyncs", (json_int_t)c->resyncs, "skipped",
 					(json_int_t)c->skipped, "agents", agents, "graphs",
-					graphs, "status", status, "rejections", rej)
+					graphs, "status", status, "rejections", rej, "etcd", member)
 			    : NULL;
 	out = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	json_decref(j);
 	json_decref(rej);
+	json_decref(member);
 done:
 	for (size_t r = 0; r < i; r++)
 		free(ai[r].enabled);

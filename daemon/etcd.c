@@ -30,6 +30,9 @@
 #define ETCD_BACKOFF_MIN_MS 100
 #define ETCD_BACKOFF_MAX_MS 2000
 #define ETCD_STATUS_TICK_MS 1000
+#define ETCD_PROBE_EVERY_MS   2000 /* the watch's liveness check (watch_probe) */
+#define ETCD_PROBE_TIMEOUT_MS 2000
+#define ETCD_REQUIRE_LEADER   "Grpc-Metadata-hasleader: true"
 
 /* ---- base64 and keys ---------------------------------------------------- */
 
@@ -278,7 +281,10 @@ struct http_buf {
 	atomic_bool *stop; /* abort the transfer when set (NULL: never) */
 	/* Streaming: called for each complete line; nonzero stops the transfer. */
 	int (*on_line)(void *arg, char *line, size_t len);
+	/* Called about once a second while the transfer runs; nonzero stops it. */
+	int (*on_tick)(void *arg);
 	void *arg;
+	const char *header; /* one more request header, or NULL */
 };
 
 static size_t http_write(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -327,7 +333,9 @@ static int http_progress(void *userdata, curl_off_t dt, curl_off_t dn, curl_off_
 {
 	struct http_buf *b = userdata;
 	(void)dt, (void)dn, (void)ut, (void)un;
-	return b->stop && atomic_load(b->stop) ? 1 : 0;
+	if (b->stop && atomic_load(b->stop))
+		return 1;
+	return b->on_tick ? b->on_tick(b->arg) : 0;
 }
 
 /*
@@ -335,17 +343,18 @@ static int http_progress(void *userdata, curl_off_t dt, curl_off_t dn, curl_off_
  * TCP keepalive then finds a dead peer.  0 with the HTTP status in *status,
  * or -1 with err.
  */
-static int http_post(const char *base, const char *path, const char *body, long timeout_ms,
-		     struct http_buf *b, long *status, char *err, size_t errlen)
+static int http_post_on(CURL *c, const char *base, const char *path, const char *body,
+			long timeout_ms, struct http_buf *b, long *status, char *err, size_t errlen)
 {
 	char url[ETCD_MAX_URL + 64];
 	snprintf(url, sizeof(url), "%s%s", base, path);
-	CURL *c = curl_easy_init();
-	if (!c) {
-		snprintf(err, errlen, "curl_easy_init failed");
-		return -1;
-	}
+	curl_easy_reset(c); /* options back to defaults; the connection stays cached */
 	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+	if (hdr && b->header) {
+		struct curl_slist *more = curl_slist_append(hdr, b->header);
+		if (more)
+			hdr = more;
+	}
 	char cerr[CURL_ERROR_SIZE] = "";
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -366,7 +375,6 @@ static int http_post(const char *base, const char *path, const char *body, long 
 	CURLcode rc = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
 	curl_slist_free_all(hdr);
-	curl_easy_cleanup(c);
 	if (rc != CURLE_OK) {
 		snprintf(err, errlen, "%s: %s", url,
 			 b->too_big ? "response over the size limit" : cerr[0] ? cerr : curl_easy_strerror(rc));
@@ -375,18 +383,36 @@ static int http_post(const char *base, const char *path, const char *body, long 
 	return 0;
 }
 
-/* POST and parse one JSON response; a gateway error ({"error": ...}) is an error. */
-static json_t *etcd_call(const char *base, const char *path, json_t *req, atomic_bool *stop,
-			 char *err, size_t errlen)
+static int http_post(const char *base, const char *path, const char *body, long timeout_ms,
+		     struct http_buf *b, long *status, char *err, size_t errlen)
+{
+	CURL *c = curl_easy_init();
+	if (!c) {
+		snprintf(err, errlen, "curl_easy_init failed");
+		return -1;
+	}
+	int rc = http_post_on(c, base, path, body, timeout_ms, b, status, err, errlen);
+	curl_easy_cleanup(c);
+	return rc;
+}
+
+/*
+ * POST and parse one JSON response; a gateway error ({"error": ...}) is an
+ * error.  On handle c if not NULL (its connection kept for the next call),
+ * with one more header if not NULL, within timeout_ms.
+ */
+static json_t *etcd_call_on(CURL *c, const char *header, long timeout_ms, const char *base,
+			    const char *path, json_t *req, atomic_bool *stop, char *err, size_t errlen)
 {
 	char *body = json_dumps(req, JSON_COMPACT);
 	if (!body) {
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	struct http_buf b = {.stop = stop};
+	struct http_buf b = {.stop = stop, .header = header};
 	long status = 0;
-	int rc = http_post(base, path, body, ETCD_TIMEOUT_MS, &b, &status, err, errlen);
+	int rc = c ? http_post_on(c, base, path, body, timeout_ms, &b, &status, err, errlen)
+		   : http_post(base, path, body, timeout_ms, &b, &status, err, errlen);
 	free(body);
 	json_t *j = NULL;
 	if (rc == 0) {
@@ -399,9 +425,11 @@ static json_t *etcd_call(const char *base, const char *path, json_t *req, atomic
 			j = NULL;
 		} else if (e || status != 200) {
 			const json_t *m = json_object_get(j, "message");
-			snprintf(err, errlen, "%s%s: HTTP %ld: %.160s", base, path, status,
-				 json_is_string(m) ? json_string_value(m)
-				 : json_is_string(e) ? json_string_value(e) : "error");
+			char shown[161];
+			snprintf(err, errlen, "%s%s: HTTP %ld: %s", base, path, status,
+				 util_clean(shown, sizeof(shown), json_is_string(m) ? json_string_value(m)
+						   : json_is_string(e) ? json_string_value(e) : "error",
+					    UTIL_CLEAN_ASCII));
 			json_decref(j);
 			j = NULL;
 		}
@@ -410,20 +438,51 @@ static json_t *etcd_call(const char *base, const char *path, json_t *req, atomic
 	return j;
 }
 
-/* Try each endpoint from *cur on; *cur keeps the one that answered. */
-static json_t *etcd_call_any(char urls[][ETCD_MAX_URL], size_t n, size_t *cur, const char *path,
-			     json_t *req, atomic_bool *stop, char *err, size_t errlen)
+static json_t *etcd_call(const char *base, const char *path, json_t *req, atomic_bool *stop,
+			 char *err, size_t errlen)
+{
+	return etcd_call_on(NULL, NULL, ETCD_TIMEOUT_MS, base, path, req, stop, err, errlen);
+}
+
+/*
+ * An error that every member would give alike: the request is wrong
+ * (HTTP 400: a bad argument, a compacted or future revision).  Anything
+ * else may be this member's own trouble (no leader: 503, a timeout: 504,
+ * overloaded: 429, not reachable, not answering): the next member is tried.
+ */
+static bool etcd_error_is_final(const char *err)
+{
+	return strstr(err, "HTTP 400") || strstr(err, "compacted") || strstr(err, "future revision");
+}
+
+/*
+ * Try each endpoint from *cur on; *cur keeps the one that answered, or the
+ * one after the last that failed (the next call starts there, so a failed
+ * member is not the first one tried again).  once: a write that must not be
+ * retried elsewhere after any answer (a timed-out put may have been
+ * committed: a plan would then be written twice).
+ */
+static json_t *etcd_call_any_ex(char urls[][ETCD_MAX_URL], size_t n, size_t *cur, const char *path,
+				json_t *req, atomic_bool *stop, bool once, char *err, size_t errlen)
 {
 	for (size_t k = 0; k < n; k++) {
 		size_t i = (*cur + k) % n;
 		json_t *j = etcd_call(urls[i], path, req, stop, err, errlen);
-		/* An answer from etcd (even an error) ends the search. */
-		if (j || strstr(err, "HTTP 4") || strstr(err, "HTTP 5") || strstr(err, "compacted")) {
+		if (j || etcd_error_is_final(err) || (once && strstr(err, ": HTTP "))) {
 			*cur = i;
 			return j;
 		}
+		if (stop && atomic_load(stop))
+			break;
 	}
+	*cur = (*cur + 1) % n;
 	return NULL;
+}
+
+static json_t *etcd_call_any(char urls[][ETCD_MAX_URL], size_t n, size_t *cur, const char *path,
+			     json_t *req, atomic_bool *stop, char *err, size_t errlen)
+{
+	return etcd_call_any_ex(urls, n, cur, path, req, stop, false, err, errlen);
 }
 
 static json_t *range_request(const char *prefix, int64_t at)
@@ -541,7 +600,7 @@ int etcd_txn_put(const char *endpoints, const char *const *keys, const char *con
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	json_t *j = etcd_call_any(urls, nu, &cur, "/v3/kv/txn", req, NULL, err, errlen);
+	json_t *j = etcd_call_any_ex(urls, nu, &cur, "/v3/kv/txn", req, NULL, true, err, errlen);
 	json_decref(req);
 	if (!j)
 		return -1;
@@ -578,6 +637,10 @@ struct etcd_watcher {
 	int64_t next_rev;
 	bool up;
 	int64_t compacted;
+	CURL *probe;          /* the liveness check's handle: one kept connection */
+	uint64_t last_probe;  /* util_mono_ms of the last check */
+	bool stream_failed;   /* why the stream ended is in stream_err */
+	char stream_err[384];
 };
 
 static void push(struct etcd_watcher *w, struct etcd_batch *b)
@@ -619,15 +682,33 @@ static void nap(struct etcd_watcher *w, unsigned ms)
 	pthread_mutex_unlock(&w->mu);
 }
 
-/* Its first 120 bytes, cleaned: what the server sent is not ours to print raw. */
-static void log_bad_line(const char *line, size_t len)
+/*
+ * Why the stream ends, for the disconnection the loop logs once per
+ * episode: etcd's error message ({"error": {"message": "etcdserver: no
+ * leader"}}) or the line's first 120 bytes, cleaned: what the server sent
+ * is not ours to print raw.
+ */
+static void watch_stream_error(struct etcd_watcher *w, const char *what, const char *line,
+			       size_t len)
 {
-	char head[121], shown[121];
-	size_t k = len < sizeof(head) - 1 ? len : sizeof(head) - 1;
-	memcpy(head, line, k);
-	head[k] = '\0';
-	log_warnx("cluster: etcd watch: unexpected message (%s)",
-		  util_clean(shown, sizeof(shown), head, UTIL_CLEAN_ASCII));
+	char head[121], shown[161];
+	json_error_t je;
+	json_t *j = line ? json_loadb(line, len, 0, &je) : NULL;
+	const json_t *m = json_object_get(json_object_get(j, "error"), "message");
+	if (json_is_string(m)) {
+		util_clean(shown, sizeof(shown), json_string_value(m), UTIL_CLEAN_ASCII);
+	} else if (line) {
+		size_t k = len < sizeof(head) - 1 ? len : sizeof(head) - 1;
+		memcpy(head, line, k);
+		head[k] = '\0';
+		util_clean(shown, sizeof(shown), head, UTIL_CLEAN_ASCII);
+	} else {
+		shown[0] = '\0';
+	}
+	json_decref(j);
+	snprintf(w->stream_err, sizeof(w->stream_err), "%s: %s%s%s%s", w->urls[w->cur_watch], what,
+		 shown[0] ? " (" : "", shown, shown[0] ? ")" : "");
+	w->stream_failed = true;
 }
 
 /* One line of the watch stream: {"result": {...}} or {"error": {...}}. */
@@ -703,7 +784,7 @@ static int watch_line(void *arg, char *line, size_t len)
 	enum etcd_watch_outcome o = etcd_watch_parse(line, len, w->next_rev, &m);
 	if (m.created) {
 		w->up = true;
-		push_state(w, ETCD_CONNECTED, NULL);
+		push_state(w, ETCD_CONNECTED, w->urls[w->cur_watch]);
 	}
 	switch (o) {
 	case ETCD_WATCH_GO_ON:
@@ -713,18 +794,19 @@ static int watch_line(void *arg, char *line, size_t len)
 		}
 		return 0;
 	case ETCD_WATCH_NOT_RESULT:
-		log_bad_line(line, len);
+		watch_stream_error(w, "etcd ended the watch", line, len);
 		break;
 	case ETCD_WATCH_COMPACTED:
 		w->compacted = m.compacted;
 		break;
 	case ETCD_WATCH_CANCELED:
-		log_warnx("cluster: etcd canceled the watch");
+		watch_stream_error(w, "etcd canceled the watch", NULL, 0);
 		break;
 	case ETCD_WATCH_BAD_EVENT:
-		log_warnx("cluster: etcd watch: malformed or out-of-order event; reconnecting");
+		watch_stream_error(w, "malformed or out-of-order watch event", NULL, 0);
 		break;
 	case ETCD_WATCH_BAD:
+		watch_stream_error(w, "malformed watch message", NULL, 0);
 		break;
 	}
 	return 1;
@@ -765,6 +847,54 @@ static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int
 	return 0;
 }
 
+/*
+ * The watch's liveness check, every ETCD_PROBE_EVERY_MS while its stream is
+ * open (from curl's progress callback, so also while it is silent): a
+ * linearizable count-only range read of the prefix on the member the watch
+ * reads from, with the leader required, within ETCD_PROBE_TIMEOUT_MS.  A
+ * member that is hung (SIGSTOP: its kernel still holds the connection),
+ * cut from its peers or without a leader fails it, and the watch is
+ * restarted on the next member; a watch never stays silent on a member that
+ * could not serve a change.  (Progress notifications would come from the
+ * same member, every 10 minutes by default: not a check of it.)
+ */
+static int watch_probe(struct etcd_watcher *w, char *err, size_t errlen)
+{
+	json_t *req = range_request(w->prefix, 0);
+	if (!req)
+		return 0; /* out of memory: not the member's fault */
+	json_object_set_new(req, "count_only", json_true());
+	if (!w->probe)
+		w->probe = curl_easy_init();
+	json_t *j = w->probe ? etcd_call_on(w->probe, ETCD_REQUIRE_LEADER, ETCD_PROBE_TIMEOUT_MS,
+					    w->urls[w->cur_watch], "/v3/kv/range", req, &w->stop,
+					    err, errlen)
+			     : NULL;
+	json_decref(req);
+	if (!w->probe)
+		return 0;
+	int rc = j ? 0 : -1;
+	json_decref(j);
+	return rc;
+}
+
+static int watch_tick(void *arg)
+{
+	struct etcd_watcher *w = arg;
+	uint64_t now = util_mono_ms();
+	if (now - w->last_probe < ETCD_PROBE_EVERY_MS)
+		return 0;
+	char err[320];
+	int rc = watch_probe(w, err, sizeof(err));
+	w->last_probe = util_mono_ms();
+	if (rc == 0 || atomic_load(&w->stop))
+		return 0;
+	snprintf(w->stream_err, sizeof(w->stream_err), "%s failed its liveness check (%s)",
+		 w->urls[w->cur_watch], err);
+	w->stream_failed = true;
+	return 1;
+}
+
 /* One watch stream from w->next_rev until it breaks: 0 compacted, -1 otherwise. */
 static int watcher_stream(struct etcd_watcher *w, char *err, size_t errlen)
 {
@@ -783,14 +913,26 @@ static int watcher_stream(struct etcd_watcher *w, char *err, size_t errlen)
 		return -1;
 	}
 	w->compacted = 0;
-	struct http_buf b = {.stop = &w->stop, .on_line = watch_line, .arg = w};
+	w->stream_failed = false;
+	w->last_probe = util_mono_ms();
+	/* The leader required (etcd's WithRequireLeader, through the gateway's
+	 * metadata header): a member that loses its leader ends the stream
+	 * ("etcdserver: no leader") instead of serving it silently. */
+	struct http_buf b = {.stop = &w->stop, .on_line = watch_line, .on_tick = watch_tick,
+			     .arg = w, .header = ETCD_REQUIRE_LEADER};
 	long status = 0;
 	int rc = http_post(w->urls[w->cur_watch], "/v3/watch", body, 0, &b, &status, err, errlen);
 	free(body);
 	free(b.data);
+	if (w->probe) { /* a new member next time: no connection to keep */
+		curl_easy_cleanup(w->probe);
+		w->probe = NULL;
+	}
 	if (w->compacted)
 		return 0;
-	if (rc == 0)
+	if (w->stream_failed)
+		snprintf(err, errlen, "%s", w->stream_err);
+	else if (rc == 0)
 		snprintf(err, errlen, "%s: the watch stream ended (HTTP %ld)", w->urls[w->cur_watch],
 			 status);
 	w->cur_watch = (w->cur_watch + 1) % w->n_urls; /* next try: the next endpoint */

@@ -44,11 +44,18 @@ APIDS=
 export ETCDCTL_API=3
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 
+MPIDS= # section 8: members and hosts in network namespaces of this test
+NSA=tgclu$$a NSB=tgclu$$b
+NS_MADE=
 cleanup() {
-	for p in $APIDS ${DPIDS[1]} ${DPIDS[2]} ${DPIDS[3]} ${DPIDS[4]} $EPID; do
-		[ -n "$p" ] && kill "$p" 2>/dev/null
+	for p in $APIDS ${DPIDS[1]} ${DPIDS[2]} ${DPIDS[3]} ${DPIDS[4]} $EPID $MPIDS; do
+		[ -n "$p" ] && kill -CONT "$p" 2>/dev/null && kill "$p" 2>/dev/null
 	done
 	wait 2>/dev/null
+	if [ -n "$NS_MADE" ]; then
+		ip netns del "$NSA" 2>/dev/null
+		ip netns del "$NSB" 2>/dev/null
+	fi
 	tl_rm_tmpdir
 }
 trap cleanup EXIT
@@ -498,6 +505,132 @@ else
 			"a['enabled'] == '$spec' and a['applied_version'] == a['control_version']"
 		wait_for 5 "h4's saved revision follows once durable" rev_at_least "$failed_rev"
 	fi
+fi
+
+# ---- 8. a 3-member etcd: a member cut from its peers, a hung member ------------
+# Members m2, m3 and two toggled (hp1, hp2, 2 agents each) in network
+# namespace A; member m1 alone in namespace B, reached over two veth links:
+# one for raft between members, one for clients.  The hosts list m1 first.
+# Cutting the raft link leaves m1 reachable but without a leader; SIGSTOP
+# leaves a member whose kernel still holds its connections.  Each time every
+# agent must get a change written meanwhile within 10 s, without an operator.
+in_a() { ip netns exec "$NSA" "$@"; }
+in_b() { ip netns exec "$NSB" "$@"; }
+M1=http://10.211.2.2:2379 M2=http://127.0.0.1:2379 M3=http://127.0.0.1:2479
+MEND=$M1,$M2,$M3
+MCL="--etcd $MEND --cluster tm"
+MCLUSTER=m1=http://10.211.1.2:2380,m2=http://10.211.1.1:2380,m3=http://10.211.1.1:2480
+start_member() { # NAME NS CLIENT PEER
+	local name=$1 ns=$2 client=$3 peer=$4
+	ip netns exec "$ns" etcd --name "$name" --data-dir "$T/$name" --listen-client-urls "$client" \
+		--advertise-client-urls "$client" --listen-peer-urls "$peer" \
+		--initial-advertise-peer-urls "$peer" --initial-cluster "$MCLUSTER" \
+		--initial-cluster-token tgclu --initial-cluster-state new >>"$T/$name.log" 2>&1 &
+	MPIDS="$MPIDS $!"
+	eval "PID_$name=$!"
+}
+members_healthy() { in_a etcdctl --endpoints "$MEND" --command-timeout=2s endpoint health; }
+watched_member() { # hpN: the member its status says it watches
+	in_a "$CTL" $MCL --json status 2>/dev/null | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+print(*[h.get('etcd', {}).get('member', '$M1') for h in d['hosts'] if h['host'] == '$1'])"
+}
+# set_during_fault SPEC ENDPOINTS: write through the healthy members (a new
+# leader may take a moment: bounded retries).
+set_during_fault() {
+	local i
+	for i in $(seq 20); do
+		in_a "$CTL" --etcd "$2" --cluster tm set "$1" >"$T/out" 2>&1 && return 0
+		sleep 0.5
+	done
+	fail "togglectl set $1 through $2: $(cat "$T/out")"
+	return 1
+}
+agents_have() { host_agents_are p1 "a['enabled'] == '$1'" && host_agents_are p2 "a['enabled'] == '$1'"; }
+# updated_within SECS SPEC T0 WHAT: every agent has SPEC within SECS of T0 (ns).
+updated_within() {
+	local left=$(( $1 - ($(date +%s%N) - $3) / 1000000000 ))
+	[ "$left" -lt 1 ] && left=1
+	wait_for "$left" "$4" agents_have "$2"
+	echo "cluster/run.sh: $4: $(( ($(date +%s%N) - $3) / 1000000 )) ms"
+}
+
+if [ "$(id -u)" != 0 ]; then
+	skip "cluster/run.sh 8 (a 3-member etcd in network namespaces): needs root" root
+elif ! ip netns add "$NSA" 2>/dev/null || ! ip netns add "$NSB" 2>/dev/null; then
+	skip "cluster/run.sh 8 (a 3-member etcd in network namespaces): ip netns add refused" root
+	ip netns del "$NSA" 2>/dev/null
+else
+	NS_MADE=1
+	in_a ip link set lo up
+	in_b ip link set lo up
+	in_a ip link add tgraft type veth peer name tgraft netns "$NSB"
+	in_a ip link add tgcli type veth peer name tgcli netns "$NSB"
+	in_a ip addr add 10.211.1.1/24 dev tgraft
+	in_a ip addr add 10.211.2.1/24 dev tgcli
+	in_b ip addr add 10.211.1.2/24 dev tgraft
+	in_b ip addr add 10.211.2.2/24 dev tgcli
+	for l in tgraft tgcli; do in_a ip link set "$l" up; in_b ip link set "$l" up; done
+	start_member m1 "$NSB" "$M1" http://10.211.1.2:2380
+	start_member m2 "$NSA" "$M2" http://10.211.1.1:2380
+	start_member m3 "$NSA" "$M3" http://10.211.1.1:2480
+	wait_for 20 "the 3 members are healthy" members_healthy
+	for n in 1 2; do
+		mkdir -p "$T/hp$n"
+		in_a "$DAEMON" --socket "$T/hp$n/sock" --state-dir "$T/hp$n/state" $MCL --host-id "p$n" \
+			>>"$T/hp$n/toggled.log" 2>&1 &
+		MPIDS="$MPIDS $!"
+		for k in 1 2; do
+			"$AGENT" --backend sim --socket "$T/hp$n/sock" --period-ms 5 --name "eng$k" \
+				>"$T/hp$n/agent$k.log" 2>&1 &
+			APIDS="$APIDS $!"
+		done
+	done
+	agents_up() { host_agents_are p1 "a['step'] >= 0" && host_agents_are p2 "a['step'] >= 0"; }
+	wait_for 15 "hp1 and hp2 have their agents" agents_up
+	set_during_fault 'resid_post:1' "$MEND"
+	wait_for 10 "a set through the 3 members reaches every agent" agents_have 'resid_post:1'
+
+	# A member cut from its peers: reachable, without a leader.
+	t0=$(date +%s%N)
+	in_b ip link set tgraft down
+	set_during_fault 'resid_post:2' "$M2,$M3"
+	updated_within 10 'resid_post:2' "$t0" "every agent updated after m1 was cut from its peers"
+	for n in 1 2; do
+		CHECKS=$((CHECKS + 1))
+		[ "$(watched_member "p$n")" != "$M1" ] ||
+			fail "p$n's status still names m1 as the member it watches"
+	done
+	in_a "$CTL" $MCL status >"$T/out" 2>&1
+	grep -q "^etcd      watching http://127.0.0.1:2[34]79 since .*, [1-9][0-9]* failovers" "$T/out" ||
+		fail "togglectl --etcd status does not show the member each host watches now"
+	in_b ip link set tgraft up
+	wait_for 20 "m1 rejoins its peers" members_healthy
+
+	# A hung member: SIGSTOP the one the hosts watch now.
+	hung=$(watched_member p1)
+	case $hung in $M1) hung_pid=$PID_m1 ;; $M2) hung_pid=$PID_m2 ;; *) hung_pid=$PID_m3 ;; esac
+	others=$(echo "$M1,$M2,$M3" | tr , '\n' | grep -vx "$hung" | paste -sd, -)
+	t0=$(date +%s%N)
+	kill -STOP "$hung_pid"
+	set_during_fault 'resid_post:3' "$others"
+	updated_within 10 'resid_post:3' "$t0" "every agent updated after the watched member ($hung) hung"
+	kill -CONT "$hung_pid"
+	for n in 1 2; do
+		lost=$(grep -c 'etcd unreachable or unfit' "$T/hp$n/toggled.log")
+		CHECKS=$((CHECKS + 1))
+		[ "$lost" -le 4 ] || fail "p$n logged $lost lost watches for 2 faults (once per episode)"
+	done
+	for p in $MPIDS; do kill "$p" 2>/dev/null; done
+	for p in $MPIDS; do wait "$p" 2>/dev/null; done
+	MPIDS=
+	for n in 1 2; do
+		CHECKS=$((CHECKS + 1))
+		if grep -q "ERROR: AddressSanitizer\|runtime error:" "$T/hp$n/toggled.log"; then
+			fail "sanitizer report in hp$n's log"
+		fi
+	done
 fi
 
 # ---- the end: every toggled still alive, stops cleanly (ASan reports) --------
