@@ -43,6 +43,11 @@
 #define CL_LOG_BURST     10
 #define CL_LOG_WINDOW_MS 10000
 #define CL_LOG_SEEN      64   /* (key, revision) pairs remembered as logged */
+/* Plan applications remembered (and on disk) until the revision file passes them. */
+#define CL_MAX_RECORDS   4096
+/* An agent this host's saved state knows counts as present for the plans
+ * applied in this long after start (it was reconnecting to this toggled). */
+#define CL_RETURN_MS     30000
 
 struct cl_set {
 	char *key;
@@ -62,6 +67,21 @@ struct cl_seen {
 	int64_t rev;
 };
 
+/*
+ * A plan applied to one agent: by revision and key (a hash), the agent's
+ * name, and the step its relative entries counted from.  Written to
+ * <state_dir>/cluster-NAME.plans (synced) before any save can hold what the
+ * plan changed, so that a replay of the plan after a crash (the revision
+ * file is written after the save) puts the same entries at the same steps
+ * again, which the agent holds already: applied once.
+ */
+struct cl_record {
+	int64_t rev;
+	uint64_t key;
+	int64_t base;
+	char agent[TGP_MAX_NAME];
+};
+
 struct cl_reject {
 	char key[ETCD_MAX_KEY + 1];
 	int64_t rev;
@@ -76,6 +96,11 @@ struct td_cluster {
 	char desired[ETCD_MAX_KEY + 1];
 	char status_key[ETCD_MAX_KEY + 1];
 	char rev_path[PATH_MAX];
+	char rec_path[PATH_MAX];
+	struct cl_record *records; /* plan applications above saved_rev (and some below) */
+	size_t n_records;
+	bool records_dirty, records_warned;
+	uint64_t start_ms; /* util_mono_ms when this daemon joined the cluster */
 	int64_t applied_rev;   /* every key up to here is applied */
 	int64_t notified_rev;  /* a save callback is queued for keys up to here */
 	int64_t durable_rev;   /* keys up to here are in a save that succeeded */
@@ -388,6 +413,205 @@ static void apply_set(struct td_cluster *c, const struct cl_set *s, struct td_ag
 	}
 }
 
+/* ---- plans applied once: the record ------------------------------------ */
+
+static uint64_t key_hash(const char *key)
+{
+	return log_hash(key, 0);
+}
+
+static struct cl_record *record_find(struct td_cluster *c, int64_t rev, uint64_t key,
+				     const char *agent)
+{
+	for (size_t i = 0; i < c->n_records; i++)
+		if (c->records[i].rev == rev && c->records[i].key == key &&
+		    !strcmp(c->records[i].agent, agent))
+			return &c->records[i];
+	return NULL;
+}
+
+/* Records the revision file has passed are no longer replayed: dropped. */
+static void records_prune(struct td_cluster *c)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < c->n_records; i++)
+		if (c->records[i].rev > c->saved_rev)
+			c->records[k++] = c->records[i];
+	if (k != c->n_records)
+		c->records_dirty = true;
+	c->n_records = k;
+}
+
+static void record_add(struct td_cluster *c, int64_t rev, uint64_t key, int64_t base,
+		       const char *agent)
+{
+	if (c->n_records == CL_MAX_RECORDS)
+		records_prune(c);
+	if (c->n_records == CL_MAX_RECORDS) { /* more plans than this in flight: drop the oldest */
+		memmove(c->records, c->records + 1, (CL_MAX_RECORDS - 1) * sizeof(*c->records));
+		c->n_records--;
+		if (!c->records_warned)
+			log_warnx("cluster: more than %d plan applications not yet in %s: the oldest "
+				  "may be applied again after a crash", CL_MAX_RECORDS, c->rev_path);
+		c->records_warned = true;
+	}
+	if (!c->records) {
+		c->records = calloc(CL_MAX_RECORDS, sizeof(*c->records));
+		if (!c->records) {
+			log_warnx("cluster: out of memory for the record of applied plans");
+			return;
+		}
+	}
+	struct cl_record *r = &c->records[c->n_records++];
+	*r = (struct cl_record){.rev = rev, .key = key, .base = base};
+	snprintf(r->agent, sizeof(r->agent), "%s", agent);
+	c->records_dirty = true;
+}
+
+/*
+ * Write the records (tmp, fsync, rename, fsync of the directory), on the
+ * loop: before this returns to the loop, no save can have started that
+ * holds what the plans just applied changed.  One small file per batch
+ * with a plan in it.
+ */
+static void records_flush(struct td_cluster *c)
+{
+	if (!c->records_dirty)
+		return;
+	c->records_dirty = false;
+	records_prune(c);
+	c->records_dirty = false;
+	char tmp[PATH_MAX + 8];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", c->rec_path);
+	FILE *f = fopen(tmp, "we");
+	bool ok = f != NULL;
+	for (size_t i = 0; ok && i < c->n_records; i++)
+		ok = fprintf(f, "%" PRId64 " %016" PRIx64 " %" PRId64 " %s\n", c->records[i].rev,
+			     c->records[i].key, c->records[i].base, c->records[i].agent) > 0;
+	if (f) {
+		ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+		ok = fclose(f) == 0 && ok;
+	}
+	if (ok && rename(tmp, c->rec_path) == 0) {
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%s", c->rec_path);
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = '\0';
+		int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0) {
+			fsync(dfd);
+			close(dfd);
+		}
+		c->records_warned = false;
+		return;
+	}
+	int e = errno;
+	unlink(tmp);
+	if (!c->records_warned)
+		log_warnx("cluster: writing %s: %s; a crash before the revision file follows may "
+			  "apply a plan twice", c->rec_path, strerror(e));
+	c->records_warned = true;
+	c->records_dirty = true; /* the next batch tries again */
+}
+
+/* The records file at start: missing is none; a line it cannot read is skipped (logged). */
+static void records_load(struct td_cluster *c)
+{
+	FILE *f = fopen(c->rec_path, "re");
+	if (!f)
+		return;
+	char line[256];
+	size_t bad = 0;
+	while (fgets(line, sizeof(line), f)) {
+		long long rev, base;
+		unsigned long long key;
+		char agent[TGP_MAX_NAME + 1];
+		if (sscanf(line, "%lld %16llx %lld %64s", &rev, &key, &base, agent) != 4 ||
+		    strlen(agent) >= TGP_MAX_NAME || !util_name_ok(agent, TGP_MAX_NAME)) {
+			bad++;
+			continue;
+		}
+		if (rev > c->saved_rev)
+			record_add(c, rev, key, base, agent);
+	}
+	fclose(f);
+	c->records_dirty = false;
+	if (bad)
+		log_warnx("cluster: %s: %zu unreadable lines skipped", c->rec_path, bad);
+}
+
+/* Does agent a hold a pending entry for this step with this set? */
+static bool agent_has_entry(const struct td_agent *a, int64_t step, const struct toggle_set *set)
+{
+	for (size_t j = 0; j < a->n_plans; j++)
+		if (a->plans[j].step == step && toggle_set_equal(&a->plans[j].set, set))
+			return true;
+	return false;
+}
+
+/*
+ * A plan to one agent.  First time: relative entries are resolved here,
+ * from the agent's step now, and that step is recorded before anything is
+ * saved.  Again (a replay after a crash or a failed save, or an agent that
+ * comes back): the recorded step again, entries for steps the agent has
+ * begun are left out (they were applied before), and so are those it holds
+ * pending already: each entry reaches an agent once.
+ */
+static void apply_plan_to(struct td_cluster *c, const char *key, int64_t rev,
+			  const struct cluster_plan *p, struct td_agent *a)
+{
+	uint64_t kh = key_hash(key);
+	const struct cl_record *r = record_find(c, rev, kh, a->name);
+	td_agent_refresh(a);
+	int64_t now = a->st->step, base = r ? r->base : now;
+	Toggle__PlanEntry en[CLUSTER_MAX_PLANS], *ep[CLUSTER_MAX_PLANS];
+	size_t n = 0;
+	for (size_t k = 0; k < p->n; k++) {
+		int64_t step = p->e[k].n;
+		if (p->e[k].relative) {
+			/* base comes from the agent's memory: bound it before adding. */
+			if (base < -1 || base > INT64_MAX - p->e[k].n) {
+				char msg[200];
+				snprintf(msg, sizeof(msg), "agent reports step %lld: +%lld is out of range",
+					 (long long)base, (long long)p->e[k].n);
+				reject(c, key, rev, a->name, TOGGLE_EINVAL, msg);
+				return;
+			}
+			step = base + p->e[k].n;
+		}
+		if (r) {
+			struct toggle_set set;
+			char err[256];
+			if (step <= now || (toggle_set_parse(&a->cat, p->e[k].spec, &set, err,
+							     sizeof(err)) == 0 &&
+					    agent_has_entry(a, step, &set)))
+				continue;
+		}
+		toggle__plan_entry__init(&en[n]);
+		en[n].step = step;
+		en[n].spec = p->e[k].spec;
+		ep[n] = &en[n];
+		n++;
+	}
+	if (r && n == 0) {
+		log_debug("cluster: plan %s (revision %" PRId64 ") was applied to agent %s before",
+			  key, rev, a->name);
+		return;
+	}
+	Toggle__SubmitPlanRequest m = TOGGLE__SUBMIT_PLAN_REQUEST__INIT;
+	m.n_entries = n;
+	m.entries = ep;
+	struct td_ctl_err e;
+	if (td_ctl_plan(&a, 1, &m, &e)) {
+		reject(c, key, rev, a->name, e.code, e.msg);
+		return;
+	}
+	c->applied++;
+	if (!r)
+		record_add(c, rev, kh, base, a->name);
+}
+
 /* A plan to the local agents it names (only to `only`, if not NULL). */
 static void apply_plan(struct td_cluster *c, const char *key, int64_t rev, const char *value,
 		       const struct td_agent *only)
@@ -405,27 +629,10 @@ static void apply_plan(struct td_cluster *c, const char *key, int64_t rev, const
 		cluster_plan_free(&p);
 		return;
 	}
-	Toggle__PlanEntry en[CLUSTER_MAX_PLANS], *ep[CLUSTER_MAX_PLANS];
-	for (size_t k = 0; k < p.n; k++) {
-		toggle__plan_entry__init(&en[k]);
-		en[k].step = p.e[k].relative ? -1 : p.e[k].n;
-		en[k].after = p.e[k].relative ? p.e[k].n : 0;
-		en[k].spec = p.e[k].spec;
-		ep[k] = &en[k];
-	}
-	Toggle__SubmitPlanRequest m = TOGGLE__SUBMIT_PLAN_REQUEST__INIT;
-	m.n_entries = p.n;
-	m.entries = ep;
 	/* Each agent on its own: late on one is rejected whole on that one. */
-	for (size_t i = 0; i < n; i++) {
-		struct td_ctl_err e;
-		if (only && v[i] != only)
-			continue;
-		if (td_ctl_plan(&v[i], 1, &m, &e))
-			reject(c, key, rev, v[i]->name, e.code, e.msg);
-		else
-			c->applied++;
-	}
+	for (size_t i = 0; i < n; i++)
+		if (!only || v[i] == only)
+			apply_plan_to(c, key, rev, &p, v[i]);
 	free(v);
 	cluster_plan_free(&p);
 }
@@ -718,6 +925,7 @@ static void on_batch(void *arg, struct etcd_batch *b)
 	}
 	etcd_batch_free(b);
 	seen_update(c, NULL);
+	records_flush(c); /* before the loop can start the save of what was applied */
 	notify_saved(c, false);
 }
 
@@ -775,6 +983,7 @@ static void on_redo(uv_timer_t *t)
 	}
 	free(sets);
 	seen_update(c, NULL);
+	records_flush(c);
 	notify_saved(c, true);
 }
 
@@ -796,6 +1005,15 @@ static bool names_agent(struct td_cluster *c, const struct cluster_sel *sel, con
  * this daemon started, for an agent it has not seen: its saved state covers
  * the rest) reaches it now: the newest standing set that names it, then the
  * plans, in revision order.  A local change made since stays otherwise.
+ *
+ * Plans, by the rule of docs/cluster.md: an absolute plan reaches an agent
+ * that joins until its steps have begun there (the late rule); a relative
+ * one only an agent that was present when this host applied it: one that
+ * holds a record of it (it had it before it went away), or one this host's
+ * saved state knows that comes back for the first time within 30 s of this
+ * daemon's start (the plan was applied while it was reconnecting to a
+ * restarted toggled).  An agent new to the host does not get the relative plans of
+ * the past: "+200" meant 200 steps after the agents of that moment.
  */
 void td_cluster_agent_joined(struct td_agent *a)
 {
@@ -804,6 +1022,10 @@ void td_cluster_agent_joined(struct td_agent *a)
 		return;
 	const struct cl_seen *seen = seen_find(c, a->name);
 	int64_t known = seen ? seen->rev : c->start_rev;
+	char skey[TD_MAX_KEY];
+	bool returning = !seen && util_mono_ms() - c->start_ms < CL_RETURN_MS &&
+			 td_store_key(skey, sizeof(skey), a->name, a->uid) == 0 &&
+			 td_store_get(&a->d->store, skey, false) != NULL;
 	/* While a redo is pending, on_redo serves what is above durable_rev. */
 	int64_t upto = c->redo_pending ? c->durable_rev : c->applied_rev;
 	const struct cl_set *best = NULL;
@@ -817,14 +1039,31 @@ void td_cluster_agent_joined(struct td_agent *a)
 		  best ? "; newest set for it: " : "", best ? best->key : "");
 	if (best)
 		apply_set(c, best, &a, 1);
+	bool any = best != NULL;
 	for (size_t i = 0; i < c->n_plans; i++) {
 		const struct cl_plan_key *p = &c->plans[(c->first_plan + i) % CL_MAX_PLANS];
-		if (p->rev > known && p->rev <= upto)
-			apply_plan(c, p->key, p->rev, p->value, a);
+		if (p->rev <= known || p->rev > upto)
+			continue;
+		struct cluster_plan pl;
+		char err[256];
+		bool relative = false;
+		if (cluster_plan_value_parse(p->value, &pl, err, sizeof(err)) == 0) {
+			for (size_t k = 0; k < pl.n; k++)
+				relative |= pl.e[k].relative;
+			cluster_plan_free(&pl);
+		}
+		if (relative && !returning && !record_find(c, p->rev, key_hash(p->key), a->name)) {
+			log_debug("cluster: relative plan %s (revision %" PRId64 ") not for agent %s, "
+				  "which was not here when it was applied", p->key, p->rev, a->name);
+			continue;
+		}
+		apply_plan(c, p->key, p->rev, p->value, a);
+		any = true;
 	}
 	seen_update(c, a);
+	records_flush(c);
 	/* A failed save of this rolls it back: re-applied from durable_rev then. */
-	if (best || c->n_plans)
+	if (any)
 		notify_saved(c, true);
 }
 
@@ -961,12 +1200,21 @@ int td_cluster_start(struct td_daemon *d, char *err, size_t errlen)
 		return -1;
 	}
 	strcat(c->status_key, cfg->host_id);
+	n = snprintf(c->rec_path, sizeof(c->rec_path), "%s/cluster-%s.plans", cfg->state_dir,
+		     cfg->cluster);
+	if (n < 0 || (size_t)n >= sizeof(c->rec_path)) {
+		snprintf(err, errlen, "state directory too long");
+		free(c);
+		return -1;
+	}
 	if (cluster_rev_load(c->rev_path, &c->applied_rev) != 0) {
 		snprintf(err, errlen, "%s: unreadable or not a revision", c->rev_path);
 		free(c);
 		return -1;
 	}
 	c->saved_rev = c->start_rev = c->durable_rev = c->notified_rev = c->applied_rev;
+	records_load(c);
+	c->start_ms = util_mono_ms();
 	if (etcd_watcher_start(&c->w, d->loop, cfg->etcd, c->desired, c->applied_rev, c->status_key,
 			       on_batch, c, err, errlen)) {
 		free(c);
@@ -994,6 +1242,7 @@ static void cluster_free(struct td_cluster *c)
 		free(c->plans[(c->first_plan + i) % CL_MAX_PLANS].value);
 	}
 	free(c->seen);
+	free(c->records);
 	free(c->last_published);
 	free(c);
 }

@@ -386,6 +386,59 @@ grep -q "applied revision $saved)" "$T/h3/toggled.log" ||
 host_agents_are 1 "a['enabled'] == 'resid_post:2'" || fail "h1 lost the set made while h3 was down"
 wait_for 15 "h3 publishes its status again" status_is h1,h2,h3
 
+# ---- 3b. a crash between the save and the revision file: each plan once -----
+# h2's revision file cannot be written (a directory where its temporary file
+# goes), so the window between the save of a plan and the revision file
+# stays open; kill -9 there: the restart replays the plan, which must not
+# reach the agents a second time (a relative plan ran at two steps).
+pending_of() { # hN: the pending plan entries of its first agent
+	"$CTL" -s "$T/$1/sock" --json agents 2>/dev/null |
+		python3 -c 'import json,sys; print(json.load(sys.stdin)["agents"][0]["pending_plan"])'
+}
+mkdir "$T/h2/state/cluster-tc.rev.tmp"
+before=$(pending_of h2)
+echo '[{"step": "+300000", "hooks": "all"}]' >"$T/plan4.json"
+ctl_cluster plan submit --target host:h2 "$T/plan4.json"
+wait_for 5 "h2's agents take the plan" host_agents_are 2 "a['pending_plan'] == $before + 1"
+wait_for 5 "h2 cannot write its revision file" grep -q "writing revision" "$T/h2/toggled.log"
+kill -9 "${DPIDS[2]}"
+wait "${DPIDS[2]}" 2>/dev/null
+rmdir "$T/h2/state/cluster-tc.rev.tmp"
+start_host 2
+wait_for 10 "h2 restarted with its agents" host_agents_are 2 "a['step'] >= 0"
+wait_for 5 "h2 replayed from its old revision" grep -q "watching etcd" "$T/h2/toggled.log"
+sleep 1
+host_agents_are 2 "a['pending_plan'] == $before + 1" ||
+	fail "h2's agents hold $(pending_of h2) pending entries after the replay, expected $((before + 1)) (a plan applied twice)"
+CHECKS=$((CHECKS + 1))
+
+# ---- 3c. an agent that joins late: absolute plans, not relative ones ---------
+echo '[{"step": "+400000", "hooks": "none"}]' >"$T/rel.json"
+echo '[{"step": 2000000000, "hooks": "all"}]' >"$T/abs.json"
+before=$(pending_of h1)
+ctl_cluster plan submit --target host:h1 "$T/rel.json"
+ctl_cluster plan submit --target host:h1 "$T/abs.json"
+wait_for 5 "h1's agents take both plans" host_agents_are 1 "a['pending_plan'] == $before + 2"
+"$AGENT" --backend sim --socket "$T/h1/sock" --period-ms 5 --name late1 --group g9 \
+	>"$T/h1/late1.log" 2>&1 &
+LATE=$!
+APIDS="$APIDS $LATE"
+late_is() {
+	"$CTL" -s "$T/h1/sock" --json agents 2>/dev/null | python3 -c "
+import json, sys
+a = [x for x in json.load(sys.stdin)['agents'] if x['name'] == 'late1']
+sys.exit(0 if a and a[0]['step'] >= 0 and $1 else 1)"
+}
+wait_for 10 "late1 joins h1" late_is True
+sleep 0.5
+late_is "a[0]['pending_plan'] == 1" ||
+	fail "late1 (joined after both plans) holds $("$CTL" -s "$T/h1/sock" --json agents |
+		python3 -c 'import json,sys; print([x["pending_plan"] for x in json.load(sys.stdin)["agents"] if x["name"] == "late1"])') pending entries; the rule: the absolute plan (1), not the relative one"
+CHECKS=$((CHECKS + 1))
+kill "$LATE"
+wait "$LATE" 2>/dev/null
+wait_for 5 "late1 leaves h1" host_agents_are 1 "a['step'] >= 0"
+
 # ---- 4. etcd restarted: every toggled reconnects -------------------------------
 watching() { grep -c 'cluster: watching etcd' "$T/h$1/toggled.log"; }
 reconnected() { test "$(watching "$1")" -gt "$2"; }
