@@ -64,6 +64,7 @@ struct ctl_opts {
 	char target_group[TGP_MAX_NAME];
 	const char *etcd;        /* --etcd: the cluster view (ctl_cluster.c) */
 	const char *cluster;     /* --cluster NAME */
+	const char *etcd_credentials; /* --etcd-credentials FILE (etcd.h) */
 };
 
 struct ctl_output;

@@ -25,6 +25,9 @@
 
 #define CTL_CLUSTER_ERRLEN 1024
 
+/* --etcd-credentials, read once by ctl_cluster_run; empty: none. */
+static struct etcd_creds ctl_creds;
+
 int ctl_cluster_target(const char *text, struct ctl_opts *opt, char *err, size_t errlen)
 {
 	struct cluster_sel s;
@@ -100,7 +103,7 @@ static int ctl_cluster_set(struct ctl_ctx *ctx, int argc, char **argv)
 		/* said */
 	} else {
 		const char *k = key, *val = value;
-		if (etcd_txn_put(ctx->opt.etcd, &k, &val, 1, NULL, 0, &rev, err, sizeof(err)) != 0) {
+		if (etcd_txn_put(ctx->opt.etcd, &ctl_creds, &k, &val, 1, NULL, 0, &rev, err, sizeof(err)) != 0) {
 			rc = ctl_fail(ctx->out, CTL_EXIT_CONNECT, TOGGLE_ECONNECT, "etcd: %s", err);
 		} else {
 			rc = CTL_EXIT_OK;
@@ -165,7 +168,7 @@ static int ctl_cluster_plan(struct ctl_ctx *ctx, char **argv)
 		/* said */
 	} else {
 		const char *k = key, *val = value;
-		int t = etcd_txn_put(ctx->opt.etcd, &k, &val, 1, &k, 1, &rev, err, sizeof(err));
+		int t = etcd_txn_put(ctx->opt.etcd, &ctl_creds, &k, &val, 1, &k, 1, &rev, err, sizeof(err));
 		if (t < 0)
 			rc = ctl_fail(ctx->out, CTL_EXIT_CONNECT, TOGGLE_ECONNECT, "etcd: %s", err);
 		else if (t > 0)
@@ -231,7 +234,7 @@ static int ctl_cluster_query(struct ctl_ctx *ctx, const char *what)
 	struct etcd_kv *kvs;
 	size_t n;
 	int64_t rev;
-	if (etcd_range(ctx->opt.etcd, prefix, ETCD_MAX_STATUS, &kvs, &n, &rev, err, sizeof(err)))
+	if (etcd_range(ctx->opt.etcd, &ctl_creds, prefix, ETCD_MAX_STATUS, &kvs, &n, &rev, err, sizeof(err)))
 		return ctl_fail(ctx->out, CTL_EXIT_CONNECT, TOGGLE_ECONNECT, "etcd: %s", err);
 	struct cluster_sel sel = ctl_cluster_sel(ctx);
 	struct ctl_host *hosts = calloc(n ? n : 1, sizeof(*hosts));
@@ -317,7 +320,20 @@ static int ctl_cluster_query(struct ctl_ctx *ctx, const char *what)
 	return CTL_EXIT_OK;
 }
 
+static int ctl_cluster_dispatch(struct ctl_ctx *ctx, int argc, char **argv);
+
 int ctl_cluster_run(struct ctl_ctx *ctx, int argc, char **argv)
+{
+	char err[CTL_CLUSTER_ERRLEN];
+	if (ctx->opt.etcd_credentials &&
+	    etcd_creds_load(ctx->opt.etcd_credentials, &ctl_creds, err, sizeof(err)) != 0)
+		return ctl_fail(ctx->out, CTL_EXIT_USAGE, TOGGLE_EINVAL, "%s", err);
+	int rc = ctl_cluster_dispatch(ctx, argc, argv);
+	explicit_bzero(&ctl_creds, sizeof(ctl_creds));
+	return rc;
+}
+
+static int ctl_cluster_dispatch(struct ctl_ctx *ctx, int argc, char **argv)
 {
 	const struct ctl_cmd *c = ctx->cmd;
 	if (ctx->opt.wait)

@@ -1215,8 +1215,20 @@ int td_cluster_start(struct td_daemon *d, char *err, size_t errlen)
 	c->saved_rev = c->start_rev = c->durable_rev = c->notified_rev = c->applied_rev;
 	records_load(c);
 	c->start_ms = util_mono_ms();
-	if (etcd_watcher_start(&c->w, d->loop, cfg->etcd, c->desired, c->applied_rev, c->status_key,
-			       on_batch, c, err, errlen)) {
+	/* Read once, at start: a SIGHUP keeps them, like the other cluster keys. */
+	struct etcd_creds cr;
+	memset(&cr, 0, sizeof(cr));
+	if (cfg->etcd_credentials[0] &&
+	    etcd_creds_load(cfg->etcd_credentials, &cr, err, errlen) != 0) {
+		free(c->records);
+		free(c);
+		return -1;
+	}
+	int wrc = etcd_watcher_start(&c->w, d->loop, cfg->etcd, &cr, c->desired, c->applied_rev,
+				     c->status_key, on_batch, c, err, errlen);
+	explicit_bzero(&cr, sizeof(cr));
+	if (wrc) {
+		free(c->records);
 		free(c);
 		return -1;
 	}

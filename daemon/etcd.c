@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <curl/curl.h>
@@ -272,6 +273,118 @@ static int kv_parse(const json_t *j, bool deleted, size_t max_value, struct etcd
 	return 0;
 }
 
+/* ---- credentials ---------------------------------------------------------- */
+
+int etcd_creds_load(const char *path, struct etcd_creds *cr, char *err, size_t errlen)
+{
+	memset(cr, 0, sizeof(*cr));
+	FILE *f = fopen(path, "re");
+	struct stat st;
+	if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "etcd credentials %s: %s", path,
+			 f ? "not a regular file" : strerror(errno));
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	char line[8192];
+	int lineno = 0, rc = 0;
+	while (rc == 0 && fgets(line, sizeof(line), f)) {
+		lineno++;
+		size_t n = strlen(line);
+		if (n == sizeof(line) - 1 && line[n - 1] != '\n') {
+			snprintf(err, errlen, "etcd credentials %s:%d: line too long", path, lineno);
+			rc = -1;
+			break;
+		}
+		while (n && (line[n - 1] == '\n' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+			line[--n] = '\0';
+		char *k = line;
+		while (*k == ' ' || *k == '\t')
+			k++;
+		if (!*k || *k == '#')
+			continue;
+		char *eq = strchr(k, '=');
+		if (!eq) {
+			snprintf(err, errlen, "etcd credentials %s:%d: expected NAME = VALUE", path, lineno);
+			rc = -1;
+			break;
+		}
+		char *v = eq + 1, *ke = eq;
+		while (ke > k && (ke[-1] == ' ' || ke[-1] == '\t'))
+			ke--;
+		*ke = '\0';
+		while (*v == ' ' || *v == '\t')
+			v++;
+		struct {
+			const char *name;
+			char *dst;
+			size_t len;
+		} keys[] = {{"ca", cr->ca, sizeof(cr->ca)}, {"cert", cr->cert, sizeof(cr->cert)},
+			    {"key", cr->key, sizeof(cr->key)}, {"user", cr->user, sizeof(cr->user)},
+			    {"password", cr->password, sizeof(cr->password)}};
+		size_t i;
+		for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+			if (!strcmp(k, keys[i].name))
+				break;
+		if (i == sizeof(keys) / sizeof(keys[0]) || strlen(v) >= keys[i].len || !*v) {
+			/* The value is not shown: it may be the password. */
+			snprintf(err, errlen, "etcd credentials %s:%d: unknown name, empty or too long "
+				 "value (names: ca, cert, key, user, password)", path, lineno);
+			rc = -1;
+			break;
+		}
+		snprintf(keys[i].dst, keys[i].len, "%s", v);
+	}
+	fclose(f);
+	if (rc == 0 && !cr->user[0] != !cr->password[0]) {
+		snprintf(err, errlen, "etcd credentials %s: user and password go together", path);
+		rc = -1;
+	}
+	if (rc == 0 && cr->password[0] && (st.st_mode & 077)) {
+		snprintf(err, errlen, "etcd credentials %s hold a password and may be read by group or "
+			 "others (chmod 600 it)", path);
+		rc = -1;
+	}
+	if (rc == 0 && !cr->cert[0] != !cr->key[0]) {
+		snprintf(err, errlen, "etcd credentials %s: cert and key go together", path);
+		rc = -1;
+	}
+	for (const char *p = cr->user; rc == 0 && *p; p++)
+		if ((unsigned char)*p <= ' ' || *p == '"' || *p == '\\' || (unsigned char)*p >= 0x7f) {
+			snprintf(err, errlen, "etcd credentials %s: bad character in user", path);
+			rc = -1;
+		}
+	if (rc)
+		memset(cr, 0, sizeof(*cr));
+	return rc;
+}
+
+/*
+ * What every request of one client carries: the credentials (or NULL) and
+ * the token etcd gave for them, shared by the watcher's two threads (mu).
+ * A token etcd no longer takes (expired: --auth-token-ttl) is dropped and
+ * the call authenticates again, once.
+ */
+struct etcd_session {
+	const struct etcd_creds *cr;
+	pthread_mutex_t mu;
+	char token[ETCD_MAX_TOKEN];
+};
+
+static void session_init(struct etcd_session *s, const struct etcd_creds *cr)
+{
+	memset(s, 0, sizeof(*s));
+	s->cr = cr && (cr->ca[0] || cr->cert[0] || cr->user[0]) ? cr : NULL;
+	pthread_mutex_init(&s->mu, NULL);
+}
+
+static void session_destroy(struct etcd_session *s)
+{
+	explicit_bzero(s->token, sizeof(s->token));
+	pthread_mutex_destroy(&s->mu);
+}
+
 /* ---- HTTP --------------------------------------------------------------- */
 
 struct http_buf {
@@ -285,6 +398,8 @@ struct http_buf {
 	int (*on_tick)(void *arg);
 	void *arg;
 	const char *header; /* one more request header, or NULL */
+	struct etcd_session *sess; /* TLS files and the token; NULL: none */
+	bool no_token;             /* the authentication request itself */
 };
 
 static size_t http_write(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -355,6 +470,20 @@ static int http_post_on(CURL *c, const char *base, const char *path, const char 
 		if (more)
 			hdr = more;
 	}
+	const struct etcd_creds *cr = b->sess ? b->sess->cr : NULL;
+	char auth[ETCD_MAX_TOKEN + 32] = "";
+	if (cr && cr->user[0] && !b->no_token) {
+		pthread_mutex_lock(&b->sess->mu);
+		if (b->sess->token[0])
+			snprintf(auth, sizeof(auth), "Authorization: %s", b->sess->token);
+		pthread_mutex_unlock(&b->sess->mu);
+	}
+	if (hdr && auth[0]) {
+		struct curl_slist *more = curl_slist_append(hdr, auth);
+		if (more)
+			hdr = more;
+	}
+	explicit_bzero(auth, sizeof(auth));
 	char cerr[CURL_ERROR_SIZE] = "";
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -372,8 +501,17 @@ static int http_post_on(CURL *c, const char *base, const char *path, const char 
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 2L);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+	if (cr && cr->ca[0])
+		curl_easy_setopt(c, CURLOPT_CAINFO, cr->ca);
+	if (cr && cr->cert[0]) {
+		curl_easy_setopt(c, CURLOPT_SSLCERT, cr->cert);
+		curl_easy_setopt(c, CURLOPT_SSLKEY, cr->key);
+	}
 	CURLcode rc = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+	for (struct curl_slist *h = hdr; h; h = h->next) /* the token's copy */
+		if (!strncmp(h->data, "Authorization:", 14))
+			explicit_bzero(h->data, strlen(h->data));
 	curl_slist_free_all(hdr);
 	if (rc != CURLE_OK) {
 		snprintf(err, errlen, "%s: %s", url,
@@ -401,18 +539,21 @@ static int http_post(const char *base, const char *path, const char *body, long 
  * error.  On handle c if not NULL (its connection kept for the next call),
  * with one more header if not NULL, within timeout_ms.
  */
-static json_t *etcd_call_on(CURL *c, const char *header, long timeout_ms, const char *base,
-			    const char *path, json_t *req, atomic_bool *stop, char *err, size_t errlen)
+static json_t *etcd_call_raw(struct etcd_session *sess, bool no_token, CURL *c, const char *header,
+			     long timeout_ms, const char *base, const char *path, json_t *req,
+			     atomic_bool *stop, char *err, size_t errlen)
 {
 	char *body = json_dumps(req, JSON_COMPACT);
 	if (!body) {
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	struct http_buf b = {.stop = stop, .header = header};
+	struct http_buf b = {.stop = stop, .header = header, .sess = sess, .no_token = no_token};
 	long status = 0;
 	int rc = c ? http_post_on(c, base, path, body, timeout_ms, &b, &status, err, errlen)
 		   : http_post(base, path, body, timeout_ms, &b, &status, err, errlen);
+	if (no_token)
+		explicit_bzero(body, strlen(body)); /* it held the password */
 	free(body);
 	json_t *j = NULL;
 	if (rc == 0) {
@@ -438,10 +579,92 @@ static json_t *etcd_call_on(CURL *c, const char *header, long timeout_ms, const 
 	return j;
 }
 
-static json_t *etcd_call(const char *base, const char *path, json_t *req, atomic_bool *stop,
-			 char *err, size_t errlen)
+/* etcd's words for a token it does not take (or none where one is needed). */
+static bool auth_error(const char *err)
 {
-	return etcd_call_on(NULL, NULL, ETCD_TIMEOUT_MS, base, path, req, stop, err, errlen);
+	return strstr(err, "invalid auth token") || strstr(err, "user name is empty") ||
+	       strstr(err, "HTTP 401");
+}
+
+/*
+ * A token for the session's user from etcd at base (POST /v3/auth/
+ * authenticate); 0, or -1 with err (etcd's reason, never the password).
+ */
+static int session_authenticate(struct etcd_session *sess, const char *base, atomic_bool *stop,
+				char *err, size_t errlen)
+{
+	json_t *req = json_pack("{s:s, s:s}", "name", sess->cr->user, "password",
+				sess->cr->password);
+	char why[512];
+	json_t *j = req ? etcd_call_raw(sess, true, NULL, NULL, ETCD_TIMEOUT_MS, base,
+					"/v3/auth/authenticate", req, stop, why, sizeof(why))
+			: NULL;
+	json_decref(req); /* jansson's copy of the password: freed, not wiped (a known limit) */
+	const json_t *t = json_object_get(j, "token");
+	int rc = -1;
+	if (!j) {
+		snprintf(err, errlen, "etcd authentication as '%s' failed: %s", sess->cr->user, why);
+	} else if (!json_is_string(t) || json_string_length(t) == 0 ||
+		   json_string_length(t) >= ETCD_MAX_TOKEN) {
+		snprintf(err, errlen, "%s/v3/auth/authenticate: no usable token in the answer", base);
+	} else {
+		rc = 0;
+		for (const char *p = json_string_value(t); *p; p++)
+			if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f)
+				rc = -1; /* it goes into a header */
+		if (rc)
+			snprintf(err, errlen, "%s/v3/auth/authenticate: a token with bad bytes", base);
+		else {
+			pthread_mutex_lock(&sess->mu);
+			snprintf(sess->token, sizeof(sess->token), "%s", json_string_value(t));
+			pthread_mutex_unlock(&sess->mu);
+		}
+	}
+	json_decref(j);
+	return rc;
+}
+
+/* A token, if the session has a user and none yet: 0, or -1 with err. */
+static int session_ready(struct etcd_session *sess, const char *base, atomic_bool *stop, char *err,
+			 size_t errlen)
+{
+	if (!sess || !sess->cr || !sess->cr->user[0])
+		return 0;
+	pthread_mutex_lock(&sess->mu);
+	bool have = sess->token[0] != '\0';
+	pthread_mutex_unlock(&sess->mu);
+	return have ? 0 : session_authenticate(sess, base, stop, err, errlen);
+}
+
+static void session_drop_token(struct etcd_session *sess)
+{
+	if (!sess)
+		return;
+	pthread_mutex_lock(&sess->mu);
+	explicit_bzero(sess->token, sizeof(sess->token));
+	pthread_mutex_unlock(&sess->mu);
+}
+
+/* One call with the session's token; a token etcd refuses is renewed once. */
+static json_t *etcd_call_on(struct etcd_session *sess, CURL *c, const char *header,
+			    long timeout_ms, const char *base, const char *path, json_t *req,
+			    atomic_bool *stop, char *err, size_t errlen)
+{
+	for (int attempt = 0;; attempt++) {
+		if (session_ready(sess, base, stop, err, errlen))
+			return NULL;
+		json_t *j = etcd_call_raw(sess, false, c, header, timeout_ms, base, path, req, stop,
+					  err, errlen);
+		if (j || attempt > 0 || !sess || !sess->cr || !sess->cr->user[0] || !auth_error(err))
+			return j;
+		session_drop_token(sess);
+	}
+}
+
+static json_t *etcd_call(struct etcd_session *sess, const char *base, const char *path,
+			 json_t *req, atomic_bool *stop, char *err, size_t errlen)
+{
+	return etcd_call_on(sess, NULL, NULL, ETCD_TIMEOUT_MS, base, path, req, stop, err, errlen);
 }
 
 /*
@@ -462,12 +685,13 @@ static bool etcd_error_is_final(const char *err)
  * retried elsewhere after any answer (a timed-out put may have been
  * committed: a plan would then be written twice).
  */
-static json_t *etcd_call_any_ex(char urls[][ETCD_MAX_URL], size_t n, size_t *cur, const char *path,
-				json_t *req, atomic_bool *stop, bool once, char *err, size_t errlen)
+static json_t *etcd_call_any_ex(struct etcd_session *sess, char urls[][ETCD_MAX_URL], size_t n,
+				size_t *cur, const char *path, json_t *req, atomic_bool *stop,
+				bool once, char *err, size_t errlen)
 {
 	for (size_t k = 0; k < n; k++) {
 		size_t i = (*cur + k) % n;
-		json_t *j = etcd_call(urls[i], path, req, stop, err, errlen);
+		json_t *j = etcd_call(sess, urls[i], path, req, stop, err, errlen);
 		if (j || etcd_error_is_final(err) || (once && strstr(err, ": HTTP "))) {
 			*cur = i;
 			return j;
@@ -479,10 +703,11 @@ static json_t *etcd_call_any_ex(char urls[][ETCD_MAX_URL], size_t n, size_t *cur
 	return NULL;
 }
 
-static json_t *etcd_call_any(char urls[][ETCD_MAX_URL], size_t n, size_t *cur, const char *path,
-			     json_t *req, atomic_bool *stop, char *err, size_t errlen)
+static json_t *etcd_call_any(struct etcd_session *sess, char urls[][ETCD_MAX_URL], size_t n,
+			     size_t *cur, const char *path, json_t *req, atomic_bool *stop, char *err,
+			     size_t errlen)
 {
-	return etcd_call_any_ex(urls, n, cur, path, req, stop, false, err, errlen);
+	return etcd_call_any_ex(sess, urls, n, cur, path, req, stop, false, err, errlen);
 }
 
 static json_t *range_request(const char *prefix, int64_t at)
@@ -540,8 +765,9 @@ int etcd_range_parse_text(const char *text, size_t len, size_t max_value, struct
 	return rc;
 }
 
-int etcd_range(const char *endpoints, const char *prefix, size_t max_value, struct etcd_kv **kvs,
-	       size_t *n, int64_t *revision, char *err, size_t errlen)
+int etcd_range(const char *endpoints, const struct etcd_creds *cr, const char *prefix,
+	       size_t max_value, struct etcd_kv **kvs, size_t *n, int64_t *revision, char *err,
+	       size_t errlen)
 {
 	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
 	size_t nu, cur = 0;
@@ -552,7 +778,10 @@ int etcd_range(const char *endpoints, const char *prefix, size_t max_value, stru
 		snprintf(err, errlen, "bad prefix or out of memory");
 		return -1;
 	}
-	json_t *j = etcd_call_any(urls, nu, &cur, "/v3/kv/range", req, NULL, err, errlen);
+	struct etcd_session sess;
+	session_init(&sess, cr);
+	json_t *j = etcd_call_any(&sess, urls, nu, &cur, "/v3/kv/range", req, NULL, err, errlen);
+	session_destroy(&sess);
 	json_decref(req);
 	if (!j)
 		return -1;
@@ -563,9 +792,9 @@ int etcd_range(const char *endpoints, const char *prefix, size_t max_value, stru
 	return rc;
 }
 
-int etcd_txn_put(const char *endpoints, const char *const *keys, const char *const *values,
-		 size_t n, const char *const *must_be_new, size_t n_new, int64_t *revision,
-		 char *err, size_t errlen)
+int etcd_txn_put(const char *endpoints, const struct etcd_creds *cr, const char *const *keys,
+		 const char *const *values, size_t n, const char *const *must_be_new, size_t n_new,
+		 int64_t *revision, char *err, size_t errlen)
 {
 	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
 	size_t nu, cur = 0;
@@ -600,7 +829,11 @@ int etcd_txn_put(const char *endpoints, const char *const *keys, const char *con
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	json_t *j = etcd_call_any_ex(urls, nu, &cur, "/v3/kv/txn", req, NULL, true, err, errlen);
+	struct etcd_session sess;
+	session_init(&sess, cr);
+	json_t *j = etcd_call_any_ex(&sess, urls, nu, &cur, "/v3/kv/txn", req, NULL, true, err,
+				     errlen);
+	session_destroy(&sess);
 	json_decref(req);
 	if (!j)
 		return -1;
@@ -617,6 +850,8 @@ int etcd_txn_put(const char *endpoints, const char *const *keys, const char *con
 
 struct etcd_watcher {
 	uv_loop_t *loop;
+	struct etcd_creds creds;   /* a copy: the caller's may go */
+	struct etcd_session sess;  /* shared by both threads */
 	uv_async_t async;
 	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
 	size_t n_urls, cur_watch, cur_status;
@@ -821,7 +1056,7 @@ static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	json_t *j = etcd_call_any(w->urls, w->n_urls, &w->cur_watch, "/v3/kv/range", req, &w->stop,
+	json_t *j = etcd_call_any(&w->sess, w->urls, w->n_urls, &w->cur_watch, "/v3/kv/range", req, &w->stop,
 				  err, errlen);
 	json_decref(req);
 	/* Compacted, or ahead of this etcd (its data was replaced): read it all. */
@@ -866,7 +1101,8 @@ static int watch_probe(struct etcd_watcher *w, char *err, size_t errlen)
 	json_object_set_new(req, "count_only", json_true());
 	if (!w->probe)
 		w->probe = curl_easy_init();
-	json_t *j = w->probe ? etcd_call_on(w->probe, ETCD_REQUIRE_LEADER, ETCD_PROBE_TIMEOUT_MS,
+	json_t *j = w->probe ? etcd_call_on(&w->sess, w->probe, ETCD_REQUIRE_LEADER,
+					    ETCD_PROBE_TIMEOUT_MS,
 					    w->urls[w->cur_watch], "/v3/kv/range", req, &w->stop,
 					    err, errlen)
 			     : NULL;
@@ -919,9 +1155,15 @@ static int watcher_stream(struct etcd_watcher *w, char *err, size_t errlen)
 	 * metadata header): a member that loses its leader ends the stream
 	 * ("etcdserver: no leader") instead of serving it silently. */
 	struct http_buf b = {.stop = &w->stop, .on_line = watch_line, .on_tick = watch_tick,
-			     .arg = w, .header = ETCD_REQUIRE_LEADER};
+			     .arg = w, .header = ETCD_REQUIRE_LEADER, .sess = &w->sess};
 	long status = 0;
-	int rc = http_post(w->urls[w->cur_watch], "/v3/watch", body, 0, &b, &status, err, errlen);
+	int rc = session_ready(&w->sess, w->urls[w->cur_watch], &w->stop, err, errlen);
+	if (rc == 0)
+		rc = http_post(w->urls[w->cur_watch], "/v3/watch", body, 0, &b, &status, err, errlen);
+	else {
+		snprintf(w->stream_err, sizeof(w->stream_err), "%.380s", err);
+		w->stream_failed = true;
+	}
 	free(body);
 	free(b.data);
 	if (w->probe) { /* a new member next time: no connection to keep */
@@ -932,6 +1174,8 @@ static int watcher_stream(struct etcd_watcher *w, char *err, size_t errlen)
 		return 0;
 	if (w->stream_failed)
 		snprintf(err, errlen, "%s", w->stream_err);
+	if (auth_error(err))
+		session_drop_token(&w->sess); /* expired: the next stream authenticates again */
 	else if (rc == 0)
 		snprintf(err, errlen, "%s: the watch stream ended (HTTP %ld)", w->urls[w->cur_watch],
 			 status);
@@ -989,7 +1233,7 @@ static void *watch_main(void *arg)
 static int64_t lease_grant(struct etcd_watcher *w, char *err, size_t errlen)
 {
 	json_t *req = json_pack("{s:I}", "TTL", (json_int_t)ETCD_LEASE_TTL_S);
-	json_t *j = req ? etcd_call_any(w->urls, w->n_urls, &w->cur_status, "/v3/lease/grant", req,
+	json_t *j = req ? etcd_call_any(&w->sess, w->urls, w->n_urls, &w->cur_status, "/v3/lease/grant", req,
 					&w->stop, err, errlen)
 			: NULL;
 	json_decref(req);
@@ -1008,7 +1252,7 @@ static int lease_keepalive(struct etcd_watcher *w, int64_t id, char *err, size_t
 	char sid[32];
 	snprintf(sid, sizeof(sid), "%" PRId64, id);
 	json_t *req = json_pack("{s:s}", "ID", sid);
-	json_t *j = req ? etcd_call_any(w->urls, w->n_urls, &w->cur_status, "/v3/lease/keepalive",
+	json_t *j = req ? etcd_call_any(&w->sess, w->urls, w->n_urls, &w->cur_status, "/v3/lease/keepalive",
 					req, &w->stop, err, errlen)
 			: NULL;
 	json_decref(req);
@@ -1032,7 +1276,7 @@ static int status_put(struct etcd_watcher *w, int64_t lease, const char *value, 
 	json_t *req = k && v ? json_pack("{s:s, s:s, s:s}", "key", k, "value", v, "lease", sid) : NULL;
 	free(k);
 	free(v);
-	json_t *j = req ? etcd_call_any(w->urls, w->n_urls, &w->cur_status, "/v3/kv/put", req,
+	json_t *j = req ? etcd_call_any(&w->sess, w->urls, w->n_urls, &w->cur_status, "/v3/kv/put", req,
 					&w->stop, err, errlen)
 			: NULL;
 	json_decref(req);
@@ -1116,8 +1360,9 @@ static void on_async(uv_async_t *h)
 }
 
 int etcd_watcher_start(struct etcd_watcher **out, uv_loop_t *loop, const char *endpoints,
-		       const char *prefix, int64_t start_rev, const char *status_key,
-		       etcd_batch_fn *on_batch, void *arg, char *err, size_t errlen)
+		       const struct etcd_creds *cr, const char *prefix, int64_t start_rev,
+		       const char *status_key, etcd_batch_fn *on_batch, void *arg, char *err,
+		       size_t errlen)
 {
 	static bool curl_ready; /* curl_global_init: once, before any thread */
 	*out = NULL;
@@ -1142,6 +1387,9 @@ int etcd_watcher_start(struct etcd_watcher **out, uv_loop_t *loop, const char *e
 	curl_ready = true;
 	snprintf(w->prefix, sizeof(w->prefix), "%s", prefix);
 	snprintf(w->status_key, sizeof(w->status_key), "%s", status_key);
+	if (cr)
+		w->creds = *cr;
+	session_init(&w->sess, &w->creds);
 	w->loop = loop;
 	w->start_rev = start_rev;
 	w->on_batch = on_batch;
@@ -1193,6 +1441,8 @@ static void on_async_closed(uv_handle_t *h)
 	struct etcd_watcher *w = h->data;
 	pthread_mutex_destroy(&w->mu);
 	pthread_cond_destroy(&w->cv);
+	session_destroy(&w->sess);
+	explicit_bzero(&w->creds, sizeof(w->creds));
 	free(w->status_value);
 	free(w);
 }

@@ -516,6 +516,59 @@ START_TEST(test_watch_bad_keys)
 }
 END_TEST
 
+/* The credentials file: its names, pairs, and a password only in a 0600 file,
+ * never in an error message. */
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+	ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+START_TEST(test_creds_file)
+{
+	char dir[] = "/tmp/tgcredsXXXXXX", path[128], err[512];
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/creds", dir);
+	struct etcd_creds cr;
+	write_file(path, "# a comment\nca = /etc/ca.crt\n  user = tg \npassword = s3cret word\n"
+		   "cert = /c.crt\nkey = /c.key\n", 0600);
+	ck_assert_int_eq(etcd_creds_load(path, &cr, err, sizeof(err)), 0);
+	ck_assert_str_eq(cr.ca, "/etc/ca.crt");
+	ck_assert_str_eq(cr.user, "tg");
+	ck_assert_str_eq(cr.password, "s3cret word");
+	ck_assert_str_eq(cr.key, "/c.key");
+	/* Readable by others: refused (a password in it). */
+	ck_assert_int_eq(chmod(path, 0644), 0);
+	ck_assert_int_eq(etcd_creds_load(path, &cr, err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "chmod 600"));
+	ck_assert_ptr_null(strstr(err, "s3cret"));
+	ck_assert_str_eq(cr.password, ""); /* nothing half-loaded */
+	/* Without a password it may be (TLS files only). */
+	write_file(path, "ca = /etc/ca.crt\n", 0644);
+	ck_assert_int_eq(etcd_creds_load(path, &cr, err, sizeof(err)), 0);
+	static const char *const bad[] = {
+		"user = tg\n",                       /* no password */
+		"password = s3cret\n",               /* no user */
+		"cert = /c.crt\n",                   /* no key */
+		"pasword = s3cret\n",                /* unknown name: the value is not shown */
+		"user = t g\npassword = s3cret\n",   /* a space in the user */
+		"ca\n",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_file(path, bad[i], 0600);
+		ck_assert_msg(etcd_creds_load(path, &cr, err, sizeof(err)) == -1, "accepted '%s'", bad[i]);
+		ck_assert_msg(!strstr(err, "s3cret"), "the password in '%s'", err);
+	}
+	ck_assert_int_eq(etcd_creds_load(dir, &cr, err, sizeof(err)), -1); /* a directory */
+	unlink(path);
+	ck_assert_int_eq(etcd_creds_load(path, &cr, err, sizeof(err)), -1); /* missing */
+	ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 static Suite *cluster_suite(void)
 {
 	Suite *s = suite_create("cluster");
@@ -534,6 +587,7 @@ static Suite *cluster_suite(void)
 	tcase_add_test(tc, test_prefix_end);
 	tcase_add_test(tc, test_endpoints);
 	tcase_add_test(tc, test_watch_bad_keys);
+	tcase_add_test(tc, test_creds_file);
 	suite_add_tcase(s, tc);
 	return s;
 }
