@@ -18,7 +18,8 @@ static void *unpack_b64(const json_t *doc, const char *field,
 	const json_t *v = json_object_get(doc, field);
 	char *raw;
 	size_t len;
-	if (!json_is_string(v) || etcd_b64_decode(json_string_value(v), &raw, &len, ETCD_MAX_VALUE))
+	/* A big host's replies (82 agents x 64 graphs is over 256 KiB): the status bound. */
+	if (!json_is_string(v) || etcd_b64_decode(json_string_value(v), &raw, &len, ETCD_MAX_STATUS))
 		return NULL;
 	void *m = unpack(NULL, len, (const uint8_t *)raw);
 	free(raw);

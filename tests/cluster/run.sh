@@ -361,6 +361,30 @@ fi
 CHECKS=$((CHECKS + 1))
 etcdctl --endpoints "$EURL" del /graphtoggle/tc/status/evil >/dev/null
 
+# One big host (a status over 256 KiB, as 82 agents x 64 graphs make) and
+# one that is not a status: the others are shown, the broken one named
+# (before, the big one made togglectl --etcd agents fail for every host).
+python3 - "$T/h1status" >"$T/big" <<'EOF2' || fail "forging a big host status"
+import json, sys
+d = json.loads(open(sys.argv[1]).read())
+d["host"] = "big"
+d["pad"] = "x" * (300 << 10)
+sys.stdout.write(json.dumps(d))
+EOF2
+etcdctl --endpoints "$EURL" put /graphtoggle/tc/status/big <"$T/big" >/dev/null || fail "put big"
+etcdctl --endpoints "$EURL" put /graphtoggle/tc/status/broken 'not a status' >/dev/null
+ctl_cluster --json agents
+python3 - "$T/out" <<'EOF2' || fail "togglectl --etcd agents with a big and a broken host: $(head -c 300 "$T/err")"
+import json, sys
+hs = sorted(h["host"] for h in json.load(open(sys.argv[1]))["hosts"])
+assert hs == ["big", "h1", "h2", "h3"], hs
+EOF2
+grep -q "status/broken: not a host status; left out" "$T/err" ||
+	fail "togglectl did not name the broken host: $(head -c 300 "$T/err")"
+CHECKS=$((CHECKS + 1))
+etcdctl --endpoints "$EURL" del /graphtoggle/tc/status/big >/dev/null
+etcdctl --endpoints "$EURL" del /graphtoggle/tc/status/broken >/dev/null
+
 # ---- 3. kill -9 a toggled, change the state, restart: it catches up ---------
 ctl_cluster set 'resid_post:1'
 wait_for 5 "set before the kill" enabled_is 'resid_post:1'
