@@ -661,11 +661,6 @@ static json_t *etcd_call_on(struct etcd_session *sess, CURL *c, const char *head
 	}
 }
 
-static json_t *etcd_call(struct etcd_session *sess, const char *base, const char *path,
-			 json_t *req, atomic_bool *stop, char *err, size_t errlen)
-{
-	return etcd_call_on(sess, NULL, NULL, ETCD_TIMEOUT_MS, base, path, req, stop, err, errlen);
-}
 
 /*
  * An error that every member would give alike: the request is wrong
@@ -685,13 +680,14 @@ static bool etcd_error_is_final(const char *err)
  * retried elsewhere after any answer (a timed-out put may have been
  * committed: a plan would then be written twice).
  */
-static json_t *etcd_call_any_ex(struct etcd_session *sess, char urls[][ETCD_MAX_URL], size_t n,
-				size_t *cur, const char *path, json_t *req, atomic_bool *stop,
-				bool once, char *err, size_t errlen)
+static json_t *etcd_call_any_ex(struct etcd_session *sess, CURL *c, char urls[][ETCD_MAX_URL],
+				size_t n, size_t *cur, const char *path, json_t *req,
+				atomic_bool *stop, bool once, char *err, size_t errlen)
 {
 	for (size_t k = 0; k < n; k++) {
 		size_t i = (*cur + k) % n;
-		json_t *j = etcd_call(sess, urls[i], path, req, stop, err, errlen);
+		json_t *j = etcd_call_on(sess, c, NULL, ETCD_TIMEOUT_MS, urls[i], path, req, stop, err,
+					 errlen);
 		if (j || etcd_error_is_final(err) || (once && strstr(err, ": HTTP "))) {
 			*cur = i;
 			return j;
@@ -703,11 +699,12 @@ static json_t *etcd_call_any_ex(struct etcd_session *sess, char urls[][ETCD_MAX_
 	return NULL;
 }
 
-static json_t *etcd_call_any(struct etcd_session *sess, char urls[][ETCD_MAX_URL], size_t n,
-			     size_t *cur, const char *path, json_t *req, atomic_bool *stop, char *err,
-			     size_t errlen)
+/* c: the thread's handle, whose connection is kept for its next request (NULL: a new one). */
+static json_t *etcd_call_any(struct etcd_session *sess, CURL *c, char urls[][ETCD_MAX_URL],
+			     size_t n, size_t *cur, const char *path, json_t *req, atomic_bool *stop,
+			     char *err, size_t errlen)
 {
-	return etcd_call_any_ex(sess, urls, n, cur, path, req, stop, false, err, errlen);
+	return etcd_call_any_ex(sess, c, urls, n, cur, path, req, stop, false, err, errlen);
 }
 
 static json_t *range_request(const char *prefix, int64_t at)
@@ -780,7 +777,7 @@ int etcd_range(const char *endpoints, const struct etcd_creds *cr, const char *p
 	}
 	struct etcd_session sess;
 	session_init(&sess, cr);
-	json_t *j = etcd_call_any(&sess, urls, nu, &cur, "/v3/kv/range", req, NULL, err, errlen);
+	json_t *j = etcd_call_any(&sess, NULL, urls, nu, &cur, "/v3/kv/range", req, NULL, err, errlen);
 	session_destroy(&sess);
 	json_decref(req);
 	if (!j)
@@ -831,8 +828,8 @@ int etcd_txn_put(const char *endpoints, const struct etcd_creds *cr, const char 
 	}
 	struct etcd_session sess;
 	session_init(&sess, cr);
-	json_t *j = etcd_call_any_ex(&sess, urls, nu, &cur, "/v3/kv/txn", req, NULL, true, err,
-				     errlen);
+	json_t *j = etcd_call_any_ex(&sess, NULL, urls, nu, &cur, "/v3/kv/txn", req, NULL, true,
+				     err, errlen);
 	session_destroy(&sess);
 	json_decref(req);
 	if (!j)
@@ -868,11 +865,12 @@ struct etcd_watcher {
 	char *status_value;             /* guarded by mu */
 	bool status_dirty;              /* guarded by mu */
 	atomic_bool stop;
+	CURL *scurl;          /* the status thread's requests: one kept connection */
 	/* Watch thread only. */
 	int64_t next_rev;
 	bool up;
 	int64_t compacted;
-	CURL *probe;          /* the liveness check's handle: one kept connection */
+	CURL *wcurl;          /* its range reads and liveness checks: one kept connection */
 	uint64_t last_probe;  /* util_mono_ms of the last check */
 	bool stream_failed;   /* why the stream ended is in stream_err */
 	char stream_err[384];
@@ -1056,7 +1054,7 @@ static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	json_t *j = etcd_call_any(&w->sess, w->urls, w->n_urls, &w->cur_watch, "/v3/kv/range", req, &w->stop,
+	json_t *j = etcd_call_any(&w->sess, w->wcurl, w->urls, w->n_urls, &w->cur_watch, "/v3/kv/range", req, &w->stop,
 				  err, errlen);
 	json_decref(req);
 	/* Compacted, or ahead of this etcd (its data was replaced): read it all. */
@@ -1099,16 +1097,14 @@ static int watch_probe(struct etcd_watcher *w, char *err, size_t errlen)
 	if (!req)
 		return 0; /* out of memory: not the member's fault */
 	json_object_set_new(req, "count_only", json_true());
-	if (!w->probe)
-		w->probe = curl_easy_init();
-	json_t *j = w->probe ? etcd_call_on(&w->sess, w->probe, ETCD_REQUIRE_LEADER,
+	json_t *j = w->wcurl ? etcd_call_on(&w->sess, w->wcurl, ETCD_REQUIRE_LEADER,
 					    ETCD_PROBE_TIMEOUT_MS,
 					    w->urls[w->cur_watch], "/v3/kv/range", req, &w->stop,
 					    err, errlen)
 			     : NULL;
 	json_decref(req);
-	if (!w->probe)
-		return 0;
+	if (!w->wcurl)
+		return 0; /* no handle (out of memory): not the member's fault */
 	int rc = j ? 0 : -1;
 	json_decref(j);
 	return rc;
@@ -1166,10 +1162,6 @@ static int watcher_stream(struct etcd_watcher *w, char *err, size_t errlen)
 	}
 	free(body);
 	free(b.data);
-	if (w->probe) { /* a new member next time: no connection to keep */
-		curl_easy_cleanup(w->probe);
-		w->probe = NULL;
-	}
 	if (w->compacted)
 		return 0;
 	if (w->stream_failed)
@@ -1192,6 +1184,7 @@ static void *watch_main(void *arg)
 	bool need_snap = true, resync = w->start_rev <= 0;
 	int64_t compacted = 0;
 	unsigned backoff = ETCD_BACKOFF_MIN_MS;
+	w->wcurl = curl_easy_init(); /* NULL: each request on a new connection */
 	while (!atomic_load(&w->stop)) {
 		int rc = 0;
 		if (need_snap) {
@@ -1225,6 +1218,9 @@ static void *watch_main(void *arg)
 		nap(w, backoff);
 		backoff = backoff * 2 > ETCD_BACKOFF_MAX_MS ? ETCD_BACKOFF_MAX_MS : backoff * 2;
 	}
+	if (w->wcurl)
+		curl_easy_cleanup(w->wcurl);
+	w->wcurl = NULL;
 	return NULL;
 }
 
@@ -1233,7 +1229,7 @@ static void *watch_main(void *arg)
 static int64_t lease_grant(struct etcd_watcher *w, char *err, size_t errlen)
 {
 	json_t *req = json_pack("{s:I}", "TTL", (json_int_t)ETCD_LEASE_TTL_S);
-	json_t *j = req ? etcd_call_any(&w->sess, w->urls, w->n_urls, &w->cur_status, "/v3/lease/grant", req,
+	json_t *j = req ? etcd_call_any(&w->sess, w->scurl, w->urls, w->n_urls, &w->cur_status, "/v3/lease/grant", req,
 					&w->stop, err, errlen)
 			: NULL;
 	json_decref(req);
@@ -1252,7 +1248,7 @@ static int lease_keepalive(struct etcd_watcher *w, int64_t id, char *err, size_t
 	char sid[32];
 	snprintf(sid, sizeof(sid), "%" PRId64, id);
 	json_t *req = json_pack("{s:s}", "ID", sid);
-	json_t *j = req ? etcd_call_any(&w->sess, w->urls, w->n_urls, &w->cur_status, "/v3/lease/keepalive",
+	json_t *j = req ? etcd_call_any(&w->sess, w->scurl, w->urls, w->n_urls, &w->cur_status, "/v3/lease/keepalive",
 					req, &w->stop, err, errlen)
 			: NULL;
 	json_decref(req);
@@ -1276,7 +1272,7 @@ static int status_put(struct etcd_watcher *w, int64_t lease, const char *value, 
 	json_t *req = k && v ? json_pack("{s:s, s:s, s:s}", "key", k, "value", v, "lease", sid) : NULL;
 	free(k);
 	free(v);
-	json_t *j = req ? etcd_call_any(&w->sess, w->urls, w->n_urls, &w->cur_status, "/v3/kv/put", req,
+	json_t *j = req ? etcd_call_any(&w->sess, w->scurl, w->urls, w->n_urls, &w->cur_status, "/v3/kv/put", req,
 					&w->stop, err, errlen)
 			: NULL;
 	json_decref(req);
@@ -1292,6 +1288,7 @@ static void *status_main(void *arg)
 	int64_t lease = 0;
 	uint64_t last_ka = 0;
 	bool warned = false;
+	w->scurl = curl_easy_init(); /* NULL: each request on a new connection */
 	while (!atomic_load(&w->stop)) {
 		char *value = NULL;
 		pthread_mutex_lock(&w->mu);
@@ -1339,6 +1336,9 @@ static void *status_main(void *arg)
 		}
 		free(value);
 	}
+	if (w->scurl)
+		curl_easy_cleanup(w->scurl);
+	w->scurl = NULL;
 	return NULL;
 }
 

@@ -669,6 +669,28 @@ else
 	set_during_fault 'resid_post:1' "$MEND"
 	wait_for 10 "a set through the 3 members reaches every agent" agents_have 'resid_post:1'
 
+	# Idle hosts keep their connections: over 10 s of status puts and lease
+	# keep-alives, no client connection closed (each request had its own
+	# before).  Only the members' client ports: raft's are the members'.
+	tw() {
+		echo $(( $(in_a ss -Htan state time-wait '( sport = :2379 or dport = :2379 or sport = :2479 or dport = :2479 )' | wc -l) +
+			 $(in_b ss -Htan state time-wait '( sport = :2379 or dport = :2379 )' | wc -l) ))
+	}
+	tw0=$(tw)
+	sleep 10
+	tw1=$(tw)
+	echo "cluster/run.sh: 2 idle hosts, 10 s: $((tw1 - tw0)) new TIME_WAIT sockets"
+	CHECKS=$((CHECKS + 1))
+	[ $((tw1 - tw0)) -le 2 ] || fail "2 idle hosts closed $((tw1 - tw0)) etcd connections in 10 s"
+	for n in 1 2; do
+		pid=$(in_a ss -Htnp state established | grep -o 'toggled-san",pid=[0-9]*' | sort -u |
+			sed -n "${n}p" | sed 's/.*pid=//')
+		nc=$(in_a ss -Htnp state established | grep -c "pid=$pid,")
+		echo "cluster/run.sh: an idle host holds $nc etcd connections"
+		CHECKS=$((CHECKS + 1))
+		[ "$nc" -le 3 ] || fail "an idle host holds $nc etcd connections (at most 3: watch, its checks, status)"
+	done
+
 	# A member cut from its peers: reachable, without a leader.
 	t0=$(date +%s%N)
 	in_b ip link set tgraft down
