@@ -48,7 +48,8 @@ static void usage(FILE *f)
 		"  -e, --etcd URL[,URL...]    join a cluster through etcd (docs/cluster.md)\n"
 		"  -C, --cluster NAME         the cluster's name (with --etcd)\n"
 		"  -H, --host-id ID           this host's id in the cluster (with --etcd)\n"
-		"  -E, --etcd-credentials FILE  etcd's CA, client cert/key, user/password (docs/cluster.md)\n"
+		"  -E, --etcd-credentials FILE\n"
+		"                             etcd's CA, client cert and key, user and password\n"
 		"  -v, --verbose              debug logging\n"
 		"  -V, --version              print the version and exit\n"
 		"  -h, --help                 this text\n");
