@@ -655,8 +655,10 @@ else
 	wait_for 20 "the 3 members are healthy" members_healthy
 	for n in 1 2; do
 		mkdir -p "$T/hp$n"
-		in_a "$DAEMON" --socket "$T/hp$n/sock" --state-dir "$T/hp$n/state" $MCL --host-id "p$n" \
-			>>"$T/hp$n/toggled.log" 2>&1 &
+		# ip netns exec execs the daemon: $! is its pid (a function run in
+		# the background would be a subshell's, and the daemon would outlive it).
+		ip netns exec "$NSA" "$DAEMON" --socket "$T/hp$n/sock" --state-dir "$T/hp$n/state" $MCL \
+			--host-id "p$n" >>"$T/hp$n/toggled.log" 2>&1 &
 		MPIDS="$MPIDS $!"
 		for k in 1 2; do
 			"$AGENT" --backend sim --socket "$T/hp$n/sock" --period-ms 5 --name "eng$k" \
@@ -723,6 +725,10 @@ else
 	done
 	for p in $MPIDS; do kill "$p" 2>/dev/null; done
 	for p in $MPIDS; do wait "$p" 2>/dev/null; done
+	for p in $MPIDS; do
+		CHECKS=$((CHECKS + 1))
+		! kill -0 "$p" 2>/dev/null || fail "process $p of section 8 outlived its SIGTERM"
+	done
 	MPIDS=
 	for n in 1 2; do
 		CHECKS=$((CHECKS + 1))
@@ -812,6 +818,13 @@ print(*[x.getsockname()[1] for x in s])')
 	CHECKS=$((CHECKS + 1))
 	if grep -q "tgpw-secret-1" "$T/hs1/toggled.log"; then
 		fail "the password is in toggled's log"
+	fi
+	for p in $MPIDS; do kill "$p" 2>/dev/null; done
+	for p in $MPIDS; do wait "$p" 2>/dev/null; done
+	MPIDS=
+	CHECKS=$((CHECKS + 1))
+	if grep -q "ERROR: AddressSanitizer\|runtime error:" "$T/hs1/toggled.log"; then
+		fail "sanitizer report in s1's log"
 	fi
 fi
 
