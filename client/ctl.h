@@ -65,6 +65,7 @@ struct ctl_opts {
 	char target_name[TGP_MAX_NAME]; /* name:NAME, resolved by ctl_resolve_name() */
 	const char *etcd;        /* --etcd: the cluster view (ctl_cluster.c) */
 	const char *cluster;     /* --cluster NAME */
+	const char *etcd_credentials; /* --etcd-credentials FILE (etcd.h) */
 };
 
 struct ctl_output;

@@ -44,7 +44,7 @@ const size_t ctl_n_commands = sizeof(ctl_commands) / sizeof(ctl_commands[0]);
 
 #define CTL_SELECTOR_FORMS "all, agent:ID, name:NAME, pid:PID, group:NAME, or a bare agent ID"
 
-enum { OPT_WAIT = 256, OPT_TIMEOUT, OPT_ETCD, OPT_CLUSTER };
+enum { OPT_WAIT = 256, OPT_TIMEOUT, OPT_ETCD, OPT_CLUSTER, OPT_ETCD_CREDENTIALS };
 
 static const struct option ctl_long_opts[] = {
 	{"socket", required_argument, NULL, 's'},
@@ -54,6 +54,7 @@ static const struct option ctl_long_opts[] = {
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{"etcd", required_argument, NULL, OPT_ETCD},
 	{"cluster", required_argument, NULL, OPT_CLUSTER},
+	{"etcd-credentials", required_argument, NULL, OPT_ETCD_CREDENTIALS},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -92,6 +93,9 @@ static void ctl_usage(FILE *f)
 		"                           (set, plan submit, agents, graphs, status; targets\n"
 		"                           all, host:H, group:G, agent:H/ID, pid:H/PID)\n"
 		"      --cluster NAME       the cluster's name (with --etcd)\n"
+		"      --etcd-credentials FILE\n"
+		"                           with --etcd: etcd's CA, client certificate and key,\n"
+		"                           user and password (docs/cluster.md)\n"
 		"  -h, --help               this text\n"
 		"  -V, --version            print the version\n"
 		"\n"
@@ -266,6 +270,7 @@ static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 			break;
 		case OPT_ETCD: o->etcd = optarg; break;
 		case OPT_CLUSTER: o->cluster = optarg; break;
+		case OPT_ETCD_CREDENTIALS: o->etcd_credentials = optarg; break;
 		case 'h': ctl_usage(stdout); return -1;
 		case 'V': printf("togglectl %s (protocol %d)\n", CTL_VERSION, TGP_PROTOCOL_VERSION); return -1;
 		case ':':

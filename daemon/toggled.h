@@ -85,6 +85,7 @@ struct td_config {
 	char etcd[1024];
 	char cluster[CLUSTER_MAX_NAME];
 	char host_id[CLUSTER_MAX_NAME];
+	char etcd_credentials[PATH_MAX]; /* TLS files, user and password (etcd.h); "": none */
 	/* Given on the command line: they win over the file, also after SIGHUP. */
 	char cli_group[TD_UNIX_GROUP_MAX]; /* -g: the operator group */
 	bool cli_verbose;
