@@ -65,6 +65,8 @@ struct ctl_opts {
 	char target_name[TGP_MAX_NAME]; /* name:NAME, resolved by ctl_resolve_name() */
 	const char *etcd;        /* --etcd: the cluster view (ctl_cluster.c) */
 	const char *cluster;     /* --cluster NAME */
+	bool aligned;            /* --aligned: one step for every target */
+	uint32_t aligned_margin; /* --aligned=+N; 0: the daemon's */
 };
 
 struct ctl_output;
