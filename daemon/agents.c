@@ -193,6 +193,7 @@ void td_agent_rate_sample(struct td_agent *a, uint64_t now_ms)
 	uint64_t ds = (uint64_t)step - (uint64_t)a->rate_step;
 	uint64_t max = (uint64_t)TD_ALIGN_MAX_RATE * dt / 1000;
 	a->steps_per_s = (ds > max ? max : ds) * 1000 / dt;
+	a->rate_known = true;
 	a->rate_ms = now_ms;
 	a->rate_step = step;
 }

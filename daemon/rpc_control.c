@@ -283,6 +283,12 @@ static int align_step(struct td_ctl_err *e, struct td_agent **v, size_t n, uint3
 			       hi->name, (unsigned long long)hi->id, (long long)hi->st->step, lo->name,
 			       (unsigned long long)lo->id, (long long)lo->st->step, TD_ALIGN_MAX_SPREAD);
 	uint64_t margin = margin_req;
+	for (size_t i = 0; i < n && margin == 0; i++)
+		if (!v[i]->rate_known) /* 4 steps could be too few for a fast engine */
+			return ctl_err(e, TOGGLE_EBUSY, v[i],
+				       "agent %s (id %llu) registered too recently for its step rate to "
+				       "be measured (%d ms): retry, or give the margin (--aligned=+N)",
+				       v[i]->name, (unsigned long long)v[i]->id, TD_ALIGN_RATE_MS);
 	if (margin == 0) {
 		margin = (rate * TD_ALIGN_LEAD_MS + 999) / 1000 + 1;
 		if (margin < TD_ALIGN_MIN_MARGIN)

@@ -220,6 +220,7 @@ struct td_agent {
 	int64_t rate_step;
 	uint64_t rate_ms;
 	uint64_t steps_per_s;
+	bool rate_known;     /* a whole sample window has passed since it registered */
 };
 
 struct td_waiter {

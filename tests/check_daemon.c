@@ -3823,6 +3823,7 @@ START_TEST(test_aligned_refused)
 	struct tgc *c = client(&e);
 	int a0 = agent_start(&e, &(struct agent_opts){.name = "rank0", .group = "tp", .steps = true});
 	agent_wait_listed(c, &e.agents[a0], 2);
+	sleep_ms(300); /* its step rate measured (TD_ALIGN_RATE_MS) */
 	Toggle__Selector tp = sel_group("tp");
 	uint64_t v0 = agent_info(c, "rank0").control_version;
 	int64_t now = agent_info(c, "rank0").step;
@@ -3846,6 +3847,9 @@ START_TEST(test_aligned_refused)
 	ASSERT(strstr(err, "huge") && strstr(err, "apart"), "spread message: %s", err);
 	Toggle__Selector huge = sel_id(agent_info(c, "huge").id);
 	rc = rpc_set_aligned(c, &huge, "all", 0, 0, NULL, err);
+	ASSERT_CODE(rc, TOGGLE_EBUSY, err); /* just registered: no step rate yet */
+	ASSERT(strstr(err, "huge") && strstr(err, "step rate"), "rate message: %s", err);
+	rc = rpc_set_aligned(c, &huge, "all", 0, 1000, NULL, err);
 	ASSERT_CODE(rc, TOGGLE_ERANGE, err);
 	ASSERT(strstr(err, "huge") && strstr(err, "out of range"), "overflow message: %s", err);
 	fake_stop(c, &f, "huge");
