@@ -66,6 +66,8 @@ struct ctl_opts {
 	const char *etcd;        /* --etcd: the cluster view (ctl_cluster.c) */
 	const char *cluster;     /* --cluster NAME */
 	const char *etcd_credentials; /* --etcd-credentials FILE (etcd.h) */
+	bool aligned;            /* --aligned: one step for every target */
+	uint32_t aligned_margin; /* --aligned=+N; 0: the daemon's */
 };
 
 struct ctl_output;

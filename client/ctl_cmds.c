@@ -71,7 +71,7 @@ static int ctl_call(struct ctl_ctx *ctx, Toggle__Envelope *req, Toggle__Envelope
 			 (int)(*rep)->body_case, (int)want);
 	else if (*rep && (*rep)->body_case == TOGGLE__ENVELOPE__BODY_ERROR &&
 		 rc == TOGGLE_ETIMEDOUT && req->body_case == TOGGLE__ENVELOPE__BODY_SET_ENABLED &&
-		 (req->set_enabled->wait_ms != 0)) {
+		 (req->set_enabled->wait_ms != 0 || req->set_enabled->aligned)) {
 		/*
 		 * The daemon answers a wait with ETIMEDOUT only after it changed,
 		 * saved and wrote the set: accepted, not a failure; the agents
@@ -274,13 +274,18 @@ static int ctl_set_op(struct ctl_ctx *ctx, int argc, char **argv, Toggle__SetOp 
 	m.spec = spec;
 	if (ctx->opt.wait)
 		m.wait_ms = (uint32_t)ctx->opt.wait_ms;
+	m.aligned = ctx->opt.aligned;
+	m.aligned_margin = ctx->opt.aligned_margin;
+	/* An aligned set's reply waits for the agents (TD_ALIGN_ACK_MS without --wait). */
+	int wait_ms = ctx->opt.wait ? ctx->opt.wait_ms : ctx->opt.aligned ? 5000 : 0;
 	Toggle__Envelope req = ctl_envelope(TOGGLE__ENVELOPE__BODY_SET_ENABLED, &m), *rep = NULL;
 	rc = ctl_connect(ctx);
 	if (!rc)
 		rc = ctl_call(ctx, &req, TOGGLE__ENVELOPE__BODY_SET_ENABLED_REPLY,
-			      ctx->opt.timeout_ms + (ctx->opt.wait ? ctx->opt.wait_ms : 0), &rep);
+			      ctx->opt.timeout_ms + wait_ms, &rep);
 	if (!rc) {
 		struct ctl_set_result r = {.op = name, .spec = spec, .waited = ctx->opt.wait,
+					   .aligned = ctx->opt.aligned,
 					   .reply = rep->set_enabled_reply};
 		ctx->out->set(&r);
 		ctl_note_skipped(rep->set_enabled_reply->skipped, rep->set_enabled_reply->n_skipped);

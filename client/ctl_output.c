@@ -415,7 +415,11 @@ static void human_set(const struct ctl_set_result *r)
 	for (size_t i = 0; i < r->reply->n_versions; i++) {
 		ctl_table_add(&t, "%llu", (unsigned long long)r->reply->versions[i]->agent_id);
 		ctl_table_add(&t, "%llu", (unsigned long long)r->reply->versions[i]->version);
-		ctl_table_add(&t, "%s", r->waited ? "applied" : "written");
+		if (r->aligned)
+			ctl_table_add(&t, "%s step %lld", r->waited ? "applied from" : "taken for",
+				      (long long)r->reply->aligned_step);
+		else
+			ctl_table_add(&t, "%s", r->waited ? "applied" : "written");
 	}
 	ctl_table_print(&t);
 }
@@ -747,9 +751,11 @@ static void json_set(const struct ctl_set_result *r)
 		json_array_append_new(arr, json_pack("{s:o, s:o}",
 			"agent_id", ju64(r->reply->versions[i]->agent_id),
 			"version", ju64(r->reply->versions[i]->version)));
-	jemit(json_pack("{s:s, s:o, s:b, s:o}", "op", r->op, "spec", jstr(r->spec),
-			"waited", (int)r->waited, "agents", arr),
-	      false);
+	json_t *o = json_pack("{s:s, s:o, s:b, s:o}", "op", r->op, "spec", jstr(r->spec),
+			      "waited", (int)r->waited, "agents", arr);
+	if (r->aligned && o)
+		json_object_set_new(o, "aligned_step", ji64(r->reply->aligned_step));
+	jemit(o, false);
 }
 
 static void json_plan_submitted(const Toggle__SubmitPlanRequest *m)

@@ -29,6 +29,7 @@ struct ctl_set_result {
 	const char *op;   /* "enable", "disable", "set" */
 	const char *spec; /* the joined spec */
 	bool waited;      /* --wait: every agent applied it at a replay */
+	bool aligned;     /* --aligned: reply->aligned_step is the step */
 	const Toggle__SetEnabledReply *reply;
 };
 

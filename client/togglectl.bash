@@ -43,7 +43,7 @@ _togglectl() {
 	cur=${COMP_WORDS[COMP_CWORD]}
 	prev=${COMP_WORDS[COMP_CWORD - 1]}
 	local cmds="status agents graphs hooks enable disable set plan watch help"
-	local opts="--socket --target --json --wait --wait= --timeout --etcd --cluster --help --version"
+	local opts="--socket --target --json --wait --wait= --aligned --aligned= --timeout --etcd --cluster --help --version"
 	case $prev in
 	-s | --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
 	-t | --target) COMPREPLY=($(compgen -W "$(_togglectl_selectors)" -- "$cur")); return ;;

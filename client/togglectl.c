@@ -5,6 +5,7 @@
  * ctl_output.c.  Exit codes: 0 ok, 1 error from the daemon, 2 usage,
  * 3 cannot connect, 4 --wait ran out after the set was accepted (docs/cli.md).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,13 +45,14 @@ const size_t ctl_n_commands = sizeof(ctl_commands) / sizeof(ctl_commands[0]);
 
 #define CTL_SELECTOR_FORMS "all, agent:ID, name:NAME, pid:PID, group:NAME, or a bare agent ID"
 
-enum { OPT_WAIT = 256, OPT_TIMEOUT, OPT_ETCD, OPT_CLUSTER, OPT_ETCD_CREDENTIALS };
+enum { OPT_WAIT = 256, OPT_TIMEOUT, OPT_ETCD, OPT_CLUSTER, OPT_ETCD_CREDENTIALS, OPT_ALIGNED };
 
 static const struct option ctl_long_opts[] = {
 	{"socket", required_argument, NULL, 's'},
 	{"target", required_argument, NULL, 't'},
 	{"json", no_argument, NULL, 'j'},
 	{"wait", optional_argument, NULL, OPT_WAIT},
+	{"aligned", optional_argument, NULL, OPT_ALIGNED},
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{"etcd", required_argument, NULL, OPT_ETCD},
 	{"cluster", required_argument, NULL, OPT_CLUSTER},
@@ -88,6 +90,9 @@ static void ctl_usage(FILE *f)
 		"  -j, --json               JSON output (schema: docs/cli.md)\n"
 		"      --wait[=TIMEOUT]     enable/disable/set: wait until every targeted agent\n"
 		"                           ran the new set at a replay (default 5s)\n"
+		"      --aligned[=+N]       enable/disable/set: every targeted agent switches at\n"
+		"                           one step none has begun (the highest step + N; N\n"
+		"                           measured by toggled when not given); not with --etcd\n"
 		"      --timeout TIMEOUT    connect and request timeout (default 5s)\n"
 		"      --etcd URL[,URL...]  with --cluster NAME: the whole cluster through etcd\n"
 		"                           (set, plan submit, agents, graphs, status; targets\n"
@@ -268,6 +273,21 @@ static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 				return ctl_usage_error(ctx, NULL, "bad --timeout value '%s': expected a "
 						       "duration such as 500ms, 2s or 1m (at most 10m)", optarg);
 			break;
+		case OPT_ALIGNED: {
+			o->aligned = true;
+			if (!optarg)
+				break;
+			char *end = NULL;
+			errno = 0;
+			unsigned long long n = strtoull(optarg + (optarg[0] == '+'), &end, 10);
+			if (optarg[0] != '+' || !optarg[1] || *end || errno || n < 1 ||
+			    n > TGP_MAX_ALIGN_MARGIN)
+				return ctl_usage_error(ctx, NULL, "bad --aligned value '%s': expected +N, "
+						       "a margin of 1 to %u steps", optarg,
+						       TGP_MAX_ALIGN_MARGIN);
+			o->aligned_margin = (uint32_t)n;
+			break;
+		}
 		case OPT_ETCD: o->etcd = optarg; break;
 		case OPT_CLUSTER: o->cluster = optarg; break;
 		case OPT_ETCD_CREDENTIALS: o->etcd_credentials = optarg; break;
@@ -285,6 +305,9 @@ static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 	}
 	if (!o->etcd != !o->cluster)
 		return ctl_usage_error(ctx, NULL, "--etcd and --cluster go together");
+	if (o->aligned && o->etcd)
+		return ctl_usage_error(ctx, NULL, "--aligned is not supported with --etcd: align the "
+				       "agents of one host through its toggled (--socket) instead");
 	if (target && (o->etcd ? ctl_cluster_target(target, o, err, sizeof(err))
 			       : ctl_selector_parse(target, o, err, sizeof(err))))
 		return ctl_usage_error(ctx, NULL, "%s", err);
@@ -349,6 +372,8 @@ static int ctl_check_args(struct ctl_ctx *ctx, const struct ctl_cmd *c, int *arg
 				       c->name);
 	if (ctx->opt.wait && !(c->flags & CTL_F_WAIT))
 		return ctl_usage_error(ctx, c, "--wait applies to enable, disable and set only");
+	if (ctx->opt.aligned && !(c->flags & CTL_F_WAIT))
+		return ctl_usage_error(ctx, c, "--aligned applies to enable, disable and set only");
 	for (int i = 0; ctl_wait_bare && i < *argc; i++) {
 		int ms;
 		if (ctl_parse_duration((*argv)[i], &ms))

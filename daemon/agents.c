@@ -173,6 +173,31 @@ void td_agent_refresh(struct td_agent *a)
 	}
 }
 
+/*
+ * Step rate for aligned changes: sampled from the status poll, at least
+ * TD_ALIGN_RATE_MS apart.  The step is the agent's word: a step that went
+ * back or jumped is believed only up to TD_ALIGN_MAX_RATE.
+ */
+void td_agent_rate_sample(struct td_agent *a, uint64_t now_ms)
+{
+	int64_t step = a->st->step;
+	if (!a->rate_ms || step < a->rate_step) {
+		a->rate_ms = now_ms;
+		a->rate_step = step;
+		a->steps_per_s = 0;
+		return;
+	}
+	uint64_t dt = now_ms - a->rate_ms;
+	if (dt < TD_ALIGN_RATE_MS)
+		return;
+	uint64_t ds = (uint64_t)step - (uint64_t)a->rate_step;
+	uint64_t max = (uint64_t)TD_ALIGN_MAX_RATE * dt / 1000;
+	a->steps_per_s = (ds > max ? max : ds) * 1000 / dt;
+	a->rate_known = true;
+	a->rate_ms = now_ms;
+	a->rate_step = step;
+}
+
 static int64_t agent_step(const struct td_agent *a)
 {
 	return a->st->step;
@@ -244,6 +269,10 @@ static void agent_restore(struct td_agent *a)
 	struct toggle_set set;
 	if (dd->saved_standing) {
 		if (toggle_set_parse(&a->cat, dd->saved_standing, &set, err, sizeof(err)) == 0) {
+			/* The lane's aligned step (read back from the previous daemon)
+			 * belongs to the set it carries: another set is written plain. */
+			if (memcmp(a->ctl.standing, set.bits, sizeof(set.bits)) != 0)
+				a->ctl.standing_flags = 0, a->ctl.standing_step = 0;
 			memcpy(a->ctl.standing, set.bits, sizeof(set.bits));
 			a->ctl.version++;
 			a->has_standing = true;

@@ -78,17 +78,47 @@ void td_waiter_free(struct td_waiter *w)
 static bool waiter_answer(struct td_daemon *d, const struct td_waiter *w, uint64_t now,
 			  struct rpc_reply *r, const char **late, uint64_t *late_ids, size_t max)
 {
-	size_t n_late = 0, n_named = 0, n_gone = 0;
+	size_t n_late = 0, n_named = 0, n_gone = 0, n_refused = 0;
 	for (size_t i = 0; i < w->n; i++) {
 		struct td_agent *a = td_agent_find(d, w->agent_ids[i]);
-		if (a && a->st->version_applied >= w->versions[i])
+		if (a && w->aligned) {
+			/* The refusal words are past the counters the poll reads. */
+			td_agent_refresh(a);
+			if (a->st->aligned_rejected_version == w->versions[i] &&
+			    a->st->aligned_rejected != 0) {
+				if (n_refused == 0)
+					n_named = 0; /* name the agents that refused it */
+				n_refused++;
+				if (n_named < max) {
+					late_ids[n_named] = w->agent_ids[i];
+					late[n_named++] = w->names[i];
+				}
+				continue;
+			}
+		}
+		if (a && !w->aligned && a->st->version_applied >= w->versions[i])
+			continue;
+		if (a && w->aligned && !w->until_applied && a->st->version_seen >= w->versions[i])
+			continue;
+		if (a && w->aligned && w->until_applied && a->st->version_applied >= w->versions[i] &&
+		    a->st->step >= w->aligned_step)
 			continue;
 		n_late++;
 		n_gone += !a;
-		if (n_named < max) {
+		if (n_named < max && !n_refused) {
 			late_ids[n_named] = w->agent_ids[i];
 			late[n_named++] = w->names[i];
 		}
+	}
+	if (n_refused) {
+		r->agents = late;
+		r->agent_ids = late_ids;
+		r->n_agents = n_named;
+		rpc_fail(r, TOGGLE_ELATE,
+			 "aligned set for step %lld refused as late by %zu of %zu agents (they had begun "
+			 "it when they read it); the other agents run it from step %lld",
+			 (long long)w->aligned_step, n_refused, w->n, (long long)w->aligned_step);
+		return true;
 	}
 	r->agents = late;
 	r->agent_ids = late_ids;
@@ -101,6 +131,14 @@ static bool waiter_answer(struct td_daemon *d, const struct td_waiter *w, uint64
 	}
 	if (n_late && now < w->deadline_ms)
 		return false;
+	if (n_late && w->aligned) {
+		rpc_fail(r, TOGGLE_ETIMEDOUT,
+			 "%zu of %zu agents did not %s the aligned set for step %lld in time (stalled?); "
+			 "it stays in their control lane for step %lld", n_late, w->n,
+			 w->until_applied ? "run" : "take", (long long)w->aligned_step,
+			 (long long)w->aligned_step);
+		return true;
+	}
 	if (n_late) {
 		rpc_fail(r, TOGGLE_ETIMEDOUT, "%zu of %zu agents did not apply the set at a replay in time",
 			 n_late, w->n);
@@ -116,6 +154,8 @@ static bool waiter_answer(struct td_daemon *d, const struct td_waiter *w, uint64
 		vp[i]->agent_id = w->agent_ids[i];
 		vp[i]->version = w->versions[i];
 	}
+	if (w->aligned)
+		r->u.set.aligned_step = w->aligned_step;
 	return true;
 }
 
@@ -141,6 +181,7 @@ static void agent_poll(struct td_agent *a)
 		return;
 	memcpy(&a->st->step, &a->st_tmp->step,
 	       offsetof(struct toggle_shm_status, current) - offsetof(struct toggle_shm_status, step));
+	td_agent_rate_sample(a, util_mono_ms());
 	agent_events(a);
 }
 

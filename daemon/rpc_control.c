@@ -171,8 +171,18 @@ static void wait_reply(struct td_peer *p, uint64_t id, struct rpc_reply *r, stru
  * writes it once the save holding this succeeded.  The cluster layer
  * (cluster.c) applies what etcd says through this same function.
  */
+static int ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op,
+		   int64_t aligned_step, struct td_ctl_err *e);
+
 int td_ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op,
 	       struct td_ctl_err *e)
+{
+	return ctl_set(v, n, spec, op, -1, e);
+}
+
+/* aligned_step -1: a plain set (at each agent's next step). */
+static int ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op,
+		   int64_t aligned_step, struct td_ctl_err *e)
 {
 	if (op != TOGGLE__SET_OP__SET_OP_REPLACE && op != TOGGLE__SET_OP__SET_OP_ADD && op != TOGGLE__SET_OP__SET_OP_REMOVE)
 		return ctl_err(e, TOGGLE_EINVAL, NULL, "unknown set operation");
@@ -195,12 +205,137 @@ int td_ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op
 	for (size_t i = 0; i < n && !rc; i++) {
 		struct td_agent *a = v[i];
 		memcpy(a->ctl.standing, next[i].bits, sizeof(a->ctl.standing));
+		a->ctl.standing_step = aligned_step < 0 ? 0 : aligned_step;
+		a->ctl.standing_flags = aligned_step < 0 ? 0 : TOGGLE_SHM_STANDING_ALIGNED;
 		a->ctl.version++;
 		a->has_standing = true;
 		td_agent_persist(a);
 	}
 	free(next);
 	return rc;
+}
+
+/*
+ * An aligned set's step: one no target has begun, checked against every
+ * target first (all or nothing).  Each target's status lane is the agent's
+ * word, so a step is bounded before it is added to and the targets must lie
+ * within TD_ALIGN_MAX_SPREAD steps of each other: one agent reporting a
+ * huge step cannot push the change out of reach of the others.
+ */
+static int align_step(struct td_ctl_err *e, struct td_agent **v, size_t n, uint32_t margin_req,
+		      int64_t *out, uint32_t *margin_out)
+{
+	if (n == 0)
+		return ctl_err(e, TOGGLE_ENOAGENT, NULL, "no agent to align the set for");
+	struct td_agent *lo = NULL, *hi = NULL;
+	uint64_t rate = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct td_agent *a = v[i];
+		td_agent_refresh(a);
+		if (!a->st_valid)
+			return ctl_err(e, TOGGLE_ESHM, a,
+				       "agent %s (id %llu): its status lane cannot be read; cannot align to it",
+				       a->name, (unsigned long long)a->id);
+		if (!(a->st->features & TOGGLE_SHM_FEAT_ALIGNED))
+			return ctl_err(e, TOGGLE_ENOTSUP, a,
+				       "agent %s (id %llu) runs a libtoggle without aligned changes "
+				       "(upgrade it, or set without --aligned)",
+				       a->name, (unsigned long long)a->id);
+		if (a->st->step < 0)
+			return ctl_err(e, TOGGLE_EINVAL, a,
+				       "agent %s (id %llu) has not begun a step: an aligned set needs "
+				       "steps (toggle_step_begin) on every target",
+				       a->name, (unsigned long long)a->id);
+		/* The agent holds one aligned set until its step: a second one
+		 * would replace it there unseen, so it waits for the first. */
+		if ((a->ctl.standing_flags & TOGGLE_SHM_STANDING_ALIGNED) &&
+		    a->st->step < a->ctl.standing_step)
+			return ctl_err(e, TOGGLE_EBUSY, a,
+				       "agent %s (id %llu) is at step %lld and has not yet begun step "
+				       "%lld of the previous aligned set: retry after it (a set without "
+				       "--aligned replaces it)",
+				       a->name, (unsigned long long)a->id, (long long)a->st->step,
+				       (long long)a->ctl.standing_step);
+		/* One catalog: the same spec must name the same hooks on every rank. */
+		const struct td_agent *f = v[0];
+		bool same = a->cat.n_types == f->cat.n_types && a->cat.n_layers == f->cat.n_layers;
+		for (uint16_t t = 0; same && t < a->cat.n_types; t++)
+			same = strcmp(a->type_names[t], f->type_names[t]) == 0;
+		if (!same)
+			return ctl_err(e, TOGGLE_EINVAL, a,
+				       "agent %s (id %llu) has another catalog than agent %s (id %llu) "
+				       "(%u hook types x %u layers, against %u x %u, or other names): an "
+				       "aligned set needs one catalog on every target",
+				       a->name, (unsigned long long)a->id, f->name,
+				       (unsigned long long)f->id, a->cat.n_types, a->cat.n_layers,
+				       f->cat.n_types, f->cat.n_layers);
+		if (!lo || a->st->step < lo->st->step)
+			lo = a;
+		if (!hi || a->st->step > hi->st->step)
+			hi = a;
+		if (a->steps_per_s > rate)
+			rate = a->steps_per_s;
+	}
+	if (hi->st->step - lo->st->step > TD_ALIGN_MAX_SPREAD)
+		return ctl_err(e, TOGGLE_ERANGE, hi,
+			       "agent %s (id %llu) reports step %lld, agent %s (id %llu) step %lld: more "
+			       "than %d steps apart, an aligned set would wait that long on the one behind",
+			       hi->name, (unsigned long long)hi->id, (long long)hi->st->step, lo->name,
+			       (unsigned long long)lo->id, (long long)lo->st->step, TD_ALIGN_MAX_SPREAD);
+	uint64_t margin = margin_req;
+	for (size_t i = 0; i < n && margin == 0; i++)
+		if (!v[i]->rate_known) /* 4 steps could be too few for a fast engine */
+			return ctl_err(e, TOGGLE_EBUSY, v[i],
+				       "agent %s (id %llu) registered too recently for its step rate to "
+				       "be measured (%d ms): retry, or give the margin (--aligned=+N)",
+				       v[i]->name, (unsigned long long)v[i]->id, TD_ALIGN_RATE_MS);
+	if (margin == 0) {
+		margin = (rate * TD_ALIGN_LEAD_MS + 999) / 1000 + 1;
+		if (margin < TD_ALIGN_MIN_MARGIN)
+			margin = TD_ALIGN_MIN_MARGIN;
+	}
+	if (hi->st->step > INT64_MAX - (int64_t)margin)
+		return ctl_err(e, TOGGLE_ERANGE, hi,
+			       "agent %s (id %llu) reports step %lld: +%llu is out of range",
+			       hi->name, (unsigned long long)hi->id, (long long)hi->st->step,
+			       (unsigned long long)margin);
+	*out = hi->st->step + (int64_t)margin;
+	*margin_out = (uint32_t)margin;
+	return 0;
+}
+
+/* set --aligned: every target of the selection, or none. */
+static void set_aligned(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
+{
+	const Toggle__SetEnabledRequest *m = req->set_enabled;
+	if (m->aligned_margin > TGP_MAX_ALIGN_MARGIN) {
+		rpc_fail(r, TOGGLE_EINVAL, "aligned margin of %u steps is over the limit of %u",
+			 m->aligned_margin, TGP_MAX_ALIGN_MARGIN);
+		return;
+	}
+	struct td_agent **v = NULL;
+	size_t n = 0;
+	/* A selector matching none ("all" with no agent too) is ENOAGENT. */
+	if (rpc_targets(p, r, m->target, &v, &n))
+		return;
+	struct td_ctl_err e;
+	int64_t step = 0;
+	uint32_t margin = 0;
+	if (align_step(&e, v, n, m->aligned_margin, &step, &margin) ||
+	    ctl_set(v, n, m->spec, m->op, step, &e)) {
+		rpc_fail_ctl(r, &e);
+		free(v);
+		return;
+	}
+	log_info("pid %u uid %u: aligned set '%.64s' for %zu agents at step %lld (margin %u)", p->pid,
+		 p->uid, m->spec, n, (long long)step, margin);
+	wait_reply(p, req->id, r, v, n, m->wait_ms ? m->wait_ms : TD_ALIGN_ACK_MS);
+	if (r->waiter) {
+		r->waiter->aligned = true;
+		r->waiter->until_applied = m->wait_ms > 0;
+		r->waiter->aligned_step = step;
+	}
+	free(v);
 }
 
 void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
@@ -219,6 +354,14 @@ void rpc_set_enabled(struct td_peer *p, const Toggle__Envelope *req, struct rpc_
 	if (m->wait_ms > TGP_MAX_WAIT_MS) {
 		rpc_fail(r, TOGGLE_EINVAL, "wait of %u ms is over the limit of %u ms", m->wait_ms,
 			 TGP_MAX_WAIT_MS);
+		return;
+	}
+	if (m->aligned) {
+		set_aligned(p, req, r);
+		return;
+	}
+	if (m->aligned_margin) {
+		rpc_fail(r, TOGGLE_EINVAL, "aligned_margin without aligned");
 		return;
 	}
 	struct td_agent **v;

@@ -45,6 +45,16 @@
 #define TD_POLL_IDLE_MS     10          /* status-lane polling for events: each agent this often */
 #define TD_POLL_SLICE       32          /* agents whose lanes one idle tick reads, at least */
 #define TD_POLL_WAIT_MS     1           /* while a SetEnabled waits */
+/* Aligned changes (rpc_control.c).  The step is the highest reported step
+ * plus a margin covering TD_ALIGN_LEAD_MS at the fastest target's measured
+ * step rate (the save's fdatasync, the lane write a loop turn later, the
+ * agent's read at its next step), at least TD_ALIGN_MIN_MARGIN steps. */
+#define TD_ALIGN_LEAD_MS    200
+#define TD_ALIGN_MIN_MARGIN 4
+#define TD_ALIGN_RATE_MS    250         /* step rate sampled over at least this */
+#define TD_ALIGN_MAX_RATE   1000000     /* steps/s believed at most (the rate is the agent's word) */
+#define TD_ALIGN_MAX_SPREAD 65536       /* targets' steps at most this far apart */
+#define TD_ALIGN_ACK_MS     5000        /* without wait_ms: how long the reply waits for the agents */
 /* Pending plan entries (steps not begun) per agent: the agent's own limit. */
 #define TD_MAX_PENDING_PLAN TOGGLE_MAX_PLAN
 /* A store key: an agent name, or name@uid (td_store_key), and its NUL. */
@@ -205,6 +215,13 @@ struct td_agent {
 	/* What watchers were last told, compared by the status poll only: a query
 	 * refreshing st must not hide a change from them (issue 11 item 11). */
 	uint64_t st_anomalies, ev_applied, ev_rejected;
+	/* Its step rate, for an aligned change's margin (events.c): the step and
+	 * time of the last sample, and steps per second since the one before
+	 * (0: not measured, or it did not step). */
+	int64_t rate_step;
+	uint64_t rate_ms;
+	uint64_t steps_per_s;
+	bool rate_known;     /* a whole sample window has passed since it registered */
 };
 
 struct td_waiter {
@@ -217,6 +234,11 @@ struct td_waiter {
 	char (*names)[TGP_MAX_NAME]; /* to name agents that left */
 	char **skipped;              /* default target: agents left out, for the reply */
 	size_t n_skipped;
+	/* An aligned set (rpc_control.c): answered once every agent took it
+	 * (version seen), or ran it when until_applied (--wait); an agent that
+	 * refused it as late fails the wait with TOGGLE_ELATE at once. */
+	bool aligned, until_applied;
+	int64_t aligned_step;
 };
 
 struct td_store;
@@ -419,7 +441,9 @@ size_t td_agent_index(const struct td_daemon *d, uint64_t id);
 /* Agents a selector names; TOGGLE_ENOAGENT when none. *out freed by caller. */
 int td_agents_select(struct td_daemon *d, const struct td_selector *s, struct td_agent ***out,
 		     size_t *n);
-void td_agent_refresh(struct td_agent *a);           /* read its status lane */
+void td_agent_refresh(struct td_agent *a);
+/* Sample its step rate (td_agent.steps_per_s) from the last status read. */
+void td_agent_rate_sample(struct td_agent *a, uint64_t now_ms);           /* read its status lane */
 void td_agent_write_control(struct td_agent *a);     /* publish a->ctl */
 void td_agent_persist(struct td_agent *a);           /* copy desired state to the store */
 

@@ -92,6 +92,19 @@ static void daemon_set(struct cfx *f, const char *text)
 {
 	struct toggle_set s = spec(text);
 	memcpy(f->ctl.standing, s.bits, sizeof(f->ctl.standing));
+	f->ctl.standing_flags = 0;
+	f->ctl.standing_step = 0;
+	f->ctl.version++;
+	toggle_shm_control_write(f->a->shm.ctl, &f->ctl);
+}
+
+/* An aligned set (togglectl set --aligned): the standing set from step at on. */
+static void daemon_set_aligned(struct cfx *f, const char *text, int64_t at)
+{
+	struct toggle_set s = spec(text);
+	memcpy(f->ctl.standing, s.bits, sizeof(f->ctl.standing));
+	f->ctl.standing_flags = TOGGLE_SHM_STANDING_ALIGNED;
+	f->ctl.standing_step = at;
 	f->ctl.version++;
 	toggle_shm_control_write(f->a->shm.ctl, &f->ctl);
 }
@@ -458,6 +471,82 @@ START_TEST(test_conn_reply_frame_limit)
 }
 END_TEST
 
+/*
+ * An aligned set runs from exactly its step: not before (the steps between
+ * run the old set), and never at another step: one whose step has begun,
+ * one stepped over, and one reaching a stepless agent are refused whole and
+ * reported in the status lane; a plain set replaces a pending one; an
+ * aligned set the agent already runs (a restarted daemon's rewrite) is no
+ * change.  The status lane says the agent takes them (features).
+ */
+START_TEST(test_aligned_exactly_at_its_step)
+{
+	struct cfx f;
+	cfx_open(&f);
+	struct toggle_shm_status *st = calloc(1, sizeof(*st));
+	/* Stepless: it could only take it at once, so it refuses it. */
+	daemon_set_aligned(&f, "attn_out:0", 5);
+	toggle_set_clear(&f.ran);
+	ck_assert_int_eq(toggle_graph_launch(f.a, f.graph, f.exec, f.stream), 0);
+	struct toggle_set none = spec("none"), a0 = spec("attn_out:0"), got;
+	ck_assert(toggle_set_equal(&f.ran, &none));
+	got = step(&f, 0);
+	ck_assert(toggle_set_equal(&got, &none));
+	status(&f, st);
+	ck_assert_uint_eq(st->features & TOGGLE_SHM_FEAT_ALIGNED, TOGGLE_SHM_FEAT_ALIGNED);
+	ck_assert_uint_eq(st->aligned_rejected, 1);
+	ck_assert_uint_eq(st->aligned_rejected_version, f.ctl.version);
+
+	/* Held until step 10, then the standing set. */
+	daemon_set_aligned(&f, "attn_out:0", 10);
+	for (int64_t s = 1; s <= 12; s++) {
+		got = step(&f, s);
+		ck_assert_msg(toggle_set_equal(&got, s < 10 ? &none : &a0), "step %lld", (long long)s);
+	}
+	status(&f, st);
+	ck_assert_uint_eq(st->aligned_rejected, 1);
+
+	/* Its step has begun: refused, the set stays. */
+	daemon_set_aligned(&f, "all", 12);
+	got = step(&f, 13);
+	ck_assert(toggle_set_equal(&got, &a0));
+	status(&f, st);
+	ck_assert_uint_eq(st->aligned_rejected, 2);
+	ck_assert_int_eq(st->aligned_rejected_step, 12);
+
+	/* Stepped over (20 is never begun): refused at 25, never run at 25. */
+	daemon_set_aligned(&f, "all", 20);
+	got = step(&f, 14);
+	ck_assert(toggle_set_equal(&got, &a0));
+	got = step(&f, 25);
+	ck_assert(toggle_set_equal(&got, &a0));
+	got = step(&f, 26);
+	ck_assert(toggle_set_equal(&got, &a0));
+	status(&f, st);
+	ck_assert_uint_eq(st->aligned_rejected, 3);
+	ck_assert_uint_eq(st->aligned_rejected_version, f.ctl.version);
+
+	/* A plain set replaces a pending aligned one. */
+	daemon_set_aligned(&f, "all", 40);
+	got = step(&f, 27);
+	daemon_set(&f, "resid_post:1");
+	struct toggle_set r1 = spec("resid_post:1");
+	for (int64_t s = 28; s <= 42; s++) {
+		got = step(&f, s);
+		ck_assert_msg(toggle_set_equal(&got, &r1), "step %lld", (long long)s);
+	}
+
+	/* The set it runs, aligned to a step it passed: no change, not late. */
+	daemon_set_aligned(&f, "resid_post:1", 30);
+	got = step(&f, 43);
+	ck_assert(toggle_set_equal(&got, &r1));
+	status(&f, st);
+	ck_assert_uint_eq(st->aligned_rejected, 3);
+	free(st);
+	cfx_close(&f);
+}
+END_TEST
+
 static Suite *control_suite(void)
 {
 	Suite *s = suite_create("control");
@@ -469,6 +558,7 @@ static Suite *control_suite(void)
 	tcase_add_test(tc, test_late_batch_rejected_whole);
 	tcase_add_test(tc, test_clear_drops_pending);
 	tcase_add_test(tc, test_malformed_never_applied);
+	tcase_add_test(tc, test_aligned_exactly_at_its_step);
 	tcase_add_loop_test(tc, test_conn_reply_frame_limit, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;

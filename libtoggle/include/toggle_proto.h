@@ -34,6 +34,7 @@
 #define TGP_MAX_PLAN_ENTRIES TOGGLE_SHM_PLAN_RING /* entries of one SubmitPlan: the agent's plan ring */
 #define TGP_MAX_PLAN_AFTER   (1ll << 40)  /* largest relative step (PlanEntry.after) */
 #define TGP_MAX_WAIT_MS      600000u      /* longest SetEnabled wait */
+#define TGP_MAX_ALIGN_MARGIN 1000000u     /* largest SetEnabledRequest.aligned_margin */
 #define TGP_MAX_NAME         TOGGLE_MAX_NAME /* agent, group, hook type names (NUL included) */
 
 #endif /* TOGGLE_PROTO_H */

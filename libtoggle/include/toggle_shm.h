@@ -72,9 +72,18 @@ struct toggle_shm_control {
 	uint64_t plan_clear;    /* plan_head at the last clear: slots below are void */
 	uint64_t plan_clears;   /* clears so far: a change drops every pending entry */
 	uint64_t standing[TOGGLE_SHM_SET_WORDS];
-	uint8_t reserved[256];
+	/* An aligned change (togglectl set --aligned): with TOGGLE_SHM_STANDING_ALIGNED
+	 * in standing_flags, the standing set above applies from step
+	 * standing_step on, and the agent runs its previous one until then; an
+	 * agent that has begun that step already refuses it (status lane:
+	 * aligned_rejected).  Taken from the start of layout 1's reserved space:
+	 * a daemon that predates them leaves zero there, "at the next step". */
+	int64_t standing_step;
+	uint64_t standing_flags;
+	uint8_t reserved[256 - 16];
 	struct toggle_shm_plan_slot plan[TOGGLE_SHM_PLAN_RING];
 };
+#define TOGGLE_SHM_STANDING_ALIGNED 1u
 
 struct toggle_shm_graph {
 	uint64_t graph, exec;
@@ -84,6 +93,7 @@ struct toggle_shm_graph {
 	int64_t last_step;
 	uint64_t flags; /* TOGGLE_SHM_GRAPH_* */
 };
+#define TOGGLE_SHM_FEAT_ALIGNED 1u /* takes standing_step (aligned changes) */
 #define TOGGLE_SHM_GRAPH_BOUND 1u
 #define TOGGLE_SHM_GRAPH_STALE 2u
 #define TOGGLE_SHM_GRAPH_DEVICE 4u   /* toggled by its planner (device mode) */
@@ -158,7 +168,13 @@ struct toggle_shm_status {
 	int64_t tainted_step;        /* step of the latest (-1: unknown); 0 with no launch */
 	uint64_t tainted_graph;      /* its graph handle, for display */
 	uint64_t tainted_lost;       /* of the launches, those whose step is unknown */
-	uint8_t reserved[224 - sizeof(struct toggle_shm_conn)];
+	/* Aligned changes (control lane standing_step), from reserved space too:
+	 * an older agent leaves features 0, and the daemon refuses to align it. */
+	uint64_t features;           /* TOGGLE_SHM_FEAT_* */
+	uint64_t aligned_rejected;   /* aligned changes refused: their step had begun */
+	uint64_t aligned_rejected_version; /* the control version of the last one */
+	int64_t aligned_rejected_step;     /* the agent's step when it refused it */
+	uint8_t reserved[224 - 32 - sizeof(struct toggle_shm_conn)];
 	struct toggle_shm_conn conn; /* under the seqlock like the fields above */
 	struct toggle_shm_graph graphs[TOGGLE_SHM_MAX_GRAPHS];
 };
@@ -194,6 +210,8 @@ struct toggle_shm_control_view {
 	uint64_t plan_clear;
 	uint64_t plan_clears;
 	uint64_t standing[TOGGLE_SHM_SET_WORDS];
+	int64_t standing_step;   /* with TOGGLE_SHM_STANDING_ALIGNED: from this step on */
+	uint64_t standing_flags;
 };
 
 /* Daemon: publish version, standing set and plan indexes in one seqlock write. */

@@ -299,6 +299,15 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 	if (a->shm.ctl)
 		tg_control_poll(a); /* the daemon's latest word, before resolving */
 	tg_life_sweep(a); /* graphs and execs the driver destroyed since the last look */
+	if (a->aligned_pending && step == a->aligned_step) {
+		/* An aligned change's step: its set is the standing set from here on. */
+		a->standing = a->aligned_set;
+		a->aligned_pending = false;
+	} else if (a->aligned_pending && step > a->aligned_step) {
+		/* Stepped over it: it can never run at its step, and no other will do. */
+		tg_control_aligned_late(a, a->aligned_version);
+		a->aligned_pending = false;
+	}
 	/* Entries for steps that were skipped can never run: drop them with this one. */
 	size_t i = plan_lower_bound(a, step);
 	const struct toggle_set *set = &a->standing;

@@ -249,6 +249,14 @@ struct toggle_agent {
 	uint64_t plan_clears;        /* control plan clears seen */
 	uint64_t plan_rejected, plan_rejected_batch;
 	int64_t plan_rejected_step;
+	/* An aligned standing set (control lane standing_step) waiting for its
+	 * step: step_begin(step >= aligned_step) makes it the standing set. */
+	bool aligned_pending;
+	int64_t aligned_step;
+	uint64_t aligned_version;    /* the control version that carried it */
+	struct toggle_set aligned_set;
+	uint64_t aligned_rejected, aligned_rejected_version;
+	int64_t aligned_rejected_step;
 	uint64_t control_errors;     /* malformed control-lane content */
 	struct toggle_shm_status *status_buf;
 
@@ -321,6 +329,8 @@ void tg_graph_drop(struct toggle_agent *a, struct tg_graph *g);
 int tg_control_open(struct toggle_agent *a, const char *socket_path);
 void tg_control_close(struct toggle_agent *a);
 void tg_control_poll(struct toggle_agent *a);     /* read the control lane if its seq moved */
+/* An aligned change refused (its step had begun, or was stepped over): counted and reported. */
+void tg_control_aligned_late(struct toggle_agent *a, uint64_t version);
 void tg_status_publish(struct toggle_agent *a);   /* write the status lane */
 
 /*

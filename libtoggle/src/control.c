@@ -152,6 +152,44 @@ static void plan_take(struct toggle_agent *a, const struct toggle_shm_control_vi
 	}
 }
 
+/*
+ * An aligned standing set: it waits for its step, or is refused whole when
+ * that step has begun (or the agent has none: a stepless agent could only
+ * take it at once).  Refused, nothing changes: the standing set and any
+ * aligned set still pending stay as they were, and the status lane says
+ * which version was refused at which step.  A set the agent already runs
+ * as its standing set is no change and never late (a restarted daemon
+ * rewrites the lane it left).
+ */
+static void control_aligned(struct toggle_agent *a, const struct toggle_set *s, int64_t step,
+			    uint64_t version)
+{
+	if (!set_in_catalog(a, s->bits) || step < 0) {
+		a->control_errors++;
+		return;
+	}
+	if (a->step >= 0 && step > a->step) {
+		/* step_begin takes it at exactly that step, or refuses it if it
+		 * skips over it (steps need only increase). */
+		a->aligned_pending = true;
+		a->aligned_step = step;
+		a->aligned_set = *s;
+		a->aligned_version = version;
+		return;
+	}
+	if (!a->aligned_pending && toggle_set_equal(&a->standing, s))
+		return;
+	tg_control_aligned_late(a, version);
+}
+
+void tg_control_aligned_late(struct toggle_agent *a, uint64_t version)
+{
+	a->aligned_rejected++;
+	a->aligned_rejected_version = version;
+	a->aligned_rejected_step = a->step;
+	a->anomalies.late_plans++;
+}
+
 void tg_control_poll(struct toggle_agent *a)
 {
 	struct toggle_shm_control_view v;
@@ -164,8 +202,12 @@ void tg_control_poll(struct toggle_agent *a)
 	if (v.version != a->ctl_version) {
 		struct toggle_set s;
 		memcpy(s.bits, v.standing, sizeof(s.bits));
-		if (toggle_set_enabled(a, &s) != 0)
+		if (v.standing_flags & TOGGLE_SHM_STANDING_ALIGNED)
+			control_aligned(a, &s, v.standing_step, v.version);
+		else if (toggle_set_enabled(a, &s) != 0)
 			a->control_errors++;
+		else
+			a->aligned_pending = false; /* a plain set replaces a pending aligned one */
 		a->ctl_version = v.version;
 	}
 	plan_take(a, &v);
@@ -181,6 +223,10 @@ void tg_status_publish(struct toggle_agent *a)
 	s->plan_rejected = a->plan_rejected;
 	s->plan_rejected_batch = a->plan_rejected_batch;
 	s->plan_rejected_step = a->plan_rejected_step;
+	s->features = TOGGLE_SHM_FEAT_ALIGNED;
+	s->aligned_rejected = a->aligned_rejected;
+	s->aligned_rejected_version = a->aligned_rejected_version;
+	s->aligned_rejected_step = a->aligned_rejected_step;
 	struct toggle_stats st;
 	toggle_stats_get(a, &st);
 	s->replays = st.launches;

@@ -624,3 +624,45 @@ def test_mixed_plan_refused_as_togglectl_does(daemon, c):
                            timeout=20, env=PROG_ENV)
         assert r.returncode == 2 and why.split()[0] in r.stderr, (entries, r.stderr)
     assert c.show_plan(a.agent_id).get(a.agent_id, []) == []
+
+
+# ---- issue 27: aligned sets ----
+
+def test_aligned_set_one_step_for_the_group(daemon, c):
+    """aligned=True: every agent of the group runs the new set from the one
+    step the result names, and not before; togglectl --aligned the same."""
+    daemon.agent("tp-0", "tp")
+    daemon.agent("tp-1", "tp")
+    daemon.wait_agents(["tp-0", "tp-1"])
+    time.sleep(0.3)  # a step-rate sample for toggled's margin
+    ids = {a.agent_id for a in c.list_agents({"group": "tp"})}
+    r = c.set("resid_post:0-3", target={"group": "tp"}, aligned=True)
+    at = r.aligned_step
+    assert set(r) == ids and at > 0
+    for name in ("tp-0", "tp-1"):
+        g = daemon.wait_step(name, at + 2)
+        assert g[at - 1][0] != "resid_post:0-3", (name, at, g[at - 1])
+        assert [g[s][0] for s in (at, at + 1, at + 2)] == ["resid_post:0-3"] * 3, (name, at)
+        assert all(g[s][1] == "ok" for s in (at - 1, at, at + 1, at + 2))
+    out = daemon.ctl_json("-t", "group:tp", "set", "--aligned=+30", "attn_out:*")
+    at2 = out["aligned_step"]
+    assert at2 > at and sorted(a["agent_id"] for a in out["agents"]) == sorted(ids)
+    for name in ("tp-0", "tp-1"):
+        g = daemon.wait_step(name, at2)
+        assert g[at2 - 1][0] == "resid_post:0-3" and g[at2][0] == "attn_out:*", (name, at2)
+
+
+def test_aligned_bad_input_refused_before_sending(daemon, c):
+    with pytest.raises(ValueError):
+        c.set("all", target={"group": "ga"}, margin=5)
+    for bad in (0, -1, 1000001, True, 2.5):
+        with pytest.raises(ValueError):
+            c.set("all", target={"group": "ga"}, aligned=True, margin=bad)
+    with pytest.raises(errors.NoAgentError):
+        c.set("all", target={"group": "nobody"}, aligned=True)
+    # the etcd path does not align: togglectl says so (usage, exit 2)
+    r = daemon.ctl("--etcd", "http://127.0.0.1:1", "--cluster", "c", "set", "--aligned", "all",
+                   check=False)
+    assert r.returncode == 2 and "--aligned is not supported with --etcd" in r.stdout
+    r = daemon.ctl("-t", "group:ga", "set", "--aligned=7", "all", check=False)
+    assert r.returncode == 2 and "expected +N" in r.stdout

@@ -38,6 +38,7 @@ expect "a command" "set status" s
 expect "plan's subcommands" "show submit" plan s
 expect "an option" "--target --timeout" --t
 expect "--wait's form" "--wait=10s --wait=1m" --wait=1
+expect "--aligned" "--aligned --aligned=" --al
 start=$(date +%s%N)
 expect "no daemon: specs" "all none" -s "$T/none.sock" enable ""
 expect "no daemon: selectors" "agent: all group: name: pid:" -s "$T/none.sock" -t ""

@@ -572,6 +572,29 @@ if ! grep -qE '^[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} set_applied +agent=[0-9]+ n
 	sed 's/^/  /' "$T/watch.txt" >&2
 fi
 
+# ---- 6b. an aligned set: one step for every target (issue 27) ------------------------
+
+ctl set resid_post:0-3 --wait
+ctl --target group:demo set --aligned=+40 attn_out:5
+expect_rc 0 "set --aligned" && expect_in out "taken for step" "set --aligned: the step"
+A=$(sed -n 's/.*taken for step \([0-9][0-9]*\).*/\1/p' "$T/out" | head -n 1)
+if [ -n "$A" ] && wait_for 20 "the agent reaches the aligned step $A" ran_step $((A + 1)); then
+	# the agent prints the steps whose gate changed: the one before A still ran the old set
+	B4=$(awk -v a="$A" '$1 == "step" && $2 + 0 < a + 0 { l = $3 } END { print l }' "$T/agent.log")
+	[ "$B4" = "gate=resid_post:0-3" ] &&
+		grep -q "^step $A gate=attn_out:5 producers=" "$T/agent.log" ||
+		fail "set --aligned: not switched at exactly step $A (before: $B4): $(grep -E "^step $A " "$T/agent.log")"
+	CHECKS=$((CHECKS + 1))
+fi
+ctl --target group:demo set --aligned=+0 all
+expect_rc 2 "set --aligned=+0" && expect_in err "bad --aligned value '+0'" "--aligned=+0"
+ctl --target group:nobody set --aligned all
+expect_rc 1 "set --aligned to a group of none" && expect_in err "no agent matches" "--aligned, no agent"
+ctl --aligned plan show
+expect_rc 2 "--aligned with plan" && expect_in err "--aligned applies to enable, disable and set only" "--aligned with plan"
+ctl_raw --etcd http://127.0.0.1:1 --cluster c set --aligned all
+expect_rc 2 "--aligned with --etcd" && expect_in err "--aligned is not supported with --etcd" "--aligned with --etcd"
+
 # ---- 7. the daemon dies (kill -9) and comes back -------------------------------------
 
 ctl set resid_post:0-3 attn_out:5 --wait

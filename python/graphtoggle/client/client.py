@@ -17,6 +17,8 @@ from ._wire import MAX_FRAME, PROTOCOL_VERSION, Reader, encode, pb
 
 MAX_PLAN_ENTRIES = 64  # TGP_MAX_PLAN_ENTRIES: entries of one SubmitPlanRequest
 MAX_WAIT_MS = 600000   # TGP_MAX_WAIT_MS
+MAX_ALIGN_MARGIN = 1000000  # TGP_MAX_ALIGN_MARGIN
+ALIGN_ACK_S = 5         # TD_ALIGN_ACK_MS: how long an aligned reply waits without wait
 MAX_PLAN_AFTER = 1 << 40  # TGP_MAX_PLAN_AFTER: the largest relative step "+N"
 
 # Who may listen at the socket: peer_trust.h's rule, variable and messages
@@ -158,9 +160,11 @@ class SetResult(dict):
     catalog refused the spec and that were left as they were, as toggled names
     them ("name (id N): reason")."""
 
-    def __init__(self, versions, skipped):
+    def __init__(self, versions, skipped, aligned_step=None):
         super().__init__(versions)
         self.skipped = list(skipped)
+        # aligned=True: the step from which every target runs the set.
+        self.aligned_step = aligned_step
 
 
 class Event:
@@ -287,7 +291,7 @@ class Client:
                     continue  # a late reply to a request that timed out
                 if body == "error":
                     e = errors.from_reply(rep.error)
-                    if (field == "set_enabled" and msg.wait_ms
+                    if (field == "set_enabled" and (msg.wait_ms or msg.aligned)
                             and rep.error.code == pb.ERROR_CODE_TIMEDOUT):
                         # toggled answers a wait with TIMEDOUT only after it
                         # changed, saved and wrote the set (togglectl: exit 3)
@@ -342,8 +346,14 @@ class Client:
 
     # ---- changes ----
 
-    def set_enabled(self, spec, op="replace", target=None, wait=None):
-        """Change the standing set: op "replace", "add" or "remove".  wait: seconds
+    def set_enabled(self, spec, op="replace", target=None, wait=None, aligned=False,
+                    margin=None):
+        """Change the standing set: op "replace", "add" or "remove".  aligned:
+        every target switches at one step none has begun (the highest step
+        their status lanes report plus margin steps, toggled's own margin when
+        None), all targets or none; the result's .aligned_step names it, and
+        the reply waits (5 s, or wait) until every target took it; a target
+        that had begun that step refuses it: LateError naming it.  wait: seconds
         to wait until every target ran a replay with it; if one did not in time,
         TimedOutError with .accepted True (the set is saved and in force; the
         late agents, in .agents, run it from their next step).  A reply that
@@ -354,6 +364,16 @@ class Client:
             raise ValueError("op: one of %s, not %r" % (", ".join(_OPS), op))
         req = pb.SetEnabledRequest(target=selector(target), op=_OPS[op], spec=spec)
         timeout = None
+        if margin is not None and not aligned:
+            raise ValueError("margin: only with aligned=True")
+        if aligned:
+            req.aligned = True
+            if margin is not None:
+                if (not isinstance(margin, int) or isinstance(margin, bool)
+                        or not 1 <= margin <= MAX_ALIGN_MARGIN):
+                    raise ValueError("margin: 1 to %d steps, not %r" % (MAX_ALIGN_MARGIN, margin))
+                req.aligned_margin = margin
+            timeout = self.timeout + (wait or ALIGN_ACK_S)
         if wait:
             ms = int(wait * 1000)
             if not 0 < ms <= MAX_WAIT_MS:
@@ -361,16 +381,17 @@ class Client:
             req.wait_ms = ms
             timeout = self.timeout + wait
         rep = self._call("set_enabled", req, "set_enabled_reply", timeout)
-        return SetResult({v.agent_id: v.version for v in rep.versions}, rep.skipped)
+        return SetResult({v.agent_id: v.version for v in rep.versions}, rep.skipped,
+                         rep.aligned_step if aligned else None)
 
-    def enable(self, spec, target=None, wait=None):
-        return self.set_enabled(spec, "add", target, wait)
+    def enable(self, spec, target=None, wait=None, aligned=False, margin=None):
+        return self.set_enabled(spec, "add", target, wait, aligned, margin)
 
-    def disable(self, spec, target=None, wait=None):
-        return self.set_enabled(spec, "remove", target, wait)
+    def disable(self, spec, target=None, wait=None, aligned=False, margin=None):
+        return self.set_enabled(spec, "remove", target, wait, aligned, margin)
 
-    def set(self, spec, target=None, wait=None):
-        return self.set_enabled(spec, "replace", target, wait)
+    def set(self, spec, target=None, wait=None, aligned=False, margin=None):
+        return self.set_enabled(spec, "replace", target, wait, aligned, margin)
 
     def submit_plan(self, entries, target=None):
         """One plan request, all or nothing (1 to 64 entries).  entries: a dict
