@@ -461,17 +461,20 @@ ctl plan clear
 expect_rc 0 "plan clear" && expect_in out "plan cleared" "plan clear"
 
 # relative steps: "+N" is N steps after the agent's current step when the
-# daemon applies the plan to it; the agent then runs it at that step
+# daemon applies the plan to it; the agent then runs it at that step.  +1500
+# (3 s at the agent's 2 ms a step): plan show must still see the entries
+# pending when a loaded machine makes submit and show slow (+300 was passed
+# once under make check -j2 beside other builds: 500 steps in one submit)
 S0=$(agent_step)
-printf '[{"step": "+300", "hooks": "mlp_out:30"}, {"step": "+301", "hooks": "none"}]' >"$T/rel.json"
+printf '[{"step": "+1500", "hooks": "mlp_out:30"}, {"step": "+1501", "hooks": "none"}]' >"$T/rel.json"
 ctl plan submit "$T/rel.json"
 S1=$(agent_step)
 expect_rc 0 "relative plan" &&
-	expect_in out "plan submitted: 2 entries, steps +300-+301 after each agent's current step" "relative plan summary"
+	expect_in out "plan submitted: 2 entries, steps +1500-+1501 after each agent's current step" "relative plan summary"
 ctl --json plan show
 expect_rc 0 "relative plan show" && pyjson "relative plan resolved at the agent's step" "
 e = d['plans'][0]['entries']
-assert len(e) == 2 and $S0 + 300 <= e[0]['step'] <= $S1 + 300, (e, $S0, $S1)
+assert len(e) == 2 and $S0 + 1500 <= e[0]['step'] <= $S1 + 1500, (e, $S0, $S1)
 assert e[1]['step'] == e[0]['step'] + 1 and e[0]['hooks'] == 'mlp_out:30' and e[1]['hooks'] == 'none', e"
 R=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["plans"][0]["entries"][0]["step"])' "$T/out")
 ran_step() { [ "$(agent_step)" -gt "$1" ]; }
