@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "store.h"
 #include "toggled.h"
 #include "util.h"
 
@@ -46,6 +47,69 @@
 #define STORE_JOURNAL_MAX    (4u << 20)  /* bytes before a checkpoint (default) */
 #define STORE_JOURNAL_LIMIT  (256u << 20) /* a longer journal is not read: corrupt */
 #define STORE_SYNC_THREADS   16  /* fsyncs in flight at once */
+
+/* ---- the fault seam (store.h) --------------------------------------------- */
+
+static td_store_fault_fn *_Atomic fault_fn;
+static void *_Atomic fault_arg;
+
+void td_store_set_fault(td_store_fault_fn *fn, void *arg)
+{
+	fault_arg = arg;
+	fault_fn = fn;
+}
+
+/* 0, or -1 with errno: the hook failed this call. */
+static int fault(enum td_store_op op, const char *file)
+{
+	td_store_fault_fn *fn = fault_fn;
+	int e = fn ? fn(op, file, fault_arg) : 0;
+	if (e) {
+		errno = e;
+		return -1;
+	}
+	return 0;
+}
+
+static ssize_t io_write(int fd, const void *buf, size_t len, const char *file)
+{
+	return fault(TD_STORE_WRITE, file) ? -1 : write(fd, buf, len);
+}
+
+static ssize_t io_pwrite(int fd, const void *buf, size_t len, off_t off, const char *file)
+{
+	return fault(TD_STORE_WRITE, file) ? -1 : pwrite(fd, buf, len, off);
+}
+
+static int io_fsync(int fd, const char *file)
+{
+	return fault(TD_STORE_SYNC, file) ? -1 : fsync(fd);
+}
+
+static int io_fdatasync(int fd, const char *file)
+{
+	return fault(TD_STORE_SYNC, file) ? -1 : fdatasync(fd);
+}
+
+static int io_ftruncate(int fd, off_t len, const char *file)
+{
+	return fault(TD_STORE_TRUNCATE, file) ? -1 : ftruncate(fd, len);
+}
+
+static int io_renameat(int dfd, const char *from, int dfd2, const char *to)
+{
+	return fault(TD_STORE_RENAME, from) ? -1 : renameat(dfd, from, dfd2, to);
+}
+
+static int io_unlinkat(int dfd, const char *name, int flags)
+{
+	return fault(TD_STORE_UNLINK, name) ? -1 : unlinkat(dfd, name, flags);
+}
+
+static int io_openat(int dfd, const char *name, int flags, mode_t mode)
+{
+	return fault(TD_STORE_OPEN, name) ? -1 : openat(dfd, name, flags, mode);
+}
 
 /*
  * Copy text from a file (or a file name) into out for an error message:
@@ -524,7 +588,7 @@ static int quarantine(int dfd, const char *adir, const char *fname, const char *
 	char aside[STORE_FNAME_MAX + 32], pf[80];
 	snprintf(aside, sizeof(aside), "%s%s-%lld", fname, STORE_BAD_SUFFIX, (long long)time(NULL));
 	out->quarantined++;
-	if (renameat(dfd, fname, dfd, aside) != 0) {
+	if (io_renameat(dfd, fname, dfd, aside) != 0) {
 		log_warn("state: %s; cannot set %s/%s aside, starting without it", err, adir,
 			 printable(fname, pf, sizeof(pf)));
 		return 0;
@@ -577,7 +641,7 @@ static int load_dir(const char *adir, struct td_store *out, char *err, size_t er
 		if (strstr(fname, STORE_SUFFIX STORE_BAD_SUFFIX "-"))
 			continue; /* set aside by an earlier start, logged then */
 		if (ends_with(fname, len, STORE_TMP_SUFFIX)) {
-			if (unlinkat(dfd, fname, 0) != 0 && errno != ENOENT)
+			if (io_unlinkat(dfd, fname, 0) != 0 && errno != ENOENT)
 				log_warn("state: cannot remove the leftover %s/%s", adir,
 					 printable(fname, pf, sizeof(pf)));
 			continue;
@@ -780,9 +844,9 @@ static int load_journal(const char *dir, struct td_store *out, char *err, size_t
 			char aside[PATH_MAX + 64], pf[PATH_MAX + 64];
 			snprintf(aside, sizeof(aside), "%s%s-%lld", path, STORE_BAD_SUFFIX,
 				 (long long)time(NULL));
-			int afd = open(aside, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-				       STORE_FILE_MODE);
-			bool kept = afd >= 0 && write_all(afd, buf, size) == 0 && fsync(afd) == 0;
+			int afd = io_openat(AT_FDCWD, aside, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+					    STORE_FILE_MODE);
+			bool kept = afd >= 0 && write_all(afd, buf, size) == 0 && io_fsync(afd, STORE_JOURNAL) == 0;
 			if (afd >= 0)
 				close(afd);
 			out->quarantined++;
@@ -790,7 +854,8 @@ static int load_journal(const char *dir, struct td_store *out, char *err, size_t
 				  "what came before (--strict-state: refuse to start instead)", err,
 				  path, kept ? printable(aside, pf, sizeof(pf)) : "(could not copy)");
 		}
-		if (good < size && (ftruncate(fd, (off_t)good) != 0 || fsync(fd) != 0)) {
+		if (good < size && (io_ftruncate(fd, (off_t)good, STORE_JOURNAL) != 0 ||
+				    io_fsync(fd, STORE_JOURNAL) != 0)) {
 			util_seterr(err, errlen, "cannot cut %s to its last complete record: %s", path,
 			            strerror(errno));
 			rc = TOGGLE_EIO;
@@ -890,7 +955,7 @@ static char *dump_entry(const struct td_desired *dd)
 static int write_all(int fd, const char *buf, size_t len)
 {
 	while (len > 0) {
-		ssize_t w = write(fd, buf, len);
+		ssize_t w = io_write(fd, buf, len, NULL);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0)
@@ -908,8 +973,8 @@ static int write_all(int fd, const char *buf, size_t len)
 static int write_tmp(int dfd, const char *tmp, const char *text, bool *created)
 {
 	/* O_NOFOLLOW: never write through a link planted in the state directory. */
-	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-			STORE_FILE_MODE);
+	int fd = io_openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+			   STORE_FILE_MODE);
 	if (fd < 0)
 		return -1;
 	*created = true;
@@ -934,7 +999,7 @@ static void *sync_slice_run(void *arg)
 {
 	struct sync_slice *sl = arg;
 	for (size_t i = 0; i < sl->n; i++)
-		if (fsync(sl->fds[i]) != 0 && !sl->err)
+		if (io_fsync(sl->fds[i], NULL) != 0 && !sl->err)
 			sl->err = errno;
 	return NULL;
 }
@@ -976,7 +1041,7 @@ static int sync_close_all(const int *fds, size_t n)
 /* EINVAL: a file system that cannot sync directories; nothing more to do there. */
 static int fsync_dirfd(int fd)
 {
-	return fsync(fd) != 0 && errno != EINVAL ? -1 : 0;
+	return io_fsync(fd, NULL) != 0 && errno != EINVAL ? -1 : 0;
 }
 
 static int fsync_dir(const char *dir)
@@ -1002,7 +1067,7 @@ static int open_agents_dir(const char *dir, bool *made)
 	}
 	int fd = open(adir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT) {
-		if (mkdir(adir, STORE_DIR_MODE) != 0 && errno != EEXIST)
+		if ((fault(TD_STORE_OPEN, STORE_SUBDIR) || mkdir(adir, STORE_DIR_MODE) != 0) && errno != EEXIST)
 			return -1;
 		*made = true;
 		fd = open(adir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1209,10 +1274,11 @@ static void journal_append(struct td_store_job *j)
 	}
 	bool created = false;
 	if (!j->jopen) {
-		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, STORE_FILE_MODE);
+		int fd = io_openat(AT_FDCWD, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+				   STORE_FILE_MODE);
 		created = fd >= 0;
 		if (fd < 0 && errno == EEXIST)
-			fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+			fd = io_openat(AT_FDCWD, path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 		if (fd < 0) {
 			job_fail(j, "cannot open", STORE_JOURNAL);
 			return;
@@ -1241,7 +1307,8 @@ static void journal_append(struct td_store_job *j)
 	size_t off = 0;
 	int rc = 0;
 	while (off < len) {
-		ssize_t w = pwrite(j->jfd, text + off, len - off, (off_t)(j->jsize + off));
+		ssize_t w = io_pwrite(j->jfd, text + off, len - off, (off_t)(j->jsize + off),
+				      STORE_JOURNAL);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
@@ -1253,14 +1320,15 @@ static void journal_append(struct td_store_job *j)
 		off += (size_t)w;
 	}
 	free(text);
-	if (rc == 0 && j->jtrim && ftruncate(j->jfd, (off_t)(j->jsize + len)) != 0)
+	if (rc == 0 && j->jtrim && io_ftruncate(j->jfd, (off_t)(j->jsize + len), STORE_JOURNAL) != 0)
 		rc = -1;
 	/* A new journal's name must survive a crash too. */
-	if (rc == 0 && (fdatasync(j->jfd) != 0 || (created && fsync_dir(j->dir) != 0)))
+	if (rc == 0 && (io_fdatasync(j->jfd, STORE_JOURNAL) != 0 || (created && fsync_dir(j->dir) != 0)))
 		rc = -1;
 	if (rc != 0) {
 		job_fail(j, "cannot append to", STORE_JOURNAL);
-		if (ftruncate(j->jfd, (off_t)j->jsize) != 0 || fdatasync(j->jfd) != 0)
+		if (io_ftruncate(j->jfd, (off_t)j->jsize, STORE_JOURNAL) != 0 ||
+		    io_fdatasync(j->jfd, STORE_JOURNAL) != 0)
 			j->jsize_unsure = true;
 		return;
 	}
@@ -1273,13 +1341,14 @@ static void journal_reset(struct td_store_job *j)
 {
 	char path[PATH_MAX + 32];
 	if (!j->jopen && journal_path(path, sizeof(path), j->dir)) {
-		int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+		int fd = io_openat(AT_FDCWD, path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 		if (fd >= 0) {
 			j->jfd = fd;
 			j->jopen = true;
 		}
 	}
-	if (j->jopen && ftruncate(j->jfd, 0) == 0 && fdatasync(j->jfd) == 0)
+	if (j->jopen && io_ftruncate(j->jfd, 0, STORE_JOURNAL) == 0 &&
+	    io_fdatasync(j->jfd, STORE_JOURNAL) == 0)
 		j->jsize = 0;
 }
 
@@ -1341,13 +1410,13 @@ void td_store_job_run(struct td_store_job *j)
 		snprintf(fname, sizeof(fname), "%s%s", e->val.name, STORE_SUFFIX);
 		snprintf(tmp, sizeof(tmp), "%s%s%s", e->val.name, STORE_SUFFIX, STORE_TMP_SUFFIX);
 		if (entry_empty(&e->val)) {
-			if (unlinkat(dfd, fname, 0) == 0)
+			if (io_unlinkat(dfd, fname, 0) == 0)
 				changed = e->renamed = true;
 			else if (errno != ENOENT)
 				job_fail(j, "cannot remove", fname);
 			continue;
 		}
-		if (renameat(dfd, tmp, dfd, fname) != 0) {
+		if (io_renameat(dfd, tmp, dfd, fname) != 0) {
 			job_fail(j, "cannot rename into", fname);
 			break;
 		}
@@ -1358,7 +1427,7 @@ void td_store_job_run(struct td_store_job *j)
 		if (!j->e[i].tmp_made)
 			continue;
 		snprintf(tmp, sizeof(tmp), "%s%s%s", j->e[i].val.name, STORE_SUFFIX, STORE_TMP_SUFFIX);
-		unlinkat(dfd, tmp, 0);
+		io_unlinkat(dfd, tmp, 0);
 		j->e[i].tmp_made = false;
 	}
 	/* After the renames: the new files are in place but may not survive a crash. */
