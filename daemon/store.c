@@ -120,8 +120,9 @@ static int io_openat(int dfd, const char *name, int flags, mode_t mode)
 }
 
 /*
- * Buffers of 128 KiB and more (a journal read at start, a large record)
- * are mapped here, not malloc'd: glibc maps such a malloc itself and, when
+ * Buffers of 128 KiB and more (a journal read at start, a large record,
+ * the entries' array, a job's copies, the list of file names at load) are
+ * mapped here, not malloc'd: glibc maps such a malloc itself and, when
  * it is freed, raises its mmap threshold to its size, after which the
  * daemon's later large callocs (each agent's 264 KiB plan array) come from
  * the heap, where calloc zeroes what it reuses page by page.  A restart
@@ -136,6 +137,12 @@ static void *big_alloc(size_t n)
 		return malloc(n ? n : 1);
 	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Zeroed: a fresh mapping is, a small block is cleared. */
+static void *big_calloc(size_t n)
+{
+	return n < BIG_BUF ? calloc(1, n ? n : 1) : big_alloc(n);
 }
 
 static void big_free(void *p, size_t n)
@@ -256,6 +263,11 @@ static void mark_dirty(struct td_desired *dd)
 		dd->owner->dirty = true;
 }
 
+static size_t store_cap(const struct td_store *s)
+{
+	return s->cap && s->cap < TD_MAX_STORED_AGENTS ? s->cap : TD_MAX_STORED_AGENTS;
+}
+
 void td_store_free(struct td_store *s)
 {
 	if (!s)
@@ -266,16 +278,12 @@ void td_store_free(struct td_store *s)
 		value_free(&s->v[i].saved_standing, &s->v[i].saved_n_plans, &s->v[i].saved_steps,
 			   &s->v[i].saved_specs);
 	}
-	free(s->v);
+	big_free(s->v, store_cap(s) * sizeof(*s->v));
 	if (s->jopen)
 		close(s->jfd);
 	memset(s, 0, sizeof(*s));
 }
 
-static size_t store_cap(const struct td_store *s)
-{
-	return s->cap && s->cap < TD_MAX_STORED_AGENTS ? s->cap : TD_MAX_STORED_AGENTS;
-}
 
 /*
  * The array is allocated at its full bound on first use (a few hundred KiB,
@@ -294,7 +302,7 @@ struct td_desired *td_store_get(struct td_store *s, const char *name, bool creat
 		}
 	if (!create || !name_ok(name) || s->n >= store_cap(s))
 		return NULL;
-	if (!s->v && !(s->v = calloc(store_cap(s), sizeof(*s->v))))
+	if (!s->v && !(s->v = big_calloc(store_cap(s) * sizeof(*s->v))))
 		return NULL;
 	struct td_desired *dd = &s->v[s->n++];
 	memset(dd, 0, sizeof(*dd));
@@ -757,7 +765,7 @@ static int load_dir(const char *adir, struct td_store *out, char *err, size_t er
 			rc = TOGGLE_EINVAL;
 			break;
 		}
-		if (!stems && !(stems = malloc(TD_MAX_STORED_AGENTS * sizeof(*stems)))) {
+		if (!stems && !(stems = big_alloc(TD_MAX_STORED_AGENTS * sizeof(*stems)))) {
 			util_seterr(err, errlen, "%s: out of memory while loading", adir);
 			rc = TOGGLE_ENOMEM;
 			break;
@@ -785,7 +793,7 @@ static int load_dir(const char *adir, struct td_store *out, char *err, size_t er
 	if (ignored > STORE_MAX_LOGGED)
 		log_warnx("state: %zu more entries of %s ignored", ignored - STORE_MAX_LOGGED, adir);
 	closedir(dp);
-	free(stems);
+	big_free(stems, TD_MAX_STORED_AGENTS * sizeof(*stems));
 	return rc;
 }
 
@@ -1590,7 +1598,7 @@ enum job_kind {
 struct td_store_job {
 	char dir[PATH_MAX];
 	enum job_kind kind;
-	size_t n;
+	size_t n, cap_e;       /* entries copied, and room for (cap_e) */
 	struct job_entry *e;
 	/* JOB_APPEND: the journal's fd, taken from the store and given back. */
 	bool rotate;           /* rename agents.journal to agents.journal.old first */
@@ -1671,7 +1679,7 @@ static void job_free(struct td_store_job *j)
 		struct td_desired *v = &j->e[i].val;
 		value_free(&v->standing, &v->n_plans, &v->plan_steps, &v->plan_specs);
 	}
-	free(j->e);
+	big_free(j->e, j->cap_e * sizeof(*j->e));
 	free(j);
 }
 
@@ -1700,8 +1708,9 @@ static int job_snapshot(struct td_store_job *j, struct td_store *s,
 	size_t n = 0;
 	for (size_t i = 0; i < s->n; i++)
 		n += pick(&s->v[i], j);
-	if (n && !(j->e = calloc(n, sizeof(*j->e))))
+	if (n && !(j->e = big_calloc(n * sizeof(*j->e))))
 		return -1;
+	j->cap_e = n;
 	for (size_t i = 0; i < s->n && j->n < n; i++) {
 		struct td_desired *dd = &s->v[i];
 		if (!pick(dd, j))

@@ -150,6 +150,7 @@ struct fault {
 	bool persistent;     /* fail every call from the n-th on */
 	const char *only;    /* NULL, or fail only calls about names containing this */
 	int err;
+	bool and_truncate;   /* and every truncate fails (a failed append cannot be cut back) */
 	atomic_int count[TD_STORE_N_OPS];
 	atomic_int fired;
 };
@@ -159,6 +160,8 @@ static int fault_hook(enum td_store_op op, const char *file, void *arg)
 	struct fault *f = arg;
 	if (f->only && (!file || !strstr(file, f->only)))
 		return 0;
+	if (f->and_truncate && op == TD_STORE_TRUNCATE && f->nth)
+		return EIO;
 	int n = atomic_fetch_add(&f->count[op], 1) + 1;
 	if (op != f->op || f->nth == 0 || n < f->nth || (n > f->nth && !f->persistent))
 		return 0;
@@ -262,7 +265,8 @@ static void verify(const struct model *m, const char *what)
  * the journal makes truncate, rename and unlink fail with EPERM), the
  * journal's calls alone and every call.
  */
-static void fault_matrix(enum td_store_op op, bool persistent, const char *only, int err)
+static void fault_matrix2(enum td_store_op op, bool persistent, const char *only, int err,
+			  bool and_truncate)
 {
 	struct fault count = { .op = op, .only = only };
 	struct model m;
@@ -278,11 +282,11 @@ static void fault_matrix(enum td_store_op op, bool persistent, const char *only,
 	int fired = 0;
 	for (int n = 1; n <= calls; n++) {
 		struct fault f = { .op = op, .nth = n, .persistent = persistent, .only = only,
-				   .err = err };
-		char what[160];
-		snprintf(what, sizeof(what), "%s call %d of %d%s%s%s failed (%s)", op_names[op], n, calls,
-			 persistent ? " and every later one" : "", only ? " about " : "",
-			 only ? only : "", strerror(err));
+				   .err = err, .and_truncate = and_truncate };
+		char what[200];
+		snprintf(what, sizeof(what), "%s call %d of %d%s%s%s failed (%s)%s", op_names[op], n,
+			 calls, persistent ? " and every later one" : "", only ? " about " : "",
+			 only ? only : "", strerror(err), and_truncate ? ", every truncate too" : "");
 		make_tmpdir(NULL);
 		td_store_set_fault(fault_hook, &f);
 		scenario(STEPS, JMAX, &m);
@@ -292,6 +296,14 @@ static void fault_matrix(enum td_store_op op, bool persistent, const char *only,
 		remove_tmpdir();
 	}
 	ck_assert_msg(calls == 0 || fired > 0, "%s: no fault fired", op_names[op]);
+	fprintf(stderr, "fault matrix: %s%s%s%s%s: %d scenarios, each acknowledged value loaded\n",
+		op_names[op], persistent ? " from the n-th call on" : " once", only ? " about " : "",
+		only ? only : "", and_truncate ? ", every truncate too" : "", calls);
+}
+
+static void fault_matrix(enum td_store_op op, bool persistent, const char *only, int err)
+{
+	fault_matrix2(op, persistent, only, err, false);
 }
 
 START_TEST(test_fault_once)
@@ -311,6 +323,19 @@ START_TEST(test_fault_journal_locked)
 {
 	static const enum td_store_op ops[] = { TD_STORE_TRUNCATE, TD_STORE_RENAME, TD_STORE_UNLINK };
 	fault_matrix(ops[_i], true, "agents.journal", EPERM);
+}
+END_TEST
+
+/*
+ * A write or a sync of an append fails and the journal cannot be cut back
+ * (every truncate fails): the failed record may stay on disk, so the next
+ * append must cut first, and fails while it cannot; never a record after
+ * stale bytes, never an acknowledgement of what a restart would not load.
+ */
+START_TEST(test_fault_cut_fails)
+{
+	static const enum td_store_op ops[] = { TD_STORE_WRITE, TD_STORE_SYNC };
+	fault_matrix2(ops[_i], false, NULL, EIO, true);
 }
 END_TEST
 
@@ -490,6 +515,25 @@ START_TEST(test_torn_tail)
 		ck_assert_uint_eq(r.quarantined, 0);
 		td_store_free(&r);
 	}
+	/* A torn tail that cannot be cut (truncate fails): the start goes on, saves are
+	 * refused until it can be cut (never a record after the torn bytes). */
+	spit(in_dir(jpath, sizeof(jpath), "agents.journal"), buf, len - 3);
+	struct fault f = { .op = TD_STORE_TRUNCATE, .nth = 1, .persistent = true, .err = EPERM };
+	td_store_set_fault(fault_hook, &f);
+	struct td_store r;
+	open_store(&r, 1 << 20, false);
+	ck_assert(r.jtrim);
+	set_standing(&r, "gamma", "after");
+	ck_assert_int_eq(td_store_save(&r, tdir), TOGGLE_EIO);
+	td_store_rollback(&r);
+	td_store_set_fault(NULL, NULL);
+	set_standing(&r, "gamma", "after");
+	ck_assert_int_eq(td_store_save(&r, tdir), 0);
+	td_store_free(&r);
+	open_store(&r, 1 << 20, false);
+	ck_assert_str_eq(standing_of(&r, "gamma"), "after");
+	ck_assert_str_eq(standing_of(&r, "beta"), "beta-2222");
+	td_store_free(&r);
 	free(buf);
 	remove_tmpdir();
 }
@@ -585,6 +629,7 @@ static Suite *faults_suite(void)
 	tcase_add_loop_test(tc, test_fault_once, 0, TD_STORE_N_OPS);
 	tcase_add_loop_test(tc, test_fault_persistent, 0, TD_STORE_N_OPS);
 	tcase_add_loop_test(tc, test_fault_journal_locked, 0, 3);
+	tcase_add_loop_test(tc, test_fault_cut_fails, 0, 2);
 	tcase_add_test(tc, test_append_only_journal);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("damage");
