@@ -109,6 +109,15 @@ void td_commit_init(struct td_daemon *d)
 	c->ckpt_work.data = d;
 	uv_timer_init(d->loop, &c->retry);
 	c->retry.data = d;
+	/* The load could not fold a damaged or old journal into the files: saves are refused
+	 * until it can (the store says why), tried again each second from now on. */
+	if (d->store.ckpt_failed) {
+		c->failing = true;
+		c->failures++;
+		snprintf(c->reason, sizeof(c->reason), "checkpoint: %.*s", (int)sizeof(c->reason) - 13,
+			 d->store.ckpt_reason);
+		uv_timer_start(&c->retry, on_retry, COMMIT_RETRY_MS, 0);
+	}
 }
 
 void td_commit_reply(struct td_peer *p, uint64_t request_id, uint8_t *reply, size_t len,
@@ -415,12 +424,14 @@ static void ckpt_done(uv_work_t *w, int status)
 		log_warnx("state: a checkpoint did not run: %s", uv_strerror(status));
 		return;
 	}
+	bool was_failed = d->store.ckpt_failed;
 	if (td_store_ckpt_end(&d->store, j, reason, sizeof(reason)) == 0) {
-		if (c->failing)
+		if (was_failed && c->failing) { /* the checkpoint was why saves failed */
 			log_info("state: checkpoint under %s done, saving again (%llu saves had failed)",
 				 d->cfg.state_dir, (unsigned long long)c->failures);
-		c->failing = false;
-		c->reason[0] = '\0';
+			c->failing = false;
+			c->reason[0] = '\0';
+		}
 		return;
 	}
 	/* Saves are refused from now on (td_store_job_begin) until a checkpoint succeeds. */

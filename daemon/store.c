@@ -284,7 +284,6 @@ void td_store_free(struct td_store *s)
 	memset(s, 0, sizeof(*s));
 }
 
-
 /*
  * The array is allocated at its full bound on first use (a few hundred KiB,
  * touched lazily; s->cap entries for a scratch store), so a pointer
@@ -1146,11 +1145,11 @@ static int parse_v2(const char *path, const char *buf, size_t size, uint64_t aft
 		} else {
 			damage_note(scan, err, errlen, path, pos, "%s", what);
 		}
-		size_t next = resync(ub, size, pos + 1, &budget);
-		if (hdr && plen <= next - pos - REC_HDR)
-			damage_names(dm, buf + pos + REC_HDR, plen);
+		size_t next = resync(ub, size, pos + 1, &budget), span = next - pos;
+		if (hdr && span >= REC_HDR && plen <= span - REC_HDR)
+			damage_names(dm, buf + pos + REC_HDR, plen); /* the record, up to the next */
 		else
-			damage_names(dm, buf + pos, next - pos);
+			damage_names(dm, buf + pos, span);
 		stretch++;
 		pos = next;
 	}
@@ -1306,7 +1305,7 @@ static int load_journal(const char *dir, struct jfile *jf, uint64_t after_seq, s
 			  "refuse to start instead)", err, jf->scan.damaged, jf->scan.records,
 			  printable(path, pf, sizeof(pf)));
 	}
-	if (jf->scan.torn)
+	if (jf->scan.torn && !jf->scan.corrupt)
 		log_warnx("state: %s: a record cut short at byte %zu (a save that never completed, so "
 			  "never acknowledged) dropped", printable(path, pf, sizeof(pf)), jf->scan.good);
 	return 0;
@@ -1787,7 +1786,7 @@ static int job_fail(struct td_store_job *j, const char *what, const char *fname)
 {
 	int e = errno;
 	char pf[80];
-	bool top = strncmp(fname, STORE_JOURNAL, strlen(STORE_JOURNAL)) == 0;
+	bool top = strcmp(fname, STORE_JOURNAL) == 0 || strcmp(fname, STORE_JOURNAL_OLD) == 0;
 	if (j->rc)
 		return -1; /* the first failure is the reason */
 	j->rc = TOGGLE_EIO;

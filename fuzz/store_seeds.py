@@ -68,6 +68,15 @@ def seeds():
     yield "journal2-intact-not-state", b"1" + a1 + record(2, [], b'{"format":2}\n') + a3
     yield "journal2-twice", b"1" + record(1, [entry("x"), entry("x", "y")])
     yield "journal2-huge-length", b"1" + b"\xffTJ\x02" + struct.pack("<IQ", 0xFFFFFFF0, 1) + b"xxxx"
+    # A header whose length runs past the end, followed by an intact record: after its
+    # header (long-header-overlaps), or inside its header, where its payload CRC would be
+    # (record-inside-header: the damaged stretch is shorter than a header; found by review,
+    # an ASan heap-buffer-overflow in the log's name search before the fix).
+    long_head = b"\xffTJ\x02" + struct.pack("<IQ", 4000, 9)
+    long_head += struct.pack("<I", crc32c(long_head))
+    r1 = record(1, [entry("a", "x")])
+    yield "journal2-long-header-overlaps", b"1" + long_head + struct.pack("<I", 0) + r1
+    yield "journal2-record-inside-header", b"1" + long_head + r1
     garbage = bytearray(a1 * 3)
     garbage[30:40] = b"\xffTJ\x02\xffTJ\x02\xff\xff"
     yield "journal2-garbage-magic", b"1" + bytes(garbage)

@@ -497,6 +497,51 @@ START_TEST(test_cut_in_middle)
 }
 END_TEST
 
+/*
+ * A damaged journal whose intact records cannot be folded into the files
+ * at the start (every open for writing fails): the start goes on with
+ * what it read, saves are refused (never appended after the damage) until
+ * the fold works, then everything is durable.
+ */
+START_TEST(test_fold_fails_at_load)
+{
+	char jpath[128], err[512] = "";
+	size_t len;
+	make_tmpdir(NULL);
+	char *buf = three_records(&len);
+	char *v = find(buf, len, "beta-2222");
+	v[7] = '3';
+	spit(in_dir(jpath, sizeof(jpath), "agents.journal"), buf, len);
+	free(buf);
+	struct fault f = { .op = TD_STORE_OPEN, .nth = 1, .persistent = true, .err = ENOSPC };
+	td_store_set_fault(fault_hook, &f);
+	struct td_store r = { 0 };
+	r.journal = true;
+	r.quarantine = true;
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert(r.ckpt_failed && r.compact);
+	ck_assert_str_eq(standing_of(&r, "gamma"), "gamma-3333");
+	set_standing(&r, "alpha", "refused");
+	ck_assert_int_eq(td_store_save(&r, tdir), TOGGLE_EIO);
+	td_store_rollback(&r);
+	ck_assert_int_eq(count_names(NULL, "agents.journal.corrupt-"), 0); /* not before the fold */
+	td_store_set_fault(NULL, NULL);
+	set_standing(&r, "alpha", "after");
+	ck_assert_int_eq(td_store_save(&r, tdir), 0); /* the fold first, then the save */
+	ck_assert(!r.ckpt_failed && !r.compact);
+	ck_assert_int_eq(count_names(NULL, "agents.journal.corrupt-"), 1);
+	td_store_free(&r);
+	memset(&r, 0, sizeof(r));
+	r.journal = true;
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_str_eq(standing_of(&r, "alpha"), "after");
+	ck_assert_str_eq(standing_of(&r, "gamma"), "gamma-3333");
+	ck_assert_ptr_null(standing_of(&r, "beta"));
+	td_store_free(&r);
+	remove_tmpdir();
+}
+END_TEST
+
 /* A torn last record (a crash while it was written): dropped, strict or not. */
 START_TEST(test_torn_tail)
 {
@@ -636,6 +681,7 @@ static Suite *faults_suite(void)
 	tcase_add_test(tc, test_flipped_digit);
 	tcase_add_test(tc, test_cut_in_middle);
 	tcase_add_test(tc, test_torn_tail);
+	tcase_add_test(tc, test_fold_fails_at_load);
 	tcase_add_test(tc, test_corrupt_infix_name);
 	tcase_add_test(tc, test_journal_not_regular);
 	suite_add_tcase(s, tc);
