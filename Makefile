@@ -3,7 +3,8 @@
 #   make check      build and run every Check test under ASan + UBSan
 #   make demo       the demo (see README)
 #   make gpu-check  build and run the GPU suite (skips cleanly without a GPU)
-#   make python     the Python package (python/graphtoggle, libtoggle.so beside it)
+#   make python     python/graphtoggle usable in place (libtoggle.so beside it)
+#   make wheel      the Python package's wheel and sdist in build/dist
 #   make bench      host benchmarks
 #   make install    PREFIX=/usr/local DESTDIR= (layout: docs/libtoggle.md, Installing)
 
@@ -71,8 +72,13 @@ $(B)/libtoggle-san.a: $(LIB_SAN_OBJ)
 $(B)/examples/demo_agent: $(B)/examples/demo_agent.o $(B)/examples/demo_cuda.o $(B)/libtoggle.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LIB_LIBS)
 
+# The build's compiler lines go to $(B)/demo-build.log (its tail shown if the
+# build fails), so the demo's own lines come first; V=1 shows them all.
 demo: deps
-	@$(MAKE) --no-print-directory all
+	@if [ "$(V)" = 1 ]; then $(MAKE) --no-print-directory all; else \
+	  mkdir -p $(B); echo "demo: building (compiler lines in $(B)/demo-build.log; V=1 shows them)"; \
+	  $(MAKE) --no-print-directory all >$(B)/demo-build.log 2>&1 || \
+	  { tail -n 40 $(B)/demo-build.log; echo "demo: the build failed (log: $(B)/demo-build.log)"; exit 1; }; fi
 	@B=$(B) scripts/demo.sh
 	@B=$(B) scripts/demo-torch.sh
 
@@ -104,10 +110,13 @@ check-run: $(TEST_BIN)
 	    $$t || fail=1; \
 	done; exit $$fail
 
-# ---- Python package (python/): `pip install ./python` after `make python` -----
+# ---- Python package (python/) ----------------------------------------------
+# `pip install ./python` (in a venv) builds libtoggle.so and the client's
+# messages itself (python/setup.py); make wheel: tests/pypkg/pypkg.mk.
+# make python is for using the checkout in place (PYTHONPATH=python).
 python: $(B)/libtoggle.so
 	cp $(B)/libtoggle.so python/graphtoggle/libtoggle.so
-	@echo "python: python/graphtoggle is ready: pip install ./python, or PYTHONPATH=python"
+	@echo "python: python/graphtoggle is ready for PYTHONPATH=python (pip install ./python builds its own)"
 
 $(B)/libtoggle-san.so: $(LIB_SAN_OBJ)
 	$(CC) -shared $(SAN) -o $@ $^ $(LIB_LIBS)
@@ -135,6 +144,9 @@ check-run: check-python
 -include fuzz/fuzz.mk
 -include tests/docs/docs.mk
 -include tests/install/install.mk
+-include tests/systemd/systemd.mk
+-include tests/pypkg/pypkg.mk
+-include tests/alerts/alerts.mk
 
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:
@@ -148,10 +160,11 @@ DOCDIR     ?= $(PREFIX)/share/doc/graphtoggle
 DATADIR    ?= $(PREFIX)/share/graphtoggle
 PKGLIBDIR  ?= $(PREFIX)/lib/graphtoggle
 TOGGLE_VERSION := $(TOGGLE_VERSION_MAJOR).$(TOGGLE_VERSION_MINOR)
-# The man pages name docs/, proto/toggle.proto and demo_agent as they are in
+# The man pages name docs/, proto/graphtoggle/v1/toggle.proto and demo_agent as they are in
 # the source tree; installed, they name where make install put them.
 MAN_SED := -e 's|docs/|$(DOCDIR)/|g' -e 's|examples/demo_agent\.c|$(DOCDIR)/examples/demo_agent.c|g' \
-           -e 's|proto/toggle\.proto|$(DATADIR)/toggle.proto|g' -e 's|^\$$ demo_agent |$$ $(PKGLIBDIR)/demo_agent |'
+           -e 's|proto/graphtoggle/v1/toggle\.proto|$(DATADIR)/proto/graphtoggle/v1/toggle.proto|g' -e 's|^\$$ demo_agent |$$ $(PKGLIBDIR)/demo_agent |' \
+           -e 's|systemd/toggled\.service\.d/|$(DATADIR)/systemd/toggled.service.d/|g'
 
 install: deps
 	@$(MAKE) --no-print-directory all
@@ -170,9 +183,18 @@ install: deps
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libtoggle.pc
 	install -m 755 $(B)/toggled $(DESTDIR)$(PREFIX)/bin/
 	if [ -x $(B)/togglectl ]; then install -m 755 $(B)/togglectl $(DESTDIR)$(PREFIX)/bin/; fi
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 644 client/togglectl.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/togglectl
 	sed -e 's|/usr/bin/toggled|$(PREFIX)/bin/toggled|' -e 's|/etc/toggle|$(SYSCONFDIR)/toggle|' \
 	    systemd/toggled.service > $(DESTDIR)$(UNITDIR)/toggled.service
 	install -m 644 systemd/toggled.socket $(DESTDIR)$(UNITDIR)/
+	@# drop-ins for the modes that need more than AF_UNIX: examples to copy
+	@# into /etc/systemd/system/toggled.service.d/ (toggled(8), SYSTEMD)
+	install -d $(DESTDIR)$(DATADIR)/systemd/toggled.service.d
+	for f in systemd/toggled.service.d/*.conf; do \
+	  sed -e 's|/usr/bin/toggled|$(PREFIX)/bin/toggled|' -e 's|/etc/toggle|$(SYSCONFDIR)/toggle|' \
+	    "$$f" > $(DESTDIR)$(DATADIR)/systemd/toggled.service.d/$${f##*/} || exit 1; \
+	done
 	install -m 644 systemd/toggle.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/toggle.conf
 	install -m 644 systemd/toggle.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/toggle.conf
 	[ -e $(DESTDIR)$(SYSCONFDIR)/toggle/toggled.conf ] || \
@@ -183,8 +205,12 @@ install: deps
 	install -d $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DATADIR) $(DESTDIR)$(PKGLIBDIR)
 	install -m 644 README.md CHANGES docs/*.md docs/*.png $(DESTDIR)$(DOCDIR)/
 	install -m 644 examples/demo_agent.c $(DESTDIR)$(DOCDIR)/examples/
-	install -m 644 proto/toggle.proto $(DESTDIR)$(DATADIR)/
+	install -d $(DESTDIR)$(DATADIR)/proto/graphtoggle/v1
+	install -m 644 proto/graphtoggle/v1/toggle.proto $(DESTDIR)$(DATADIR)/proto/graphtoggle/v1/
 	install -m 755 $(B)/examples/demo_agent $(DESTDIR)$(PKGLIBDIR)/
+	@# the new libtoggle.so.0 in the linker's cache (docs/libtoggle.md, Installing)
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ] && command -v ldconfig >/dev/null; then \
+	  echo ldconfig; ldconfig; fi
 
 clean:
 	rm -rf $(B)

@@ -108,7 +108,7 @@ static int64_t put_set(int k)
 	snprintf(value, sizeof(value), "{\"hooks\": \"h0:%d,h1:%d\"}", k % 4, (k / 4) % 4); /* k >= 0 */
 	const char *key = "/graphtoggle/bench/desired/set/all", *v = value;
 	int64_t rev;
-	if (etcd_txn_put(etcd_url, &key, &v, 1, NULL, 0, &rev, err, sizeof(err)))
+	if (etcd_txn_put(etcd_url, NULL, &key, &v, 1, NULL, 0, &rev, err, sizeof(err)))
 		die(err);
 	return rev;
 }

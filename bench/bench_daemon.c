@@ -23,18 +23,24 @@
  *     to checkpoint (journal_max_bytes 128 MiB), then with the default 4 MiB:
  *     checkpoints (counted in /metrics, timed by watching the state
  *     directory for agents.journal.old), the round trips during them and
- *     outside them (issue 30 item 3).
+ *     outside them (issue 30 item 3);
+ *   - --rows flood (issue 30): with 256 agents, the write throughput of 8
+ *     clients pipelining sets (32 in flight each) and the round trip of
+ *     one set at a time, each without and with F threads scraping /metrics
+ *     as fast as they can; R runs of each, alternating, and their medians.
  *
  * Usage: bench_daemon --toggled PATH [--requests N] [--seconds S] [--config FILE]
- *        [--rows reads|checkpoint|restart] [--journal-knob no]
+ *        [--rows reads|checkpoint|restart|flood] [--journal-knob no] [--flood F] [--runs R]
  * --config passes a toggled.conf to the daemon (frames_per_turn, say; the
  * bench copies it and adds journal_max_bytes); --rows reads measures the
  * disk and the reads table only, --rows checkpoint the checkpoint table only
  * (--journal-knob no: one phase, the daemon's own journal size, for a
  * toggled before journal_max_bytes), --rows restart the daemon's memory at
- * its first start and after restarts.
+ * its first start and after restarts; --rows flood the scrape-flood table
+ * only (F 4, R 5 unless given).
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -921,6 +927,138 @@ static void ckpt_bench(struct bench *b, struct tgc *c, double seconds)
 	conf_write(b, 0);
 	kill(b->daemon, SIGHUP);
 	usleep(300000);
+/* ---- --rows flood: writes with and without a scrape flood (issue 30) ---- */
+
+struct flooder {
+	const struct bench *b;
+	volatile int *stop;
+	unsigned long scrapes;
+};
+
+/* Scrapes back to back, each on a connection of its own, until told to stop. */
+static void *flood_thread(void *arg)
+{
+	struct flooder *f = arg;
+	while (!*f->stop) {
+		size_t bytes;
+		scrape_once(f->b, &bytes);
+		f->scrapes++;
+	}
+	return NULL;
+}
+
+static double median(double *v, int n)
+{
+	return pct(v, (size_t)n, 0.5);
+}
+
+/* The daemon's CPU seconds so far: its loop (the main thread), libmicrohttpd's
+ * threads (named MHD-*), and the rest (the thread pool's saves, the pacer). */
+static void daemon_cpu(pid_t pid, double *loop, double *http, double *rest)
+{
+	char path[320];
+	*loop = *http = *rest = 0;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *dir = opendir(path);
+	if (!dir)
+		return;
+	long tck = sysconf(_SC_CLK_TCK);
+	struct dirent *e;
+	while ((e = readdir(dir))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char buf[512], comm[32] = "";
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+		FILE *f = fopen(path, "r");
+		if (f) {
+			if (!fgets(comm, sizeof(comm), f))
+				comm[0] = '\0';
+			fclose(f);
+		}
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = '\0';
+		const char *p = strrchr(buf, ')');
+		unsigned long long ut, st;
+		/* after the name: state, then fields 4..13, utime and stime (14, 15) */
+		if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+				 &ut, &st) != 2)
+			continue;
+		double sec = (double)(ut + st) / (double)tck;
+		if (atoi(e->d_name) == (int)pid)
+			*loop += sec;
+		else if (!strncmp(comm, "MHD", 3))
+			*http += sec;
+		else
+			*rest += sec;
+	}
+	closedir(dir);
+}
+
+static void flood_bench(struct bench *b, struct tgc *c, double seconds, int flooders, int runs)
+{
+	enum { MAX_FLOODERS = 64, MAX_RUNS = 64 };
+	if (flooders < 0 || flooders > MAX_FLOODERS || runs < 1 || runs > MAX_RUNS)
+		die("--flood 0..64 (0: the same runs without a flood, for the noise), --runs 1..64");
+	double sets[2][MAX_RUNS], p50[2][MAX_RUNS], p99[2][MAX_RUNS], rate[MAX_RUNS];
+	double cpu_loop[2][MAX_RUNS], cpu_http[2][MAX_RUNS], cpu_rest[2][MAX_RUNS];
+	double ratio[MAX_RUNS]; /* each run's flooded / alone: neighbours in time */
+	printf("daemon: writes with %zu agents, without and with %d threads scraping /metrics back "
+	       "to back (%.0f s each part, %d runs alternating)\n", b->n_agents, flooders, seconds,
+	       runs);
+	printf("  %4s %6s %12s %10s %10s %10s %28s\n", "run", "flood", "sets/s (8x32)", "set p50 us",
+	       "set p99 us", "scrapes/s", "toggled CPU/s loop http rest");
+	for (int r = 0; r < runs; r++) {
+		for (int fl = 0; fl < 2; fl++) {
+			volatile int stop = 0;
+			pthread_t th[MAX_FLOODERS];
+			struct flooder f[MAX_FLOODERS];
+			double t0 = now_us(), l0, h0, r0;
+			daemon_cpu(b->daemon, &l0, &h0, &r0);
+			for (int i = 0; fl && i < flooders; i++) {
+				f[i] = (struct flooder){.b = b, .stop = &stop};
+				pthread_create(&th[i], NULL, flood_thread, &f[i]);
+			}
+			sets[fl][r] = throughput(b, 8, 1, 32, seconds);
+			double p999, max;
+			size_t n;
+			rpc_rtt(c, 1, seconds, &p50[fl][r], &p99[fl][r], &p999, &max, &n);
+			stop = 1;
+			unsigned long scrapes = 0;
+			for (int i = 0; fl && i < flooders; i++) {
+				pthread_join(th[i], NULL);
+				scrapes += f[i].scrapes;
+			}
+			double el = (now_us() - t0) / 1e6, l1, h1, r1;
+			daemon_cpu(b->daemon, &l1, &h1, &r1);
+			cpu_loop[fl][r] = (l1 - l0) / el;
+			cpu_http[fl][r] = (h1 - h0) / el;
+			cpu_rest[fl][r] = (r1 - r0) / el;
+			if (fl) {
+				rate[r] = (double)scrapes / el;
+				ratio[r] = sets[1][r] / sets[0][r];
+			}
+			printf("  %4d %6s %12.0f %10.1f %10.1f %10.0f %18.3f %4.3f %4.3f\n", r + 1,
+			       fl ? "yes" : "no", sets[fl][r], p50[fl][r], p99[fl][r], fl ? rate[r] : 0.0,
+			       cpu_loop[fl][r], cpu_http[fl][r], cpu_rest[fl][r]);
+			fflush(stdout);
+		}
+	}
+	double s0 = median(sets[0], runs), s1 = median(sets[1], runs);
+	double q0 = median(p99[0], runs), q1 = median(p99[1], runs);
+	printf("  median: sets/s %.0f alone, %.0f flooded (x%.3f); set p50 %.1f / %.1f us, p99 %.1f "
+	       "/ %.1f us (x%.2f); %.0f scrapes/s\n", s0, s1, s1 / s0, median(p50[0], runs),
+	       median(p50[1], runs), q0, q1, q1 / q0, median(rate, runs));
+	printf("  median of the runs' own ratios (flooded / alone): sets/s x%.3f\n",
+	       median(ratio, runs));
+	printf("  median toggled CPU (s a second): loop %.3f / %.3f, http %.3f / %.3f, rest %.3f / "
+	       "%.3f (alone / flooded)\n", median(cpu_loop[0], runs), median(cpu_loop[1], runs),
+	       median(cpu_http[0], runs), median(cpu_http[1], runs), median(cpu_rest[0], runs),
+	       median(cpu_rest[1], runs));
 }
 
 int main(int argc, char **argv)
@@ -929,6 +1067,8 @@ int main(int argc, char **argv)
 	bool reads_only = false; /* --rows reads: the disk and the reads table only */
 	bool ckpt_only = false;  /* --rows checkpoint: the checkpoint table only */
 	bool restart_only = false; /* --rows restart: the memory table only */
+	bool flood_only = false; /* --rows flood: the scrape-flood table only */
+	int flooders = 4, runs = 5;
 	size_t n_req = 5000;
 	double seconds = 2;
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -948,12 +1088,19 @@ int main(int argc, char **argv)
 			restart_only = true;
 		else if (!strcmp(argv[i], "--journal-knob") && !strcmp(argv[i + 1], "no"))
 			journal_knob = false;
+		else if (!strcmp(argv[i], "--rows") && !strcmp(argv[i + 1], "flood"))
+			flood_only = true;
+		else if (!strcmp(argv[i], "--flood"))
+			flooders = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--runs"))
+			runs = atoi(argv[i + 1]);
 		else
 			bin = NULL, i = argc; /* unknown: usage */
 	}
 	if (!bin || n_req < 10 || seconds <= 0) {
 		fprintf(stderr, "usage: bench_daemon --toggled PATH [--requests N] [--seconds S] "
-			"[--config FILE] [--rows reads|checkpoint|restart] [--journal-knob no]\n");
+			"[--config FILE] [--rows reads|checkpoint|restart|flood] [--journal-knob no] "
+			"[--flood F] [--runs R]\n");
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
@@ -971,6 +1118,11 @@ int main(int argc, char **argv)
 			ckpt_bench(&b, c, seconds);
 		else
 			restart_bench(&b, bin, seconds);
+		goto done;
+	}
+	if (flood_only) {
+		agents_attach(&b, c, MAX_AGENTS);
+		flood_bench(&b, c, seconds, flooders, runs);
 		goto done;
 	}
 	/* As many saves as the latency rows have requests: the p99s then see

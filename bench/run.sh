@@ -42,6 +42,9 @@ echo
 if [ -x "$B/bench/bench_daemon" ] && [ -x "$B/toggled" ]; then
 	echo "state directory on $(df -T "${TMPDIR:-/tmp}" | awk 'NR==2 {print $2}') (${TMPDIR:-/tmp}):"
 	"$B/bench/bench_daemon" --toggled "$B/toggled"
+	echo
+	echo "writes under a scrape flood (issue 30; docs/reliability.md section 9):"
+	"$B/bench/bench_daemon" --toggled "$B/toggled" --rows flood
 	if [ -d /dev/shm ]; then
 		echo
 		echo "state directory on tmpfs (/dev/shm):"

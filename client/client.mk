@@ -73,3 +73,9 @@ check-man:
 $(B)/tests/check_peer: $(B)/libtgproto-san.a $(B)/togglectl $(TGP_GEN_H)
 $(B)/tests/check_peer: EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLECTL_BIN=\"$(B)/togglectl\"
 $(B)/tests/check_peer: EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
+
+# The bash completion (client/togglectl.bash) against a real toggled.
+.PHONY: check-completion
+check-completion: $(B)/togglectl $(B)/toggled $(B)/examples/demo_agent
+	@B=$(B) tests/cli/completion.sh
+check-run: check-completion

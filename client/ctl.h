@@ -62,8 +62,10 @@ struct ctl_opts {
 	const char *target_text; /* as the user wrote it */
 	Toggle__Selector target; /* group points into target_group */
 	char target_group[TGP_MAX_NAME];
+	char target_name[TGP_MAX_NAME]; /* name:NAME, resolved by ctl_resolve_name() */
 	const char *etcd;        /* --etcd: the cluster view (ctl_cluster.c) */
 	const char *cluster;     /* --cluster NAME */
+	const char *etcd_credentials; /* --etcd-credentials FILE (etcd.h) */
 };
 
 struct ctl_output;
@@ -78,6 +80,11 @@ struct ctl_ctx {
 /* togglectl.c: parse a selector ("all", "agent:ID", "pid:PID", "group:NAME",
  * a bare agent id) into opt->target.  0, or -1 with a message in err. */
 int ctl_selector_parse(const char *text, struct ctl_opts *opt, char *err, size_t errlen);
+
+/* ctl_cmds.c: a name:NAME target becomes agent:ID of the one agent of that
+ * name (the daemon's selectors have no name): 0, or the exit code after
+ * reporting none or several. */
+int ctl_resolve_name(struct ctl_ctx *ctx);
 
 /* togglectl.c: the command table, for usage texts. */
 extern const struct ctl_cmd ctl_commands[];

@@ -21,8 +21,12 @@
 #include "ctl_output.h"
 #include "etcd.h"
 #include "toggle_error.h"
+#include "util.h"
 
 #define CTL_CLUSTER_ERRLEN 1024
+
+/* --etcd-credentials, read once by ctl_cluster_run; empty: none. */
+static struct etcd_creds ctl_creds;
 
 int ctl_cluster_target(const char *text, struct ctl_opts *opt, char *err, size_t errlen)
 {
@@ -45,6 +49,37 @@ static struct cluster_sel ctl_cluster_sel(const struct ctl_ctx *ctx)
 
 /* ---- set and plan submit ------------------------------------------------ */
 
+/*
+ * What a host would refuse is not written: the key and value within the
+ * bounds a host reads (etcd.h), the value through the parser a host uses
+ * (cluster_key.c: shape, spec length, plan length).  A value written anyway
+ * (etcdctl) is skipped and reported by every host; this is the early "no".
+ */
+static int ctl_cluster_check(struct ctl_ctx *ctx, const char *key, const char *value, bool plan)
+{
+	char err[256];
+	char *spec = NULL;
+	struct cluster_plan p;
+	if (strlen(key) > ETCD_MAX_KEY)
+		return ctl_fail(ctx->out, CTL_EXIT_USAGE, TOGGLE_ELIMIT,
+				"etcd key over %d bytes; nothing written", ETCD_MAX_KEY);
+	if (strlen(value) > ETCD_MAX_VALUE)
+		return ctl_fail(ctx->out, CTL_EXIT_USAGE, TOGGLE_ELIMIT,
+				"the %s is %zu bytes as etcd would hold it, over the %u a host takes; "
+				"nothing written%s", plan ? "plan" : "set", strlen(value),
+				ETCD_MAX_VALUE, plan ? " (split it into several plans)" : "");
+	int rc = plan ? cluster_plan_value_parse(value, &p, err, sizeof(err))
+		      : cluster_set_value_parse(value, &spec, err, sizeof(err));
+	if (rc)
+		return ctl_fail(ctx->out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
+				"a host would refuse this %s (%s); nothing written", plan ? "plan" : "set",
+				err);
+	if (plan)
+		cluster_plan_free(&p);
+	free(spec);
+	return 0;
+}
+
 static int ctl_cluster_set(struct ctl_ctx *ctx, int argc, char **argv)
 {
 	int rc = CTL_EXIT_ERROR;
@@ -64,9 +99,11 @@ static int ctl_cluster_set(struct ctl_ctx *ctx, int argc, char **argv)
 		rc = ctl_fail(ctx->out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
 			      "bad cluster name '%s' (expected [A-Za-z0-9_.-], 1-%d bytes)",
 			      ctx->opt.cluster, CLUSTER_MAX_NAME - 1);
+	} else if ((rc = ctl_cluster_check(ctx, key, value, false)) != 0) {
+		/* said */
 	} else {
 		const char *k = key, *val = value;
-		if (etcd_txn_put(ctx->opt.etcd, &k, &val, 1, NULL, 0, &rev, err, sizeof(err)) != 0) {
+		if (etcd_txn_put(ctx->opt.etcd, &ctl_creds, &k, &val, 1, NULL, 0, &rev, err, sizeof(err)) != 0) {
 			rc = ctl_fail(ctx->out, CTL_EXIT_CONNECT, TOGGLE_ECONNECT, "etcd: %s", err);
 		} else {
 			rc = CTL_EXIT_OK;
@@ -127,9 +164,11 @@ static int ctl_cluster_plan(struct ctl_ctx *ctx, char **argv)
 	} else if (cluster_prefix(ctx->opt.cluster, sub, key, sizeof(key))) {
 		rc = ctl_fail(ctx->out, CTL_EXIT_USAGE, TOGGLE_EINVAL, "bad cluster name '%s'",
 			      ctx->opt.cluster);
+	} else if ((rc = ctl_cluster_check(ctx, key, value, true)) != 0) {
+		/* said */
 	} else {
 		const char *k = key, *val = value;
-		int t = etcd_txn_put(ctx->opt.etcd, &k, &val, 1, &k, 1, &rev, err, sizeof(err));
+		int t = etcd_txn_put(ctx->opt.etcd, &ctl_creds, &k, &val, 1, &k, 1, &rev, err, sizeof(err));
 		if (t < 0)
 			rc = ctl_fail(ctx->out, CTL_EXIT_CONNECT, TOGGLE_ECONNECT, "etcd: %s", err);
 		else if (t > 0)
@@ -195,7 +234,7 @@ static int ctl_cluster_query(struct ctl_ctx *ctx, const char *what)
 	struct etcd_kv *kvs;
 	size_t n;
 	int64_t rev;
-	if (etcd_range(ctx->opt.etcd, prefix, &kvs, &n, &rev, err, sizeof(err)))
+	if (etcd_range(ctx->opt.etcd, &ctl_creds, prefix, ETCD_MAX_STATUS, &kvs, &n, &rev, err, sizeof(err)))
 		return ctl_fail(ctx->out, CTL_EXIT_CONNECT, TOGGLE_ECONNECT, "etcd: %s", err);
 	struct cluster_sel sel = ctl_cluster_sel(ctx);
 	struct ctl_host *hosts = calloc(n ? n : 1, sizeof(*hosts));
@@ -206,7 +245,12 @@ static int ctl_cluster_query(struct ctl_ctx *ctx, const char *what)
 	size_t nh = 0, bad = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct ctl_host *h = &hosts[nh];
-		if (ctl_host_parse(kvs[i].value, h) != 0) {
+		if (kvs[i].bad || !kvs[i].value || ctl_host_parse(kvs[i].value, h) != 0) {
+			/* One host that fails is named; the others are shown. */
+			char shown[ETCD_MAX_SHOWN_KEY + 16];
+			fprintf(stderr, "togglectl: %s: %s; left out\n",
+				util_clean(shown, sizeof(shown), kvs[i].key, UTIL_CLEAN_ASCII),
+				kvs[i].bad ? kvs[i].bad : "not a host status");
 			bad++;
 			continue;
 		}
@@ -232,7 +276,7 @@ static int ctl_cluster_query(struct ctl_ctx *ctx, const char *what)
 			if (!o)
 				continue;
 			const char *keys[] = {"host", "revision", "applied", "rejected", "resyncs",
-					      "rejections"};
+					      "skipped", "rejections", "etcd"};
 			for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
 				json_t *x = json_object_get(h->doc, keys[k]);
 				if (x)
@@ -254,9 +298,11 @@ static int ctl_cluster_query(struct ctl_ctx *ctx, const char *what)
 			const struct ctl_host *h = &hosts[i];
 			json_int_t r = json_integer_value(json_object_get(h->doc, "revision"));
 			json_int_t rj = json_integer_value(json_object_get(h->doc, "rejected"));
-			printf("%s== host %s (applied revision %lld, %lld rejected)\n", i ? "\n" : "",
-			       h->host, (long long)r, (long long)rj);
+			json_int_t sk = json_integer_value(json_object_get(h->doc, "skipped"));
+			printf("%s== host %s (applied revision %lld, %lld rejected, %lld keys skipped)\n",
+			       i ? "\n" : "", h->host, (long long)r, (long long)rj, (long long)sk);
 			if (!strcmp(what, "status")) {
+				ctl_host_print_etcd(stdout, json_object_get(h->doc, "etcd"));
 				ctx->out->status(h->status, false);
 				const json_t *rs = json_object_get(h->doc, "rejections");
 				for (size_t k = 0; k < json_array_size(rs); k++)
@@ -274,7 +320,20 @@ static int ctl_cluster_query(struct ctl_ctx *ctx, const char *what)
 	return CTL_EXIT_OK;
 }
 
+static int ctl_cluster_dispatch(struct ctl_ctx *ctx, int argc, char **argv);
+
 int ctl_cluster_run(struct ctl_ctx *ctx, int argc, char **argv)
+{
+	char err[CTL_CLUSTER_ERRLEN];
+	if (ctx->opt.etcd_credentials &&
+	    etcd_creds_load(ctx->opt.etcd_credentials, &ctl_creds, err, sizeof(err)) != 0)
+		return ctl_fail(ctx->out, CTL_EXIT_USAGE, TOGGLE_EINVAL, "%s", err);
+	int rc = ctl_cluster_dispatch(ctx, argc, argv);
+	explicit_bzero(&ctl_creds, sizeof(ctl_creds));
+	return rc;
+}
+
+static int ctl_cluster_dispatch(struct ctl_ctx *ctx, int argc, char **argv)
 {
 	const struct ctl_cmd *c = ctx->cmd;
 	if (ctx->opt.wait)

@@ -1,6 +1,6 @@
 /*
  * ctl_cmds.c - togglectl's command handlers: each builds one request
- * (proto/toggle.proto), calls toggled through tgclient, checks the reply's
+ * (proto/graphtoggle/v1/toggle.proto), calls toggled through tgclient, checks the reply's
  * type and hands it to the output table.  The plan file is read and
  * validated here, before anything is sent.  Handlers return the exit code.
  */
@@ -126,6 +126,40 @@ int ctl_cmd_status(struct ctl_ctx *ctx, int argc, char **argv)
 	ctx->out->status(rep->status_reply, tgc_may_write(ctx->conn));
 	toggle__envelope__free_unpacked(rep, NULL);
 	return CTL_EXIT_OK;
+}
+
+int ctl_resolve_name(struct ctl_ctx *ctx)
+{
+	const char *name = ctx->opt.target_name;
+	Toggle__ListAgentsRequest m = TOGGLE__LIST_AGENTS_REQUEST__INIT;
+	Toggle__Envelope req = ctl_envelope(TOGGLE__ENVELOPE__BODY_LIST_AGENTS, &m), *rep;
+	int rc = ctl_request(ctx, &req, TOGGLE__ENVELOPE__BODY_AGENTS, &rep);
+	if (rc)
+		return rc;
+	uint64_t id = 0;
+	size_t n = 0;
+	char ids[256] = "";
+	for (size_t i = 0; i < rep->agents->n_agents; i++) {
+		const Toggle__AgentInfo *a = rep->agents->agents[i];
+		if (!a->name || strcmp(a->name, name))
+			continue;
+		id = a->agent_id;
+		size_t l = strlen(ids);
+		if (l + 24 < sizeof(ids))
+			snprintf(ids + l, sizeof(ids) - l, "%s%llu", n ? ", " : "", (unsigned long long)id);
+		n++;
+	}
+	toggle__envelope__free_unpacked(rep, NULL);
+	if (n == 0)
+		return ctl_fail(ctx->out, CTL_EXIT_ERROR, TOGGLE_ENOAGENT,
+				"no agent called '%s' (togglectl agents lists them)", name);
+	if (n > 1)
+		return ctl_fail(ctx->out, CTL_EXIT_USAGE, TOGGLE_EINVAL,
+				"%zu agents are called '%s' (ids %s): choose one with agent:ID", n, name,
+				ids);
+	ctx->opt.target.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+	ctx->opt.target.agent_id = id;
+	return 0;
 }
 
 int ctl_cmd_agents(struct ctl_ctx *ctx, int argc, char **argv)

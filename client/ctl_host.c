@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cluster.h"
 #include "ctl_host.h"
@@ -17,7 +18,8 @@ static void *unpack_b64(const json_t *doc, const char *field,
 	const json_t *v = json_object_get(doc, field);
 	char *raw;
 	size_t len;
-	if (!json_is_string(v) || etcd_b64_decode(json_string_value(v), &raw, &len, ETCD_MAX_VALUE))
+	/* A big host's replies (82 agents x 64 graphs is over 256 KiB): the status bound. */
+	if (!json_is_string(v) || etcd_b64_decode(json_string_value(v), &raw, &len, ETCD_MAX_STATUS))
 		return NULL;
 	void *m = unpack(NULL, len, (const uint8_t *)raw);
 	free(raw);
@@ -71,4 +73,27 @@ void ctl_host_print_rejection(FILE *f, const json_t *x)
 	       (long long)json_integer_value(json_object_get(x, "revision")),
 	       ag && ag[0] ? " on agent " : "", ag && ag[0] ? field_text(x, "agent", agent, sizeof(agent)) : "",
 	       field_text(x, "message", msg, sizeof(msg)));
+}
+
+/*
+ * The document's "etcd" object: the member the host's watch reads from,
+ * since when, how often it moved, the last reason a watch ended; one line,
+ * cleaned.  Nothing for a host that does not publish it (an older toggled).
+ */
+void ctl_host_print_etcd(FILE *f, const json_t *e)
+{
+	if (!json_is_object(e))
+		return;
+	char member[300], last[300], since[64] = "?";
+	json_int_t ms = json_integer_value(json_object_get(e, "since_ms"));
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+	if (ms > 0 && gmtime_r(&t, &tm))
+		strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	field_text(e, "last_error", last, sizeof(last));
+	fprintf(f, "etcd      %s %s since %s, %lld failovers%s%s\n",
+		json_is_true(json_object_get(e, "connected")) ? "watching" : "lost (retrying), last",
+		field_text(e, "member", member, sizeof(member)), since,
+		(long long)json_integer_value(json_object_get(e, "failovers")),
+		last[0] ? "; last error: " : "", last);
 }

@@ -27,5 +27,7 @@ int ctl_host_parse(const char *value, struct ctl_host *h);
 void ctl_host_free(struct ctl_host *h);
 /* One entry of the document's "rejections", printed as a line, its text cleaned. */
 void ctl_host_print_rejection(FILE *f, const json_t *x);
+/* The document's "etcd" object (the member watched, since, failovers, last error) as a line. */
+void ctl_host_print_etcd(FILE *f, const json_t *e);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * tgclient.h - the blocking C client of toggled, for togglectl, the tests
  * and integrators: connect and say hello, call (one request, its reply),
- * collect events.  Messages are the protobuf-c types of proto/toggle.proto;
+ * collect events.  Messages are the protobuf-c types of proto/graphtoggle/v1/toggle.proto;
  * errors are the negative TOGGLE_E* codes of toggle_error.h, with a human
  * message in the caller's err buffer.  A struct tgc is used by one thread
  * at a time.

@@ -42,9 +42,9 @@ const struct ctl_cmd ctl_commands[] = {
 };
 const size_t ctl_n_commands = sizeof(ctl_commands) / sizeof(ctl_commands[0]);
 
-#define CTL_SELECTOR_FORMS "all, agent:ID, pid:PID, group:NAME, or a bare agent ID"
+#define CTL_SELECTOR_FORMS "all, agent:ID, name:NAME, pid:PID, group:NAME, or a bare agent ID"
 
-enum { OPT_WAIT = 256, OPT_TIMEOUT, OPT_ETCD, OPT_CLUSTER };
+enum { OPT_WAIT = 256, OPT_TIMEOUT, OPT_ETCD, OPT_CLUSTER, OPT_ETCD_CREDENTIALS };
 
 static const struct option ctl_long_opts[] = {
 	{"socket", required_argument, NULL, 's'},
@@ -54,6 +54,7 @@ static const struct option ctl_long_opts[] = {
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{"etcd", required_argument, NULL, OPT_ETCD},
 	{"cluster", required_argument, NULL, OPT_CLUSTER},
+	{"etcd-credentials", required_argument, NULL, OPT_ETCD_CREDENTIALS},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -79,8 +80,10 @@ static void ctl_usage(FILE *f)
 		"\noptions:\n"
 		"  -s, --socket PATH        the daemon's socket (default: $TOGGLE_SOCKET, else\n"
 		"                           /run/toggle/toggled.sock as root, else\n"
-		"                           $XDG_RUNTIME_DIR/toggle/toggled.sock)\n"
-		"  -t, --target SELECTOR    which agents: all (the default), agent:ID, pid:PID,\n"
+		"                           $XDG_RUNTIME_DIR/toggle/toggled.sock, else\n"
+		"                           /tmp/toggle-EUID/toggled.sock)\n"
+		"  -t, --target SELECTOR    which agents: all (the default), agent:ID,\n"
+		"                           name:NAME (the one agent of that name), pid:PID,\n"
 		"                           group:NAME, or a bare agent ID\n"
 		"  -j, --json               JSON output (schema: docs/cli.md)\n"
 		"      --wait[=TIMEOUT]     enable/disable/set: wait until every targeted agent\n"
@@ -90,6 +93,9 @@ static void ctl_usage(FILE *f)
 		"                           (set, plan submit, agents, graphs, status; targets\n"
 		"                           all, host:H, group:G, agent:H/ID, pid:H/PID)\n"
 		"      --cluster NAME       the cluster's name (with --etcd)\n"
+		"      --etcd-credentials FILE\n"
+		"                           with --etcd: etcd's CA, client certificate and key,\n"
+		"                           user and password (docs/cluster.md)\n"
 		"  -h, --help               this text\n"
 		"  -V, --version            print the version\n"
 		"\n"
@@ -192,6 +198,14 @@ int ctl_selector_parse(const char *text, struct ctl_opts *opt, char *err, size_t
 		} else {
 			why = "a PID is a number from 1";
 		}
+	} else if (!strncmp(text, "name:", 5)) {
+		if (util_name_ok(text + 5, TGP_MAX_NAME)) {
+			/* resolved to agent:ID once connected (ctl_resolve_name) */
+			snprintf(opt->target_name, sizeof(opt->target_name), "%s", text + 5);
+			sel->sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+		} else {
+			why = "an agent name is 1 to 63 of [A-Za-z0-9_.-], not . or ..";
+		}
 	} else if (!strncmp(text, "group:", 6)) {
 		if (util_name_ok(text + 6, TGP_MAX_NAME)) { /* the rule toggled applies */
 			snprintf(opt->target_group, sizeof(opt->target_group), "%s", text + 6);
@@ -223,6 +237,12 @@ static bool ctl_wants_json(int argc, char **argv)
 	return false;
 }
 
+/*
+ * --wait given without "=TIMEOUT": getopt leaves "--wait 2s"'s "2s" among
+ * the arguments, where it would be read as a hook spec (ctl_check_args).
+ */
+static bool ctl_wait_bare;
+
 /* Options: 0 to go on, -1 done (help, version), or an exit code > 0. */
 static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 {
@@ -238,6 +258,7 @@ static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 		case 'j': o->json = true; break;
 		case OPT_WAIT:
 			o->wait = true;
+			ctl_wait_bare = !optarg;
 			if (optarg && !ctl_parse_duration(optarg, &o->wait_ms))
 				return ctl_usage_error(ctx, NULL, "bad --wait value '%s': expected a "
 						       "duration such as 500ms, 2s or 1m (at most 10m)", optarg);
@@ -249,6 +270,7 @@ static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 			break;
 		case OPT_ETCD: o->etcd = optarg; break;
 		case OPT_CLUSTER: o->cluster = optarg; break;
+		case OPT_ETCD_CREDENTIALS: o->etcd_credentials = optarg; break;
 		case 'h': ctl_usage(stdout); return -1;
 		case 'V': printf("togglectl %s (protocol %d)\n", CTL_VERSION, TGP_PROTOCOL_VERSION); return -1;
 		case ':':
@@ -299,7 +321,7 @@ static const struct ctl_cmd *ctl_find(const struct ctl_ctx *ctx, int argc, char 
 				      argc > 1 ? "')" : "");
 	else
 		*rc = ctl_usage_error(ctx, NULL, "unknown command '%s' (commands: status, agents, graphs, "
-				      "hooks, enable, disable, set, plan, watch)", argv[0]);
+				      "hooks, enable, disable, set, plan, watch, help)", argv[0]);
 	return NULL;
 }
 
@@ -327,6 +349,12 @@ static int ctl_check_args(struct ctl_ctx *ctx, const struct ctl_cmd *c, int *arg
 				       c->name);
 	if (ctx->opt.wait && !(c->flags & CTL_F_WAIT))
 		return ctl_usage_error(ctx, c, "--wait applies to enable, disable and set only");
+	for (int i = 0; ctl_wait_bare && i < *argc; i++) {
+		int ms;
+		if (ctl_parse_duration((*argv)[i], &ms))
+			return ctl_usage_error(ctx, c, "'%s' is a duration, not a hook spec: --wait takes "
+					       "its timeout after '=' (--wait=%s)", (*argv)[i], (*argv)[i]);
+	}
 	return 0;
 }
 
@@ -346,14 +374,22 @@ int main(int argc, char **argv)
 	char **cargv = argv + optind;
 	if (cargc == 0)
 		return ctl_usage_error(&ctx, NULL, "no command given");
+	if (!strcmp(cargv[0], "help")) { /* as --help: the command people type first */
+		ctl_usage(stdout);
+		return CTL_EXIT_OK;
+	}
 	ctx.cmd = ctl_find(&ctx, cargc, cargv, &used, &rc);
 	if (!ctx.cmd)
 		return rc;
 	cargc -= used;
 	cargv += used;
 	rc = ctl_check_args(&ctx, ctx.cmd, &cargc, &cargv);
-	if (rc)
+	if (!rc && ctx.opt.target_name[0] && !ctx.opt.etcd)
+		rc = ctl_resolve_name(&ctx);
+	if (rc) {
+		tgc_close(ctx.conn);
 		return rc;
+	}
 	rc = ctx.opt.etcd ? ctl_cluster_run(&ctx, cargc, cargv) : ctx.cmd->handler(&ctx, cargc, cargv);
 	tgc_close(ctx.conn);
 	return rc;

@@ -28,6 +28,7 @@
 #include "etcd.h"
 #include "log.h"
 #include "rpc.h"
+#include "util.h"
 
 #define CL_PUBLISH_MS  1000 /* status to etcd at most this often */
 #define CL_MAX_REJECTS 16   /* last rejections kept for the status */
@@ -35,6 +36,18 @@
 #define CL_MAX_PLANS   256  /* newest plan keys remembered for agents that join */
 #define CL_MAX_SEEN    4096 /* agent names and the revision they were served up to */
 #define CL_REDO_MS     1000 /* after a failed save, re-apply this much later */
+/* Rejections in the log: one line per key and revision (not one per agent,
+ * nor again at a resync), at most CL_LOG_BURST lines per CL_LOG_WINDOW_MS,
+ * then one line that says how many were left out.  status/HOST keeps the
+ * last CL_MAX_REJECTS whatever the log shows. */
+#define CL_LOG_BURST     10
+#define CL_LOG_WINDOW_MS 10000
+#define CL_LOG_SEEN      64   /* (key, revision) pairs remembered as logged */
+/* Plan applications remembered (and on disk) until the revision file passes them. */
+#define CL_MAX_RECORDS   4096
+/* An agent this host's saved state knows counts as present for the plans
+ * applied in this long after start (it was reconnecting to this toggled). */
+#define CL_RETURN_MS     30000
 
 struct cl_set {
 	char *key;
@@ -54,6 +67,21 @@ struct cl_seen {
 	int64_t rev;
 };
 
+/*
+ * A plan applied to one agent: by revision and key (a hash), the agent's
+ * name, and the step its relative entries counted from.  Written to
+ * <state_dir>/cluster-NAME.plans (synced) before any save can hold what the
+ * plan changed, so that a replay of the plan after a crash (the revision
+ * file is written after the save) puts the same entries at the same steps
+ * again, which the agent holds already: applied once.
+ */
+struct cl_record {
+	int64_t rev;
+	uint64_t key;
+	int64_t base;
+	char agent[TGP_MAX_NAME];
+};
+
 struct cl_reject {
 	char key[ETCD_MAX_KEY + 1];
 	int64_t rev;
@@ -68,6 +96,11 @@ struct td_cluster {
 	char desired[ETCD_MAX_KEY + 1];
 	char status_key[ETCD_MAX_KEY + 1];
 	char rev_path[PATH_MAX];
+	char rec_path[PATH_MAX];
+	struct cl_record *records; /* plan applications above saved_rev (and some below) */
+	size_t n_records;
+	bool records_dirty, records_warned;
+	uint64_t start_ms; /* util_mono_ms when this daemon joined the cluster */
 	int64_t applied_rev;   /* every key up to here is applied */
 	int64_t notified_rev;  /* a save callback is queued for keys up to here */
 	int64_t durable_rev;   /* keys up to here are in a save that succeeded */
@@ -83,7 +116,19 @@ struct td_cluster {
 	struct cl_seen *seen; /* agents by name: served up to which revision */
 	size_t n_seen;
 	bool connected, down_logged;
-	uint64_t applied, rejected, resyncs;
+	/* The member the watch reads from, since when (unix ms), the last
+	 * reason a watch ended, and how often it moved to another member. */
+	char member[ETCD_MAX_URL];
+	uint64_t member_since;
+	char last_error[256];
+	uint64_t failovers;
+	uint64_t applied, rejected, resyncs, skipped;
+	/* The log's rate limit (reject()). */
+	uint64_t log_window_start;
+	unsigned log_in_window;
+	uint64_t log_suppressed;
+	uint64_t log_seen[CL_LOG_SEEN];
+	size_t log_seen_next;
 	struct cl_reject rejects[CL_MAX_REJECTS];
 	size_t n_rejects, next_reject;
 	uv_timer_t pub_timer;
@@ -276,6 +321,35 @@ static void notify_saved(struct td_cluster *c, bool force)
 
 /* ---- applying ----------------------------------------------------------- */
 
+/* FNV-1a of a key and its revision: "this rejection was logged". */
+static uint64_t log_hash(const char *key, int64_t rev)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	return (h ^ (uint64_t)rev) * 1099511628211ull;
+}
+
+/* Say how many rejections the rate limit kept out of the log, once its window is over. */
+static void log_flush_suppressed(struct td_cluster *c, uint64_t now)
+{
+	if (now - c->log_window_start < CL_LOG_WINDOW_MS)
+		return;
+	if (c->log_suppressed)
+		log_warnx("cluster: %" PRIu64 " more rejections not logged in %d s (the last %d are "
+			  "in %s)", c->log_suppressed, CL_LOG_WINDOW_MS / 1000, CL_MAX_REJECTS,
+			  c->status_key);
+	c->log_suppressed = 0;
+	c->log_in_window = 0;
+	c->log_window_start = now;
+}
+
+/*
+ * A key, or a key on one agent, not applied: kept for status/HOST, counted,
+ * logged.  Key and message come from etcd (a key may hold a newline that
+ * forges a log line, or an escape for the terminal): both are cleaned here,
+ * for the log and for the status alike.
+ */
 static void reject(struct td_cluster *c, const char *key, int64_t rev, const char *agent, int code,
 		   const char *msg)
 {
@@ -283,14 +357,26 @@ static void reject(struct td_cluster *c, const char *key, int64_t rev, const cha
 	c->next_reject = (c->next_reject + 1) % CL_MAX_REJECTS;
 	if (c->n_rejects < CL_MAX_REJECTS)
 		c->n_rejects++;
-	snprintf(r->key, sizeof(r->key), "%s", key);
+	util_clean(r->key, sizeof(r->key), key, UTIL_CLEAN_ASCII);
 	r->rev = rev;
-	snprintf(r->agent, sizeof(r->agent), "%s", agent ? agent : "");
+	util_clean(r->agent, sizeof(r->agent), agent ? agent : "", UTIL_CLEAN_ASCII);
 	r->code = code;
-	snprintf(r->msg, sizeof(r->msg), "%s", msg);
+	util_clean(r->msg, sizeof(r->msg), msg, UTIL_CLEAN_ASCII);
 	c->rejected++;
-	log_warnx("cluster: %s (revision %" PRId64 ")%s%s: %s", key, rev, agent && agent[0] ? " on agent " : "",
-		  agent ? agent : "", msg);
+	uint64_t h = log_hash(key, rev), now = util_mono_ms();
+	for (size_t i = 0; i < CL_LOG_SEEN; i++)
+		if (c->log_seen[i] == h)
+			return; /* this key at this revision is in the log already */
+	c->log_seen[c->log_seen_next] = h;
+	c->log_seen_next = (c->log_seen_next + 1) % CL_LOG_SEEN;
+	log_flush_suppressed(c, now);
+	if (c->log_in_window >= CL_LOG_BURST) {
+		c->log_suppressed++;
+		return;
+	}
+	c->log_in_window++;
+	log_warnx("cluster: %s (revision %" PRId64 ")%s%s: %s", r->key, rev,
+		  r->agent[0] ? " on agent " : "", r->agent, r->msg);
 }
 
 /* The local agents sel names (none when it is another host's). */
@@ -327,6 +413,205 @@ static void apply_set(struct td_cluster *c, const struct cl_set *s, struct td_ag
 	}
 }
 
+/* ---- plans applied once: the record ------------------------------------ */
+
+static uint64_t key_hash(const char *key)
+{
+	return log_hash(key, 0);
+}
+
+static struct cl_record *record_find(struct td_cluster *c, int64_t rev, uint64_t key,
+				     const char *agent)
+{
+	for (size_t i = 0; i < c->n_records; i++)
+		if (c->records[i].rev == rev && c->records[i].key == key &&
+		    !strcmp(c->records[i].agent, agent))
+			return &c->records[i];
+	return NULL;
+}
+
+/* Records the revision file has passed are no longer replayed: dropped. */
+static void records_prune(struct td_cluster *c)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < c->n_records; i++)
+		if (c->records[i].rev > c->saved_rev)
+			c->records[k++] = c->records[i];
+	if (k != c->n_records)
+		c->records_dirty = true;
+	c->n_records = k;
+}
+
+static void record_add(struct td_cluster *c, int64_t rev, uint64_t key, int64_t base,
+		       const char *agent)
+{
+	if (c->n_records == CL_MAX_RECORDS)
+		records_prune(c);
+	if (c->n_records == CL_MAX_RECORDS) { /* more plans than this in flight: drop the oldest */
+		memmove(c->records, c->records + 1, (CL_MAX_RECORDS - 1) * sizeof(*c->records));
+		c->n_records--;
+		if (!c->records_warned)
+			log_warnx("cluster: more than %d plan applications not yet in %s: the oldest "
+				  "may be applied again after a crash", CL_MAX_RECORDS, c->rev_path);
+		c->records_warned = true;
+	}
+	if (!c->records) {
+		c->records = calloc(CL_MAX_RECORDS, sizeof(*c->records));
+		if (!c->records) {
+			log_warnx("cluster: out of memory for the record of applied plans");
+			return;
+		}
+	}
+	struct cl_record *r = &c->records[c->n_records++];
+	*r = (struct cl_record){.rev = rev, .key = key, .base = base};
+	snprintf(r->agent, sizeof(r->agent), "%s", agent);
+	c->records_dirty = true;
+}
+
+/*
+ * Write the records (tmp, fsync, rename, fsync of the directory), on the
+ * loop: before this returns to the loop, no save can have started that
+ * holds what the plans just applied changed.  One small file per batch
+ * with a plan in it.
+ */
+static void records_flush(struct td_cluster *c)
+{
+	if (!c->records_dirty)
+		return;
+	c->records_dirty = false;
+	records_prune(c);
+	c->records_dirty = false;
+	char tmp[PATH_MAX + 8];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", c->rec_path);
+	FILE *f = fopen(tmp, "we");
+	bool ok = f != NULL;
+	for (size_t i = 0; ok && i < c->n_records; i++)
+		ok = fprintf(f, "%" PRId64 " %016" PRIx64 " %" PRId64 " %s\n", c->records[i].rev,
+			     c->records[i].key, c->records[i].base, c->records[i].agent) > 0;
+	if (f) {
+		ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+		ok = fclose(f) == 0 && ok;
+	}
+	if (ok && rename(tmp, c->rec_path) == 0) {
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%s", c->rec_path);
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = '\0';
+		int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0) {
+			fsync(dfd);
+			close(dfd);
+		}
+		c->records_warned = false;
+		return;
+	}
+	int e = errno;
+	unlink(tmp);
+	if (!c->records_warned)
+		log_warnx("cluster: writing %s: %s; a crash before the revision file follows may "
+			  "apply a plan twice", c->rec_path, strerror(e));
+	c->records_warned = true;
+	c->records_dirty = true; /* the next batch tries again */
+}
+
+/* The records file at start: missing is none; a line it cannot read is skipped (logged). */
+static void records_load(struct td_cluster *c)
+{
+	FILE *f = fopen(c->rec_path, "re");
+	if (!f)
+		return;
+	char line[256];
+	size_t bad = 0;
+	while (fgets(line, sizeof(line), f)) {
+		long long rev, base;
+		unsigned long long key;
+		char agent[TGP_MAX_NAME + 1];
+		if (sscanf(line, "%lld %16llx %lld %64s", &rev, &key, &base, agent) != 4 ||
+		    strlen(agent) >= TGP_MAX_NAME || !util_name_ok(agent, TGP_MAX_NAME)) {
+			bad++;
+			continue;
+		}
+		if (rev > c->saved_rev)
+			record_add(c, rev, key, base, agent);
+	}
+	fclose(f);
+	c->records_dirty = false;
+	if (bad)
+		log_warnx("cluster: %s: %zu unreadable lines skipped", c->rec_path, bad);
+}
+
+/* Does agent a hold a pending entry for this step with this set? */
+static bool agent_has_entry(const struct td_agent *a, int64_t step, const struct toggle_set *set)
+{
+	for (size_t j = 0; j < a->n_plans; j++)
+		if (a->plans[j].step == step && toggle_set_equal(&a->plans[j].set, set))
+			return true;
+	return false;
+}
+
+/*
+ * A plan to one agent.  First time: relative entries are resolved here,
+ * from the agent's step now, and that step is recorded before anything is
+ * saved.  Again (a replay after a crash or a failed save, or an agent that
+ * comes back): the recorded step again, entries for steps the agent has
+ * begun are left out (they were applied before), and so are those it holds
+ * pending already: each entry reaches an agent once.
+ */
+static void apply_plan_to(struct td_cluster *c, const char *key, int64_t rev,
+			  const struct cluster_plan *p, struct td_agent *a)
+{
+	uint64_t kh = key_hash(key);
+	const struct cl_record *r = record_find(c, rev, kh, a->name);
+	td_agent_refresh(a);
+	int64_t now = a->st->step, base = r ? r->base : now;
+	Toggle__PlanEntry en[CLUSTER_MAX_PLANS], *ep[CLUSTER_MAX_PLANS];
+	size_t n = 0;
+	for (size_t k = 0; k < p->n; k++) {
+		int64_t step = p->e[k].n;
+		if (p->e[k].relative) {
+			/* base comes from the agent's memory: bound it before adding. */
+			if (base < -1 || base > INT64_MAX - p->e[k].n) {
+				char msg[200];
+				snprintf(msg, sizeof(msg), "agent reports step %lld: +%lld is out of range",
+					 (long long)base, (long long)p->e[k].n);
+				reject(c, key, rev, a->name, TOGGLE_EINVAL, msg);
+				return;
+			}
+			step = base + p->e[k].n;
+		}
+		if (r) {
+			struct toggle_set set;
+			char err[256];
+			if (step <= now || (toggle_set_parse(&a->cat, p->e[k].spec, &set, err,
+							     sizeof(err)) == 0 &&
+					    agent_has_entry(a, step, &set)))
+				continue;
+		}
+		toggle__plan_entry__init(&en[n]);
+		en[n].step = step;
+		en[n].spec = p->e[k].spec;
+		ep[n] = &en[n];
+		n++;
+	}
+	if (r && n == 0) {
+		log_debug("cluster: plan %s (revision %" PRId64 ") was applied to agent %s before",
+			  key, rev, a->name);
+		return;
+	}
+	Toggle__SubmitPlanRequest m = TOGGLE__SUBMIT_PLAN_REQUEST__INIT;
+	m.n_entries = n;
+	m.entries = ep;
+	struct td_ctl_err e;
+	if (td_ctl_plan(&a, 1, &m, &e)) {
+		reject(c, key, rev, a->name, e.code, e.msg);
+		return;
+	}
+	c->applied++;
+	if (!r)
+		record_add(c, rev, kh, base, a->name);
+}
+
 /* A plan to the local agents it names (only to `only`, if not NULL). */
 static void apply_plan(struct td_cluster *c, const char *key, int64_t rev, const char *value,
 		       const struct td_agent *only)
@@ -344,27 +629,10 @@ static void apply_plan(struct td_cluster *c, const char *key, int64_t rev, const
 		cluster_plan_free(&p);
 		return;
 	}
-	Toggle__PlanEntry en[CLUSTER_MAX_PLANS], *ep[CLUSTER_MAX_PLANS];
-	for (size_t k = 0; k < p.n; k++) {
-		toggle__plan_entry__init(&en[k]);
-		en[k].step = p.e[k].relative ? -1 : p.e[k].n;
-		en[k].after = p.e[k].relative ? p.e[k].n : 0;
-		en[k].spec = p.e[k].spec;
-		ep[k] = &en[k];
-	}
-	Toggle__SubmitPlanRequest m = TOGGLE__SUBMIT_PLAN_REQUEST__INIT;
-	m.n_entries = p.n;
-	m.entries = ep;
 	/* Each agent on its own: late on one is rejected whole on that one. */
-	for (size_t i = 0; i < n; i++) {
-		struct td_ctl_err e;
-		if (only && v[i] != only)
-			continue;
-		if (td_ctl_plan(&v[i], 1, &m, &e))
-			reject(c, key, rev, v[i]->name, e.code, e.msg);
-		else
-			c->applied++;
-	}
+	for (size_t i = 0; i < n; i++)
+		if (!only || v[i] == only)
+			apply_plan_to(c, key, rev, &p, v[i]);
 	free(v);
 	cluster_plan_free(&p);
 }
@@ -405,6 +673,7 @@ static struct cl_set *set_remember(struct td_cluster *c, const struct etcd_kv *k
 	}
 	struct cl_set *s = set_find(c, kv->key);
 	if (!s) {
+		/* Only keys that may name this host's agents count against the limit. */
 		if (c->n_sets == CL_MAX_SETS) {
 			free(spec);
 			reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_ELIMIT, "too many standing-set keys");
@@ -481,6 +750,41 @@ static void seen_update(struct td_cluster *c, const struct td_agent *only)
 	}
 }
 
+/* Does a selector name any of this host's agents (now or when they join)? */
+static bool sel_here(const struct td_cluster *c, const struct cluster_sel *sel)
+{
+	int kind;
+	uint64_t id;
+	const char *group;
+	return cluster_sel_local(sel, c->d->cfg.host_id, &kind, &id, &group);
+}
+
+/*
+ * A key etcd.c could not take (over the limits, a NUL, not base64): skipped
+ * and reported, and the watch goes on past it.  A standing set this host
+ * held under that key is forgotten (its agents keep what they have, as for
+ * a deleted key).  Another host's set is not this host's to report.
+ */
+static void on_bad_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply)
+{
+	enum cluster_key_kind kind = CLUSTER_KEY_OTHER;
+	struct cluster_sel sel;
+	char err[256];
+	if (!kv->bad_key) {
+		if (cluster_key_parse(c->desired, kv->key, &kind, &sel, err, sizeof(err)) == 0 &&
+		    kind == CLUSTER_KEY_SET) {
+			set_forget(c, kv->key);
+			if (!sel_here(c, &sel))
+				return;
+		}
+	}
+	if (!apply || kv->deleted) /* a deleted key changes nothing on agents */
+		return;
+	c->skipped++;
+	snprintf(err, sizeof(err), "skipped: %s", kv->bad);
+	reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_ELIMIT, err);
+}
+
 /* One key, in revision order: remember it, and apply it if it is new to us. */
 static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply, bool apply_plans)
 {
@@ -489,9 +793,22 @@ static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply, bo
 	char err[256];
 	if (c->redo_pending)
 		apply = false; /* remembered now, applied by on_redo */
-	if (cluster_key_parse(c->desired, kv->key, &kind, &sel, err, sizeof(err))) {
-		if (apply)
-			reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_EINVAL, err);
+	if (kv->bad) {
+		on_bad_kv(c, kv, apply);
+		return;
+	}
+	/* A malformed or unknown key: skipped whole, and reported. */
+	if (cluster_key_parse(c->desired, kv->key, &kind, &sel, err, sizeof(err)) ||
+	    kind == CLUSTER_KEY_OTHER) {
+		if (kind == CLUSTER_KEY_OTHER)
+			snprintf(err, sizeof(err), "not a key of this version's layout "
+				 "(desired/set/... or desired/plan/NAME)");
+		if (apply && !kv->deleted) {
+			c->skipped++;
+			char msg[300];
+			snprintf(msg, sizeof(msg), "skipped: %s", err);
+			reject(c, kv->key, kv->mod_revision, NULL, TOGGLE_EINVAL, msg);
+		}
 		return;
 	}
 	if (kind == CLUSTER_KEY_SET) {
@@ -499,6 +816,8 @@ static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply, bo
 			set_forget(c, kv->key);
 			return;
 		}
+		if (!sel_here(c, &sel)) /* another host's: not remembered, not counted */
+			return;
 		struct cl_set *s = set_remember(c, kv, &sel);
 		if (!s || !apply)
 			return;
@@ -511,8 +830,17 @@ static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply, bo
 		apply_set(c, s, v, n);
 		free(v);
 	} else if (kind == CLUSTER_KEY_PLAN && kv->value) {
-		if (kv->mod_revision > c->start_rev)
-			plan_remember(c, kv);
+		/* Another host's plan is not remembered: it would push this host's
+		 * out of the ring that agents joining late are served from. */
+		struct cluster_plan p;
+		if (cluster_plan_value_parse(kv->value, &p, err, sizeof(err)) == 0) {
+			bool here = sel_here(c, &p.target);
+			cluster_plan_free(&p);
+			if (!here)
+				return;
+			if (kv->mod_revision > c->start_rev)
+				plan_remember(c, kv);
+		}
 		if (apply && apply_plans)
 			apply_plan(c, kv->key, kv->mod_revision, kv->value, NULL);
 	}
@@ -560,30 +888,44 @@ static void on_batch(void *arg, struct etcd_batch *b)
 	struct td_cluster *c = arg;
 	switch (b->kind) {
 	case ETCD_CONNECTED:
-		if (!c->connected)
-			log_info("cluster: watching etcd from revision %" PRId64, c->applied_rev + 1);
+		if (c->member[0] && strcmp(c->member, b->err))
+			c->failovers++;
+		if (!c->connected || strcmp(c->member, b->err))
+			log_info("cluster: watching etcd at %s from revision %" PRId64, b->err,
+				 c->applied_rev + 1);
+		snprintf(c->member, sizeof(c->member), "%s", b->err);
+		c->member_since = util_unix_ms();
 		c->connected = true;
 		c->down_logged = false;
 		break;
 	case ETCD_DISCONNECTED:
+		util_clean(c->last_error, sizeof(c->last_error), b->err, UTIL_CLEAN_ASCII);
+		/* Once per episode: the first failure after a watch was up. */
 		if (c->connected || !c->down_logged)
-			log_warnx("cluster: etcd unreachable (%s); local requests go on, retrying", b->err);
+			log_warnx("cluster: etcd unreachable or unfit (%s); local requests go on, trying "
+				  "the next member", c->last_error);
 		c->connected = false;
 		c->down_logged = true;
 		break;
 	case ETCD_SNAPSHOT:
 		on_snapshot(c, b);
 		break;
-	case ETCD_EVENTS:
+	case ETCD_EVENTS: {
+		/* New to us: above what was applied before this batch.  Keys of one
+		 * revision (a transaction) all arrive in one batch; comparing with
+		 * the revision of the key before applied only the first of them. */
+		int64_t before = c->applied_rev;
 		for (size_t i = 0; i < b->n; i++) {
-			on_kv(c, &b->kvs[i], b->kvs[i].mod_revision > c->applied_rev, true);
+			on_kv(c, &b->kvs[i], b->kvs[i].mod_revision > before, true);
 			if (b->kvs[i].mod_revision > c->applied_rev)
 				c->applied_rev = b->kvs[i].mod_revision;
 		}
 		break;
 	}
+	}
 	etcd_batch_free(b);
 	seen_update(c, NULL);
+	records_flush(c); /* before the loop can start the save of what was applied */
 	notify_saved(c, false);
 }
 
@@ -641,6 +983,7 @@ static void on_redo(uv_timer_t *t)
 	}
 	free(sets);
 	seen_update(c, NULL);
+	records_flush(c);
 	notify_saved(c, true);
 }
 
@@ -662,6 +1005,15 @@ static bool names_agent(struct td_cluster *c, const struct cluster_sel *sel, con
  * this daemon started, for an agent it has not seen: its saved state covers
  * the rest) reaches it now: the newest standing set that names it, then the
  * plans, in revision order.  A local change made since stays otherwise.
+ *
+ * Plans, by the rule of docs/cluster.md: an absolute plan reaches an agent
+ * that joins until its steps have begun there (the late rule); a relative
+ * one only an agent that was present when this host applied it: one that
+ * holds a record of it (it had it before it went away), or one this host's
+ * saved state knows that comes back for the first time within 30 s of this
+ * daemon's start (the plan was applied while it was reconnecting to a
+ * restarted toggled).  An agent new to the host does not get the relative plans of
+ * the past: "+200" meant 200 steps after the agents of that moment.
  */
 void td_cluster_agent_joined(struct td_agent *a)
 {
@@ -670,6 +1022,10 @@ void td_cluster_agent_joined(struct td_agent *a)
 		return;
 	const struct cl_seen *seen = seen_find(c, a->name);
 	int64_t known = seen ? seen->rev : c->start_rev;
+	char skey[TD_MAX_KEY];
+	bool returning = !seen && util_mono_ms() - c->start_ms < CL_RETURN_MS &&
+			 td_store_key(skey, sizeof(skey), a->name, a->uid) == 0 &&
+			 td_store_get(&a->d->store, skey, false) != NULL;
 	/* While a redo is pending, on_redo serves what is above durable_rev. */
 	int64_t upto = c->redo_pending ? c->durable_rev : c->applied_rev;
 	const struct cl_set *best = NULL;
@@ -683,14 +1039,31 @@ void td_cluster_agent_joined(struct td_agent *a)
 		  best ? "; newest set for it: " : "", best ? best->key : "");
 	if (best)
 		apply_set(c, best, &a, 1);
+	bool any = best != NULL;
 	for (size_t i = 0; i < c->n_plans; i++) {
 		const struct cl_plan_key *p = &c->plans[(c->first_plan + i) % CL_MAX_PLANS];
-		if (p->rev > known && p->rev <= upto)
-			apply_plan(c, p->key, p->rev, p->value, a);
+		if (p->rev <= known || p->rev > upto)
+			continue;
+		struct cluster_plan pl;
+		char err[256];
+		bool relative = false;
+		if (cluster_plan_value_parse(p->value, &pl, err, sizeof(err)) == 0) {
+			for (size_t k = 0; k < pl.n; k++)
+				relative |= pl.e[k].relative;
+			cluster_plan_free(&pl);
+		}
+		if (relative && !returning && !record_find(c, p->rev, key_hash(p->key), a->name)) {
+			log_debug("cluster: relative plan %s (revision %" PRId64 ") not for agent %s, "
+				  "which was not here when it was applied", p->key, p->rev, a->name);
+			continue;
+		}
+		apply_plan(c, p->key, p->rev, p->value, a);
+		any = true;
 	}
 	seen_update(c, a);
+	records_flush(c);
 	/* A failed save of this rolls it back: re-applied from durable_rev then. */
-	if (best || c->n_plans)
+	if (any)
 		notify_saved(c, true);
 }
 
@@ -754,16 +1127,21 @@ static char *status_json(struct td_cluster *c)
 						     "revision", (json_int_t)x->rev, "agent", x->agent,
 						     "code", x->code, "message", x->msg));
 	}
-	json_t *j = agents && graphs && status && rej
-			    ? json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:s, s:O}", "host",
+	json_t *member = json_pack("{s:s, s:b, s:I, s:I, s:s}", "member", c->member, "connected",
+				   c->connected, "since_ms", (json_int_t)c->member_since, "failovers",
+				   (json_int_t)c->failovers, "last_error", c->last_error);
+	json_t *j = agents && graphs && status && rej && member
+			    ? json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:s, s:O, s:O}", "host",
 					d->cfg.host_id, "revision", (json_int_t)c->applied_rev, "applied",
 					(json_int_t)c->applied, "rejected", (json_int_t)c->rejected,
-					"resyncs", (json_int_t)c->resyncs, "agents", agents, "graphs",
-					graphs, "status", status, "rejections", rej)
+					"resyncs", (json_int_t)c->resyncs, "skipped",
+					(json_int_t)c->skipped, "agents", agents, "graphs",
+					graphs, "status", status, "rejections", rej, "etcd", member)
 			    : NULL;
 	out = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	json_decref(j);
 	json_decref(rej);
+	json_decref(member);
 done:
 	for (size_t r = 0; r < i; r++)
 		free(ai[r].enabled);
@@ -780,6 +1158,7 @@ done:
 static void on_publish(uv_timer_t *t)
 {
 	struct td_cluster *c = t->data;
+	log_flush_suppressed(c, util_mono_ms());
 	char *s = status_json(c);
 	if (!s)
 		return;
@@ -821,14 +1200,35 @@ int td_cluster_start(struct td_daemon *d, char *err, size_t errlen)
 		return -1;
 	}
 	strcat(c->status_key, cfg->host_id);
+	n = snprintf(c->rec_path, sizeof(c->rec_path), "%s/cluster-%s.plans", cfg->state_dir,
+		     cfg->cluster);
+	if (n < 0 || (size_t)n >= sizeof(c->rec_path)) {
+		snprintf(err, errlen, "state directory too long");
+		free(c);
+		return -1;
+	}
 	if (cluster_rev_load(c->rev_path, &c->applied_rev) != 0) {
 		snprintf(err, errlen, "%s: unreadable or not a revision", c->rev_path);
 		free(c);
 		return -1;
 	}
 	c->saved_rev = c->start_rev = c->durable_rev = c->notified_rev = c->applied_rev;
-	if (etcd_watcher_start(&c->w, d->loop, cfg->etcd, c->desired, c->applied_rev, c->status_key,
-			       on_batch, c, err, errlen)) {
+	records_load(c);
+	c->start_ms = util_mono_ms();
+	/* Read once, at start: a SIGHUP keeps them, like the other cluster keys. */
+	struct etcd_creds cr;
+	memset(&cr, 0, sizeof(cr));
+	if (cfg->etcd_credentials[0] &&
+	    etcd_creds_load(cfg->etcd_credentials, &cr, err, errlen) != 0) {
+		free(c->records);
+		free(c);
+		return -1;
+	}
+	int wrc = etcd_watcher_start(&c->w, d->loop, cfg->etcd, &cr, c->desired, c->applied_rev,
+				     c->status_key, on_batch, c, err, errlen);
+	explicit_bzero(&cr, sizeof(cr));
+	if (wrc) {
+		free(c->records);
 		free(c);
 		return -1;
 	}
@@ -854,6 +1254,7 @@ static void cluster_free(struct td_cluster *c)
 		free(c->plans[(c->first_plan + i) % CL_MAX_PLANS].value);
 	}
 	free(c->seen);
+	free(c->records);
 	free(c->last_published);
 	free(c);
 }

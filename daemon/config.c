@@ -152,7 +152,8 @@ static int config_line(struct td_config *cfg, char *s, const char *path, int lin
 		size_t len;
 	} strs[] = {{"etcd", cfg->etcd, sizeof(cfg->etcd)},
 		    {"cluster", cfg->cluster, sizeof(cfg->cluster)},
-		    {"host_id", cfg->host_id, sizeof(cfg->host_id)}};
+		    {"host_id", cfg->host_id, sizeof(cfg->host_id)},
+		    {"etcd_credentials", cfg->etcd_credentials, sizeof(cfg->etcd_credentials)}};
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
 		if (strcmp(key, strs[i].key) == 0 && strlen(val) < strs[i].len) {
 			snprintf(strs[i].dst, strs[i].len, "%s", val);
@@ -185,7 +186,7 @@ static int config_line(struct td_config *cfg, char *s, const char *path, int lin
 	snprintf(err, errlen, "%s:%d: unknown key '%s' or bad value (keys: operator_group, verbose, "
 		 "max_queue_bytes, max_peers, reserved_peers, max_peers_per_uid, hello_timeout_ms, "
 		 "idle_timeout_ms, frames_per_turn, journal_max_bytes, agent_group, etcd, cluster, "
-		 "host_id)", path, lineno, key);
+		 "host_id, etcd_credentials)", path, lineno, key);
 	return -1;
 }
 

@@ -6,8 +6,8 @@
 TD_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 TD_OBJ := $(TD_SRC:%.c=$(B)/%.o)
 TD_SAN_OBJ := $(TD_SRC:%.c=$(B)/san/%.o)
-TD_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv jansson libmicrohttpd libcurl)
-TD_LIBS = $$(pkg-config --libs libuv jansson libmicrohttpd libcurl) $(TGP_LIBS) -lpthread
+TD_CFLAGS = $(TGP_CFLAGS) -Idaemon $$(pkg-config --cflags libuv jansson libmicrohttpd libcurl zlib)
+TD_LIBS = $$(pkg-config --libs libuv jansson libmicrohttpd libcurl zlib) $(TGP_LIBS) -lpthread
 
 all: $(B)/toggled
 
@@ -30,7 +30,8 @@ $(B)/libtoggled-san.a: $(TD_SAN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-TD_UNIT_TESTS := $(B)/tests/check_store $(B)/tests/check_store_faults $(B)/tests/check_cluster
+TD_UNIT_TESTS := $(B)/tests/check_store $(B)/tests/check_store_faults $(B)/tests/check_cluster \
+	$(B)/tests/check_gzipenc
 $(TD_UNIT_TESTS): $(B)/libtoggled-san.a $(B)/libtgproto-san.a
 $(TD_UNIT_TESTS): EXTRA_CFLAGS = $(TD_CFLAGS)
 $(TD_UNIT_TESTS): EXTRA_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)

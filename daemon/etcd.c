@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <curl/curl.h>
@@ -30,6 +31,9 @@
 #define ETCD_BACKOFF_MIN_MS 100
 #define ETCD_BACKOFF_MAX_MS 2000
 #define ETCD_STATUS_TICK_MS 1000
+#define ETCD_PROBE_EVERY_MS   2000 /* the watch's liveness check (watch_probe) */
+#define ETCD_PROBE_TIMEOUT_MS 2000
+#define ETCD_REQUIRE_LEADER   "Grpc-Metadata-hasleader: true"
 
 /* ---- base64 and keys ---------------------------------------------------- */
 
@@ -196,30 +200,189 @@ static int json_i64(const json_t *o, const char *name, int64_t *out)
 	return 0;
 }
 
-/* One kv object ({"key","value","mod_revision"}); deleted: value stays NULL. */
-static int kv_parse(const json_t *j, bool deleted, struct etcd_kv *kv)
+/*
+ * A key we skip, shown in reports: the first ETCD_MAX_SHOWN_KEY bytes of
+ * what it decodes to, every byte outside printable ASCII (a NUL, a newline,
+ * an escape) as '?', "..." when cut; "(not base64)" if it is not.
+ */
+static char *shown_key(const char *b64)
+{
+	char *raw = NULL, *out = malloc(ETCD_MAX_SHOWN_KEY + 16);
+	size_t len = 0;
+	if (!out)
+		return NULL;
+	if (etcd_b64_decode(b64, &raw, &len, ETCD_MAX_RESPONSE)) {
+		snprintf(out, ETCD_MAX_SHOWN_KEY + 16, "(not base64)");
+		return out;
+	}
+	size_t k = len < ETCD_MAX_SHOWN_KEY ? len : ETCD_MAX_SHOWN_KEY;
+	for (size_t i = 0; i < k; i++) {
+		unsigned char c = (unsigned char)raw[i];
+		out[i] = c < 0x20 || c >= 0x7f ? '?' : (char)c;
+	}
+	snprintf(out + k, 16, "%s", k < len ? "..." : "");
+	free(raw);
+	return out;
+}
+
+/*
+ * One kv object ({"key","value","mod_revision"}); deleted: value stays
+ * NULL.  -1 only when the object or its revision is malformed (then nothing
+ * says where the watch stands); a key or value we do not take is a bad kv.
+ */
+_Static_assert(ETCD_MAX_KEY == 512, "kv_parse's message names the key limit");
+
+static int kv_parse(const json_t *j, bool deleted, size_t max_value, struct etcd_kv *kv)
 {
 	memset(kv, 0, sizeof(*kv));
+	kv->deleted = deleted;
 	const json_t *k = json_object_get(j, "key"), *v = json_object_get(j, "value");
 	size_t klen;
 	if (!json_is_object(j) || !json_is_string(k) || (v && !json_is_string(v)) ||
-	    json_i64(j, "mod_revision", &kv->mod_revision) || kv->mod_revision < 0)
+	    json_i64(j, "mod_revision", &kv->mod_revision) || kv->mod_revision < 0 ||
+	    kv->mod_revision == INT64_MAX) /* the watch goes on from mod_revision + 1 */
 		return -1;
-	if (etcd_b64_decode(json_string_value(k), &kv->key, &klen, ETCD_MAX_KEY) ||
-	    strlen(kv->key) != klen) {
+	const char *kt = json_string_value(k);
+	if (etcd_b64_decode(kt, &kv->key, &klen, ETCD_MAX_KEY) || strlen(kv->key) != klen) {
+		char *raw = NULL;
+		size_t rlen = 0;
+		int notb64 = etcd_b64_decode(kt, &raw, &rlen, ETCD_MAX_RESPONSE);
+		kv->bad = notb64 ? "key is not base64"
+			  : rlen > ETCD_MAX_KEY ? "key over 512 bytes"
+						: "key with a NUL byte";
+		free(raw);
 		free(kv->key);
-		kv->key = NULL;
-		return -1;
+		kv->key = shown_key(kt);
+		kv->bad_key = true;
+		return kv->key ? 0 : -1;
 	}
 	if (!deleted) {
-		if (etcd_b64_decode(v ? json_string_value(v) : "", &kv->value, &kv->value_len,
-				    ETCD_MAX_VALUE)) {
-			free(kv->key);
-			kv->key = NULL;
-			return -1;
+		const char *vt = v ? json_string_value(v) : "";
+		size_t vn = strlen(vt);
+		if (vn / 4 * 3 > max_value + 2 || vn % 4) {
+			kv->bad = vn % 4 ? "value is not base64" : "value over the size limit";
+		} else if (etcd_b64_decode(vt, &kv->value, &kv->value_len, max_value)) {
+			kv->bad = "value is not base64 or over the size limit";
+		} else if (strlen(kv->value) != kv->value_len) {
+			kv->bad = "value with a NUL byte";
+			free(kv->value);
+			kv->value = NULL;
+			kv->value_len = 0;
 		}
 	}
 	return 0;
+}
+
+/* ---- credentials ---------------------------------------------------------- */
+
+int etcd_creds_load(const char *path, struct etcd_creds *cr, char *err, size_t errlen)
+{
+	memset(cr, 0, sizeof(*cr));
+	FILE *f = fopen(path, "re");
+	struct stat st;
+	if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "etcd credentials %s: %s", path,
+			 f ? "not a regular file" : strerror(errno));
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	char line[8192];
+	int lineno = 0, rc = 0;
+	while (rc == 0 && fgets(line, sizeof(line), f)) {
+		lineno++;
+		size_t n = strlen(line);
+		if (n == sizeof(line) - 1 && line[n - 1] != '\n') {
+			snprintf(err, errlen, "etcd credentials %s:%d: line too long", path, lineno);
+			rc = -1;
+			break;
+		}
+		while (n && (line[n - 1] == '\n' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+			line[--n] = '\0';
+		char *k = line;
+		while (*k == ' ' || *k == '\t')
+			k++;
+		if (!*k || *k == '#')
+			continue;
+		char *eq = strchr(k, '=');
+		if (!eq) {
+			snprintf(err, errlen, "etcd credentials %s:%d: expected NAME = VALUE", path, lineno);
+			rc = -1;
+			break;
+		}
+		char *v = eq + 1, *ke = eq;
+		while (ke > k && (ke[-1] == ' ' || ke[-1] == '\t'))
+			ke--;
+		*ke = '\0';
+		while (*v == ' ' || *v == '\t')
+			v++;
+		struct {
+			const char *name;
+			char *dst;
+			size_t len;
+		} keys[] = {{"ca", cr->ca, sizeof(cr->ca)}, {"cert", cr->cert, sizeof(cr->cert)},
+			    {"key", cr->key, sizeof(cr->key)}, {"user", cr->user, sizeof(cr->user)},
+			    {"password", cr->password, sizeof(cr->password)}};
+		size_t i;
+		for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+			if (!strcmp(k, keys[i].name))
+				break;
+		if (i == sizeof(keys) / sizeof(keys[0]) || strlen(v) >= keys[i].len || !*v) {
+			/* The value is not shown: it may be the password. */
+			snprintf(err, errlen, "etcd credentials %s:%d: unknown name, empty or too long "
+				 "value (names: ca, cert, key, user, password)", path, lineno);
+			rc = -1;
+			break;
+		}
+		snprintf(keys[i].dst, keys[i].len, "%s", v);
+	}
+	fclose(f);
+	if (rc == 0 && !cr->user[0] != !cr->password[0]) {
+		snprintf(err, errlen, "etcd credentials %s: user and password go together", path);
+		rc = -1;
+	}
+	if (rc == 0 && cr->password[0] && (st.st_mode & 077)) {
+		snprintf(err, errlen, "etcd credentials %s hold a password and may be read by group or "
+			 "others (chmod 600 it)", path);
+		rc = -1;
+	}
+	if (rc == 0 && !cr->cert[0] != !cr->key[0]) {
+		snprintf(err, errlen, "etcd credentials %s: cert and key go together", path);
+		rc = -1;
+	}
+	for (const char *p = cr->user; rc == 0 && *p; p++)
+		if ((unsigned char)*p <= ' ' || *p == '"' || *p == '\\' || (unsigned char)*p >= 0x7f) {
+			snprintf(err, errlen, "etcd credentials %s: bad character in user", path);
+			rc = -1;
+		}
+	if (rc)
+		memset(cr, 0, sizeof(*cr));
+	return rc;
+}
+
+/*
+ * What every request of one client carries: the credentials (or NULL) and
+ * the token etcd gave for them, shared by the watcher's two threads (mu).
+ * A token etcd no longer takes (expired: --auth-token-ttl) is dropped and
+ * the call authenticates again, once.
+ */
+struct etcd_session {
+	const struct etcd_creds *cr;
+	pthread_mutex_t mu;
+	char token[ETCD_MAX_TOKEN];
+};
+
+static void session_init(struct etcd_session *s, const struct etcd_creds *cr)
+{
+	memset(s, 0, sizeof(*s));
+	s->cr = cr && (cr->ca[0] || cr->cert[0] || cr->user[0]) ? cr : NULL;
+	pthread_mutex_init(&s->mu, NULL);
+}
+
+static void session_destroy(struct etcd_session *s)
+{
+	explicit_bzero(s->token, sizeof(s->token));
+	pthread_mutex_destroy(&s->mu);
 }
 
 /* ---- HTTP --------------------------------------------------------------- */
@@ -231,7 +394,12 @@ struct http_buf {
 	atomic_bool *stop; /* abort the transfer when set (NULL: never) */
 	/* Streaming: called for each complete line; nonzero stops the transfer. */
 	int (*on_line)(void *arg, char *line, size_t len);
+	/* Called about once a second while the transfer runs; nonzero stops it. */
+	int (*on_tick)(void *arg);
 	void *arg;
+	const char *header; /* one more request header, or NULL */
+	struct etcd_session *sess; /* TLS files and the token; NULL: none */
+	bool no_token;             /* the authentication request itself */
 };
 
 static size_t http_write(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -280,7 +448,9 @@ static int http_progress(void *userdata, curl_off_t dt, curl_off_t dn, curl_off_
 {
 	struct http_buf *b = userdata;
 	(void)dt, (void)dn, (void)ut, (void)un;
-	return b->stop && atomic_load(b->stop) ? 1 : 0;
+	if (b->stop && atomic_load(b->stop))
+		return 1;
+	return b->on_tick ? b->on_tick(b->arg) : 0;
 }
 
 /*
@@ -288,17 +458,32 @@ static int http_progress(void *userdata, curl_off_t dt, curl_off_t dn, curl_off_
  * TCP keepalive then finds a dead peer.  0 with the HTTP status in *status,
  * or -1 with err.
  */
-static int http_post(const char *base, const char *path, const char *body, long timeout_ms,
-		     struct http_buf *b, long *status, char *err, size_t errlen)
+static int http_post_on(CURL *c, const char *base, const char *path, const char *body,
+			long timeout_ms, struct http_buf *b, long *status, char *err, size_t errlen)
 {
 	char url[ETCD_MAX_URL + 64];
 	snprintf(url, sizeof(url), "%s%s", base, path);
-	CURL *c = curl_easy_init();
-	if (!c) {
-		snprintf(err, errlen, "curl_easy_init failed");
-		return -1;
-	}
+	curl_easy_reset(c); /* options back to defaults; the connection stays cached */
 	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+	if (hdr && b->header) {
+		struct curl_slist *more = curl_slist_append(hdr, b->header);
+		if (more)
+			hdr = more;
+	}
+	const struct etcd_creds *cr = b->sess ? b->sess->cr : NULL;
+	char auth[ETCD_MAX_TOKEN + 32] = "";
+	if (cr && cr->user[0] && !b->no_token) {
+		pthread_mutex_lock(&b->sess->mu);
+		if (b->sess->token[0])
+			snprintf(auth, sizeof(auth), "Authorization: %s", b->sess->token);
+		pthread_mutex_unlock(&b->sess->mu);
+	}
+	if (hdr && auth[0]) {
+		struct curl_slist *more = curl_slist_append(hdr, auth);
+		if (more)
+			hdr = more;
+	}
+	explicit_bzero(auth, sizeof(auth));
 	char cerr[CURL_ERROR_SIZE] = "";
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -316,10 +501,18 @@ static int http_post(const char *base, const char *path, const char *body, long 
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 2L);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+	if (cr && cr->ca[0])
+		curl_easy_setopt(c, CURLOPT_CAINFO, cr->ca);
+	if (cr && cr->cert[0]) {
+		curl_easy_setopt(c, CURLOPT_SSLCERT, cr->cert);
+		curl_easy_setopt(c, CURLOPT_SSLKEY, cr->key);
+	}
 	CURLcode rc = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+	for (struct curl_slist *h = hdr; h; h = h->next) /* the token's copy */
+		if (!strncmp(h->data, "Authorization:", 14))
+			explicit_bzero(h->data, strlen(h->data));
 	curl_slist_free_all(hdr);
-	curl_easy_cleanup(c);
 	if (rc != CURLE_OK) {
 		snprintf(err, errlen, "%s: %s", url,
 			 b->too_big ? "response over the size limit" : cerr[0] ? cerr : curl_easy_strerror(rc));
@@ -328,18 +521,39 @@ static int http_post(const char *base, const char *path, const char *body, long 
 	return 0;
 }
 
-/* POST and parse one JSON response; a gateway error ({"error": ...}) is an error. */
-static json_t *etcd_call(const char *base, const char *path, json_t *req, atomic_bool *stop,
-			 char *err, size_t errlen)
+static int http_post(const char *base, const char *path, const char *body, long timeout_ms,
+		     struct http_buf *b, long *status, char *err, size_t errlen)
+{
+	CURL *c = curl_easy_init();
+	if (!c) {
+		snprintf(err, errlen, "curl_easy_init failed");
+		return -1;
+	}
+	int rc = http_post_on(c, base, path, body, timeout_ms, b, status, err, errlen);
+	curl_easy_cleanup(c);
+	return rc;
+}
+
+/*
+ * POST and parse one JSON response; a gateway error ({"error": ...}) is an
+ * error.  On handle c if not NULL (its connection kept for the next call),
+ * with one more header if not NULL, within timeout_ms.
+ */
+static json_t *etcd_call_raw(struct etcd_session *sess, bool no_token, CURL *c, const char *header,
+			     long timeout_ms, const char *base, const char *path, json_t *req,
+			     atomic_bool *stop, char *err, size_t errlen)
 {
 	char *body = json_dumps(req, JSON_COMPACT);
 	if (!body) {
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	struct http_buf b = {.stop = stop};
+	struct http_buf b = {.stop = stop, .header = header, .sess = sess, .no_token = no_token};
 	long status = 0;
-	int rc = http_post(base, path, body, ETCD_TIMEOUT_MS, &b, &status, err, errlen);
+	int rc = c ? http_post_on(c, base, path, body, timeout_ms, &b, &status, err, errlen)
+		   : http_post(base, path, body, timeout_ms, &b, &status, err, errlen);
+	if (no_token)
+		explicit_bzero(body, strlen(body)); /* it held the password */
 	free(body);
 	json_t *j = NULL;
 	if (rc == 0) {
@@ -352,9 +566,11 @@ static json_t *etcd_call(const char *base, const char *path, json_t *req, atomic
 			j = NULL;
 		} else if (e || status != 200) {
 			const json_t *m = json_object_get(j, "message");
-			snprintf(err, errlen, "%s%s: HTTP %ld: %.160s", base, path, status,
-				 json_is_string(m) ? json_string_value(m)
-				 : json_is_string(e) ? json_string_value(e) : "error");
+			char shown[161];
+			snprintf(err, errlen, "%s%s: HTTP %ld: %s", base, path, status,
+				 util_clean(shown, sizeof(shown), json_is_string(m) ? json_string_value(m)
+						   : json_is_string(e) ? json_string_value(e) : "error",
+					    UTIL_CLEAN_ASCII));
 			json_decref(j);
 			j = NULL;
 		}
@@ -363,20 +579,132 @@ static json_t *etcd_call(const char *base, const char *path, json_t *req, atomic
 	return j;
 }
 
-/* Try each endpoint from *cur on; *cur keeps the one that answered. */
-static json_t *etcd_call_any(char urls[][ETCD_MAX_URL], size_t n, size_t *cur, const char *path,
-			     json_t *req, atomic_bool *stop, char *err, size_t errlen)
+/* etcd's words for a token it does not take (or none where one is needed). */
+static bool auth_error(const char *err)
+{
+	return strstr(err, "invalid auth token") || strstr(err, "user name is empty") ||
+	       strstr(err, "HTTP 401");
+}
+
+/*
+ * A token for the session's user from etcd at base (POST /v3/auth/
+ * authenticate); 0, or -1 with err (etcd's reason, never the password).
+ */
+static int session_authenticate(struct etcd_session *sess, const char *base, atomic_bool *stop,
+				char *err, size_t errlen)
+{
+	json_t *req = json_pack("{s:s, s:s}", "name", sess->cr->user, "password",
+				sess->cr->password);
+	char why[512];
+	json_t *j = req ? etcd_call_raw(sess, true, NULL, NULL, ETCD_TIMEOUT_MS, base,
+					"/v3/auth/authenticate", req, stop, why, sizeof(why))
+			: NULL;
+	json_decref(req); /* jansson's copy of the password: freed, not wiped (a known limit) */
+	const json_t *t = json_object_get(j, "token");
+	int rc = -1;
+	if (!j) {
+		snprintf(err, errlen, "etcd authentication as '%s' failed: %s", sess->cr->user, why);
+	} else if (!json_is_string(t) || json_string_length(t) == 0 ||
+		   json_string_length(t) >= ETCD_MAX_TOKEN) {
+		snprintf(err, errlen, "%s/v3/auth/authenticate: no usable token in the answer", base);
+	} else {
+		rc = 0;
+		for (const char *p = json_string_value(t); *p; p++)
+			if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f)
+				rc = -1; /* it goes into a header */
+		if (rc)
+			snprintf(err, errlen, "%s/v3/auth/authenticate: a token with bad bytes", base);
+		else {
+			pthread_mutex_lock(&sess->mu);
+			snprintf(sess->token, sizeof(sess->token), "%s", json_string_value(t));
+			pthread_mutex_unlock(&sess->mu);
+		}
+	}
+	json_decref(j);
+	return rc;
+}
+
+/* A token, if the session has a user and none yet: 0, or -1 with err. */
+static int session_ready(struct etcd_session *sess, const char *base, atomic_bool *stop, char *err,
+			 size_t errlen)
+{
+	if (!sess || !sess->cr || !sess->cr->user[0])
+		return 0;
+	pthread_mutex_lock(&sess->mu);
+	bool have = sess->token[0] != '\0';
+	pthread_mutex_unlock(&sess->mu);
+	return have ? 0 : session_authenticate(sess, base, stop, err, errlen);
+}
+
+static void session_drop_token(struct etcd_session *sess)
+{
+	if (!sess)
+		return;
+	pthread_mutex_lock(&sess->mu);
+	explicit_bzero(sess->token, sizeof(sess->token));
+	pthread_mutex_unlock(&sess->mu);
+}
+
+/* One call with the session's token; a token etcd refuses is renewed once. */
+static json_t *etcd_call_on(struct etcd_session *sess, CURL *c, const char *header,
+			    long timeout_ms, const char *base, const char *path, json_t *req,
+			    atomic_bool *stop, char *err, size_t errlen)
+{
+	for (int attempt = 0;; attempt++) {
+		if (session_ready(sess, base, stop, err, errlen))
+			return NULL;
+		json_t *j = etcd_call_raw(sess, false, c, header, timeout_ms, base, path, req, stop,
+					  err, errlen);
+		if (j || attempt > 0 || !sess || !sess->cr || !sess->cr->user[0] || !auth_error(err))
+			return j;
+		session_drop_token(sess);
+	}
+}
+
+
+/*
+ * An error that every member would give alike: the request is wrong
+ * (HTTP 400: a bad argument, a compacted or future revision).  Anything
+ * else may be this member's own trouble (no leader: 503, a timeout: 504,
+ * overloaded: 429, not reachable, not answering): the next member is tried.
+ */
+static bool etcd_error_is_final(const char *err)
+{
+	return strstr(err, "HTTP 400") || strstr(err, "compacted") || strstr(err, "future revision");
+}
+
+/*
+ * Try each endpoint from *cur on; *cur keeps the one that answered, or the
+ * one after the last that failed (the next call starts there, so a failed
+ * member is not the first one tried again).  once: a write that must not be
+ * retried elsewhere after any answer (a timed-out put may have been
+ * committed: a plan would then be written twice).
+ */
+static json_t *etcd_call_any_ex(struct etcd_session *sess, CURL *c, char urls[][ETCD_MAX_URL],
+				size_t n, size_t *cur, const char *path, json_t *req,
+				atomic_bool *stop, bool once, char *err, size_t errlen)
 {
 	for (size_t k = 0; k < n; k++) {
 		size_t i = (*cur + k) % n;
-		json_t *j = etcd_call(urls[i], path, req, stop, err, errlen);
-		/* An answer from etcd (even an error) ends the search. */
-		if (j || strstr(err, "HTTP 4") || strstr(err, "HTTP 5") || strstr(err, "compacted")) {
+		json_t *j = etcd_call_on(sess, c, NULL, ETCD_TIMEOUT_MS, urls[i], path, req, stop, err,
+					 errlen);
+		if (j || etcd_error_is_final(err) || (once && strstr(err, ": HTTP "))) {
 			*cur = i;
 			return j;
 		}
+		if (stop && atomic_load(stop))
+			break;
 	}
+	*cur = (*cur + 1) % n;
 	return NULL;
+}
+
+/* c: the thread's handle, whose connection is kept for its next request (NULL: a new one). */
+static json_t *etcd_call_any(struct etcd_session *sess, CURL *c, char urls[][ETCD_MAX_URL],
+			     size_t n, size_t *cur, const char *path, json_t *req, atomic_bool *stop,
+			     char *err, size_t errlen)
+{
+	return etcd_call_any_ex(sess, c, urls, n, cur, path, req, stop, false, err, errlen);
 }
 
 static json_t *range_request(const char *prefix, int64_t at)
@@ -394,7 +722,8 @@ static json_t *range_request(const char *prefix, int64_t at)
 }
 
 /* A range response into kvs; -1 on anything malformed. */
-static int range_parse(const json_t *j, struct etcd_kv **kvs, size_t *n, int64_t *revision)
+static int range_parse(const json_t *j, size_t max_value, struct etcd_kv **kvs, size_t *n,
+		       int64_t *revision)
 {
 	const json_t *arr = json_object_get(j, "kvs");
 	*kvs = NULL;
@@ -410,7 +739,7 @@ static int range_parse(const json_t *j, struct etcd_kv **kvs, size_t *n, int64_t
 	if (!v)
 		return -1;
 	for (size_t i = 0; i < cnt; i++) {
-		if (kv_parse(json_array_get(arr, i), false, &v[i])) {
+		if (kv_parse(json_array_get(arr, i), false, max_value, &v[i])) {
 			etcd_kvs_free(v, i);
 			return -1;
 		}
@@ -420,21 +749,22 @@ static int range_parse(const json_t *j, struct etcd_kv **kvs, size_t *n, int64_t
 	return 0;
 }
 
-int etcd_range_parse_text(const char *text, size_t len, struct etcd_kv **kvs, size_t *n,
-			  int64_t *revision)
+int etcd_range_parse_text(const char *text, size_t len, size_t max_value, struct etcd_kv **kvs,
+			  size_t *n, int64_t *revision)
 {
 	json_error_t je;
 	json_t *j = json_loadb(text, len, 0, &je);
 	*kvs = NULL;
 	*n = 0;
 	*revision = 0;
-	int rc = j ? range_parse(j, kvs, n, revision) : -1;
+	int rc = j ? range_parse(j, max_value, kvs, n, revision) : -1;
 	json_decref(j);
 	return rc;
 }
 
-int etcd_range(const char *endpoints, const char *prefix, struct etcd_kv **kvs, size_t *n,
-	       int64_t *revision, char *err, size_t errlen)
+int etcd_range(const char *endpoints, const struct etcd_creds *cr, const char *prefix,
+	       size_t max_value, struct etcd_kv **kvs, size_t *n, int64_t *revision, char *err,
+	       size_t errlen)
 {
 	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
 	size_t nu, cur = 0;
@@ -445,20 +775,23 @@ int etcd_range(const char *endpoints, const char *prefix, struct etcd_kv **kvs, 
 		snprintf(err, errlen, "bad prefix or out of memory");
 		return -1;
 	}
-	json_t *j = etcd_call_any(urls, nu, &cur, "/v3/kv/range", req, NULL, err, errlen);
+	struct etcd_session sess;
+	session_init(&sess, cr);
+	json_t *j = etcd_call_any(&sess, NULL, urls, nu, &cur, "/v3/kv/range", req, NULL, err, errlen);
+	session_destroy(&sess);
 	json_decref(req);
 	if (!j)
 		return -1;
-	int rc = range_parse(j, kvs, n, revision);
+	int rc = range_parse(j, max_value, kvs, n, revision);
 	if (rc)
 		snprintf(err, errlen, "malformed range response from etcd");
 	json_decref(j);
 	return rc;
 }
 
-int etcd_txn_put(const char *endpoints, const char *const *keys, const char *const *values,
-		 size_t n, const char *const *must_be_new, size_t n_new, int64_t *revision,
-		 char *err, size_t errlen)
+int etcd_txn_put(const char *endpoints, const struct etcd_creds *cr, const char *const *keys,
+		 const char *const *values, size_t n, const char *const *must_be_new, size_t n_new,
+		 int64_t *revision, char *err, size_t errlen)
 {
 	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
 	size_t nu, cur = 0;
@@ -493,7 +826,11 @@ int etcd_txn_put(const char *endpoints, const char *const *keys, const char *con
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	json_t *j = etcd_call_any(urls, nu, &cur, "/v3/kv/txn", req, NULL, err, errlen);
+	struct etcd_session sess;
+	session_init(&sess, cr);
+	json_t *j = etcd_call_any_ex(&sess, NULL, urls, nu, &cur, "/v3/kv/txn", req, NULL, true,
+				     err, errlen);
+	session_destroy(&sess);
 	json_decref(req);
 	if (!j)
 		return -1;
@@ -510,6 +847,8 @@ int etcd_txn_put(const char *endpoints, const char *const *keys, const char *con
 
 struct etcd_watcher {
 	uv_loop_t *loop;
+	struct etcd_creds creds;   /* a copy: the caller's may go */
+	struct etcd_session sess;  /* shared by both threads */
 	uv_async_t async;
 	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
 	size_t n_urls, cur_watch, cur_status;
@@ -526,10 +865,15 @@ struct etcd_watcher {
 	char *status_value;             /* guarded by mu */
 	bool status_dirty;              /* guarded by mu */
 	atomic_bool stop;
+	CURL *scurl;          /* the status thread's requests: one kept connection */
 	/* Watch thread only. */
 	int64_t next_rev;
 	bool up;
 	int64_t compacted;
+	CURL *wcurl;          /* its range reads and liveness checks: one kept connection */
+	uint64_t last_probe;  /* util_mono_ms of the last check */
+	bool stream_failed;   /* why the stream ended is in stream_err */
+	char stream_err[384];
 };
 
 static void push(struct etcd_watcher *w, struct etcd_batch *b)
@@ -571,15 +915,33 @@ static void nap(struct etcd_watcher *w, unsigned ms)
 	pthread_mutex_unlock(&w->mu);
 }
 
-/* Its first 120 bytes, cleaned: what the server sent is not ours to print raw. */
-static void log_bad_line(const char *line, size_t len)
+/*
+ * Why the stream ends, for the disconnection the loop logs once per
+ * episode: etcd's error message ({"error": {"message": "etcdserver: no
+ * leader"}}) or the line's first 120 bytes, cleaned: what the server sent
+ * is not ours to print raw.
+ */
+static void watch_stream_error(struct etcd_watcher *w, const char *what, const char *line,
+			       size_t len)
 {
-	char head[121], shown[121];
-	size_t k = len < sizeof(head) - 1 ? len : sizeof(head) - 1;
-	memcpy(head, line, k);
-	head[k] = '\0';
-	log_warnx("cluster: etcd watch: unexpected message (%s)",
-		  util_clean(shown, sizeof(shown), head, UTIL_CLEAN_ASCII));
+	char head[121], shown[161];
+	json_error_t je;
+	json_t *j = line ? json_loadb(line, len, 0, &je) : NULL;
+	const json_t *m = json_object_get(json_object_get(j, "error"), "message");
+	if (json_is_string(m)) {
+		util_clean(shown, sizeof(shown), json_string_value(m), UTIL_CLEAN_ASCII);
+	} else if (line) {
+		size_t k = len < sizeof(head) - 1 ? len : sizeof(head) - 1;
+		memcpy(head, line, k);
+		head[k] = '\0';
+		util_clean(shown, sizeof(shown), head, UTIL_CLEAN_ASCII);
+	} else {
+		shown[0] = '\0';
+	}
+	json_decref(j);
+	snprintf(w->stream_err, sizeof(w->stream_err), "%s: %s%s%s%s", w->urls[w->cur_watch], what,
+		 shown[0] ? " (" : "", shown, shown[0] ? ")" : "");
+	w->stream_failed = true;
 }
 
 /* One line of the watch stream: {"result": {...}} or {"error": {...}}. */
@@ -603,13 +965,17 @@ static enum etcd_watch_outcome watch_events(const json_t *evs, int64_t next_rev,
 	for (size_t i = 0; i < n; i++) {
 		const json_t *ev = json_array_get(evs, i), *t = json_object_get(ev, "type");
 		bool del = json_is_string(t) && strcmp(json_string_value(t), "DELETE") == 0;
-		if ((t && !json_is_string(t)) || kv_parse(json_object_get(ev, "kv"), del, &b->kvs[i])) {
+		if ((t && !json_is_string(t)) ||
+		    kv_parse(json_object_get(ev, "kv"), del, ETCD_MAX_VALUE, &b->kvs[i])) {
 			b->n = i;
 			etcd_batch_free(b);
 			return ETCD_WATCH_BAD_EVENT;
 		}
 		b->n = i + 1; /* parsed: freed with the batch (an old event leaked its key) */
-		if (b->kvs[i].mod_revision < next_rev) {
+		/* In revision order, at or after where the watch stands: the watch
+		 * then goes on after the last one and has seen all before it. */
+		if (b->kvs[i].mod_revision < next_rev ||
+		    (i > 0 && b->kvs[i].mod_revision < b->kvs[i - 1].mod_revision)) {
 			etcd_batch_free(b);
 			return ETCD_WATCH_BAD_EVENT;
 		}
@@ -651,7 +1017,7 @@ static int watch_line(void *arg, char *line, size_t len)
 	enum etcd_watch_outcome o = etcd_watch_parse(line, len, w->next_rev, &m);
 	if (m.created) {
 		w->up = true;
-		push_state(w, ETCD_CONNECTED, NULL);
+		push_state(w, ETCD_CONNECTED, w->urls[w->cur_watch]);
 	}
 	switch (o) {
 	case ETCD_WATCH_GO_ON:
@@ -661,18 +1027,19 @@ static int watch_line(void *arg, char *line, size_t len)
 		}
 		return 0;
 	case ETCD_WATCH_NOT_RESULT:
-		log_bad_line(line, len);
+		watch_stream_error(w, "etcd ended the watch", line, len);
 		break;
 	case ETCD_WATCH_COMPACTED:
 		w->compacted = m.compacted;
 		break;
 	case ETCD_WATCH_CANCELED:
-		log_warnx("cluster: etcd canceled the watch");
+		watch_stream_error(w, "etcd canceled the watch", NULL, 0);
 		break;
 	case ETCD_WATCH_BAD_EVENT:
-		log_warnx("cluster: etcd watch: malformed or out-of-order event; reconnecting");
+		watch_stream_error(w, "malformed or out-of-order watch event", NULL, 0);
 		break;
 	case ETCD_WATCH_BAD:
+		watch_stream_error(w, "malformed watch message", NULL, 0);
 		break;
 	}
 	return 1;
@@ -687,14 +1054,14 @@ static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	json_t *j = etcd_call_any(w->urls, w->n_urls, &w->cur_watch, "/v3/kv/range", req, &w->stop,
+	json_t *j = etcd_call_any(&w->sess, w->wcurl, w->urls, w->n_urls, &w->cur_watch, "/v3/kv/range", req, &w->stop,
 				  err, errlen);
 	json_decref(req);
 	/* Compacted, or ahead of this etcd (its data was replaced): read it all. */
 	if (!j)
 		return strstr(err, "compacted") || strstr(err, "future revision") ? 1 : -1;
 	struct etcd_batch *b = calloc(1, sizeof(*b));
-	int rc = b ? range_parse(j, &b->kvs, &b->n, &b->revision) : -1;
+	int rc = b ? range_parse(j, ETCD_MAX_VALUE, &b->kvs, &b->n, &b->revision) : -1;
 	json_decref(j);
 	if (rc) {
 		free(b);
@@ -711,6 +1078,53 @@ static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int
 	w->next_rev = b->revision + 1;
 	push(w, b);
 	return 0;
+}
+
+/*
+ * The watch's liveness check, every ETCD_PROBE_EVERY_MS while its stream is
+ * open (from curl's progress callback, so also while it is silent): a
+ * linearizable count-only range read of the prefix on the member the watch
+ * reads from, with the leader required, within ETCD_PROBE_TIMEOUT_MS.  A
+ * member that is hung (SIGSTOP: its kernel still holds the connection),
+ * cut from its peers or without a leader fails it, and the watch is
+ * restarted on the next member; a watch never stays silent on a member that
+ * could not serve a change.  (Progress notifications would come from the
+ * same member, every 10 minutes by default: not a check of it.)
+ */
+static int watch_probe(struct etcd_watcher *w, char *err, size_t errlen)
+{
+	json_t *req = range_request(w->prefix, 0);
+	if (!req)
+		return 0; /* out of memory: not the member's fault */
+	json_object_set_new(req, "count_only", json_true());
+	json_t *j = w->wcurl ? etcd_call_on(&w->sess, w->wcurl, ETCD_REQUIRE_LEADER,
+					    ETCD_PROBE_TIMEOUT_MS,
+					    w->urls[w->cur_watch], "/v3/kv/range", req, &w->stop,
+					    err, errlen)
+			     : NULL;
+	json_decref(req);
+	if (!w->wcurl)
+		return 0; /* no handle (out of memory): not the member's fault */
+	int rc = j ? 0 : -1;
+	json_decref(j);
+	return rc;
+}
+
+static int watch_tick(void *arg)
+{
+	struct etcd_watcher *w = arg;
+	uint64_t now = util_mono_ms();
+	if (now - w->last_probe < ETCD_PROBE_EVERY_MS)
+		return 0;
+	char err[320];
+	int rc = watch_probe(w, err, sizeof(err));
+	w->last_probe = util_mono_ms();
+	if (rc == 0 || atomic_load(&w->stop))
+		return 0;
+	snprintf(w->stream_err, sizeof(w->stream_err), "%s failed its liveness check (%s)",
+		 w->urls[w->cur_watch], err);
+	w->stream_failed = true;
+	return 1;
 }
 
 /* One watch stream from w->next_rev until it breaks: 0 compacted, -1 otherwise. */
@@ -731,14 +1145,30 @@ static int watcher_stream(struct etcd_watcher *w, char *err, size_t errlen)
 		return -1;
 	}
 	w->compacted = 0;
-	struct http_buf b = {.stop = &w->stop, .on_line = watch_line, .arg = w};
+	w->stream_failed = false;
+	w->last_probe = util_mono_ms();
+	/* The leader required (etcd's WithRequireLeader, through the gateway's
+	 * metadata header): a member that loses its leader ends the stream
+	 * ("etcdserver: no leader") instead of serving it silently. */
+	struct http_buf b = {.stop = &w->stop, .on_line = watch_line, .on_tick = watch_tick,
+			     .arg = w, .header = ETCD_REQUIRE_LEADER, .sess = &w->sess};
 	long status = 0;
-	int rc = http_post(w->urls[w->cur_watch], "/v3/watch", body, 0, &b, &status, err, errlen);
+	int rc = session_ready(&w->sess, w->urls[w->cur_watch], &w->stop, err, errlen);
+	if (rc == 0)
+		rc = http_post(w->urls[w->cur_watch], "/v3/watch", body, 0, &b, &status, err, errlen);
+	else {
+		snprintf(w->stream_err, sizeof(w->stream_err), "%.380s", err);
+		w->stream_failed = true;
+	}
 	free(body);
 	free(b.data);
 	if (w->compacted)
 		return 0;
-	if (rc == 0)
+	if (w->stream_failed)
+		snprintf(err, errlen, "%s", w->stream_err);
+	if (auth_error(err))
+		session_drop_token(&w->sess); /* expired: the next stream authenticates again */
+	else if (rc == 0)
 		snprintf(err, errlen, "%s: the watch stream ended (HTTP %ld)", w->urls[w->cur_watch],
 			 status);
 	w->cur_watch = (w->cur_watch + 1) % w->n_urls; /* next try: the next endpoint */
@@ -754,6 +1184,7 @@ static void *watch_main(void *arg)
 	bool need_snap = true, resync = w->start_rev <= 0;
 	int64_t compacted = 0;
 	unsigned backoff = ETCD_BACKOFF_MIN_MS;
+	w->wcurl = curl_easy_init(); /* NULL: each request on a new connection */
 	while (!atomic_load(&w->stop)) {
 		int rc = 0;
 		if (need_snap) {
@@ -787,6 +1218,9 @@ static void *watch_main(void *arg)
 		nap(w, backoff);
 		backoff = backoff * 2 > ETCD_BACKOFF_MAX_MS ? ETCD_BACKOFF_MAX_MS : backoff * 2;
 	}
+	if (w->wcurl)
+		curl_easy_cleanup(w->wcurl);
+	w->wcurl = NULL;
 	return NULL;
 }
 
@@ -795,7 +1229,7 @@ static void *watch_main(void *arg)
 static int64_t lease_grant(struct etcd_watcher *w, char *err, size_t errlen)
 {
 	json_t *req = json_pack("{s:I}", "TTL", (json_int_t)ETCD_LEASE_TTL_S);
-	json_t *j = req ? etcd_call_any(w->urls, w->n_urls, &w->cur_status, "/v3/lease/grant", req,
+	json_t *j = req ? etcd_call_any(&w->sess, w->scurl, w->urls, w->n_urls, &w->cur_status, "/v3/lease/grant", req,
 					&w->stop, err, errlen)
 			: NULL;
 	json_decref(req);
@@ -814,7 +1248,7 @@ static int lease_keepalive(struct etcd_watcher *w, int64_t id, char *err, size_t
 	char sid[32];
 	snprintf(sid, sizeof(sid), "%" PRId64, id);
 	json_t *req = json_pack("{s:s}", "ID", sid);
-	json_t *j = req ? etcd_call_any(w->urls, w->n_urls, &w->cur_status, "/v3/lease/keepalive",
+	json_t *j = req ? etcd_call_any(&w->sess, w->scurl, w->urls, w->n_urls, &w->cur_status, "/v3/lease/keepalive",
 					req, &w->stop, err, errlen)
 			: NULL;
 	json_decref(req);
@@ -838,7 +1272,7 @@ static int status_put(struct etcd_watcher *w, int64_t lease, const char *value, 
 	json_t *req = k && v ? json_pack("{s:s, s:s, s:s}", "key", k, "value", v, "lease", sid) : NULL;
 	free(k);
 	free(v);
-	json_t *j = req ? etcd_call_any(w->urls, w->n_urls, &w->cur_status, "/v3/kv/put", req,
+	json_t *j = req ? etcd_call_any(&w->sess, w->scurl, w->urls, w->n_urls, &w->cur_status, "/v3/kv/put", req,
 					&w->stop, err, errlen)
 			: NULL;
 	json_decref(req);
@@ -854,6 +1288,7 @@ static void *status_main(void *arg)
 	int64_t lease = 0;
 	uint64_t last_ka = 0;
 	bool warned = false;
+	w->scurl = curl_easy_init(); /* NULL: each request on a new connection */
 	while (!atomic_load(&w->stop)) {
 		char *value = NULL;
 		pthread_mutex_lock(&w->mu);
@@ -901,6 +1336,9 @@ static void *status_main(void *arg)
 		}
 		free(value);
 	}
+	if (w->scurl)
+		curl_easy_cleanup(w->scurl);
+	w->scurl = NULL;
 	return NULL;
 }
 
@@ -922,8 +1360,9 @@ static void on_async(uv_async_t *h)
 }
 
 int etcd_watcher_start(struct etcd_watcher **out, uv_loop_t *loop, const char *endpoints,
-		       const char *prefix, int64_t start_rev, const char *status_key,
-		       etcd_batch_fn *on_batch, void *arg, char *err, size_t errlen)
+		       const struct etcd_creds *cr, const char *prefix, int64_t start_rev,
+		       const char *status_key, etcd_batch_fn *on_batch, void *arg, char *err,
+		       size_t errlen)
 {
 	static bool curl_ready; /* curl_global_init: once, before any thread */
 	*out = NULL;
@@ -948,6 +1387,9 @@ int etcd_watcher_start(struct etcd_watcher **out, uv_loop_t *loop, const char *e
 	curl_ready = true;
 	snprintf(w->prefix, sizeof(w->prefix), "%s", prefix);
 	snprintf(w->status_key, sizeof(w->status_key), "%s", status_key);
+	if (cr)
+		w->creds = *cr;
+	session_init(&w->sess, &w->creds);
 	w->loop = loop;
 	w->start_rev = start_rev;
 	w->on_batch = on_batch;
@@ -999,6 +1441,8 @@ static void on_async_closed(uv_handle_t *h)
 	struct etcd_watcher *w = h->data;
 	pthread_mutex_destroy(&w->mu);
 	pthread_cond_destroy(&w->cv);
+	session_destroy(&w->sess);
+	explicit_bzero(&w->creds, sizeof(w->creds));
 	free(w->status_value);
 	free(w);
 }

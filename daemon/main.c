@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "netcheck.h"
 #include "toggled.h"
 
 #define SD_LISTEN_FDS_START 3
@@ -48,6 +49,8 @@ static void usage(FILE *f)
 		"  -e, --etcd URL[,URL...]    join a cluster through etcd (docs/cluster.md)\n"
 		"  -C, --cluster NAME         the cluster's name (with --etcd)\n"
 		"  -H, --host-id ID           this host's id in the cluster (with --etcd)\n"
+		"  -E, --etcd-credentials FILE\n"
+		"                             etcd's CA, client cert and key, user and password\n"
 		"  -v, --verbose              debug logging\n"
 		"  -V, --version              print the version and exit\n"
 		"  -h, --help                 this text\n");
@@ -158,6 +161,7 @@ static void on_hup(uv_signal_t *h, int signum)
 	struct td_config next = d->cfg;
 	next.n_group_rules = 0; /* the file's list replaces the old one */
 	char etcd[sizeof(next.etcd)], cluster[sizeof(next.cluster)], host[sizeof(next.host_id)];
+	char creds[sizeof(next.etcd_credentials)];
 	char err[512];
 	if (td_config_load(&next, d->cfg.config_path, err, sizeof(err)) != 0) {
 		log_warnx("SIGHUP: keeping the old configuration: %s", err);
@@ -168,7 +172,9 @@ static void on_hup(uv_signal_t *h, int signum)
 	memcpy(etcd, d->cfg.etcd, sizeof(etcd));
 	memcpy(cluster, d->cfg.cluster, sizeof(cluster));
 	memcpy(host, d->cfg.host_id, sizeof(host));
+	memcpy(creds, d->cfg.etcd_credentials, sizeof(creds));
 	d->cfg = next;
+	memcpy(d->cfg.etcd_credentials, creds, sizeof(creds));
 	memcpy(d->cfg.etcd, etcd, sizeof(etcd));
 	memcpy(d->cfg.cluster, cluster, sizeof(cluster));
 	memcpy(d->cfg.host_id, host, sizeof(host));
@@ -198,6 +204,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		{"etcd", required_argument, NULL, 'e'},
 		{"cluster", required_argument, NULL, 'C'},
 		{"host-id", required_argument, NULL, 'H'},
+		{"etcd-credentials", required_argument, NULL, 'E'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"strict-state", no_argument, NULL, 'S'},
 		{"version", no_argument, NULL, 'V'},
@@ -206,9 +213,9 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 	};
 	struct td_config *cfg = &d->cfg;
 	const char *sock = NULL, *state = NULL, *group = NULL;
-	const char *etcd = NULL, *cluster = NULL, *host = NULL;
+	const char *etcd = NULL, *cluster = NULL, *host = NULL, *creds = NULL;
 	int c;
-	while ((c = getopt_long(argc, argv, "s:d:c:g:m:M:e:C:H:fvVh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:d:c:g:m:M:e:C:H:E:fvVh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': sock = optarg; break;
 		case 'd': state = optarg; break;
@@ -227,6 +234,7 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		case 'e': etcd = optarg; break;
 		case 'C': cluster = optarg; break;
 		case 'H': host = optarg; break;
+		case 'E': creds = optarg; break;
 		case 'f': break;
 		case 'M': metrics_address = optarg; break;
 		case 'v': cfg->cli_verbose = true; break;
@@ -250,12 +258,14 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 	if (group)
 		snprintf(cfg->cli_group, sizeof(cfg->cli_group), "%s", group);
 	config_apply_cli(cfg);
-	const char *cl_opt[3] = {etcd, cluster, host};
-	char *cl_dst[3] = {cfg->etcd, cfg->cluster, cfg->host_id};
-	size_t cl_len[3] = {sizeof(cfg->etcd), sizeof(cfg->cluster), sizeof(cfg->host_id)};
-	for (int i = 0; i < 3; i++) {
+	const char *cl_opt[4] = {etcd, cluster, host, creds};
+	char *cl_dst[4] = {cfg->etcd, cfg->cluster, cfg->host_id, cfg->etcd_credentials};
+	size_t cl_len[4] = {sizeof(cfg->etcd), sizeof(cfg->cluster), sizeof(cfg->host_id),
+			    sizeof(cfg->etcd_credentials)};
+	for (int i = 0; i < 4; i++) {
 		if (cl_opt[i] && strlen(cl_opt[i]) >= cl_len[i]) {
-			fprintf(stderr, "toggled: --etcd, --cluster or --host-id value too long\n");
+			fprintf(stderr, "toggled: --etcd, --cluster, --host-id or --etcd-credentials "
+				"value too long\n");
 			exit(2);
 		}
 		if (cl_opt[i])
@@ -269,6 +279,13 @@ static void parse_args(struct td_daemon *d, int argc, char **argv)
 		snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", sock);
 	} else if (!tgp_default_socket_path(cfg->socket_path, sizeof(cfg->socket_path))) {
 		fprintf(stderr, "toggled: default socket path too long; use --socket\n");
+		exit(2);
+	}
+	/* Binding both on one path would take the RPC socket away (issue 30);
+	 * another spelling of it is refused when the metrics start. */
+	if (metrics_address && strcmp(metrics_address, cfg->socket_path) == 0) {
+		fprintf(stderr, "toggled: --metrics %s is the RPC socket (--socket): give the metrics "
+			"a path of their own\n", metrics_address);
 		exit(2);
 	}
 	if (state)
@@ -290,6 +307,9 @@ int main(int argc, char **argv)
 	log_init("toggled", d->cfg.verbose);
 
 	char err[512];
+	/* before anything is created: a mode the sandbox forbids fails here, saying so */
+	if (td_netcheck(metrics_address, d->cfg.etcd, err, sizeof(err)) != 0)
+		fatalx("%s", err);
 	if (state_dir_prepare(d->cfg.state_dir, err, sizeof(err)) != 0)
 		fatalx("state directory: %s", err);
 	d->store.quarantine = !d->cfg.strict_state;
@@ -313,8 +333,11 @@ int main(int argc, char **argv)
 		uv_signal_start(sigs[i], nums[i] == SIGHUP ? on_hup : on_stop, nums[i]);
 	}
 	signal(SIGPIPE, SIG_IGN);
-	if (metrics_address && td_metrics_start(d, metrics_address, err, sizeof(err)) != 0)
+	if (metrics_address && td_metrics_start(d, metrics_address, err, sizeof(err)) != 0) {
+		if (d->socket_owned)
+			unlink(d->cfg.socket_path); /* not left behind by a start that failed */
 		fatalx("--metrics: %s", err);
+	}
 	if (td_cluster_start(d, err, sizeof(err)) != 0)
 		fatalx("cluster: %s", err);
 	log_info("toggled %s listening on %s (state in %s, operator group '%s'%s)", TD_VERSION,

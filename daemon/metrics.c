@@ -4,18 +4,44 @@
  *
  * The HTTP thread never reads loop state.  A scrape asks the loop for a
  * snapshot (uv_async_send) and waits, bounded, for it; the loop builds the
- * snapshot into a buffer of its own and swaps it with the shared one under
- * a mutex held for a pointer swap only, so the loop never waits on HTTP.
- * The HTTP thread swaps the shared one with its own, unlocks and renders.
+ * snapshot into a buffer of its own and exchanges it with the shared one
+ * (an atomic pointer exchange: no lock, so the loop never waits on the
+ * lower-priority HTTP thread), then posts a semaphore.  The HTTP thread
+ * exchanges the shared one with its own and renders.
  * Counters the dispatcher and the store feed (td_metrics_rpc, td_hist_add)
  * live in loop-owned memory and are copied by the loop into the snapshot.
+ *
+ * /metrics is for Prometheus, never a lever on the daemon (issue 30):
+ *  - one thread polls every connection (libmicrohttpd's internal polling
+ *    thread, epoll, non-blocking sockets), so a slow client holds nobody;
+ *  - at most METRICS_CONNECTIONS connections: one more closes the oldest
+ *    that is not being answered (shutdown on its socket, from this same
+ *    thread), so connections that trickle bytes or sit idle, however many,
+ *    give way to a scrape; when every one is being answered, the new one is
+ *    closed instead; METRICS_IDLE_S without a byte closes one;
+ *  - the text is rendered at most once per METRICS_CACHE_MS: scrapes within
+ *    that time of a render get the same response (one refcounted MHD
+ *    response), so a flood costs the loop one snapshot and this thread one
+ *    render per interval, whatever its rate;
+ *  - at most METRICS_RATE answers a second (a bucket of METRICS_BURST): a
+ *    scrape past that is suspended, in order of arrival, until the pacer
+ *    thread resumes it, so a client scraping back to back waits instead of
+ *    making toggled copy 600 KB (256 agents) to it as fast as it can read;
+ *    and the HTTP thread runs at a lower priority (METRICS_NICE) than the
+ *    loop;
+ *  - a loop that has not answered a snapshot request for SCRAPE_WAIT_MS is
+ *    answered 503 at once, never waited on again by each scrape in turn.
  */
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -24,11 +50,21 @@
 
 #include <microhttpd.h>
 
+#include "gzipenc.h"
 #include "log.h"
 #include "toggled.h"
 
 #define SCRAPE_WAIT_MS 1000   /* longest wait for the loop; then 503 */
-#define MAX_CONNECTIONS 16
+#define METRICS_CACHE_MS 250  /* a render answers the scrapes of this long after it */
+#define METRICS_CONNECTIONS 32 /* open connections; one more closes the oldest idle one */
+#define METRICS_MHD_SLACK 32  /* libmicrohttpd's own limit is this much higher: the
+			       * closed ones leave on its next turn (it accepts 10 a turn) */
+#define METRICS_IDLE_S 10     /* a connection silent this long is closed */
+#define METRICS_ANSWER_S 5    /* a request this long unanswered may be closed for room */
+#define METRICS_BACKLOG 1024  /* listen(2): a burst of connections waits, not dropped */
+#define METRICS_NICE 10       /* the HTTP thread's nice value above the loop's */
+#define METRICS_RATE 10       /* /metrics answers a second, past the burst */
+#define METRICS_BURST 10      /* answers at once after a quiet time */
 
 /* Histogram upper bounds, seconds (TD_HIST_BUCKETS of them, then +Inf). */
 static const double hist_le[TD_HIST_BUCKETS] = {25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
@@ -96,6 +132,19 @@ struct snapshot {
 	struct td_hist ckpt_lat;
 	size_t n_agents, cap_agents;
 	struct snap_agent *agents;
+	uint64_t seq; /* the request it answers (td_metrics.requested when filled) */
+};
+
+/* One HTTP connection, oldest first in td_metrics' list (the HTTP thread's). */
+struct mconn {
+	struct mconn *prev, *next;
+	struct MHD_Connection *c;
+	MHD_socket fd;
+	bool listed; /* false once closed to make room (it leaves on MHD's next turn) */
+	/* Under pace_mu: suspended in the wait queue; let through; closed while waiting. */
+	struct mconn *wnext;
+	bool waiting, granted, evicted;
+	uint64_t busy_ns; /* the HTTP thread's: when its request came (0: none) */
 };
 
 struct td_metrics {
@@ -108,11 +157,31 @@ struct td_metrics {
 	/* Loop-owned counters (td_metrics_rpc). */
 	uint64_t rpc[TD_RPC_METHODS][TD_RPC_CODES];
 	struct td_hist rpc_lat[TD_RPC_METHODS];
-	/* Three snapshots: the loop's, the shared one, the HTTP thread's. */
-	struct snapshot *building, *ready, *rendering;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	uint64_t requested, published; /* under mu */
+	/* Three snapshots: the loop's, the shared one, the HTTP thread's.  Only
+	 * `ready` is shared, and only through atomic_exchange. */
+	struct snapshot *building, *rendering;
+	_Atomic(struct snapshot *) ready;
+	struct snapshot *all; /* the three's one allocation */
+	_Atomic uint64_t requested;   /* by the HTTP thread */
+	_Atomic uint64_t published;   /* by the loop: requests up to this one answered */
+	sem_t published_sem;          /* posted at each publication */
+	uint64_t pending_since_ns;    /* the HTTP thread's: its oldest request not yet answered */
+	/* The HTTP thread's own. */
+	struct mconn *oldest, *newest;
+	size_t n_conns; /* listed */
+	uint64_t evicted, refused;
+	struct MHD_Response *cached; /* the last render, refcounted by MHD */
+	struct MHD_Response *cached_gz; /* the same, gzipped: made when first asked for */
+	uint64_t cached_ns;          /* when its snapshot was asked for */
+	bool niced;
+	/* The answers' pace: the HTTP thread and the pacer thread, under pace_mu. */
+	pthread_mutex_t pace_mu;
+	pthread_cond_t pace_cv; /* CLOCK_MONOTONIC */
+	struct mconn *wait_head, *wait_tail;
+	double tokens;
+	uint64_t tokens_ns;
+	bool pace_stop;
+	pthread_t pacer;
 };
 
 uint64_t td_mono_ns(void)
@@ -202,19 +271,17 @@ static int snap_fill(struct td_metrics *m, struct snapshot *s)
 static void on_snapshot_wanted(uv_async_t *h)
 {
 	struct td_metrics *m = h->data;
+	uint64_t seq = atomic_load(&m->requested); /* the requests made before this fill */
 	/* Counters as of now: the poll the status timer would run next. */
 	td_agents_poll(m->d);
 	if (snap_fill(m, m->building) != 0) {
 		log_warnx("metrics: out of memory for the snapshot");
 		return;
 	}
-	pthread_mutex_lock(&m->mu);
-	struct snapshot *t = m->ready;
-	m->ready = m->building;
-	m->building = t;
-	m->published = m->requested;
-	pthread_cond_broadcast(&m->cv);
-	pthread_mutex_unlock(&m->mu);
+	m->building->seq = seq;
+	m->building = atomic_exchange(&m->ready, m->building);
+	atomic_store(&m->published, seq);
+	sem_post(&m->published_sem);
 }
 
 /* ---- the HTTP thread's side ---- */
@@ -291,7 +358,7 @@ static void agent_labels(FILE *f, const struct snap_agent *a)
 	} while (0)
 
 /* The daemon itself: up, uptime, peers, agents, drops. */
-static void render_daemon(FILE *f, const struct snapshot *s)
+static void render_daemon(FILE *f, const struct snapshot *s, const struct td_metrics *m)
 {
 	put_help(f, "graphtoggle_up", "gauge", "1: toggled answered this scrape");
 	fprintf(f, "graphtoggle_up 1\n");
@@ -311,6 +378,13 @@ static void render_daemon(FILE *f, const struct snapshot *s)
 		 "connection kept)");
 	fprintf(f, "graphtoggle_frames_refused_total %llu\n",
 		(unsigned long long)s->stats.frames_refused);
+	put_help(f, "graphtoggle_metrics_connections_dropped_total", "counter",
+		 "Connections to /metrics closed at the connection limit: evicted (the oldest not "
+		 "being answered, to make room) or refused (a new one, every other being answered)");
+	fprintf(f, "graphtoggle_metrics_connections_dropped_total{reason=\"evicted\"} %llu\n",
+		(unsigned long long)m->evicted);
+	fprintf(f, "graphtoggle_metrics_connections_dropped_total{reason=\"refused\"} %llu\n",
+		(unsigned long long)m->refused);
 }
 
 /* Requests by method and code, and their time on the loop. */
@@ -434,56 +508,247 @@ static void render_agent_conn(FILE *f, const struct snapshot *s)
 	}
 }
 
-static void render(FILE *f, const struct snapshot *s)
+static void render(FILE *f, const struct snapshot *s, const struct td_metrics *m)
 {
-	render_daemon(f, s);
+	render_daemon(f, s, m);
 	render_rpc(f, s);
 	render_store(f, s);
 	render_agents(f, s);
 	render_agent_conn(f, s);
 }
 
-static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, char *body, size_t len,
-			       const char *type)
+static enum MHD_Result respond_text(struct MHD_Connection *c, unsigned status, const char *text)
 {
+	char *body = strdup(text);
 	struct MHD_Response *r =
-		MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+		body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE) : NULL;
 	if (!r) {
 		free(body);
 		return MHD_NO;
 	}
-	MHD_add_response_header(r, "Content-Type", type);
+	MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
 	enum MHD_Result ret = MHD_queue_response(c, status, r);
 	MHD_destroy_response(r);
 	return ret;
 }
 
-static enum MHD_Result respond_text(struct MHD_Connection *c, unsigned status, const char *text)
-{
-	char *body = strdup(text);
-	return body ? respond(c, status, body, strlen(body), "text/plain; charset=utf-8") : MHD_NO;
-}
-
-/* Wait for a snapshot newer than this request; false on timeout. */
+/*
+ * Wait for a snapshot newer than this request; false on timeout.  The wait
+ * ends SCRAPE_WAIT_MS after the oldest request the loop has not answered:
+ * while the loop is stuck, each later scrape is answered 503 at once.
+ */
 static bool snapshot_take(struct td_metrics *m)
 {
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += SCRAPE_WAIT_MS / 1000;
-	pthread_mutex_lock(&m->mu);
-	uint64_t want = ++m->requested;
+	uint64_t now = td_mono_ns();
+	if (atomic_load(&m->published) == atomic_load(&m->requested))
+		m->pending_since_ns = now; /* none pending: this one is the oldest */
+	uint64_t want = atomic_fetch_add(&m->requested, 1) + 1;
 	uv_async_send(&m->async);
-	int rc = 0;
-	while (m->published < want && rc != ETIMEDOUT)
-		rc = pthread_cond_timedwait(&m->cv, &m->mu, &until);
-	bool ok = m->published >= want;
-	if (ok) {
-		struct snapshot *t = m->rendering;
-		m->rendering = m->ready;
-		m->ready = t;
+	uint64_t until_ns = m->pending_since_ns + (uint64_t)SCRAPE_WAIT_MS * 1000000u;
+	struct timespec until = {.tv_sec = (time_t)(until_ns / 1000000000u),
+				 .tv_nsec = (long)(until_ns % 1000000000u)};
+	/* Each publication posts once; posts left from earlier ones only make
+	 * this look again. */
+	while (atomic_load(&m->published) < want)
+		if (sem_clockwait(&m->published_sem, CLOCK_MONOTONIC, &until) != 0 && errno != EINTR)
+			break;
+	if (atomic_load(&m->published) < want)
+		return false;
+	/* The loop exchanged after our request, so `ready` holds one as new. */
+	m->rendering = atomic_exchange(&m->ready, m->rendering);
+	return true;
+}
+
+/* A response over body (taken: freed with the response, or here on failure). */
+static struct MHD_Response *response_of(char *body, size_t len, bool gz)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(body);
+		return NULL;
 	}
-	pthread_mutex_unlock(&m->mu);
-	return ok;
+	MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+	MHD_add_response_header(r, "Vary", "Accept-Encoding");
+	if (gz)
+		MHD_add_response_header(r, "Content-Encoding", "gzip");
+	return r;
+}
+
+static void cache_drop(struct td_metrics *m)
+{
+	/* connections still sending a response hold their own reference */
+	if (m->cached)
+		MHD_destroy_response(m->cached);
+	if (m->cached_gz)
+		MHD_destroy_response(m->cached_gz);
+	m->cached = m->cached_gz = NULL;
+}
+
+/* The response to a scrape: the cached one within METRICS_CACHE_MS of its
+ * snapshot, else a new render; gzipped when gz (and gzip worked), the
+ * gzipped form made with the render that first needed it (a render without
+ * it, then a gzip scrape in the same window: one more render, so at most
+ * two a window).  NULL: the loop did not answer (503). */
+static struct MHD_Response *scrape_response(struct td_metrics *m, bool gz)
+{
+	uint64_t now = td_mono_ns();
+	if (m->cached && now - m->cached_ns < (uint64_t)METRICS_CACHE_MS * 1000000u &&
+	    (!gz || m->cached_gz))
+		return gz ? m->cached_gz : m->cached;
+	if (!snapshot_take(m))
+		return NULL;
+	char *body = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&body, &len);
+	if (!f)
+		return NULL;
+	render(f, m->rendering, m);
+	if (fclose(f) != 0) {
+		free(body);
+		return NULL;
+	}
+	struct MHD_Response *rz = NULL;
+	char *z = NULL;
+	size_t zlen = 0;
+	if (gz && td_gzip(body, len, &z, &zlen) == 0)
+		rz = response_of(z, zlen, true);
+	struct MHD_Response *r = response_of(body, len, false);
+	if (!r) {
+		if (rz)
+			MHD_destroy_response(rz);
+		return NULL;
+	}
+	cache_drop(m);
+	m->cached = r;
+	m->cached_gz = rz;
+	m->cached_ns = now;
+	return gz && rz ? rz : r;
+}
+
+/* ---- the answers' pace ---- */
+
+static void tokens_refill(struct td_metrics *m, uint64_t now)
+{
+	m->tokens += (double)(now - m->tokens_ns) * METRICS_RATE / 1e9;
+	if (m->tokens > METRICS_BURST)
+		m->tokens = METRICS_BURST;
+	m->tokens_ns = now;
+}
+
+enum pace { PACE_NOW, PACE_WAIT, PACE_CLOSE };
+
+/* May k's scrape be answered now?  If the pacer let it through, or the
+ * bucket has an answer and nobody waits before it; never if k was closed. */
+static enum pace pace_take(struct td_metrics *m, struct mconn *k)
+{
+	pthread_mutex_lock(&m->pace_mu);
+	enum pace p = k->evicted ? PACE_CLOSE : k->granted ? PACE_NOW : PACE_WAIT;
+	if (p == PACE_WAIT) {
+		tokens_refill(m, td_mono_ns());
+		if (!m->wait_head && m->tokens >= 1) {
+			m->tokens -= 1;
+			p = PACE_NOW;
+		}
+	}
+	k->granted = false; /* a next request on this connection waits its turn again */
+	pthread_mutex_unlock(&m->pace_mu);
+	return p;
+}
+
+/* k's connection was just suspended: in the queue, for the pacer to resume
+ * (at stop, when the pacer is gone, resumed at once to be closed). */
+static void pace_wait(struct td_metrics *m, struct mconn *k)
+{
+	pthread_mutex_lock(&m->pace_mu);
+	if (m->pace_stop) {
+		k->evicted = true;
+		pthread_mutex_unlock(&m->pace_mu);
+		MHD_resume_connection(k->c);
+		return;
+	}
+	k->waiting = true;
+	k->wnext = NULL;
+	if (m->wait_tail)
+		m->wait_tail->wnext = k;
+	else
+		m->wait_head = k;
+	m->wait_tail = k;
+	pthread_cond_signal(&m->pace_cv);
+	pthread_mutex_unlock(&m->pace_mu);
+}
+
+static struct mconn *wait_pop(struct td_metrics *m)
+{
+	struct mconn *k = m->wait_head;
+	m->wait_head = k->wnext;
+	if (!m->wait_head)
+		m->wait_tail = NULL;
+	k->wnext = NULL;
+	k->waiting = false;
+	return k;
+}
+
+/* Take k out of the queue if it waits there (it is being closed): true if
+ * so, and the caller resumes it (whoever takes k out resumes it, once). */
+static bool pace_cancel(struct td_metrics *m, struct mconn *k)
+{
+	pthread_mutex_lock(&m->pace_mu);
+	bool was = k->waiting;
+	if (was) {
+		struct mconn **pp = &m->wait_head, *prev = NULL;
+		while (*pp != k) {
+			prev = *pp;
+			pp = &(*pp)->wnext;
+		}
+		*pp = k->wnext;
+		if (m->wait_tail == k)
+			m->wait_tail = prev;
+		k->wnext = NULL;
+		k->waiting = false;
+	}
+	k->evicted = true;
+	pthread_mutex_unlock(&m->pace_mu);
+	return was;
+}
+
+/* The pacer: resumes the oldest waiting scrape each time the bucket has an
+ * answer; at stop, resumes every one still waiting (to be closed). */
+static void *pacer_main(void *arg)
+{
+	struct td_metrics *m = arg;
+	pthread_mutex_lock(&m->pace_mu);
+	while (!m->pace_stop) {
+		if (!m->wait_head) {
+			pthread_cond_wait(&m->pace_cv, &m->pace_mu);
+			continue;
+		}
+		uint64_t now = td_mono_ns();
+		tokens_refill(m, now);
+		if (m->tokens < 1) {
+			uint64_t until_ns = now + (uint64_t)((1 - m->tokens) * 1e9 / METRICS_RATE) + 1;
+			struct timespec until = {.tv_sec = (time_t)(until_ns / 1000000000u),
+						 .tv_nsec = (long)(until_ns % 1000000000u)};
+			pthread_cond_timedwait(&m->pace_cv, &m->pace_mu, &until);
+			continue;
+		}
+		m->tokens -= 1;
+		struct mconn *k = wait_pop(m);
+		k->granted = true;
+		struct MHD_Connection *c = k->c;
+		pthread_mutex_unlock(&m->pace_mu);
+		MHD_resume_connection(c);
+		pthread_mutex_lock(&m->pace_mu);
+	}
+	while (m->wait_head) {
+		struct mconn *k = wait_pop(m);
+		k->evicted = true;
+		struct MHD_Connection *c = k->c;
+		pthread_mutex_unlock(&m->pace_mu);
+		MHD_resume_connection(c);
+		pthread_mutex_lock(&m->pace_mu);
+	}
+	pthread_mutex_unlock(&m->pace_mu);
+	return NULL;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -493,29 +758,179 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	struct td_metrics *m = cls;
 	(void)version;
 	(void)upload;
-	(void)con_cls;
 	if (*upload_size)
 		return respond_text(c, 413, "no request body expected\n");
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 		return respond_text(c, 405, "GET /metrics\n");
 	if (strcmp(url, "/metrics") != 0)
 		return respond_text(c, 404, "toggled serves /metrics only\n");
-	if (!snapshot_take(m))
-		return respond_text(c, 503, "toggled's loop did not publish a snapshot within 1 s\n");
-	char *body = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&body, &len);
-	if (!f)
-		return respond_text(c, 500, "out of memory\n");
-	render(f, m->rendering);
-	if (fclose(f) != 0) {
-		free(body);
-		return respond_text(c, 500, "out of memory\n");
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct mconn *k = ci ? ci->socket_context : NULL;
+	if (k && !*con_cls) { /* the request's first call: it is being answered from now */
+		*con_cls = k;
+		k->busy_ns = td_mono_ns();
 	}
-	return respond(c, 200, body, len, "text/plain; version=0.0.4; charset=utf-8");
+	switch (k ? pace_take(m, k) : PACE_CLOSE) {
+	case PACE_CLOSE:
+		return MHD_NO; /* closed to make room (or never listed) */
+	case PACE_WAIT:
+		MHD_suspend_connection(c); /* the pacer resumes it: we come back here */
+		pace_wait(m, k);
+		return MHD_YES;
+	case PACE_NOW:
+		break;
+	}
+	/* gzip when asked (Prometheus does): the text grows with the agents */
+	const char *ae = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+	struct MHD_Response *r = scrape_response(m, td_gzip_accepted(ae));
+	if (!r)
+		return respond_text(c, 503, "toggled's loop did not publish a snapshot within 1 s\n");
+	return MHD_queue_response(c, 200, r);
+}
+
+/* Lower the HTTP thread's priority below the loop's (raising a nice value
+ * needs no privilege); called on this thread before its first request. */
+static void http_thread_nice(struct td_metrics *m)
+{
+	if (m->niced)
+		return;
+	m->niced = true;
+	id_t tid = (id_t)gettid();
+	errno = 0;
+	int cur = getpriority(PRIO_PROCESS, tid);
+	if (cur == -1 && errno != 0)
+		return;
+	int want = cur + METRICS_NICE > 19 ? 19 : cur + METRICS_NICE;
+	if (setpriority(PRIO_PROCESS, tid, want) != 0)
+		log_debug("metrics: nice %d for the HTTP thread: %s", want, strerror(errno));
+}
+
+static void conn_unlist(struct td_metrics *m, struct mconn *k)
+{
+	if (k->prev)
+		k->prev->next = k->next;
+	else
+		m->oldest = k->next;
+	if (k->next)
+		k->next->prev = k->prev;
+	else
+		m->newest = k->prev;
+	k->prev = k->next = NULL;
+	k->listed = false;
+	m->n_conns--;
+}
+
+/* Being answered (waiting its turn or sending) for less than METRICS_ANSWER_S:
+ * a scrape, not to be closed for room.  Idle, trickling or slow: fair game. */
+static bool conn_answering(const struct mconn *k, uint64_t now)
+{
+	return k->busy_ns && now - k->busy_ns < (uint64_t)METRICS_ANSWER_S * 1000000000u;
+}
+
+/* Shut k down (libmicrohttpd sees it end and closes it on its next turn);
+ * waiting its turn, it is resumed, to be closed. */
+static void conn_drop(struct td_metrics *m, struct mconn *k)
+{
+	conn_unlist(m, k);
+	shutdown(k->fd, SHUT_RDWR);
+	if (pace_cancel(m, k))
+		MHD_resume_connection(k->c);
+}
+
+/*
+ * Every connection is listed, oldest first.  Past METRICS_CONNECTIONS, the
+ * oldest that is not being answered is dropped, the new one itself when
+ * every other is (a flood of more scrapes than places: they are answered at
+ * the pace, newcomers refused, rather than each new one closing a scrape
+ * about to be answered, which would answer none).  All notifications run on
+ * the one HTTP thread, and CLOSED comes before the socket is closed, so a
+ * listed fd is always the connection's.
+ */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct td_metrics *m = cls;
+	struct mconn *k = *socket_context;
+	if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (k && k->listed)
+			conn_unlist(m, k);
+		free(k);
+		*socket_context = NULL;
+		return;
+	}
+	http_thread_nice(m);
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	k = ci ? calloc(1, sizeof(*k)) : NULL;
+	if (!k) {
+		/* Untracked, it could never be made room from: not kept. */
+		if (ci)
+			shutdown(ci->connect_fd, SHUT_RDWR);
+		return;
+	}
+	k->c = c;
+	k->fd = ci->connect_fd;
+	k->listed = true;
+	k->prev = m->newest;
+	if (m->newest)
+		m->newest->next = k;
+	else
+		m->oldest = k;
+	m->newest = k;
+	*socket_context = k;
+	m->n_conns++;
+	if (m->n_conns <= METRICS_CONNECTIONS)
+		return;
+	uint64_t now = td_mono_ns();
+	struct mconn *v = m->oldest;
+	while (conn_answering(v, now))
+		v = v->next; /* stops at k at the latest: it has no request yet */
+	conn_drop(m, v);
+	if (v == k)
+		m->refused++;
+	else
+		m->evicted++;
+}
+
+/* A request's end (answered, or its connection closed): no longer answering. */
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	(void)cls;
+	(void)con_cls;
+	(void)toe;
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct mconn *k = ci ? ci->socket_context : NULL;
+	if (k)
+		k->busy_ns = 0;
 }
 
 /* ---- start and stop ---- */
+
+static bool same_file(const struct stat *a, const char *path)
+{
+	struct stat b;
+	return stat(path, &b) == 0 && a->st_dev == b.st_dev && a->st_ino == b.st_ino;
+}
+
+/* path is toggled's own RPC socket: --socket however spelled, or the socket
+ * systemd handed over (its bound name). */
+static bool is_rpc_socket(const struct td_daemon *d, const char *path)
+{
+	struct stat sb;
+	if (strcmp(path, d->cfg.socket_path) == 0)
+		return true;
+	if (stat(path, &sb) != 0)
+		return false;
+	if (same_file(&sb, d->cfg.socket_path))
+		return true;
+	struct sockaddr_un sa;
+	socklen_t sl = sizeof(sa);
+	memset(&sa, 0, sizeof(sa));
+	return d->listen_fd >= 0 &&
+	       getsockname(d->listen_fd, (struct sockaddr *)&sa, &sl) == 0 &&
+	       sa.sun_family == AF_UNIX && sl > offsetof(struct sockaddr_un, sun_path) &&
+	       sa.sun_path[0] && sl < sizeof(sa) && same_file(&sb, sa.sun_path);
+}
 
 /* ADDRESS: /path (Unix socket), PORT, HOST:PORT or [V6]:PORT (HOST defaults to 127.0.0.1). */
 static int listen_on(struct td_metrics *m, const char *addr, char *err, size_t errlen)
@@ -528,13 +943,25 @@ static int listen_on(struct td_metrics *m, const char *addr, char *err, size_t e
 			return -1;
 		}
 		memcpy(sa.sun_path, addr, strlen(addr) + 1);
+		if (is_rpc_socket(m->d, addr)) {
+			snprintf(err, errlen, "%s is toggled's RPC socket (--socket): give the metrics "
+				 "a path of their own", addr);
+			return -1;
+		}
+		/* Never remove what is not a stale socket of ours; only a directory
+		 * nobody else may write in keeps it so until bind (issue 30). */
+		bool replaced;
+		if (td_path_socket_claim(addr, &replaced, err, errlen) != 0)
+			return -1;
+		if (replaced)
+			log_info("metrics: replaced a stale socket at %s", addr);
 		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0) {
 			snprintf(err, errlen, "socket: %s", strerror(errno));
 			return -1;
 		}
-		unlink(addr); /* ours from an earlier run; the main socket guards against two daemons */
-		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 16) != 0) {
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+		    listen(fd, METRICS_BACKLOG) != 0) {
 			snprintf(err, errlen, "listening on %s: %s", addr, strerror(errno));
 			close(fd);
 			return -1;
@@ -578,7 +1005,7 @@ static int listen_on(struct td_metrics *m, const char *addr, char *err, size_t e
 	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	int one = 1;
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-	    bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, METRICS_BACKLOG) != 0) {
 		snprintf(err, errlen, "listening on %s: %s", addr, strerror(errno));
 		if (fd >= 0)
 			close(fd);
@@ -601,19 +1028,12 @@ static int listen_on(struct td_metrics *m, const char *addr, char *err, size_t e
 static void metrics_free_cb(uv_handle_t *h)
 {
 	struct td_metrics *m = h->data;
-	for (int i = 0; i < 3; i++) {
-		struct snapshot *s = i == 0 ? m->building : i == 1 ? m->ready : m->rendering;
-		free(s->agents);
-	}
-	/* The three came from one calloc: free the lowest address. */
-	struct snapshot *lo = m->building;
-	if (m->ready < lo)
-		lo = m->ready;
-	if (m->rendering < lo)
-		lo = m->rendering;
-	free(lo);
-	pthread_mutex_destroy(&m->mu);
-	pthread_cond_destroy(&m->cv);
+	for (int i = 0; i < 3; i++)
+		free(m->all[i].agents);
+	free(m->all);
+	sem_destroy(&m->published_sem);
+	pthread_mutex_destroy(&m->pace_mu);
+	pthread_cond_destroy(&m->pace_cv);
 	free(m);
 }
 
@@ -628,25 +1048,51 @@ int td_metrics_start(struct td_daemon *d, const char *address, char *err, size_t
 		return TOGGLE_ENOMEM;
 	}
 	m->d = d;
+	m->all = s;
 	m->building = &s[0];
-	m->ready = &s[1];
+	atomic_init(&m->ready, &s[1]);
 	m->rendering = &s[2];
+	atomic_init(&m->requested, 0);
+	atomic_init(&m->published, 0);
+	sem_init(&m->published_sem, 0, 0);
 	snprintf(m->address, sizeof(m->address), "%s", address);
-	pthread_mutex_init(&m->mu, NULL);
-	pthread_cond_init(&m->cv, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* td_mono_ns's clock */
+	pthread_mutex_init(&m->pace_mu, NULL);
+	pthread_cond_init(&m->pace_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	m->tokens = METRICS_BURST;
+	m->tokens_ns = td_mono_ns();
 	m->listen_fd = listen_on(m, address, err, errlen);
 	if (m->listen_fd < 0) {
+		sem_destroy(&m->published_sem);
+		pthread_mutex_destroy(&m->pace_mu);
+		pthread_cond_destroy(&m->pace_cv);
 		free(s);
 		free(m);
 		return TOGGLE_EIO;
 	}
 	uv_async_init(d->loop, &m->async, on_snapshot_wanted);
 	m->async.data = m;
-	/* ITC: so that MHD_quiesce_daemon hands the listen socket back at stop. */
-	m->httpd = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ITC, 0, NULL, NULL,
+	/* One internal polling thread (epoll on Linux), every socket non-blocking:
+	 * a slow client waits on its own socket, never holds the thread.
+	 * Suspend and resume: the pace (and its ITC, so that
+	 * MHD_quiesce_daemon hands the listen socket back at stop). */
+	m->httpd = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME, 0,
+				    NULL, NULL,
 				    on_request, m, MHD_OPTION_LISTEN_SOCKET, m->listen_fd,
-				    MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
-				    MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+				    MHD_OPTION_NOTIFY_CONNECTION, on_connection, m,
+				    MHD_OPTION_NOTIFY_COMPLETED, on_completed, m,
+				    MHD_OPTION_CONNECTION_LIMIT,
+				    (unsigned)(METRICS_CONNECTIONS + METRICS_MHD_SLACK),
+				    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_IDLE_S,
+				    MHD_OPTION_END);
+	if (m->httpd && pthread_create(&m->pacer, NULL, pacer_main, m) != 0) {
+		MHD_quiesce_daemon(m->httpd); /* the listen socket is closed below */
+		MHD_stop_daemon(m->httpd);
+		m->httpd = NULL;
+	}
 	if (!m->httpd) {
 		snprintf(err, errlen, "libmicrohttpd did not start on %s", address);
 		close(m->listen_fd);
@@ -669,9 +1115,18 @@ void td_metrics_stop(struct td_daemon *d)
 	/* The listen socket comes back to us (else MHD closes it); stopping
 	 * joins the HTTP thread, whose scrape waiting on the loop times out. */
 	MHD_socket fd = MHD_quiesce_daemon(m->httpd);
+	/* Every suspended scrape resumed (to be closed): MHD stops no daemon
+	 * with suspended connections. */
+	pthread_mutex_lock(&m->pace_mu);
+	m->pace_stop = true;
+	pthread_cond_signal(&m->pace_cv);
+	pthread_mutex_unlock(&m->pace_mu);
+	pthread_join(m->pacer, NULL);
 	MHD_stop_daemon(m->httpd);
 	if (fd != MHD_INVALID_SOCKET)
 		close(fd);
+	/* Every connection has closed (and said so): the cache's is the last reference. */
+	cache_drop(m);
 	if (m->unix_socket)
 		unlink(m->address);
 	uv_close((uv_handle_t *)&m->async, metrics_free_cb);

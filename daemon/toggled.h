@@ -86,6 +86,7 @@ struct td_config {
 	char etcd[1024];
 	char cluster[CLUSTER_MAX_NAME];
 	char host_id[CLUSTER_MAX_NAME];
+	char etcd_credentials[PATH_MAX]; /* TLS files, user and password (etcd.h); "": none */
 	/* Given on the command line: they win over the file, also after SIGHUP. */
 	char cli_group[TD_UNIX_GROUP_MAX]; /* -g: the operator group */
 	bool cli_verbose;
@@ -400,6 +401,11 @@ void td_dispatch(struct td_peer *p, Toggle__Envelope *req);
 int td_path_dir_trusted(const char *dir, bool sticky_leaf_ok, char *err, size_t errlen);
 /* mkdir -p: parents 0755, the last one leaf_mode; existing ones are left as they are. */
 int td_path_mkdirs(const char *dir, mode_t leaf_mode, char *err, size_t errlen);
+/* A Unix socket path about to be bound (--metrics PATH): its directory trusted as the
+ * RPC socket's is (td_path_dir_trusted, sticky leaf allowed); nothing there, or a
+ * socket of our uid that nobody listens on, which is removed (*replaced).  Anything
+ * else there is refused and left as it is. */
+int td_path_socket_claim(const char *path, bool *replaced, char *err, size_t errlen);
 /* metrics.c: --metrics ADDRESS (its own thread; see the file's head). */
 #define TD_RPC_METHODS 12 /* request types with a label, and "other" */
 #define TD_RPC_CODES   (2 - TOGGLE_ERROR_MIN) /* OK, the error codes, and "OTHER" */

@@ -12,7 +12,7 @@ FUZZ_FLAGS = -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-Ilibtoggle/include -Ilibtoggle/src -Iproto -Iclient -Iutil -I$(B)/gen \
 	-isystem $(CUDA_HOME)/include
 FUZZ_NAMES := fuzz_frame fuzz_spec fuzz_pbwire fuzz_shm fuzz_cluster fuzz_store fuzz_config \
-	      fuzz_plan fuzz_hosts
+	      fuzz_plan fuzz_hosts fuzz_gzip fuzz_cluster_stream
 FUZZ_TARGETS := $(FUZZ_NAMES:%=$(B)/fuzz/%)
 
 $(B)/fuzz/fuzz_frame: fuzz/fuzz_frame.c proto/frame.c $(TGP_GEN_C) $(TGP_GEN_H)
@@ -34,6 +34,13 @@ $(B)/fuzz/fuzz_shm: fuzz/fuzz_shm.c libtoggle/src/shm.c libtoggle/src/hookset.c
 
 # What a toggled in a cluster reads from etcd (keys, selectors, values, base64).
 $(B)/fuzz/fuzz_cluster: fuzz/fuzz_cluster.c daemon/cluster_key.c daemon/etcd.c daemon/log.c util/util.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon -Iutil $$(pkg-config --cflags libuv libcurl jansson) -o $@ $^ \
+	    $$(pkg-config --libs libuv libcurl jansson) -lpthread
+
+# A whole watch stream and the host's judgement of each key in it.
+$(B)/fuzz/fuzz_cluster_stream: fuzz/fuzz_cluster_stream.c daemon/cluster_key.c daemon/etcd.c \
+		daemon/log.c util/util.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon -Iutil $$(pkg-config --cflags libuv libcurl jansson) -o $@ $^ \
 	    $$(pkg-config --libs libuv libcurl jansson) -lpthread
@@ -67,6 +74,11 @@ $(B)/fuzz/fuzz_hosts: fuzz/fuzz_hosts.c client/ctl_host.c \
 	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon $$(pkg-config --cflags jansson libcurl libuv) -o $@ $^ \
 	    $(CTL_LIBS) $(LIB_LIBS)
 
+# /metrics' Accept-Encoding header and its gzip (daemon/gzipenc.c).
+$(B)/fuzz/fuzz_gzip: fuzz/fuzz_gzip.c daemon/gzipenc.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon -o $@ $^ $$(pkg-config --libs zlib)
+
 # Seeds: a target's run starts from its checked-in corpus.
 .PHONY: fuzz
 fuzz: $(FUZZ_TARGETS)
@@ -88,14 +100,16 @@ $(FZ_CTL_SAN_OBJ): $(B)/san/%.o: %.c $(TGP_GEN_H)
 
 $(B)/fuzz/replay/fuzz_frame: $(B)/libtgproto-san.a
 $(B)/fuzz/replay/fuzz_frame: FZ_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS)
+$(B)/fuzz/replay/fuzz_gzip: $(B)/libtoggled-san.a
+$(B)/fuzz/replay/fuzz_gzip: FZ_CFLAGS = -Idaemon
+$(B)/fuzz/replay/fuzz_gzip: FZ_LIBS = $(B)/libtoggled-san.a $$(pkg-config --libs zlib)
 $(B)/fuzz/replay/fuzz_spec $(B)/fuzz/replay/fuzz_pbwire: FZ_LIBS =
 $(B)/fuzz/replay/fuzz_shm: FZ_LIBS = -pthread
-$(B)/fuzz/replay/fuzz_cluster $(B)/fuzz/replay/fuzz_store $(B)/fuzz/replay/fuzz_config: \
-	$(B)/libtoggled-san.a $(B)/libtgproto-san.a
-$(B)/fuzz/replay/fuzz_cluster $(B)/fuzz/replay/fuzz_store $(B)/fuzz/replay/fuzz_config: \
-	FZ_CFLAGS = $(TD_CFLAGS)
-$(B)/fuzz/replay/fuzz_cluster $(B)/fuzz/replay/fuzz_store $(B)/fuzz/replay/fuzz_config: \
-	FZ_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)
+FZ_TD_REPLAYS := $(B)/fuzz/replay/fuzz_cluster $(B)/fuzz/replay/fuzz_cluster_stream \
+	$(B)/fuzz/replay/fuzz_store $(B)/fuzz/replay/fuzz_config
+$(FZ_TD_REPLAYS): $(B)/libtoggled-san.a $(B)/libtgproto-san.a
+$(FZ_TD_REPLAYS): FZ_CFLAGS = $(TD_CFLAGS)
+$(FZ_TD_REPLAYS): FZ_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)
 $(B)/fuzz/replay/fuzz_plan: $(FZ_CTL_SAN_OBJ) $(B)/libtoggled-san.a $(B)/libtgproto-san.a
 $(B)/fuzz/replay/fuzz_plan: FZ_CFLAGS = $(CTL_CFLAGS)
 $(B)/fuzz/replay/fuzz_plan: $(B)/libtgclient-san.a

@@ -64,7 +64,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (o != ETCD_WATCH_GO_ON || m.events->kind != ETCD_EVENTS || !m.events->n)
 				abort();
 			for (size_t i = 0; i < m.events->n; i++)
-				if (!m.events->kvs[i].key || m.events->kvs[i].mod_revision < next_rev)
+				if (!m.events->kvs[i].key || m.events->kvs[i].mod_revision < next_rev ||
+				    (m.events->kvs[i].bad && m.events->kvs[i].value))
 					abort();
 			etcd_batch_free(m.events);
 		}
@@ -76,11 +77,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct etcd_kv *kvs;
 		size_t n;
 		int64_t rev;
-		if (etcd_range_parse_text(s, size - 1, &kvs, &n, &rev) == 0) {
+		if (etcd_range_parse_text(s, size - 1, ETCD_MAX_VALUE, &kvs, &n, &rev) == 0) {
 			if (rev <= 0 || n > ETCD_MAX_KVS || (n && !kvs))
 				abort();
+			/* A key or value it does not take is a bad kv, never a value. */
 			for (size_t i = 0; i < n; i++)
-				if (!kvs[i].key || !kvs[i].value)
+				if (!kvs[i].key || !kvs[i].value == !kvs[i].bad ||
+				    (kvs[i].value && strlen(kvs[i].value) != kvs[i].value_len))
 					abort();
 			etcd_kvs_free(kvs, n);
 		}

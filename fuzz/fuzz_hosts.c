@@ -2,8 +2,9 @@
  * fuzz_hosts.c - libFuzzer target: a host's published status in a cluster
  * as togglectl --etcd reads it (client/ctl_host.c): JSON with base64
  * protobuf replies.  Must never crash or leak; an accepted value names a
- * valid host and carries all three replies, and its rejections print as
- * lines without a control byte (the text came from etcd).
+ * valid host and carries all three replies, and its rejections and the
+ * member it watches print as lines without a control byte (the text came
+ * from etcd).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		const json_t *rs = json_object_get(h.doc, "rejections");
 		for (size_t k = 0; f && k < json_array_size(rs); k++)
 			ctl_host_print_rejection(f, json_array_get(rs, k));
+		if (f)
+			ctl_host_print_etcd(f, json_object_get(h.doc, "etcd"));
 		if (f)
 			fclose(f);
 		for (size_t i = 0; out && i < len; i++)

@@ -1,6 +1,6 @@
 /*
  * frame.h - the framing layer of the wire protocol: a 4-byte length in
- * network byte order, then one packed toggle.Envelope (proto/toggle.proto).
+ * network byte order, then one packed toggle.Envelope (proto/graphtoggle/v1/toggle.proto).
  * Shared by toggled, the client library and libtoggle's agent connection.
  * Every byte a reader is fed is treated as untrusted.
  */

@@ -24,13 +24,29 @@ TGP_TESTS := $(B)/tests/check_frame $(B)/tests/check_client
 
 all: $(B)/libtgproto.a
 
+# The public contract: no imports, no language options (docs/protocol.md).
+TGP_PROTO := proto/graphtoggle/v1/toggle.proto
+# protoc-c's copy: the same schema with protoc-c's option that keeps the C
+# identifiers of protocol 1 (Toggle__Envelope, TOGGLE__...), written beside
+# a proto/ directory so that the generated files include
+# "proto/toggle.pb-c.h" as they always did.
+TGP_PBC_PROTO := $(B)/gen/protoc-c/proto/toggle.proto
+
+$(TGP_PBC_PROTO): $(TGP_PROTO)
+	@mkdir -p $(dir $@)
+	sed -e '/^package graphtoggle\.v1;$$/a import "protobuf-c/protobuf-c.proto";\noption (pb_c_file).c_package = "toggle";' \
+	    $< >$@.tmp
+	@grep -q '^option (pb_c_file).c_package = "toggle";$$' $@.tmp || \
+	    { echo "proto.mk: no 'package graphtoggle.v1;' line in $<" >&2; exit 1; }
+	mv $@.tmp $@
+
 # One protoc-c run writes both files (grouped target).  This is the first
 # step that needs the -dev packages, so it makes sure they are there (plain
 # `make` and `make demo` do not go through the deps target).
-$(TGP_GEN_C) $(TGP_GEN_H) &: proto/toggle.proto
+$(TGP_GEN_C) $(TGP_GEN_H) &: $(TGP_PBC_PROTO)
 	@scripts/deps.sh build
 	@mkdir -p $(B)/gen
-	protoc-c -I. --c_out=$(B)/gen $<
+	protoc-c -I$(B)/gen/protoc-c --c_out=$(B)/gen $<
 	@# proto3 INIT macros cast protobuf_c_empty_string's const away, which
 	@# -Wcast-qual flags wherever they are used: the same cast through uintptr_t.
 	sed -i 's/(char \*)protobuf_c_empty_string/(char *)(uintptr_t)protobuf_c_empty_string/g' \
@@ -75,18 +91,23 @@ $(B)/tests/check_proto: EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggle
 	-DDEMO_AGENT_BIN=\"$(B)/examples/demo_agent\"
 $(B)/tests/check_proto: EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
 
-# graphtoggle.client's messages: protoc's Python output of toggle.proto,
-# generated at build time (python/graphtoggle/client/_wire.py says why), not
-# committed.  The protobuf-c import and option are for protoc-c only.
+# graphtoggle.client's messages: protoc's Python output of the public file
+# as it is, generated at build time (python/graphtoggle/client/_wire.py says
+# why), not committed.
 PY_PB2 := python/graphtoggle/client/toggle_pb2.py
 .PHONY: python-client
 python-client: $(PY_PB2)
 all: $(PY_PB2)
 check-python: $(PY_PB2) $(B)/examples/demo_agent  # python/tests/test_client*.py
-$(PY_PB2): proto/toggle.proto
+$(PY_PB2): $(TGP_PROTO)
 	@scripts/deps.sh build
 	@mkdir -p $(B)/gen/py
-	sed -e '/^import "protobuf-c\/protobuf-c.proto";/d' -e '/^option (pb_c_file)/d' $< \
-	    > $(B)/gen/py/toggle.proto
-	protoc -I$(B)/gen/py --python_out=$(B)/gen/py $(B)/gen/py/toggle.proto
-	cp $(B)/gen/py/toggle_pb2.py $@
+	protoc -Iproto --python_out=$(B)/gen/py $<
+	cp $(B)/gen/py/graphtoggle/v1/toggle_pb2.py $@
+
+# The public file with plain protoc (Python against a real toggled, C++),
+# protoc-gen-go and buf lint where they exist (tests/proto/run.sh).
+.PHONY: check-proto-plain
+check-proto-plain: $(B)/toggled-san $(B)/togglectl $(B)/examples/demo_agent
+	@B=$(B) tests/proto/run.sh
+check-run: check-proto-plain

@@ -6,15 +6,36 @@
 #   gpu_devtaint device mode's injected device-side failure: tainted launch
 #               reported, 0 mismatches otherwise
 #   gpu_guard   issue #10: a failed upload, late producers, reused handles
+#   gpu_lifetime issue #28: recorded graphs destroyed, strangers captured until
+#               the driver reuses their handles and node handles (how often is
+#               reported), every stranger launched untouched and exact; a graph
+#               destroyed before its exec; a bound exec destroyed
 #   gpu_bare    issue #14: the producer-free exec (what ran, in which order,
 #               outputs equal to the main exec's), its figures
 #   torch_proof graphtoggle from PyTorch (python/tests/gpu/torch_proof.py)
+#   torch_compile_proof  issue #23: the producer op under torch.compile (fullgraph,
+#               engine-captured graphs per batch size in one pool; CUDA Graph Trees;
+#               eager runs), lazy and device (python/tests/gpu/torch_compile_proof.py;
+#               ~20-60 s, most of it torch.compile)
 #   torch_engine_lazy, torch_engine_device  examples/torch_engine.py standalone
+#   piecewise_proof, piecewise_proof_standin  issue #23: torch.compile with
+#               graphtoggle.piecewise (split at the attention op, inductor pieces,
+#               per size every piece captured into one pool, FULL graphs, eager
+#               sizes), lazy and device, producers through attach() and through a
+#               stand-in op (python/tests/gpu/piecewise_proof.py)
+#   torch_piecewise_lazy, torch_piecewise_device  examples/torch_piecewise.py
+#   piecewise_bench  issue #23's piecewise target: GPU time all off / all on
+#               against the same piecewise graphs without graphtoggle, host time
+#               per step added by step() and the guarded replays (~60 s)
 #   torch_decode_bench  only with TORCH_DECODE_BENCH=1: issue #14's PyTorch
 #               target, a bf16 LLM-shaped decode step: floor, producers off
 #               (disabled nodes), off through the producer-free exec
 #               (random_ops=False), all on (python/tests/gpu/torch_decode_bench.py;
 #               ~12 GiB of GPU memory, ~30-60 s)
+#   torch_compile_bench  only with TORCH_COMPILE_BENCH=1: issue #23's targets, the
+#               op under torch.compile (modes a and c) against the same compiled model
+#               without graphtoggle, and the op's eager cost
+#               (python/tests/gpu/torch_compile_bench.py; ~30-60 s)
 # Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check); the
 # Python legs need a python3 with torch (they print SKIPPED without torch or
 # a GPU) and use $B/libtoggle.so and the package in python/.
@@ -26,7 +47,10 @@
 # Usage: scripts/gpu-check.sh [gpu_check args, e.g. --steps N --seed N]
 # Environment: GPU_REGION_ARGS (e.g. "--steps 500") for gpu_region,
 # TORCH_PROOF_ARGS (e.g. "--steps 10000 --bench") for torch_proof, PYTHON,
-# TORCH_DECODE_BENCH=1 (and TORCH_DECODE_BENCH_ARGS, e.g. "--batches 1,4,8").
+# TORCH_COMPILE_PROOF_ARGS (e.g. "--modes lazy --steps 2000") for torch_compile_proof,
+# TORCH_DECODE_BENCH=1 (and TORCH_DECODE_BENCH_ARGS, e.g. "--batches 1,4,8"),
+# TORCH_COMPILE_BENCH=1 (and TORCH_COMPILE_BENCH_ARGS, e.g. "--batches 1,8 --modes lazy"),
+# PIECEWISE_PROOF_ARGS (e.g. "--steps 2000"), PIECEWISE_BENCH_ARGS (e.g. "--reps 11").
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
 set -eu
 
@@ -116,9 +140,13 @@ run_leg gpu_check "$@"
 run_leg gpu_region ${GPU_REGION_ARGS:-}
 run_leg gpu_devtaint
 run_leg gpu_guard
+run_leg gpu_lifetime
 run_leg gpu_bare
 # shellcheck disable=SC2086 # TORCH_PROOF_ARGS is a list of words
 run_py_leg torch_proof python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-}
+# shellcheck disable=SC2086 # TORCH_COMPILE_PROOF_ARGS is a list of words
+run_py_leg torch_compile_proof python/tests/gpu/torch_compile_proof.py \
+	${TORCH_COMPILE_PROOF_ARGS:-}
 # the example engine standalone (nn.Module forward-hook producers, graphs per batch size
 # captured by its own code under the patch), every replay checked
 for mode in lazy device; do
@@ -126,17 +154,38 @@ for mode in lazy device; do
 		--check-every 1 --change-every 100
 done
 
+# issue #23: graphtoggle under torch.compile, piecewise (graphtoggle.piecewise)
+# shellcheck disable=SC2086 # PIECEWISE_PROOF_ARGS is a list of words
+run_py_leg piecewise_proof python/tests/gpu/piecewise_proof.py ${PIECEWISE_PROOF_ARGS:-}
+run_py_leg piecewise_proof_standin python/tests/gpu/piecewise_proof.py --producers standin
+for mode in lazy device; do
+	run_py_leg torch_piecewise_$mode examples/torch_piecewise.py --mode $mode --steps 1000
+done
+# shellcheck disable=SC2086 # PIECEWISE_BENCH_ARGS is a list of words
+run_py_leg piecewise_bench python/tests/gpu/piecewise_bench.py ${PIECEWISE_BENCH_ARGS:-}
+
 if [ "${TORCH_DECODE_BENCH:-0}" = 1 ]; then
 	# shellcheck disable=SC2086 # TORCH_DECODE_BENCH_ARGS is a list of words
 	run_py_leg torch_decode_bench python/tests/gpu/torch_decode_bench.py \
 		${TORCH_DECODE_BENCH_ARGS:-}
 fi
 
+if [ "${TORCH_COMPILE_BENCH:-0}" = 1 ]; then
+	# shellcheck disable=SC2086 # TORCH_COMPILE_BENCH_ARGS is a list of words
+	run_py_leg torch_compile_bench python/tests/gpu/torch_compile_bench.py \
+		${TORCH_COMPILE_BENCH_ARGS:-}
+fi
+
 printf '%s\n' "$results" | sed '/^$/d'
 # the producer-free exec's figures again, for pasting
 grep -h '^gpu-bare: figures:' "$B/gpu_bare.log" 2>/dev/null || true
+grep -h '^piecewise-bench: table:' "$B/piecewise_bench.log" 2>/dev/null || true
+# and the lifetime leg's reuse counts (issue #28)
+grep -h '^gpu-lifetime: leg=stranger' "$B/gpu_lifetime.log" 2>/dev/null || true
 [ "${TORCH_DECODE_BENCH:-0}" = 1 ] &&
 	grep -h '^torch-decode-bench: table:' "$B/torch_decode_bench.log" 2>/dev/null || true
+[ "${TORCH_COMPILE_BENCH:-0}" = 1 ] &&
+	grep -h '^torch-compile-bench: table:' "$B/torch_compile_bench.log" 2>/dev/null || true
 if [ "$status" -eq 0 ]; then
 	echo "gpu-check: no leg failed"
 else

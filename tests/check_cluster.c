@@ -392,6 +392,183 @@ START_TEST(test_endpoints)
 }
 END_TEST
 
+/*
+ * One watch message whose events hold a key over 512 bytes, a key with a
+ * NUL, a value over the limit, a value with a NUL and text that is not
+ * base64, between two good keys: each bad one is a skipped kv (why, a
+ * cleaned key, no value), the good ones come through, the message is read
+ * on (the watch moves past the bad revisions).  Before, any of them made
+ * the whole message ETCD_WATCH_BAD_EVENT: reconnect at the same revision,
+ * forever.
+ */
+static char *b64(const void *p, size_t n)
+{
+	char *e = etcd_b64_encode(p, n);
+	ck_assert_ptr_nonnull(e);
+	return e;
+}
+
+static void append_event(char **line, size_t *len, const char *type, const char *k64,
+			 const char *v64, int rev)
+{
+	size_t need = strlen(k64) + strlen(v64) + 200;
+	*line = realloc(*line, *len + need);
+	ck_assert_ptr_nonnull(*line);
+	*len += (size_t)snprintf(*line + *len, need, "%s{%s\"kv\":{\"key\":\"%s\",\"value\":\"%s\","
+				 "\"mod_revision\":\"%d\"}}", rev == 10 ? "" : ",", type, k64, v64, rev);
+}
+
+START_TEST(test_watch_bad_keys)
+{
+	const char *good = "/graphtoggle/c/desired/set/all", *val = "{\"hooks\":\"all\"}";
+	char longkey[ETCD_MAX_KEY + 2];
+	memset(longkey, 'k', sizeof(longkey) - 1);
+	longkey[sizeof(longkey) - 1] = '\0';
+	const char nulkey[] = "/graphtoggle/c/desired/set/a\0ll\nforged";
+	size_t big = ETCD_MAX_VALUE + 1;
+	char *bigval = malloc(big);
+	ck_assert_ptr_nonnull(bigval);
+	memset(bigval, 'v', big);
+	char *g = b64(good, strlen(good)), *v = b64(val, strlen(val));
+	char *lk = b64(longkey, strlen(longkey)), *nk = b64(nulkey, sizeof(nulkey) - 1);
+	char *bv = b64(bigval, big), *nv = b64("{}\0x", 4);
+	char *line = strdup("{\"result\":{\"header\":{\"revision\":\"20\"},\"events\":[");
+	size_t len = strlen(line);
+	append_event(&line, &len, "", g, v, 10);
+	append_event(&line, &len, "", lk, v, 11);
+	append_event(&line, &len, "", nk, v, 12);
+	append_event(&line, &len, "", g, bv, 13);
+	append_event(&line, &len, "", g, nv, 14);
+	append_event(&line, &len, "", "!!!!", v, 15);
+	append_event(&line, &len, "\"type\":\"DELETE\",", nk, "", 16);
+	append_event(&line, &len, "", g, v, 17);
+	line = realloc(line, len + 8);
+	strcpy(line + len, "]}}");
+	len += 3;
+
+	struct etcd_watch_msg m;
+	ck_assert_int_eq(etcd_watch_parse(line, len, 10, &m), ETCD_WATCH_GO_ON);
+	ck_assert_ptr_nonnull(m.events);
+	ck_assert_uint_eq(m.events->n, 8);
+	const struct etcd_kv *kv = m.events->kvs;
+	ck_assert_ptr_null(kv[0].bad);
+	ck_assert_str_eq(kv[0].value, val);
+	ck_assert_str_eq(kv[1].bad, "key over 512 bytes");
+	ck_assert(kv[1].bad_key);
+	ck_assert_uint_le(strlen(kv[1].key), ETCD_MAX_SHOWN_KEY + 3);
+	ck_assert_ptr_null(kv[1].value);
+	ck_assert_str_eq(kv[2].bad, "key with a NUL byte");
+	ck_assert_str_eq(kv[2].key, "/graphtoggle/c/desired/set/a?ll?forged"); /* cleaned */
+	ck_assert_ptr_nonnull(kv[3].bad);
+	ck_assert(!kv[3].bad_key);
+	ck_assert_str_eq(kv[3].key, good); /* the key is fine: a set held under it is forgotten */
+	ck_assert_ptr_null(kv[3].value);
+	ck_assert_str_eq(kv[4].bad, "value with a NUL byte");
+	ck_assert_str_eq(kv[5].bad, "key is not base64");
+	ck_assert(kv[6].deleted && kv[6].bad_key);
+	ck_assert_ptr_null(kv[7].bad);
+	ck_assert_int_eq(kv[7].mod_revision, 17);
+	etcd_batch_free(m.events);
+
+	/* The same kvs in a range response: the snapshot holds them all too. */
+	char *rr = malloc(len + 100);
+	ck_assert_ptr_nonnull(rr);
+	char *evs = strstr(line, "[");
+	/* a range response lists kvs, not events: strip the {"kv": ...} wrappers */
+	size_t o = (size_t)sprintf(rr, "{\"header\":{\"revision\":\"20\"},\"kvs\":[");
+	for (const char *p = evs + 1; (p = strstr(p, "\"kv\":")); ) {
+		p += 5;
+		const char *end = strchr(p, '}');
+		o += (size_t)sprintf(rr + o, "%s%.*s", rr[o - 1] == '[' ? "" : ",", (int)(end - p + 1), p);
+	}
+	o += (size_t)sprintf(rr + o, "]}");
+	struct etcd_kv *kvs;
+	size_t n;
+	int64_t rev;
+	ck_assert_int_eq(etcd_range_parse_text(rr, o, ETCD_MAX_VALUE, &kvs, &n, &rev), 0);
+	ck_assert_uint_eq(n, 8);
+	ck_assert_ptr_null(kvs[0].bad);
+	ck_assert_ptr_nonnull(kvs[1].bad);
+	ck_assert_ptr_nonnull(kvs[3].bad);
+	ck_assert_ptr_null(kvs[7].bad);
+	etcd_kvs_free(kvs, n);
+	/* A reader with a larger bound (togglectl's view of big host status values) takes it. */
+	ck_assert_int_eq(etcd_range_parse_text(rr, o, 2 * ETCD_MAX_VALUE, &kvs, &n, &rev), 0);
+	ck_assert_ptr_null(kvs[3].bad);
+	ck_assert_uint_eq(kvs[3].value_len, big);
+	etcd_kvs_free(kvs, n);
+
+	/* What still ends the stream: an event without a usable revision. */
+	const char *norev = "{\"result\":{\"events\":[{\"kv\":{\"key\":\"YQ==\"}}]}}";
+	ck_assert_int_eq(etcd_watch_parse(norev, strlen(norev), 0, &m), ETCD_WATCH_GO_ON);
+	etcd_batch_free(m.events);
+	const char *badrev = "{\"result\":{\"events\":[{\"kv\":{\"key\":\"YQ==\",\"mod_revision\":\"x\"}}]}}";
+	ck_assert_int_eq(etcd_watch_parse(badrev, strlen(badrev), 0, &m), ETCD_WATCH_BAD_EVENT);
+	free(rr);
+	free(line);
+	free(g);
+	free(v);
+	free(lk);
+	free(nk);
+	free(bv);
+	free(nv);
+	free(bigval);
+}
+END_TEST
+
+/* The credentials file: its names, pairs, and a password only in a 0600 file,
+ * never in an error message. */
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+	ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+START_TEST(test_creds_file)
+{
+	char dir[] = "/tmp/tgcredsXXXXXX", path[128], err[512];
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/creds", dir);
+	struct etcd_creds cr;
+	write_file(path, "# a comment\nca = /etc/ca.crt\n  user = tg \npassword = s3cret word\n"
+		   "cert = /c.crt\nkey = /c.key\n", 0600);
+	ck_assert_int_eq(etcd_creds_load(path, &cr, err, sizeof(err)), 0);
+	ck_assert_str_eq(cr.ca, "/etc/ca.crt");
+	ck_assert_str_eq(cr.user, "tg");
+	ck_assert_str_eq(cr.password, "s3cret word");
+	ck_assert_str_eq(cr.key, "/c.key");
+	/* Readable by others: refused (a password in it). */
+	ck_assert_int_eq(chmod(path, 0644), 0);
+	ck_assert_int_eq(etcd_creds_load(path, &cr, err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "chmod 600"));
+	ck_assert_ptr_null(strstr(err, "s3cret"));
+	ck_assert_str_eq(cr.password, ""); /* nothing half-loaded */
+	/* Without a password it may be (TLS files only). */
+	write_file(path, "ca = /etc/ca.crt\n", 0644);
+	ck_assert_int_eq(etcd_creds_load(path, &cr, err, sizeof(err)), 0);
+	static const char *const bad[] = {
+		"user = tg\n",                       /* no password */
+		"password = s3cret\n",               /* no user */
+		"cert = /c.crt\n",                   /* no key */
+		"pasword = s3cret\n",                /* unknown name: the value is not shown */
+		"user = t g\npassword = s3cret\n",   /* a space in the user */
+		"ca\n",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_file(path, bad[i], 0600);
+		ck_assert_msg(etcd_creds_load(path, &cr, err, sizeof(err)) == -1, "accepted '%s'", bad[i]);
+		ck_assert_msg(!strstr(err, "s3cret"), "the password in '%s'", err);
+	}
+	ck_assert_int_eq(etcd_creds_load(dir, &cr, err, sizeof(err)), -1); /* a directory */
+	unlink(path);
+	ck_assert_int_eq(etcd_creds_load(path, &cr, err, sizeof(err)), -1); /* missing */
+	ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 static Suite *cluster_suite(void)
 {
 	Suite *s = suite_create("cluster");
@@ -409,6 +586,8 @@ static Suite *cluster_suite(void)
 	tcase_add_test(tc, test_base64);
 	tcase_add_test(tc, test_prefix_end);
 	tcase_add_test(tc, test_endpoints);
+	tcase_add_test(tc, test_watch_bad_keys);
+	tcase_add_test(tc, test_creds_file);
 	suite_add_tcase(s, tc);
 	return s;
 }

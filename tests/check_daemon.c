@@ -2558,10 +2558,8 @@ END_TEST
  */
 START_TEST(test_name_squatting)
 {
-	if (geteuid() != 0) {
-		printf("test_name_squatting: skipped: needs root to become uid %d\n", NOBODY);
-		return;
-	}
+	if (geteuid() != 0)
+		TU_SKIP(TU_SKIP_ROOT, "needs root to become uid %d", NOBODY);
 	struct env e;
 	env_setup(&e);
 	ASSERT(chmod(e.dir, 0755) == 0, "chmod %s: %s", e.dir, strerror(errno));
@@ -3154,13 +3152,23 @@ END_TEST
  */
 START_TEST(test_full_disk)
 {
-	if (geteuid() != 0) {
-		printf("test_full_disk: skipped: needs root for a tmpfs of its own\n");
-		return;
+	if (geteuid() != 0)
+		TU_SKIP(TU_SKIP_ROOT, "needs root for a tmpfs of its own");
+	/*
+	 * The tmpfs must not show outside this process: a mount namespace of
+	 * its own, every mount in it private.  Where / is not a mount point (a
+	 * plain chroot, e.g. debootstrap's root not bind-mounted onto itself)
+	 * there is no mount to make private (EINVAL), and where the machine
+	 * refuses new namespaces (a container without CAP_SYS_ADMIN) there is
+	 * no namespace: the test cannot run there, and says so.
+	 */
+	if (unshare(CLONE_NEWNS) != 0)
+		TU_SKIP(TU_SKIP_ENV, "no mount namespace of its own here (unshare: %s)", strerror(errno));
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+		ASSERT(errno == EINVAL, "mount private: %s", strerror(errno));
+		TU_SKIP(TU_SKIP_ENV, "/ is not a mount point (a chroot?): its mounts cannot be made "
+				     "private (mount: %s)", strerror(errno));
 	}
-	ASSERT(unshare(CLONE_NEWNS) == 0, "unshare: %s", strerror(errno));
-	ASSERT(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0, "mount private: %s",
-	       strerror(errno));
 	struct env e;
 	env_setup(&e);
 	daemon_alive(&e, "start"); /* serving: its signal handlers are in place */
@@ -3630,10 +3638,8 @@ _Noreturn static void group_child(const struct env *e)
 
 START_TEST(test_agent_group_tied_to_uid)
 {
-	if (geteuid() != 0) {
-		printf("test_agent_group_tied_to_uid: skipped: needs root to become uid %d\n", NOBODY);
-		return;
-	}
+	if (geteuid() != 0)
+		TU_SKIP(TU_SKIP_ROOT, "needs root to become uid %d", NOBODY);
 	struct env e;
 	env_setup_conf(&e, "agent_group = prod: 4242, @no-such-group-here\n");
 	ASSERT(chmod(e.dir, 0755) == 0, "chmod %s: %s", e.dir, strerror(errno));

@@ -1350,6 +1350,39 @@ START_TEST(tainted_launch_shown_by_daemon)
 }
 END_TEST
 
+/*
+ * What the report holds between two looks: 7 tainted launches, each with its
+ * step (issue #28: docs/libtoggle.md said 8).  The ring has 8 slots, and the
+ * eighth-latest record's slot is the one the planner writes next: a write in
+ * progress there cannot be told from a finished one, so that record is
+ * counted as lost.  _i: 7 launches (none lost), 8 (one lost).
+ */
+START_TEST(tainted_launches_report_holds_seven)
+{
+	unsigned n = _i ? 8 : 7;
+	struct dfx *f = dfx_open(TOGGLE_MODE_DEVICE, false);
+	dfx_capture(f, 0, H_DEVICE);
+	ck_assert_int_eq(toggle_graph_instantiate(f->agent, f->graph[0], &f->exec[0]), 0);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 0, NULL), 0);
+	ck_assert_int_eq(dfx_launch(f, 0, 0), 0);
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 1u << 30, CUDA_ERROR_INVALID_VALUE);
+	struct toggle_set s = set_of(0x0f0f0f);
+	ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 1, NULL), 0);
+	for (unsigned k = 0; k < n; k++)
+		ck_assert_int_eq(toggle_graph_launch(f->agent, f->graph[0], f->exec[0], f->s[0]), 0);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 2, NULL), 0);
+	struct toggle_taint t;
+	toggle_taint_get(f->agent, &t);
+	ck_assert_uint_eq(t.launches, n);
+	ck_assert_uint_eq(t.lost, n - 7);
+	ck_assert_uint_eq(t.calls_failed, 7 * 12);
+	ck_assert_int_eq(t.last_step, 1); /* the latest has its step */
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 0, CUDA_SUCCESS);
+	dfx_close(f);
+}
+END_TEST
+
 /* More tainted launches between two looks than the report holds: counted, steps unknown. */
 START_TEST(tainted_launches_overrun_counted)
 {
@@ -1414,6 +1447,7 @@ static Suite *device_suite(void)
 	tcase_add_test(tc, tainted_launch_strict_refuses);
 	tcase_add_test(tc, tainted_launch_reported_then_clean);
 	tcase_add_test(tc, tainted_launch_in_status_lane);
+	tcase_add_loop_test(tc, tainted_launches_report_holds_seven, 0, 2);
 	tcase_add_test(tc, tainted_launches_overrun_counted);
 	tcase_add_loop_test(tc, tainted_launches_random, 0, 3);
 	tcase_add_test(tc, tainted_launch_shown_by_daemon);

@@ -11,7 +11,8 @@
  *     does not inherit the dead one's state, with and without the CUDA 13.1
  *     id entry points;
  *     none of which is checked on the replay of an unchanged set;
- *  4. NULL agent and NULL output pointers return TOGGLE_EINVAL.
+ *  4. NULL agent and NULL output pointers return TOGGLE_EINVAL (the getters
+ *     report zeros, or nothing), NULL sets do not crash the set helpers.
  */
 #include <stdio.h>
 #include <string.h>
@@ -713,6 +714,38 @@ START_TEST(test_null_agent_and_outputs)
 	toggle_plan_clear(n);
 	ck_assert_uint_eq(toggle_graph_count(n), 0);
 	ck_assert_uint_eq(toggle_graph_list(n, &gs, 1), 0);
+	/* The getters report zeros for a NULL agent (issue #28: toggle_taint_get crashed). */
+	struct toggle_taint tt;
+	memset(&tt, 0xee, sizeof(tt));
+	toggle_taint_get(n, &tt);
+	ck_assert(tt.launches == 0 && tt.lost == 0 && tt.calls_failed == 0 && tt.last_step == -1 &&
+		  tt.last_graph == NULL);
+	toggle_taint_get(n, NULL);
+	/* The set helpers take NULL (issue #28: they crashed), as toggle_hooks.h says. */
+	struct toggle_catalog cat0 = catalog;
+	toggle_set_clear(NULL);
+	ck_assert_int_eq(toggle_set_add(NULL, h), TOGGLE_EINVAL);
+	ck_assert_int_eq(toggle_set_remove(NULL, h), TOGGLE_EINVAL);
+	ck_assert(!toggle_set_contains(NULL, h));
+	ck_assert_uint_eq(toggle_set_count(NULL), 0);
+	ck_assert(!toggle_set_equal(NULL, &s) && !toggle_set_equal(&s, NULL));
+	ck_assert(!toggle_set_equal(NULL, NULL));
+	toggle_set_union(NULL, &s);
+	toggle_set_union(&s, NULL);
+	toggle_set_subtract(NULL, &s);
+	toggle_set_subtract(&s, NULL);
+	toggle_set_fill(NULL, &cat0);
+	toggle_set_add(&s, h);
+	toggle_set_fill(&s, NULL); /* no catalog, no hook */
+	ck_assert_uint_eq(toggle_set_count(&s), 0);
+	ck_assert_int_eq(toggle_catalog_check_set(NULL, &s), TOGGLE_EINVAL);
+	ck_assert_int_eq(toggle_catalog_check_set(&cat0, NULL), TOGGLE_EINVAL);
+	ck_assert_int_eq(toggle_catalog_validate(NULL, NULL, 16), TOGGLE_EINVAL);
+	ck_assert_int_eq(toggle_set_parse(NULL, "all", &s, NULL, 0), TOGGLE_EINVAL);
+	ck_assert_int_eq(toggle_set_parse(&cat0, NULL, &s, NULL, 0), TOGGLE_EINVAL);
+	ck_assert_int_eq(toggle_set_parse(&cat0, "all", NULL, NULL, 0), TOGGLE_EINVAL);
+	ck_assert_int_eq(toggle_set_format(NULL, &s, NULL, 0), TOGGLE_EINVAL);
+	ck_assert_int_eq(toggle_set_format(&cat0, NULL, NULL, 0), TOGGLE_EINVAL);
 	ck_assert_ptr_null(toggle_agent_catalog(n));
 	ck_assert_ptr_nonnull(toggle_last_error(n));
 
@@ -726,6 +759,7 @@ START_TEST(test_null_agent_and_outputs)
 	ck_assert_uint_eq(gs.nodes, NH);
 	ck_assert_uint_eq(toggle_graph_list(f.agent, NULL, 4), 1);
 	toggle_current_set(f.agent, NULL);
+	toggle_taint_get(f.agent, NULL);
 	toggle_stats_get(f.agent, NULL);
 	toggle_anomalies_get(f.agent, NULL);
 	toggle_registry_check(f.agent, NULL);

@@ -1,5 +1,5 @@
 /*
- * check_proto.c - wire contract v1 (proto/toggle.proto): the ErrorCode enum
+ * check_proto.c - wire contract v1 (proto/graphtoggle/v1/toggle.proto): the ErrorCode enum
  * equals toggle_error.h; forward compatibility against the real toggled
  * (unknown fields ignored, an unknown request answered with UNIMPLEMENTED on
  * the same connection, a newer client's version range accepted, SetOp

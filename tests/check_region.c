@@ -613,6 +613,67 @@ START_TEST(region_outside_a_capture)
 }
 END_TEST
 
+/*
+ * A region still open when its capture ends (issue #28): its kernels are in
+ * the graph unrecorded, and would run whatever the set: the graph fails
+ * closed like every other refused record (late), found where it shows
+ * first.  _i: 0 at toggle_capture_end; 1 the window stays open: at the
+ * bind or launch; 2 at a toggle_producer_end made after the capture ended;
+ * 3 the region captured nothing: the graph is left alone; 4 the graph is
+ * destroyed and a stranger got its handle before the window closed: the
+ * stranger is not touched.
+ */
+START_TEST(region_open_at_capture_end_fails_closed)
+{
+	struct rfx f;
+	rfx_open(&f, TOGGLE_MODE_LAZY, false);
+	begin(&f);
+	kernel(&f, 0, 0);
+	ck_assert_int_eq(toggle_producer_begin(f.agent, f.s[0]), 0);
+	if (_i != 3)
+		kernel(&f, 0, 1);
+	ck_assert_int_eq(toggle_sim_stream_end_capture(f.s[0], &f.graph), CUDA_SUCCESS);
+	if (_i == 4) {
+		toggle_sim_set_handle_reuse(f.sim, true);
+		CUgraph dead = f.graph;
+		ck_assert_int_eq(toggle_sim_graph_destroy(dead), CUDA_SUCCESS);
+		ck_assert_int_eq(toggle_sim_stream_begin_capture(f.s[1]), CUDA_SUCCESS);
+		kernel(&f, 1, 5);
+		ck_assert_int_eq(toggle_sim_stream_end_capture(f.s[1], &f.graph), CUDA_SUCCESS);
+		ck_assert_ptr_eq(f.graph, dead);
+		toggle_sim_set_handle_reuse(f.sim, false);
+	}
+	if (_i == 2) {
+		ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(1, 2), NULL), TOGGLE_ECAPTURE);
+		ck_assert_int_eq(toggle_capture_end(f.agent), 0);
+		assert_late(&f, "region of hook 1:2 was still open when its capture ended");
+		recapture_works(&f);
+	} else if (_i == 1) {
+		assert_late(&f, "was still open when its capture ended");
+		ck_assert_int_eq(toggle_capture_end(f.agent), 0);
+		recapture_works(&f);
+	} else {
+		ck_assert_int_eq(toggle_capture_end(f.agent), 0);
+		if (_i == 0) {
+			assert_late(&f, "region on stream 0x");
+			struct toggle_graph_status gs;
+			ck_assert_int_eq(toggle_graph_status(f.agent, f.graph, &gs), 0);
+			ck_assert_ptr_nonnull(strstr(gs.note, "was still open when its capture ended"));
+			recapture_works(&f);
+		} else {
+			/* Left alone: it runs, untouched, whatever the set. */
+			instantiate(&f);
+			uint64_t all = _i == 3 ? B(0) : B(5); /* a plain kernel; the stranger's */
+			ck_assert_uint_eq(run_with(&f, NULL, 0), all);
+			ck_assert_uint_eq(run_with(&f, (struct toggle_hook[]){hk(0, 0)}, 1), all);
+		}
+	}
+	/* The region is closed: nothing is open on the stream any more. */
+	ck_assert_int_eq(toggle_producer_end(f.agent, f.s[0], hk(0, 0), NULL), TOGGLE_EINVAL);
+	rfx_close(&f);
+}
+END_TEST
+
 START_TEST(region_nested_refused)
 {
 	struct rfx f;
@@ -1254,6 +1315,7 @@ static Suite *region_suite(void)
 	tcase_add_test(tc, region_refused_empty_leaves_graph_alone);
 	tcase_add_test(tc, region_outside_a_capture);
 	tcase_add_test(tc, region_nested_refused);
+	tcase_add_loop_test(tc, region_open_at_capture_end_fails_closed, 0, 5);
 	tcase_add_test(tc, region_abort);
 	tcase_add_test(tc, region_abort_with_kernels_fails_closed);
 	tcase_add_test(tc, region_overlapping_record_refused);

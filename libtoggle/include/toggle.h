@@ -133,10 +133,24 @@ int toggle_record_producer(struct toggle_agent *agent, CUstream stream, struct t
 /*
  * Bind a graph to the exec it was instantiated into (resets per-exec state).
  * The CUgraph must stay alive while its execs are toggled: the driver
- * refuses node handles of a destroyed graph (measured on an H200, CUDA 13.0;
- * such a launch is then refused).  PyTorch users: capture with keep_graph=True.
- * An exec must not be destroyed while bound (eager mode sets its nodes at
- * every step_begin): bind the new exec first, or unbind with exec = NULL.
+ * refuses node handles of a destroyed graph (measured on an H200, CUDA 13.0).
+ * PyTorch users: capture with keep_graph=True.  An exec must not be
+ * destroyed while bound (eager mode sets its nodes at every step_begin):
+ * bind the new exec first, or unbind with exec = NULL.
+ *
+ * Lifetime (docs/libtoggle.md, Lifetime): libtoggle gives every graph it
+ * records a CUDA user object (CUDA 11.3+), and a new one at each bind, whose
+ * destructor tells it that the graph, or the bound exec, was destroyed.  At
+ * the next slow-path look (a launch that is not a plain replay, a bind,
+ * toggle_step_begin) a destroyed graph's record goes, so that a new graph
+ * behind its handle is a stranger: launched untouched, never refused, never
+ * toggled.  A graph destroyed while its bound exec lives keeps its record for
+ * that exec alone: at the set it holds it runs as before, at another set a
+ * host-mode agent refuses it (TOGGLE_ESTALE), device mode's planner still
+ * sets it; another exec launched with that handle is a stranger's.  A bound
+ * exec destroyed is never touched again; the next launch rebinds.  Without
+ * user objects, the checks are the recorded nodes (and CUDA 13.1's ids).
+ * The hot path (an unchanged launch) does no extra work for any of this.
  */
 int toggle_graph_bind(struct toggle_agent *agent, CUgraph graph, CUgraphExec exec);
 /*
@@ -154,7 +168,8 @@ int toggle_graph_bind(struct toggle_agent *agent, CUgraph graph, CUgraphExec exe
  * changes.
  */
 int toggle_graph_set_bare(struct toggle_agent *agent, CUgraph graph, bool on);
-/* Drop a graph; later launches of it through this agent fail closed (ESTALE). */
+/* Drop a graph; later launches of it through this agent fail closed (ESTALE),
+ * until it is destroyed: a new graph behind its handle then runs untouched. */
 int toggle_graph_forget(struct toggle_agent *agent, CUgraph graph);
 
 /*
@@ -278,12 +293,14 @@ int toggle_graph_device_counters(const struct toggle_agent *agent, CUgraph graph
  */
 struct toggle_taint {
 	uint64_t launches;     /* tainted launches reported */
-	uint64_t lost;         /* of which details were lost (more than the report holds) */
+	uint64_t lost;         /* of which details were lost (more than the report holds:
+				* the 7 latest of a graph between two looks) */
 	uint64_t calls_failed; /* device-side set-enabled calls that failed in them */
 	int64_t last_step;     /* step of the latest, -1 = none (or made before any step) */
 	CUgraph last_graph;    /* its graph, NULL = none */
 };
 
+/* Nothing with a NULL out; zeros (last_step -1, last_graph NULL) for a NULL agent. */
 void toggle_taint_get(const struct toggle_agent *agent, struct toggle_taint *out);
 
 /* ---- desired state ------------------------------------------------------ */
@@ -315,7 +332,8 @@ int toggle_step_begin(struct toggle_agent *agent, int64_t step, struct toggle_se
 
 /*
  * The replay.  Unrelated graphs (no producers recorded) are launched as they
- * are, also when they got the handle of a destroyed graph the agent knew.
+ * are, also when they got the handle of a destroyed graph the agent knew
+ * (and its node handles: the driver says when a graph is destroyed).
  * A graph with producers must be bound (a different exec rebinds it);
  * nodes whose state differs from the step's set are set, then the exec is
  * launched.  Any failure refuses the launch: nothing is launched.
@@ -488,7 +506,11 @@ void toggle_current_set(const struct toggle_agent *agent, struct toggle_set *out
  * "late" like after a refused toggle_record_producer (note names the hook;
  * bind and launches refused with TOGGLE_ECAPTURE until captured again).  A
  * region that gained nothing leaves the graph alone.  End closes the region
- * whether it records or refuses.
+ * whether it records or refuses.  A region still open when its capture ends
+ * marks its graph late the same way (found at toggle_capture_end, at a bind,
+ * toggle_graph_instantiate or launch of the graph, or at a later
+ * toggle_producer_end, TOGGLE_ECAPTURE), unless it captured nothing or the
+ * graph was destroyed meanwhile; the region is closed then.
  */
 int toggle_producer_begin(struct toggle_agent *agent, CUstream stream);
 int toggle_producer_end(struct toggle_agent *agent, CUstream stream, struct toggle_hook hook,

@@ -44,6 +44,13 @@ struct toggle_catalog {
 	uint16_t n_layers;             /* 1..TOGGLE_MAX_LAYERS */
 };
 
+/*
+ * The set helpers take NULL without crashing: a NULL set or catalog makes
+ * clear, union, subtract and fill do nothing (fill with a set and no
+ * catalog clears it), contains and equal return false, count 0, add,
+ * remove and toggle_catalog_check_set TOGGLE_EINVAL (parse, format and
+ * validate say so in their text too).
+ */
 void toggle_set_clear(struct toggle_set *set);
 int toggle_set_add(struct toggle_set *set, struct toggle_hook hook);    /* TOGGLE_ERANGE */
 int toggle_set_remove(struct toggle_set *set, struct toggle_hook hook); /* TOGGLE_ERANGE */

@@ -1,7 +1,7 @@
 /*
  * toggle_proto.h - the constants of the wire contract, shared by toggled,
  * the client library, togglectl and libtoggle's agent connection.
- * Messages: proto/toggle.proto.  Error codes: toggle_error.h (one enum, one
+ * Messages: proto/graphtoggle/v1/toggle.proto.  Error codes: toggle_error.h (one enum, one
  * string table, carried as Error.code).  The frame header: toggle_frame.h.
  *
  * Beside libtoggle's headers, not in proto/: libtoggle is the lowest layer

@@ -32,7 +32,9 @@
  *
  * Like the driver (measured on an H200, CUDA 13.0), node handles of a
  * destroyed graph are refused by set/get enabled, while its execs still
- * launch with the state they had.  Unlike the driver, a NULL stream is not
+ * launch with the state they had.  User objects and their destructors
+ * (called on a thread of the simulator's own) are modelled with the
+ * driver's reference rules.  Unlike the driver, a NULL stream is not
  * the default stream: it is refused.
  *
  * Handles (CUstream, CUgraph, CUgraphExec, CUgraphNode) returned by a
@@ -124,9 +126,55 @@ CUresult toggle_sim_graph_exec_get_id(CUgraphExec exec, unsigned *id);
  * Handle reuse (off by default): the memory of the last destroyed graph and
  * of the last destroyed exec is handed out again by the next graph (capture)
  * and exec (instantiation), so the new object gets the old handle, as the
- * driver's allocator may do.  Its id is new.
+ * driver's allocator may do.  Its id is new.  The nodes of the last node set
+ * freed (a graph's nodes go once the graph and every exec instantiated from
+ * it are destroyed) are handed out again too, in their order, to the next
+ * nodes created: a new graph's first nodes get the dead graph's node handles
+ * (the driver did so in every handle reuse measured on an H200, driver 580).
  */
 void toggle_sim_set_handle_reuse(struct toggle_sim *sim, bool on);
+
+/*
+ * User objects (cuUserObjectCreate, CUDA 11.3+): a destructor and a count of
+ * references owned by user code, by graphs and by execs, with the driver's
+ * rules (CUDA C++ Programming Guide, "CUDA User Objects"): a graph's
+ * references come from cuGraphRetainUserObject (flags 0: new references;
+ * CU_GRAPH_USER_OBJECT_MOVE: the caller's), a clone gets a copy of every
+ * reference of its source and an instantiated exec one of every reference
+ * its graph owns at instantiation; a destroyed graph's or exec's references
+ * go (an exec's once its queued launches ran).  When the last reference goes
+ * the destructor is called on the simulator's destructor thread, never on
+ * the caller's (no simulator call is allowed from it, as no CUDA call is
+ * from the driver's).  Unlike the driver, releasing more references than
+ * the graph (or user code) owns is refused with CUDA_ERROR_INVALID_VALUE:
+ * driver 580 accepts it and corrupts the count.  flags of create must be
+ * CU_USER_OBJECT_NO_DESTRUCTOR_SYNC, the only one defined.
+ */
+CUresult toggle_sim_user_object_create(struct toggle_sim *sim, CUuserObject *out, void *ptr,
+				       CUhostFn destroy, unsigned initial_refcount,
+				       unsigned flags);
+CUresult toggle_sim_user_object_retain(CUuserObject object, unsigned count);
+CUresult toggle_sim_user_object_release(CUuserObject object, unsigned count);
+CUresult toggle_sim_graph_retain_user_object(CUgraph graph, CUuserObject object, unsigned count,
+					     unsigned flags);
+CUresult toggle_sim_graph_release_user_object(CUgraph graph, CUuserObject object, unsigned count);
+
+/* When a destructor runs, relative to the call that dropped the last reference. */
+enum toggle_sim_destructors {
+	/* Default: on the destructor thread, and that call returns once it ran
+	 * (what driver 580 did for cuGraphDestroy, 200 of 200 times). */
+	TOGGLE_SIM_DESTRUCTORS_WAIT = 0,
+	/* On the destructor thread, whenever it gets to it: the call does not
+	 * wait (the documented contract: no CUDA API waits for a destructor). */
+	TOGGLE_SIM_DESTRUCTORS_ASYNC = 1,
+	/* Queued until toggle_sim_run_destructors: a test places each exactly. */
+	TOGGLE_SIM_DESTRUCTORS_HELD = 2,
+};
+void toggle_sim_set_destructors(struct toggle_sim *sim, enum toggle_sim_destructors how);
+/* Run the held destructors and wait until the thread has run every one queued so far. */
+void toggle_sim_run_destructors(struct toggle_sim *sim);
+/* User objects alive (leak checks).  toggle_sim_destroy destroys the rest, destructors run. */
+unsigned toggle_sim_user_object_count(const struct toggle_sim *sim);
 
 /*
  * Clones and graph edits (what libtoggle's producer-free exec uses):
@@ -253,6 +301,9 @@ enum toggle_sim_op {
 	TOGGLE_SIM_OP_GRAPH_CLONE,
 	TOGGLE_SIM_OP_DESTROY_NODE,
 	TOGGLE_SIM_OP_ADD_DEPENDENCIES,
+	TOGGLE_SIM_OP_USER_OBJECT_CREATE,
+	TOGGLE_SIM_OP_GRAPH_RETAIN_USER_OBJECT,
+	TOGGLE_SIM_OP_GRAPH_RELEASE_USER_OBJECT,
 	TOGGLE_SIM_OP_COUNT
 };
 

@@ -115,6 +115,8 @@ int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out
 	if (rc == 0 && a->mode == TOGGLE_MODE_DEVICE)
 		rc = agent_start_device(a);
 	a->bare_on = rc == 0 && !cfg->no_bare_exec && tg_cu_bare_ready(&a->cu);
+	if (rc == 0)
+		tg_life_open(a); /* user objects: the driver says when a graph is destroyed */
 	if (rc == 0) {
 		a->plans = calloc(TOGGLE_MAX_PLAN, sizeof(*a->plans));
 		rc = a->plans ? tg_registry_init(a) : TOGGLE_ENOMEM;
@@ -140,6 +142,7 @@ void toggle_agent_close(struct toggle_agent *a)
 	tg_copyout_close(a);
 	tg_device_close(a);
 	tg_registry_free(a);
+	tg_life_close(a); /* destructors still to run touch only their own memory */
 	free(a->plans);
 	tg_cu_unload(&a->cu);
 	free(a);
@@ -295,6 +298,7 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 			       (long long)step, (long long)a->step);
 	if (a->shm.ctl)
 		tg_control_poll(a); /* the daemon's latest word, before resolving */
+	tg_life_sweep(a); /* graphs and execs the driver destroyed since the last look */
 	/* Entries for steps that were skipped can never run: drop them with this one. */
 	size_t i = plan_lower_bound(a, step);
 	const struct toggle_set *set = &a->standing;

@@ -14,10 +14,13 @@
 #include "toggle_shm.h"
 
 struct tg_conn;
+struct tg_life;
+struct tg_life_hub;
 
 #define TG_MAP_SLOTS (2 * TOGGLE_MAX_GRAPHS)
 #define TG_STEP_BOUNDS 16 /* steps a device-mode graph remembers its launches of */
 #define TG_IDENT_NODES 8 /* recorded nodes kept to recognise a graph (tg_graph_replaced) */
+#define TG_LIFE_HELD 16  /* user objects a record keeps for the execs of its graph (life.c) */
 #define TG_NOTE_LEN 128  /* a graph's note: toggle_graph_status.note */
 #define TG_MAP_MASK  (TG_MAP_SLOTS - 1)
 
@@ -122,6 +125,31 @@ struct tg_graph {
 	bool has_exec_id;
 	CUgraphNode ident[TG_IDENT_NODES]; /* nodes of this capture: without ids, */
 	uint32_t n_ident;                  /* the graph must still hold them all */
+	/*
+	 * Lifetime (life.c): CUDA user objects whose destructors (driver thread)
+	 * say that the graph, or the execs instantiated from it, are gone.  An
+	 * instantiated exec holds a copy of every reference its graph holds, so
+	 * each bind hands the graph a new object and the old one stays with the
+	 * execs made meanwhile.  life: the graph's (also held by execs made since
+	 * the last bind); held[]: older ones, the graph released them, only execs
+	 * hold them (dead ones are pruned at each look).  The bound exec holds
+	 * exec_life (toggle_graph_instantiate made it alone in its epoch), else
+	 * one of held[]: gone once all of them are.  Slow paths only.
+	 */
+	struct tg_life *life;
+	struct tg_life *held[TG_LIFE_HELD];
+	uint32_t n_held;
+	struct tg_life *exec_life;
+	struct tg_life *fresh;    /* the graph's object since toggle_graph_instantiate's last rotation */
+	bool exec_tracked;        /* the bound exec holds exec_life or one of held[] */
+	bool exec_dead;           /* the bound exec is destroyed: launches rebind (never touch it) */
+	bool gone;                /* the graph is destroyed, its bound exec may live: only that
+				   * exec is ours (launches at another set refused, host modes) */
+	/* An exec of the graph that had this handle before a new capture (gone),
+	 * maybe alive: it is refused, never bound to this one.  Its objects. */
+	CUgraphExec foreign;
+	struct tg_life *foreign_life[TG_LIFE_HELD + 1];
+	uint32_t n_foreign;
 	/* A producer launched into this capture could not be recorded (note says
 	 * which and why): bind and launches are refused until it is captured again. */
 	bool late;
@@ -160,6 +188,11 @@ struct tg_region {
 	CUgraph graph;
 	CUgraphNode *old;     /* every node the graph had at begin, sorted */
 	size_t n_old;
+	/* A lifetime object on that graph (life.c): whether graph still names it
+	 * once its capture ended with the region open.  own: the region's, given
+	 * back at a normal end; else the record's. */
+	struct tg_life *life;
+	bool own_life;
 };
 
 /* The built-in copy producer's kernel (copyout.c), loaded at its first use. */
@@ -206,13 +239,22 @@ struct toggle_agent {
 	uint64_t ctl_version;        /* control version last read */
 	uint64_t ctl_version_step;   /* control version in effect for this step */
 	uint64_t ctl_published;      /* version_applied last published */
-	uint64_t fast_version;       /* what the replay fast path compares: tg_fast_update() */
+	/* What the replay fast path compares: tg_fast_update(), and UINT64_MAX from
+	 * a user object's destructor on a driver thread (life.c: the next launch
+	 * takes the slow path, which looks at what died).  Accessed atomically
+	 * (__atomic builtins: this header is C++ too) for that writer; the fast
+	 * path's relaxed load is a plain load. */
+	uint64_t fast_version;
 	uint64_t plan_consumed;      /* control plan slots consumed */
 	uint64_t plan_clears;        /* control plan clears seen */
 	uint64_t plan_rejected, plan_rejected_batch;
 	int64_t plan_rejected_step;
 	uint64_t control_errors;     /* malformed control-lane content */
 	struct toggle_shm_status *status_buf;
+
+	/* Lifetime (life.c): NULL when the driver has no user objects. */
+	struct tg_life_hub *life;
+	uint64_t deaths_seen;        /* destructors seen run at the last sweep */
 
 	struct toggle_anomalies anomalies;
 	struct toggle_taint taint;   /* device mode's tainted launches, all graphs */
@@ -288,10 +330,21 @@ void tg_status_publish(struct toggle_agent *a);   /* write the status lane */
  * replay under a new control version is reported).  Called after anything
  * it depends on changes: version, step, ctl_version_step, ctl_published.
  */
+bool tg_life_pending(const struct toggle_agent *a);
 static inline void tg_fast_update(struct toggle_agent *a)
 {
 	bool lane_work = a->shm.ctl && (a->step < 0 || a->ctl_published != a->ctl_version_step);
-	a->fast_version = lane_work ? UINT64_MAX : a->version;
+	__atomic_store_n(&a->fast_version, lane_work ? UINT64_MAX : a->version, __ATOMIC_SEQ_CST);
+	/* After the store: a destructor that ran before it and was not swept yet
+	 * leaves the slow path on (one that runs after it stores UINT64_MAX itself). */
+	if (a->life && tg_life_pending(a))
+		__atomic_store_n(&a->fast_version, UINT64_MAX, __ATOMIC_SEQ_CST);
+}
+
+/* The fast path's read of fast_version: a plain load. */
+static inline uint64_t tg_fast_version(const struct toggle_agent *a)
+{
+	return __atomic_load_n(&a->fast_version, __ATOMIC_RELAXED);
 }
 
 static inline bool tg_control_changed(const struct toggle_agent *a)
@@ -323,6 +376,10 @@ int tg_record_nodes(struct toggle_agent *a, CUgraph graph, uint64_t id, const CU
 
 /* region.c, copyout.c: what toggle_agent_close releases. */
 void tg_region_close(struct toggle_agent *a);
+/* Regions still open in graph's capture (it ended: graph is launched or bound): late. */
+void tg_region_ended(struct toggle_agent *a, CUgraph graph);
+/* toggle_capture_end: regions whose capture ended while they were open make their graph late. */
+void tg_region_capture_end(struct toggle_agent *a);
 void tg_copyout_close(struct toggle_agent *a);
 
 /* replay.c */
@@ -339,6 +396,39 @@ bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g);
 void tg_bare_leave(struct toggle_agent *a, struct tg_graph *g);
 bool tg_bare_running(const struct tg_graph *g);
 uint64_t tg_bare_replays(const struct tg_graph *g);
+
+/* life.c: the driver's word on what is destroyed (user objects). */
+void tg_life_open(struct toggle_agent *a);   /* a->life stays NULL without user objects */
+void tg_life_close(struct toggle_agent *a);  /* after tg_registry_free */
+/* The record of the graph a capture is building is new: the graph gets its object. */
+void tg_life_capture(struct toggle_agent *a, struct tg_graph *g);
+/* Drop the record's objects (the graph's too unless keep_graph); foreign stays. */
+void tg_life_clear(struct toggle_agent *a, struct tg_graph *g, bool keep_graph);
+/* Agent close: every object of the record, foreign ones too. */
+void tg_life_free(struct tg_graph *g);
+/* The graph's bound exec may live on after it: keep it as foreign (a new capture). */
+void tg_life_orphan(struct toggle_agent *a, struct tg_graph *g);
+/* Before an instantiation libtoggle makes (toggle_graph_instantiate): a new object. */
+void tg_life_fresh(struct toggle_agent *a, struct tg_graph *g);
+/* After g was bound to exec (not NULL): hand the graph a new object, track exec's. */
+void tg_life_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec);
+/* Unbound: the exec is no longer tracked. */
+void tg_life_unbind(struct toggle_agent *a, struct tg_graph *g);
+/* Whether the graph's object says it is destroyed (no driver call). */
+bool tg_life_graph_dead(const struct tg_graph *g);
+/* Whether exec is the foreign exec of g (see struct tg_graph) and may be alive. */
+bool tg_life_foreign(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec);
+/* The clone bare.c just made holds a copy of the graph's object: give it back. */
+int tg_life_unclone(struct toggle_agent *a, const struct tg_graph *g, CUgraph clone);
+/* A region opens in capture `id` of graph: an object that says when graph is destroyed. */
+struct tg_life *tg_life_region(struct toggle_agent *a, CUgraph graph, uint64_t id, bool *own);
+/* The region closes; its own object goes back to the graph if the capture is still active. */
+void tg_life_region_put(struct toggle_agent *a, struct tg_life *t, bool own, CUgraph graph,
+			bool capturing);
+/* Whether the object's graph is alive: true, false, or (no object) -1: cannot tell. */
+int tg_life_alive(const struct tg_life *t);
+/* At every slow-path look (launch, bind, step, ...): act on destructors run since the last. */
+void tg_life_sweep(struct toggle_agent *a);
 
 /* device.c */
 int tg_device_open(struct toggle_agent *a);       /* 0, or a reason in a->err */

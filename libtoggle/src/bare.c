@@ -221,7 +221,10 @@ static int bare_build(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *o
 	CUresult r = a->cu.graph_clone(&clone, g->graph);
 	if (r != CUDA_SUCCESS)
 		return tg_fail(a, TOGGLE_ECUDA, "cuGraphClone: %s", tg_cu_errstr(&a->cu, r));
-	int rc = 0;
+	/* The clone holds a copy of the graph's lifetime object, and an exec of it
+	 * would too: given back first, or the graph's death would wait for this
+	 * exec (life.c). */
+	int rc = tg_life_unclone(a, g, clone);
 	for (uint32_t i = 0; !rc && i < g->n_nodes; i++) {
 		CUgraphNode node = NULL;
 		r = a->cu.graph_node_find_in_clone(&node, g->nodes[i].node, clone);
@@ -245,8 +248,8 @@ static int bare_build(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *o
 /* Whether g gets a bare exec: host-toggled, with producers, agent and graph not opted out. */
 static bool bare_wanted(const struct toggle_agent *a, const struct tg_graph *g)
 {
-	return a->bare_on && !g->bare_off && g->bound && g->n_nodes > 0 && g->dev != TG_DEV_ACTIVE &&
-	       g->n_devnodes == 0 && !g->planner_node;
+	return a->bare_on && !g->bare_off && g->bound && !g->exec_dead && !g->gone &&
+	       g->n_nodes > 0 && g->dev != TG_DEV_ACTIVE && g->n_devnodes == 0 && !g->planner_node;
 }
 
 /*
@@ -291,13 +294,14 @@ int toggle_graph_set_bare(struct toggle_agent *a, CUgraph graph, bool on)
 {
 	if (!a)
 		return TOGGLE_EINVAL;
+	tg_life_sweep(a);
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (!g || !tg_graph_related(g))
 		return tg_fail(a, TOGGLE_ENOENT, "graph %p has no recorded producers (no bare exec "
 			       "to decide about)", (void *)graph);
-	if (g->stale)
-		return tg_fail(a, TOGGLE_ESTALE, "graph %p was forgotten; capture it again",
-			       (void *)graph);
+	if (g->stale || g->gone)
+		return tg_fail(a, TOGGLE_ESTALE, "graph %p was %s; capture it again", (void *)graph,
+			       g->stale ? "forgotten" : "destroyed while its exec is bound");
 	bool changed = g->bare_off != !on;
 	g->bare_off = !on;
 	if (!g->bound)

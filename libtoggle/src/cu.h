@@ -75,6 +75,14 @@ struct tg_cu {
 					   const CUgraphEdgeData *, size_t);
 	CUresult (*graph_destroy)(CUgraph);
 	CUresult (*graph_exec_destroy)(CUgraphExec);
+	/* Lifetime (life.c): user objects whose destructors say that a graph, or
+	 * the execs instantiated from it, are gone (CUDA 11.3+; NULL where the
+	 * driver lacks them: the identity checks of registry.c stay the only
+	 * ones, tg_cu_has_user_objects).  cuUserObjectCreate takes no handle:
+	 * tg_cu_user_object_create. */
+	CUresult (*graph_retain_user_object)(CUgraph, CUuserObject, unsigned, unsigned);
+	CUresult (*graph_release_user_object)(CUgraph, CUuserObject, unsigned);
+	CUresult (*user_object_release)(CUuserObject, unsigned);
 	/* Reached through the helpers below only. */
 	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
 	CUresult (*mem_free)(CUdeviceptr);
@@ -91,6 +99,7 @@ struct tg_cu {
 	CUresult (*mem_free_host)(void *);
 	CUresult (*mem_host_get_device_pointer)(CUdeviceptr *, void *, unsigned);
 	CUresult (*ctx_synchronize)(void);
+	CUresult (*user_object_create)(CUuserObject *, void *, CUhostFn, unsigned, unsigned);
 
 	const void *planner_image; /* fatbin (driver) or sim image; NULL: not built */
 	int driver_version;        /* e.g. 13000 */
@@ -110,6 +119,8 @@ const char *tg_cu_errstr(const struct tg_cu *cu, CUresult r);
 bool tg_cu_device_ready(const struct tg_cu *cu, const char **missing);
 /* Whether the producer-free exec's entry points are all there (bare.c). */
 bool tg_cu_bare_ready(const struct tg_cu *cu);
+/* Whether user objects are there (life.c): create, retain and release by graphs, release. */
+bool tg_cu_has_user_objects(const struct tg_cu *cu);
 
 /* Handle-less entry points: the simulator gets its instance, the driver the current context. */
 CUresult tg_cu_mem_alloc(const struct tg_cu *cu, CUdeviceptr *p, size_t n);
@@ -124,6 +135,9 @@ CUresult tg_cu_stream_destroy(const struct tg_cu *cu, CUstream s);
 /* Host memory the device writes (pinned, mapped): *host for loads, *dev for kernels. */
 CUresult tg_cu_mem_host_alloc(const struct tg_cu *cu, void **host, CUdeviceptr *dev, size_t n);
 CUresult tg_cu_mem_host_free(const struct tg_cu *cu, void *host);
+/* cuUserObjectCreate (flags CU_USER_OBJECT_NO_DESTRUCTOR_SYNC, the only one defined). */
+CUresult tg_cu_user_object_create(const struct tg_cu *cu, CUuserObject *out, void *ptr,
+				  CUhostFn destroy, unsigned refs);
 /* Wait for all work of the context (the simulator: run everything queued). */
 CUresult tg_cu_ctx_synchronize(const struct tg_cu *cu);
 /* 64-bit stream memory operations on the current device (always for the simulator). */

@@ -155,6 +155,11 @@ int tg_cu_load_driver(struct tg_cu *cu, char *err, size_t errlen)
 		{"cuGraphAddDependencies", (void **)&cu->graph_add_dependencies},
 		{"cuGraphDestroy", (void **)&cu->graph_destroy},
 		{"cuGraphExecDestroy", (void **)&cu->graph_exec_destroy},
+		/* Lifetime (life.c): user objects, CUDA 11.3+. */
+		{"cuUserObjectCreate", (void **)&cu->user_object_create},
+		{"cuUserObjectRelease", (void **)&cu->user_object_release},
+		{"cuGraphRetainUserObject", (void **)&cu->graph_retain_user_object},
+		{"cuGraphReleaseUserObject", (void **)&cu->graph_release_user_object},
 	};
 	for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
 		(void)tg_resolve(&rs, opt[i].name, opt[i].slot);
@@ -236,6 +241,12 @@ bool tg_cu_bare_ready(const struct tg_cu *cu)
 	return tg_cu_check(need, sizeof(need) / sizeof(need[0]), NULL);
 }
 
+bool tg_cu_has_user_objects(const struct tg_cu *cu)
+{
+	return cu->graph_retain_user_object && cu->graph_release_user_object &&
+	       cu->user_object_release && (cu->sim || cu->user_object_create);
+}
+
 void tg_cu_unload(struct tg_cu *cu)
 {
 	/* libcuda stays loaded by the application; our reference is dropped. */
@@ -299,6 +310,15 @@ CUresult tg_cu_stream_create(const struct tg_cu *cu, CUstream *s)
 CUresult tg_cu_stream_destroy(const struct tg_cu *cu, CUstream s)
 {
 	return cu->sim ? toggle_sim_stream_destroy(s) : cu->stream_destroy(s);
+}
+
+CUresult tg_cu_user_object_create(const struct tg_cu *cu, CUuserObject *out, void *ptr,
+				  CUhostFn destroy, unsigned refs)
+{
+	return cu->sim ? toggle_sim_user_object_create(cu->sim, out, ptr, destroy, refs,
+						       CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+		       : cu->user_object_create(out, ptr, destroy, refs,
+						CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
 }
 
 /* The simulator's device memory is host memory: the same address serves both sides. */

@@ -740,9 +740,11 @@ void tg_device_step(struct toggle_agent *a)
 	}
 }
 
+/* Like the other getters: nothing with a NULL output, zeros (no step, no graph) for a NULL agent. */
 void toggle_taint_get(const struct toggle_agent *a, struct toggle_taint *out)
 {
-	*out = a->taint;
+	if (out)
+		*out = a ? a->taint : (struct toggle_taint){.last_step = -1};
 }
 
 /* ---- launch: the mask in stream order ------------------------------------ */
@@ -870,10 +872,16 @@ int toggle_graph_instantiate(struct toggle_agent *a, CUgraph graph, CUgraphExec 
 	*exec = NULL;
 	if (!a->cu.graph_instantiate)
 		return tg_fail(a, TOGGLE_ENOTSUP, "the CUDA driver lacks cuGraphInstantiateWithFlags");
+	tg_life_sweep(a);
+	if (a->n_regions)
+		tg_region_ended(a, graph);
 	struct tg_graph *g = tg_graph_find(a, graph);
-	if (g && tg_graph_related(g) && tg_graph_replaced(a, g))
+	if (g && tg_graph_related(g) && !g->gone && tg_graph_replaced(a, g))
 		tg_graph_drop(a, g); /* a new graph behind a dead one's handle */
-	bool known = g && !g->stale && g->n_nodes;
+	/* gone: the graph is destroyed (its exec lives on); the handle names a stranger's. */
+	bool known = g && !g->stale && !g->gone && g->n_nodes;
+	if (known && !g->late)
+		tg_life_fresh(a, g); /* the exec made here gets an object of its own */
 	CUresult r = a->cu.graph_instantiate(exec, graph, 0);
 	if (r != CUDA_SUCCESS) {
 		*exec = NULL;

@@ -41,9 +41,11 @@ static uint64_t hs_bit(size_t idx)
 	return UINT64_C(1) << (idx % 64);
 }
 
+/* NULL sets (toggle_hooks.h): nothing done, false, 0 or TOGGLE_EINVAL, never a crash. */
 void toggle_set_clear(struct toggle_set *set)
 {
-	memset(set, 0, sizeof(*set));
+	if (set)
+		memset(set, 0, sizeof(*set));
 }
 
 int toggle_set_add(struct toggle_set *set, struct toggle_hook hook)
@@ -71,7 +73,7 @@ int toggle_set_remove(struct toggle_set *set, struct toggle_hook hook)
 /* A hook outside the hook space is in no set (not an out-of-bounds read). */
 bool toggle_set_contains(const struct toggle_set *set, struct toggle_hook hook)
 {
-	if (!hs_in_space(hook))
+	if (!set || !hs_in_space(hook))
 		return false;
 	size_t i = hs_index(hook);
 	return (set->bits[i / 64] & hs_bit(i)) != 0;
@@ -80,6 +82,8 @@ bool toggle_set_contains(const struct toggle_set *set, struct toggle_hook hook)
 size_t toggle_set_count(const struct toggle_set *set)
 {
 	size_t n = 0;
+	if (!set)
+		return 0;
 	for (size_t i = 0; i < HS_WORDS; i++)
 		n += (size_t)__builtin_popcountll(set->bits[i]);
 	return n;
@@ -87,6 +91,8 @@ size_t toggle_set_count(const struct toggle_set *set)
 
 bool toggle_set_equal(const struct toggle_set *a, const struct toggle_set *b)
 {
+	if (!a || !b)
+		return false;
 	for (size_t i = 0; i < HS_WORDS; i++)
 		if (a->bits[i] != b->bits[i])
 			return false;
@@ -95,12 +101,16 @@ bool toggle_set_equal(const struct toggle_set *a, const struct toggle_set *b)
 
 void toggle_set_union(struct toggle_set *dst, const struct toggle_set *src)
 {
+	if (!dst || !src)
+		return;
 	for (size_t i = 0; i < HS_WORDS; i++)
 		dst->bits[i] |= src->bits[i];
 }
 
 void toggle_set_subtract(struct toggle_set *dst, const struct toggle_set *src)
 {
+	if (!dst || !src)
+		return;
 	for (size_t i = 0; i < HS_WORDS; i++)
 		dst->bits[i] &= ~src->bits[i];
 }
@@ -127,10 +137,14 @@ static uint64_t hs_layer_mask(unsigned w, unsigned n_layers)
  */
 void toggle_set_fill(struct toggle_set *set, const struct toggle_catalog *cat)
 {
+	if (!set)
+		return;
+	toggle_set_clear(set);
+	if (!cat)
+		return; /* no catalog: no hook */
 	unsigned n_types = hs_min(cat->n_types, TOGGLE_MAX_HOOK_TYPES);
 	unsigned n_layers = hs_min(cat->n_layers, TOGGLE_MAX_LAYERS);
 
-	toggle_set_clear(set);
 	for (unsigned t = 0; t < n_types; t++)
 		for (unsigned w = 0; w < HS_TYPE_WORDS; w++)
 			set->bits[t * HS_TYPE_WORDS + w] = hs_layer_mask(w, n_layers);

@@ -2,7 +2,7 @@
  * pbwire.h - the few protobuf messages libtoggle itself speaks (Hello,
  * RegisterAgent; HelloReply, RegisterReply, Error), encoded and decoded by
  * hand so that libtoggle needs only libc, pthreads and CUDA.  Wire-compatible
- * with proto/toggle.proto; the tests cross-check against protobuf-c.
+ * with proto/graphtoggle/v1/toggle.proto; the tests cross-check against protobuf-c.
  */
 #ifndef TG_PBWIRE_H
 #define TG_PBWIRE_H

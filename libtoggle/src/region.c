@@ -37,11 +37,23 @@ static struct tg_region *region_find(struct toggle_agent *a, CUstream stream)
 	return NULL;
 }
 
+/* Closed (its object, if still in r, stays on the graph: it goes with it). */
 static void region_drop(struct toggle_agent *a, struct tg_region *r)
 {
 	free(r->old);
+	tg_life_region_put(a, r->life, r->own_life, r->graph, false);
 	*r = a->regions[--a->n_regions];
 	memset(&a->regions[a->n_regions], 0, sizeof(a->regions[0]));
+}
+
+/* Take r out of the open regions; the caller owns what it holds (old, life). */
+static struct tg_region region_take(struct toggle_agent *a, struct tg_region *r)
+{
+	struct tg_region t = *r;
+	r->old = NULL;
+	r->life = NULL;
+	region_drop(a, r);
+	return t;
 }
 
 void tg_region_close(struct toggle_agent *a)
@@ -108,6 +120,74 @@ static int region_graph_nodes(struct toggle_agent *a, CUgraph graph, const char 
 #define REGION_GAINED_UNKNOWN SIZE_MAX
 
 /*
+ * A region whose capture ended while it was open: what it captured is in the
+ * graph, unrecorded, and would run whatever the set.  Unless the region
+ * captured nothing, the graph fails closed (late), if the handle still names
+ * it: its lifetime object says so (life.c); without one it cannot be told,
+ * and the record behind the handle fails closed, whichever capture it is of.
+ */
+static void region_left_open(struct toggle_agent *a, const struct tg_region *r, const char *hook_name)
+{
+	char on[32];
+	if (!hook_name) { /* found by a look: the hook is not known yet */
+		snprintf(on, sizeof(on), "on stream %p", (void *)r->stream);
+		hook_name = on;
+	}
+	int alive = tg_life_alive(r->life);
+	if (alive == 0)
+		return; /* destroyed: the handle may name another graph by now */
+	size_t n = 0;
+	if (alive == 1 && a->cu.graph_get_nodes &&
+	    a->cu.graph_get_nodes(r->graph, NULL, &n) == CUDA_SUCCESS && n <= r->n_old)
+		return; /* nothing was captured in the region: nothing runs unrecorded */
+	uint64_t id = r->capture_id;
+	const struct tg_graph *g = tg_graph_find(a, r->graph);
+	if (alive < 0 && g && !g->stale)
+		id = g->capture_id; /* mark that record in place, never clear it */
+	char note[TG_NOTE_LEN];
+	snprintf(note, sizeof(note), "producer region %.31s was still open when its capture ended "
+		 "(not recorded)", hook_name);
+	tg_graph_mark_late(a, r->graph, id, note, r->old, r->n_old);
+}
+
+/* The capture of r's stream is no longer r's: 1, still r's: 0, cannot tell: -1. */
+static int region_capture_over(struct toggle_agent *a, const struct tg_region *r)
+{
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	cuuint64_t id = 0;
+	CUgraph graph = NULL;
+	if (a->cu.stream_get_capture_info(r->stream, &st, &id, &graph, NULL, NULL, NULL) !=
+	    CUDA_SUCCESS)
+		return -1;
+	return st != CU_STREAM_CAPTURE_STATUS_ACTIVE || id != r->capture_id || graph != r->graph;
+}
+
+void tg_region_ended(struct toggle_agent *a, CUgraph graph)
+{
+	/* Backwards: region_take moves the last open region into the slot it frees. */
+	for (unsigned i = a->n_regions; i-- > 0;) {
+		if (a->regions[i].graph != graph || region_capture_over(a, &a->regions[i]) == 0)
+			continue;
+		struct tg_region r = region_take(a, &a->regions[i]);
+		region_left_open(a, &r, NULL);
+		free(r.old);
+		tg_life_region_put(a, r.life, r.own_life, r.graph, false);
+	}
+}
+
+void tg_region_capture_end(struct toggle_agent *a)
+{
+	for (unsigned i = a->n_regions; i-- > 0;) {
+		if (region_capture_over(a, &a->regions[i]) != 1)
+			continue; /* still capturing, or cannot tell: the bind or launch looks again */
+		struct tg_region r = region_take(a, &a->regions[i]);
+		region_left_open(a, &r, NULL);
+		free(r.old);
+		tg_life_region_put(a, r.life, r.own_life, r.graph, false);
+	}
+}
+
+/*
  * A region closed without recording.  Whatever its capture gained since
  * begin stays in the graph, unrecorded: kernels that would run at every
  * replay whatever the set.  So unless the capture gained nothing, or is no
@@ -131,8 +211,10 @@ static void region_refused(struct toggle_agent *a, const struct tg_region *r, CU
 		if (a->cu.stream_get_capture_info(stream, &st, &id, &graph, &front, NULL, &n_front) ==
 		    CUDA_SUCCESS) {
 			if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE || id != r->capture_id ||
-			    graph != r->graph)
-				return; /* the region's capture ended: its graph is out of reach */
+			    graph != r->graph) {
+				region_left_open(a, r, hook_name); /* its capture ended first */
+				return;
+			}
 			if (a->cu.graph_get_nodes(graph, NULL, &n) == CUDA_SUCCESS)
 				gained = n >= r->n_old ? n - r->n_old : 0;
 			else
@@ -191,20 +273,30 @@ int toggle_producer_begin(struct toggle_agent *a, CUstream stream)
 	if (open && open->capture_id == id)
 		return tg_fail(a, TOGGLE_EINVAL, "%s: stream %p already has an open region (regions "
 			       "do not nest on one stream)", what, (void *)stream);
-	if (open) /* left open in a capture that has ended: it can never end well */
-		region_drop(a, open);
+	if (open) { /* left open in a capture that has ended: it can never end well */
+		struct tg_region r = region_take(a, open);
+		region_left_open(a, &r, NULL);
+		free(r.old);
+		tg_life_region_put(a, r.life, r.own_life, r.graph, false);
+	}
 	if (a->n_regions == TG_MAX_REGIONS)
 		return tg_fail(a, TOGGLE_ELIMIT, "%s: %d regions are open already", what,
 			       TG_MAX_REGIONS);
 	CUgraphNode *old = NULL;
 	if ((rc = region_graph_nodes(a, graph, what, &n_old, &old)))
 		return rc;
+	/* While the capture is active the graph is alive and ours: the object that
+	 * tells, if the capture ends with the region still open, whether it still is. */
+	bool own = false;
+	struct tg_life *life = tg_life_region(a, graph, id, &own);
 	a->regions[a->n_regions++] = (struct tg_region){
 		.stream = stream,
 		.capture_id = id,
 		.graph = graph,
 		.old = old,
 		.n_old = n_old,
+		.life = life,
+		.own_life = own,
 	};
 	return 0;
 }
@@ -215,12 +307,11 @@ void toggle_producer_abort(struct toggle_agent *a, CUstream stream)
 	if (!open)
 		return;
 	/* Dropped, but what the capture gained since begin is in the graph. */
-	struct tg_region r = *open;
-	open->old = NULL;
-	region_drop(a, open);
+	struct tg_region r = region_take(a, open);
 	region_refused(a, &r, stream, "(aborted)", REGION_GAINED_UNKNOWN,
 		       "toggle_producer_abort", NULL, 0);
 	free(r.old);
+	tg_life_region_put(a, r.life, r.own_life, r.graph, false);
 }
 
 /* ---- the walk ----------------------------------------------------------------- */
@@ -415,9 +506,8 @@ int toggle_producer_end(struct toggle_agent *a, CUstream stream, struct toggle_h
 		return tg_fail(a, TOGGLE_EINVAL, "closing a producer region: stream %p has none open "
 			       "(toggle_producer_begin)", (void *)stream);
 	/* The region closes here whatever happens: nothing of it stays pending. */
-	struct tg_region r = *open;
-	open->old = NULL;
-	region_drop(a, open);
+	struct tg_region r = region_take(a, open);
+	bool active = false; /* its capture is still active: its own object goes back */
 
 	struct walk w = {0};
 	CUgraphNode *kern = NULL;
@@ -454,8 +544,10 @@ int toggle_producer_end(struct toggle_agent *a, CUstream stream, struct toggle_h
 		a->anomalies.record_not_capturing++;
 		rc = tg_fail(a, TOGGLE_ECAPTURE, "%s: the capture the region began in has ended",
 			     what);
-		goto out; /* why NULL: that graph is out of reach (documented) */
+		why = "its capture ended"; /* its graph, if alive, fails closed */
+		goto out;
 	}
+	active = true;
 	if ((rc = region_graph_nodes(a, graph, what, &graph_nodes, NULL))) {
 		why = "cuGraphGetNodes failed";
 		goto out; /* gained unknown: fail closed */
@@ -498,6 +590,7 @@ out:
 	if (rc && why)
 		region_refused(a, &r, stream, name, gained, why, w.queue, w.qn);
 	free(r.old);
+	tg_life_region_put(a, r.life, r.own_life, r.graph, active);
 	free(kern);
 	walk_free(&w);
 	return rc;

@@ -11,6 +11,8 @@
  * refused or rebound, the graph behind the handle is checked to still be
  * the one recorded (tg_graph_replaced), so that a new graph that reuses a
  * dead one's handle is not blocked; the stale record is then emptied.
+ * Where the driver has user objects, it says itself when a recorded graph
+ * or its bound exec is destroyed (life.c), and every slow path acts on it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,7 @@ int tg_registry_init(struct toggle_agent *a)
 
 static void graph_free(struct tg_graph *g)
 {
+	tg_life_free(g);
 	free(g->nodes);
 	free(g->state);
 	free(g->by_hook);
@@ -72,12 +75,14 @@ static struct tg_graph *graph_new(struct toggle_agent *a, CUgraph graph)
  * Forget everything recorded for g (a new capture reuses its handle); its
  * replays stay counted in the agent's launches.  Its device resources stay
  * with the record: this may run during a capture, when memory cannot be
- * freed, and the next device setup reuses them.
+ * freed, and the next device setup reuses them.  So do the foreign exec
+ * (life.c) and, with keep_life (forget), the graph's lifetime object.
  */
-static void graph_clear(struct toggle_agent *a, struct tg_graph *g)
+static void graph_clear(struct toggle_agent *a, struct tg_graph *g, bool keep_life)
 {
 	a->launches_retired += g->replays;
 	tg_bare_drop(a, g);
+	tg_life_clear(a, g, keep_life);
 	free(g->nodes);
 	free(g->state);
 	free(g->by_hook);
@@ -93,6 +98,10 @@ static void graph_clear(struct toggle_agent *a, struct tg_graph *g)
 	g->epoch = keep.epoch;
 	g->join = keep.join;
 	g->bare.parked = keep.bare.parked;
+	g->life = keep.life; /* NULL unless keep_life */
+	g->foreign = keep.foreign;
+	memcpy(g->foreign_life, keep.foreign_life, sizeof(g->foreign_life));
+	g->n_foreign = keep.n_foreign;
 }
 
 void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec)
@@ -178,6 +187,8 @@ int toggle_capture_end(struct toggle_agent *a)
 	if (a->capture_depth == 0)
 		return tg_fail(a, TOGGLE_EINVAL, "toggle_capture_end without toggle_capture_begin");
 	a->capture_depth--;
+	if (a->n_regions)
+		tg_region_capture_end(a); /* a region its capture ended with: that graph is late */
 	return 0;
 }
 
@@ -236,16 +247,22 @@ int toggle_record_producer(struct toggle_agent *a, CUstream stream, struct toggl
 /* Find or make the record of the graph a capture is building (a reused handle: cleared). */
 struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uint64_t id)
 {
+	tg_life_sweep(a);
 	struct tg_graph *g = tg_graph_find(a, graph);
+	bool fresh = !g;
 	if (!g && !(g = graph_new(a, graph)))
 		return NULL;
-	if (g->stale || g->capture_id != id) {
-		/* A forgotten or destroyed graph's handle reused by a new capture. */
-		graph_clear(a, g);
+	if (fresh || g->stale || g->capture_id != id) {
+		/* A forgotten or destroyed graph's handle reused by a new capture.  Its
+		 * bound exec may outlive it: kept aside, never bound to this graph. */
+		if (!fresh && g->capture_id != id)
+			tg_life_orphan(a, g);
+		graph_clear(a, g, false);
 		g->capture_id = id;
 		unsigned gid = 0;
 		g->has_graph_id = a->cu.graph_get_id && a->cu.graph_get_id(graph, &gid) == CUDA_SUCCESS;
 		g->graph_id = gid;
+		tg_life_capture(a, g); /* the driver tells when this graph is destroyed */
 	}
 	return g;
 }
@@ -405,6 +422,8 @@ int tg_record_nodes(struct toggle_agent *a, CUgraph graph, uint64_t id, const CU
  */
 int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 {
+	if (exec && a->n_regions)
+		tg_region_ended(a, g->graph);
 	if (exec && g->late) {
 		a->anomalies.launch_unbound++;
 		return tg_fail(a, TOGGLE_ECAPTURE,
@@ -412,6 +431,17 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 			       "(toggle_capture_begin/end), recording every producer", (void *)g->graph,
 			       g->note);
 	}
+	if (exec && tg_life_foreign(a, g, exec)) {
+		a->anomalies.launch_stale++;
+		return tg_fail(a, TOGGLE_ESTALE,
+			       "exec %p was instantiated from the graph that had handle %p before it "
+			       "was destroyed: it is not an exec of this graph (capture again and "
+			       "instantiate the new graph)", (void *)exec, (void *)g->graph);
+	}
+	/* The same exec bound again (a re-arm): its lifetime is tracked already. */
+	bool same = exec && g->bound && exec == g->exec && !g->exec_dead;
+	if (exec && g->exec_dead)
+		g->uploaded_exec = NULL; /* the bound exec was destroyed: any new one is uploaded */
 	unsigned eid = 0;
 	bool has_eid = exec && a->cu.graph_exec_get_id &&
 		       a->cu.graph_exec_get_id(exec, &eid) == CUDA_SUCCESS;
@@ -422,6 +452,7 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 		int rc = tg_device_bind(a, g, exec);
 		if (rc) {
 			tg_graph_reset_exec(g, NULL);
+			tg_life_unbind(a, g);
 			tg_bare_drop(a, g);
 			return rc;
 		}
@@ -431,6 +462,11 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 	tg_graph_reset_exec(g, exec); /* NULL unbinds: launches fail closed until a bind */
 	g->has_exec_id = has_eid;
 	g->exec_id = eid;
+	/* Before the producer-free exec's clone: the graph holds its new object then. */
+	if (!exec)
+		tg_life_unbind(a, g);
+	else if (!same)
+		tg_life_bind(a, g, exec);
 	tg_bare_bind(a, g);
 	a->stats.rebinds += exec != NULL;
 	return 0;
@@ -440,9 +476,14 @@ int toggle_graph_bind(struct toggle_agent *a, CUgraph graph, CUgraphExec exec)
 {
 	if (!a)
 		return TOGGLE_EINVAL;
+	tg_life_sweep(a);
+	if (a->n_regions)
+		tg_region_ended(a, graph);
 	struct tg_graph *g = tg_graph_find(a, graph);
-	if (g && tg_graph_related(g) && tg_graph_replaced(a, g))
+	if (g && tg_graph_related(g) && !g->gone && tg_graph_replaced(a, g))
 		tg_graph_drop(a, g); /* a new graph behind a dead one's handle */
+	if (g && g->gone && exec && exec != g->exec)
+		g = NULL; /* the graph behind the handle is a stranger's */
 	if (!g || !tg_graph_related(g))
 		return tg_fail(a, TOGGLE_ENOENT,
 			       "graph %p has no recorded producers (unrelated graphs need no bind)",
@@ -450,6 +491,15 @@ int toggle_graph_bind(struct toggle_agent *a, CUgraph graph, CUgraphExec exec)
 	if (g->stale)
 		return tg_fail(a, TOGGLE_ESTALE, "graph %p was forgotten; capture it again",
 			       (void *)graph);
+	if (g->gone) {
+		if (!exec) {
+			graph_clear(a, g, false); /* nothing of it is left to toggle */
+			return 0;
+		}
+		return tg_fail(a, TOGGLE_ESTALE, "graph %p was destroyed while its exec %p is bound: "
+			       "its producers can no longer be set (keep the graph alive while its "
+			       "execs are toggled; capture it again)", (void *)graph, (void *)exec);
+	}
 	return tg_graph_bind_exec(a, g, exec); /* refuses a late graph */
 }
 
@@ -457,12 +507,15 @@ int toggle_graph_forget(struct toggle_agent *a, CUgraph graph)
 {
 	if (!a)
 		return TOGGLE_EINVAL;
+	tg_life_sweep(a);
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (!g || g->stale)
 		return tg_fail(a, TOGGLE_ENOENT, "graph %p is not known to this agent", (void *)graph);
-	/* The identity stays, so that a new graph behind this handle is recognised. */
+	/* The identity stays, so that a new graph behind this handle is recognised:
+	 * the graph's lifetime object (its destructor drops the record), else ids
+	 * and nodes. */
 	struct tg_graph keep = *g;
-	graph_clear(a, g);
+	graph_clear(a, g, true);
 	g->capture_id = keep.capture_id;
 	g->graph_id = keep.graph_id;
 	g->has_graph_id = keep.has_graph_id;
@@ -508,35 +561,60 @@ static int graph_holds_ident(struct toggle_agent *a, const struct tg_graph *g)
 
 /*
  * Slow paths only (a launch or bind that would be refused or rebound, a
- * sync that failed).  The recorded nodes (up to TG_IDENT_NODES) must still
- * be nodes of the graph (cuGraphGetNodes: only the live handle the caller
- * passed goes to the driver, never a recorded node that may be dead).  With
- * cuGraphGetId (CUDA 13.1+) the id recorded at capture answers "same" at
- * once; a different id is confirmed by the nodes before the record goes.
- * When it cannot tell, the answer is no: the record stays, and fails closed.
+ * sync that failed).  First what the driver said: the graph's lifetime
+ * object destroyed (life.c) means the graph is, and then nothing goes to
+ * the driver with the handle.  Then, with cuGraphGetId (CUDA 13.1+), the id
+ * recorded at capture: a changed id alone means a new graph (ids are never
+ * reused), an unchanged one the same graph.  Without ids, the recorded
+ * nodes (up to TG_IDENT_NODES) must still be nodes of the graph
+ * (cuGraphGetNodes: only the live handle the caller passed goes to the
+ * driver, never a recorded node that may be dead): that check answers
+ * "same" wrongly when the new graph got the dead one's node handles too
+ * (the common case on the H200), which is why the lifetime object comes
+ * first; it stays for what the object cannot tell (no user objects, or a
+ * destructor the driver has not run yet).  When it cannot tell, the answer
+ * is no: the record stays, and fails closed.
  */
 bool tg_graph_replaced(struct toggle_agent *a, const struct tg_graph *g)
 {
+	if (g->gone || tg_life_graph_dead(g))
+		return true;
 	if (g->has_graph_id && a->cu.graph_get_id) {
 		unsigned id = 0;
-		if (a->cu.graph_get_id(g->graph, &id) != CUDA_SUCCESS || id == g->graph_id)
-			return false;
-		return graph_holds_ident(a, g) != 1; /* no recorded node, or they are gone */
+		if (a->cu.graph_get_id(g->graph, &id) == CUDA_SUCCESS)
+			return id != g->graph_id;
 	}
 	return graph_holds_ident(a, g) == 0;
 }
 
-/* Only where the driver has cuGraphExecGetId (CUDA 13.1+): else no. */
+/* The driver said the bound exec is destroyed, or (CUDA 13.1+) a new id is behind its handle. */
 bool tg_exec_replaced(struct toggle_agent *a, const struct tg_graph *g)
 {
+	if (g->exec_dead)
+		return true; /* never ask the driver about a handle that may be dead */
 	unsigned id = 0;
 	return g->has_exec_id && g->exec && a->cu.graph_exec_get_id &&
 	       a->cu.graph_exec_get_id(g->exec, &id) == CUDA_SUCCESS && id != g->exec_id;
 }
 
+/*
+ * The handle names another graph now.  The record goes (passes as
+ * unrelated), unless its bound exec may outlive the graph (the driver keeps
+ * an exec whose graph is destroyed): then it stays for that exec alone
+ * (gone): its launches are ours (refused in host modes once the set changes,
+ * its producers can no longer be set), any other exec is a stranger's.
+ */
 void tg_graph_drop(struct toggle_agent *a, struct tg_graph *g)
 {
-	graph_clear(a, g); /* no nodes, not stale, not late: passes as unrelated */
+	if (a->life && g->bound && g->exec && !g->exec_dead && !g->stale) {
+		if (!g->gone)
+			snprintf(g->note, sizeof(g->note), "graph destroyed while its exec %p is bound: "
+				 "only that exec is toggled (device mode) or run at its set",
+				 (void *)g->exec);
+		g->gone = true;
+		return;
+	}
+	graph_clear(a, g, false); /* no nodes, not stale, not late: passes as unrelated */
 }
 
 /* ---- status ------------------------------------------------------------- */
@@ -544,20 +622,21 @@ void tg_graph_drop(struct toggle_agent *a, struct tg_graph *g)
 static void graph_status(const struct toggle_agent *a, const struct tg_graph *g,
 			 struct toggle_graph_status *out)
 {
+	bool bound = g->bound && !g->exec_dead; /* a destroyed exec is not bound */
 	*out = (struct toggle_graph_status){
 		.graph = g->graph,
-		.exec = g->bound ? g->exec : NULL,
+		.exec = bound ? g->exec : NULL,
 		.nodes = g->n_nodes,
 		.hooks_covered = g->hooks_covered,
 		.applied_version = tg_graph_held_version(g),
 		.replays = g->replays,
 		.last_step = g->last_step,
-		.bound = g->bound,
+		.bound = bound,
 		.stale = g->stale,
 		.mode = g->dev == TG_DEV_ACTIVE ? TOGGLE_MODE_DEVICE
 			: a->mode == TOGGLE_MODE_DEVICE ? TOGGLE_MODE_LAZY : a->mode,
 		.device_fallback = g->dev == TG_DEV_FALLBACK,
-		.uploaded = g->dev == TG_DEV_ACTIVE && g->bound && g->uploaded_exec == g->exec,
+		.uploaded = g->dev == TG_DEV_ACTIVE && bound && g->uploaded_exec == g->exec,
 		.tainted_launches = g->tainted,
 		.tainted_step = g->tainted ? g->tainted_step : -1,
 		.tainted = g->unclean,
@@ -622,7 +701,7 @@ void toggle_registry_check(const struct toggle_agent *a, struct toggle_registry_
 		if (g->stale || g->n_nodes == 0) /* a planner alone makes no graph with producers */
 			continue;
 		out->graphs++;
-		out->unbound += !g->bound;
+		out->unbound += !g->bound || g->exec_dead;
 		if (!toggle_set_equal(&g->covered, &all))
 			out->complete = false;
 		if (!have_first) {

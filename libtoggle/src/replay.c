@@ -142,6 +142,16 @@ static int sync_changed(struct toggle_agent *a, struct tg_graph *g, const struct
 int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g)
 {
 	const struct toggle_set *want = &a->current;
+	if (g->gone) {
+		/* The driver refuses node handles of a destroyed graph, and the
+		 * handles may name another graph's nodes by now: never passed on. */
+		a->anomalies.launch_stale++;
+		return tg_fail(a, TOGGLE_ESTALE,
+			       "graph %p exec %p: the graph was destroyed while its exec is bound, "
+			       "so its producers can no longer be set: refused at this set (keep "
+			       "the graph alive while its execs are toggled; capture it again)",
+			       (void *)g->graph, (void *)g->exec);
+	}
 	if (g->dev == TG_DEV_ACTIVE) {
 		/* The guard against mixing: the planner owns this exec's producers, and
 		 * a host toggle would mix with the state it set on the device. */
@@ -205,10 +215,16 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 	/* About to refuse or rebind: is it still the graph recorded under this handle? */
 	bool refuse = g->stale || g->late || g->dev == TG_DEV_REFUSED || !g->bound;
 	bool rebind = !refuse && (exec != g->exec || tg_exec_replaced(a, g));
-	if ((refuse || rebind) && tg_graph_replaced(a, g)) {
+	if (!g->gone && (refuse || rebind) && tg_graph_replaced(a, g))
+		tg_graph_drop(a, g); /* cleared, or kept for its bound exec alone (gone) */
+	if (g->gone && exec == g->exec && tg_exec_replaced(a, g)) {
+		g->exec_dead = true; /* a new exec behind that handle (13.1 ids): nothing is ours */
 		tg_graph_drop(a, g);
-		return TG_LAUNCH_UNRELATED;
 	}
+	if (!tg_graph_related(g))
+		return TG_LAUNCH_UNRELATED;
+	if (g->gone && exec != g->exec)
+		return TG_LAUNCH_UNRELATED; /* its graph is destroyed: another exec is a stranger's */
 	if (g->stale) {
 		a->anomalies.launch_stale++;
 		return tg_fail(a, TOGGLE_ESTALE, "launch of graph %p refused: it was forgotten",
@@ -233,7 +249,7 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 	}
 	if (!exec)
 		return tg_fail(a, TOGGLE_EINVAL, "launch of graph %p with a NULL exec", (void *)g->graph);
-	if (rebind) {
+	if (rebind && !g->gone) {
 		/* Re-instantiated (maybe behind the old handle): node states unknown. */
 		int rc = tg_graph_bind_exec(a, g, exec);
 		if (rc)
@@ -243,10 +259,12 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 		tg_bare_leave(a, g); /* the caller launches exec itself: never the bare one */
 	if (g->applied_version != a->version && (own_exec || !tg_bare_pick(a, g))) {
 		int rc = g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream) : tg_graph_sync(a, g);
-		if (rc && tg_graph_replaced(a, g)) {
-			/* Bound graph destroyed, its handle reused: not ours any more. */
+		if (rc && !g->gone && tg_graph_replaced(a, g)) {
+			/* Bound graph destroyed, its handle reused: not ours any more
+			 * (unless its exec, this one, lives on: then refused). */
 			tg_graph_drop(a, g);
-			return TG_LAUNCH_UNRELATED;
+			if (!tg_graph_related(g))
+				return TG_LAUNCH_UNRELATED;
 		}
 		if (rc)
 			return rc;
@@ -321,23 +339,27 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 {
 	if (a->shm.ctl)
 		launch_control_before(a);
+	tg_life_sweep(a); /* what the driver said was destroyed, before the record is trusted */
+	if (a->n_regions)
+		tg_region_ended(a, graph); /* a region its capture ended with: late */
 	struct tg_graph *g = tg_graph_find(a, graph);
 	CUresult r;
+	int prep = 0;
 	/* Stale, late and unbound records hold exec NULL and version 0 (versions
 	 * start at 1), so these two compares are the whole fast-path guard. */
 	if (g && tg_graph_related(g) &&
 	    __builtin_expect(exec != g->exec || g->applied_version != a->version ||
 			     (!launch && g->run != g->exec), 0)) {
 		uint64_t words = a->stats.mask_words, joins = a->stats.stream_joins;
-		int rc = launch_prepare(a, g, exec, stream, !launch);
-		if (rc < 0)
-			return launch_refuse(a, rc);
-		if (!launch && rc == 0 && g->dev == TG_DEV_ACTIVE &&
+		prep = launch_prepare(a, g, exec, stream, !launch);
+		if (prep < 0)
+			return launch_refuse(a, prep);
+		if (!launch && prep == 0 && g->dev == TG_DEV_ACTIVE &&
 		    (a->stats.mask_words != words || a->stats.stream_joins != joins ||
 		     g->prep_unordered))
 			replay_unordered(g);
 	}
-	if (!g || !tg_graph_related(g)) {
+	if (!g || !tg_graph_related(g) || prep == TG_LAUNCH_UNRELATED) {
 		/* Unrelated to us (or a planner without producers): launched untouched;
 		 * a prepare has nothing to do. */
 		if (!launch)
@@ -379,7 +401,7 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 	if (__builtin_expect(!a, 0))
 		return TOGGLE_EINVAL;
 	struct tg_graph *g = tg_graph_find(a, graph);
-	if (__builtin_expect(!g || exec != g->exec || g->applied_version != a->fast_version, 0))
+	if (__builtin_expect(!g || exec != g->exec || g->applied_version != tg_fast_version(a), 0))
 		return replay_slow(a, graph, exec, stream, true);
 	CUresult r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
 	if (__builtin_expect(r != CUDA_SUCCESS, 0))
@@ -402,8 +424,9 @@ int toggle_graph_prepare(struct toggle_agent *a, CUgraph graph, CUgraphExec exec
 		return replay_slow(a, graph, exec, stream, false);
 	/* Up to date; or (device mode) up to date for a prepare on the stream
 	 * of the last one, whose mask work is not known to be launched yet. */
-	if (__builtin_expect(g->applied_version != a->fast_version &&
-			     (g->prep_version != a->fast_version || stream != g->last_stream), 0))
+	uint64_t fast = tg_fast_version(a);
+	if (__builtin_expect(g->applied_version != fast &&
+			     (g->prep_version != fast || stream != g->last_stream), 0))
 		return replay_slow(a, graph, exec, stream, false);
 	replay_account(a, g, stream);
 	return 0;
@@ -413,16 +436,20 @@ int toggle_apply_all(struct toggle_agent *a)
 {
 	if (!a)
 		return TOGGLE_EINVAL;
+	tg_life_sweep(a);
 	int first = 0;
 	for (size_t i = 0; i < a->n_graphs; i++) {
 		struct tg_graph *g = a->graphs[i];
-		/* Device-mode graphs take their set in stream order, at their launch. */
+		/* Device-mode graphs take their set in stream order, at their launch.
+		 * A destroyed exec is never touched (its next launch rebinds), nor an
+		 * exec whose graph is destroyed (its launches at another set refuse). */
 		if (g->stale || !g->bound || g->applied_version == a->version ||
-		    g->dev == TG_DEV_ACTIVE)
+		    g->dev == TG_DEV_ACTIVE || g->exec_dead || g->gone)
 			continue;
 		/* A new exec behind the bound handle: its node states are unknown. */
 		bool rebind = tg_exec_replaced(a, g);
 		if (rebind && tg_graph_replaced(a, g)) {
+			g->exec_dead = true; /* a new exec behind its handle: the bound one is gone */
 			tg_graph_drop(a, g); /* graph and exec destroyed, handles reused */
 			continue;
 		}

@@ -25,6 +25,7 @@
  * once, or in deferred mode joins its stream's queue, and sim_run() executes
  * queued work in an order drawn from the seed among the runnable queue heads.
  */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,6 +50,7 @@ enum sim_kind {
 	SIM_MODULE,
 	SIM_FUNCTION,
 	SIM_EVENT,
+	SIM_UOBJ,
 };
 
 /* First member of every object a handle points to. */
@@ -65,6 +67,18 @@ struct sim_obj {
 };
 
 struct sim_nodeset;
+struct sim_uobj;
+
+/* The user-object references a graph or an exec owns: object and count. */
+struct sim_uref {
+	struct sim_uobj *obj;
+	unsigned count;
+};
+
+struct sim_urefs {
+	struct sim_uref *v;
+	unsigned n, cap;
+};
 
 struct sim_node {
 	struct sim_hdr hdr;
@@ -114,6 +128,7 @@ struct sim_graph {
 	struct sim_stream *capturing; /* stream capturing into this graph, or NULL */
 	bool devupd;                  /* holds a device-updatable node */
 	unsigned id;                  /* cuGraphGetId: unique per simulator */
+	struct sim_urefs urefs;       /* user objects it holds references to */
 };
 
 struct sim_exec {
@@ -132,6 +147,7 @@ struct sim_exec {
 	bool uploaded;          /* uploaded, or launched once */
 	bool dev_ok;            /* device-side calls succeed in the launch now running */
 	unsigned id;            /* cuGraphExecGetId: unique per simulator */
+	struct sim_urefs urefs; /* copies of its graph's references, taken at instantiation */
 };
 
 struct sim_work;
@@ -170,6 +186,27 @@ struct sim_event {
 	uint64_t cap_id;
 	CUgraphNode *cap_front;
 	unsigned n_cap_front;
+};
+
+/*
+ * A user object (cuUserObjectCreate): a destructor and a count of every
+ * reference, owned by user code, by graphs and by execs.  When the count
+ * reaches zero the object's handle dies and its destructor is queued for
+ * the simulator's destructor thread (sim_dtor_queue).
+ */
+struct sim_uobj {
+	struct sim_obj obj;
+	uint64_t refs; /* all references */
+	uint64_t user; /* of which user code owns (cuUserObjectRetain/Release, MOVE) */
+	void *ptr;
+	CUhostFn fn;
+};
+
+/* A destructor call waiting for the destructor thread (or, held, for toggle_sim_run_destructors). */
+struct sim_dtor {
+	struct sim_dtor *next;
+	CUhostFn fn;
+	void *ptr;
 };
 
 /* One allocation of device memory. */
@@ -213,7 +250,7 @@ struct sim_fail {
 
 struct toggle_sim {
 	/* list heads; magic 0, never a handle */
-	struct sim_obj streams, graphs, execs, modules, events;
+	struct sim_obj streams, graphs, execs, modules, events, uobjs;
 	uint64_t last_capture_id;
 	uint64_t calls[TOGGLE_SIM_OP_COUNT];
 	struct sim_fail fail[TOGGLE_SIM_OP_COUNT];
@@ -228,7 +265,20 @@ struct toggle_sim {
 	bool reuse;
 	struct sim_graph *spare_graph;
 	struct sim_exec *spare_exec;
+	struct sim_node **spare_nodes; /* the last freed node set's nodes, handed out in order */
+	unsigned n_spare_nodes, spare_at;
 	unsigned last_graph_id, last_exec_id;
+	/* User objects' destructors (toggle_sim_set_destructors): run on a thread
+	 * of the simulator's own, never on the caller's.  Everything below dt_mu
+	 * is read and written under it. */
+	enum toggle_sim_destructors dt_mode;
+	pthread_mutex_t dt_mu;
+	pthread_cond_t dt_cv;
+	pthread_t dt_thread;
+	bool dt_started, dt_stop;
+	struct sim_dtor *dt_head, *dt_tail;     /* for the thread */
+	struct sim_dtor *held_head, *held_tail; /* TOGGLE_SIM_DESTRUCTORS_HELD: until run */
+	uint64_t dt_queued, dt_done;            /* handed to the thread, run by it */
 };
 
 /* Clones and graph edits (the producer-free exec), defined at the end. */
@@ -361,16 +411,39 @@ static struct sim_nodeset *sim_nodeset_new(void)
 	return ns;
 }
 
+/* Free the node structures kept for handle reuse and not handed out again. */
+static void sim_spare_nodes_free(struct toggle_sim *sim)
+{
+	for (unsigned i = sim->spare_at; i < sim->n_spare_nodes; i++)
+		free(sim->spare_nodes[i]);
+	free(sim->spare_nodes);
+	sim->spare_nodes = NULL;
+	sim->n_spare_nodes = sim->spare_at = 0;
+}
+
 static void sim_nodeset_put(struct sim_nodeset *ns)
 {
 	if (--ns->refs > 0)
 		return;
 	/* The graph went first (sim_graph_free), so the handles are dead already. */
+	struct toggle_sim *sim = ns->n ? ns->v[0]->hdr.sim : NULL;
 	for (unsigned i = 0; i < ns->n; i++) {
 		free(ns->v[i]->params);
 		free(ns->v[i]->deps);
 		free(ns->v[i]->outs);
-		free(ns->v[i]);
+		if (!sim->reuse)
+			free(ns->v[i]);
+	}
+	if (sim && sim->reuse) {
+		/* Handle reuse: the next nodes created get these addresses, in this
+		 * order, as the driver's allocator hands a dead graph's out again
+		 * (measured on an H200, driver 580: every node handle of a destroyed
+		 * graph of 8 kernels was a node handle of the next graph captured). */
+		sim_spare_nodes_free(sim);
+		sim->spare_nodes = ns->v;
+		sim->n_spare_nodes = ns->n;
+		free(ns);
+		return;
 	}
 	free(ns->v);
 	free(ns);
@@ -397,9 +470,13 @@ static struct sim_node *sim_nodeset_add(struct sim_nodeset *ns, struct toggle_si
 {
 	if (!sim_nodeset_reserve(ns))
 		return NULL;
-	struct sim_node *nd = calloc(1, sizeof(*nd));
-	if (nd == NULL)
+	struct sim_node *nd = NULL;
+	if (sim->spare_at < sim->n_spare_nodes) {
+		nd = sim->spare_nodes[sim->spare_at++]; /* handle reuse: a dead node's address */
+		memset(nd, 0, sizeof(*nd));
+	} else if ((nd = calloc(1, sizeof(*nd))) == NULL) {
 		return NULL;
+	}
 	nd->hdr.magic = SIM_MAGIC;
 	nd->hdr.kind = SIM_NODE;
 	nd->hdr.sim = sim;
@@ -412,6 +489,296 @@ static struct sim_node *sim_nodeset_add(struct sim_nodeset *ns, struct toggle_si
 	nd->arg = arg;
 	ns->v[ns->n++] = nd;
 	return nd;
+}
+
+/* ---- user objects ----------------------------------------------------------------- */
+
+static struct sim_uobj *sim_uobj_of(CUuserObject h)
+{
+	return sim_handle(h, SIM_UOBJ);
+}
+
+/* The destructor thread: runs queued destructors one at a time, in order. */
+static void *sim_dtor_main(void *arg)
+{
+	struct toggle_sim *sim = arg;
+
+	pthread_mutex_lock(&sim->dt_mu);
+	for (;;) {
+		while (sim->dt_head == NULL && !sim->dt_stop)
+			pthread_cond_wait(&sim->dt_cv, &sim->dt_mu);
+		struct sim_dtor *d = sim->dt_head;
+		if (d == NULL)
+			break; /* stopping, nothing left */
+		sim->dt_head = d->next;
+		if (sim->dt_head == NULL)
+			sim->dt_tail = NULL;
+		pthread_mutex_unlock(&sim->dt_mu);
+		d->fn(d->ptr);
+		free(d);
+		pthread_mutex_lock(&sim->dt_mu);
+		sim->dt_done++;
+		pthread_cond_broadcast(&sim->dt_cv);
+	}
+	pthread_mutex_unlock(&sim->dt_mu);
+	return NULL;
+}
+
+/* Hand the list first..last (n calls) to the thread; wait until they ran if wait.  Under dt_mu. */
+static void sim_dtor_give(struct toggle_sim *sim, struct sim_dtor *first, struct sim_dtor *last,
+			  uint64_t n, bool wait)
+{
+	if (!sim->dt_started) {
+		if (pthread_create(&sim->dt_thread, NULL, sim_dtor_main, sim) != 0) {
+			/* No thread to be had: run them here (the model's only departure). */
+			pthread_mutex_unlock(&sim->dt_mu);
+			while (first != NULL) {
+				struct sim_dtor *d = first;
+				first = d->next;
+				d->fn(d->ptr);
+				free(d);
+			}
+			pthread_mutex_lock(&sim->dt_mu);
+			return;
+		}
+		sim->dt_started = true;
+	}
+	if (sim->dt_tail != NULL)
+		sim->dt_tail->next = first;
+	else
+		sim->dt_head = first;
+	sim->dt_tail = last;
+	sim->dt_queued += n;
+	uint64_t ticket = sim->dt_queued;
+	pthread_cond_broadcast(&sim->dt_cv);
+	while (wait && sim->dt_done < ticket)
+		pthread_cond_wait(&sim->dt_cv, &sim->dt_mu);
+}
+
+/* The last reference is gone: the destructor runs as toggle_sim_set_destructors says. */
+static void sim_dtor_queue(struct toggle_sim *sim, CUhostFn fn, void *ptr)
+{
+	struct sim_dtor *d = calloc(1, sizeof(*d));
+
+	if (d == NULL) {
+		fn(ptr); /* out of memory: still called, once */
+		return;
+	}
+	d->fn = fn;
+	d->ptr = ptr;
+	pthread_mutex_lock(&sim->dt_mu);
+	if (sim->dt_mode == TOGGLE_SIM_DESTRUCTORS_HELD) {
+		if (sim->held_tail != NULL)
+			sim->held_tail->next = d;
+		else
+			sim->held_head = d;
+		sim->held_tail = d;
+	} else {
+		sim_dtor_give(sim, d, d, 1, sim->dt_mode == TOGGLE_SIM_DESTRUCTORS_WAIT);
+	}
+	pthread_mutex_unlock(&sim->dt_mu);
+}
+
+/* Drop n references of o (the caller checked it has them); the last one destroys it. */
+static void sim_uobj_release(struct sim_uobj *o, uint64_t n)
+{
+	o->refs -= n;
+	if (o->refs > 0)
+		return;
+	struct toggle_sim *sim = o->obj.hdr.sim;
+	CUhostFn fn = o->fn;
+	void *ptr = o->ptr;
+	sim_obj_kill(&o->obj);
+	free(o);
+	sim_dtor_queue(sim, fn, ptr);
+}
+
+/* The count of o in r, or NULL. */
+static struct sim_uref *sim_urefs_find(const struct sim_urefs *r, const struct sim_uobj *o)
+{
+	for (unsigned i = 0; i < r->n; i++)
+		if (r->v[i].obj == o)
+			return &r->v[i];
+	return NULL;
+}
+
+/* r owns count more references of o (counted in o); false when out of memory. */
+static bool sim_urefs_add(struct sim_urefs *r, struct sim_uobj *o, unsigned count)
+{
+	struct sim_uref *have = sim_urefs_find(r, o);
+	if (have == NULL) {
+		if (r->n == r->cap) {
+			unsigned cap = r->cap ? 2 * r->cap : 4;
+			struct sim_uref *v = realloc(r->v, cap * sizeof(*v));
+			if (v == NULL)
+				return false;
+			r->v = v;
+			r->cap = cap;
+		}
+		have = &r->v[r->n++];
+		*have = (struct sim_uref){.obj = o, .count = 0};
+	}
+	have->count += count;
+	o->refs += count;
+	return true;
+}
+
+/* dst takes a copy of every reference src owns, with its count (clone, instantiate). */
+static bool sim_urefs_copy(struct sim_urefs *dst, const struct sim_urefs *src)
+{
+	for (unsigned i = 0; i < src->n; i++)
+		if (!sim_urefs_add(dst, src->v[i].obj, src->v[i].count))
+			return false;
+	return true;
+}
+
+/* Every reference r owns goes (its graph or exec is destroyed). */
+static void sim_urefs_drop(struct sim_urefs *r)
+{
+	struct sim_uref *v = r->v;
+	unsigned n = r->n;
+
+	*r = (struct sim_urefs){0};
+	for (unsigned i = 0; i < n; i++)
+		sim_uobj_release(v[i].obj, v[i].count);
+	free(v);
+}
+
+CUresult toggle_sim_user_object_create(struct toggle_sim *sim, CUuserObject *out, void *ptr,
+				       CUhostFn destroy, unsigned initial_refcount,
+				       unsigned flags)
+{
+	if (sim == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	bool bad = out == NULL || destroy == NULL || initial_refcount == 0 ||
+		   initial_refcount > INT32_MAX || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC;
+	CUresult r = sim_gate(sim, TOGGLE_SIM_OP_USER_OBJECT_CREATE,
+			      bad ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_uobj *o = calloc(1, sizeof(*o));
+	if (o == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o->refs = o->user = initial_refcount;
+	o->ptr = ptr;
+	o->fn = destroy;
+	sim_obj_add(sim, &sim->uobjs, &o->obj, SIM_UOBJ);
+	*out = (CUuserObject)o;
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_user_object_retain(CUuserObject object, unsigned count)
+{
+	struct sim_uobj *o = sim_uobj_of(object);
+
+	if (o == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (count == 0 || count > INT32_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	o->refs += count;
+	o->user += count;
+	return CUDA_SUCCESS;
+}
+
+/* Unlike the driver (which trusts the caller), more than user code owns is refused. */
+CUresult toggle_sim_user_object_release(CUuserObject object, unsigned count)
+{
+	struct sim_uobj *o = sim_uobj_of(object);
+
+	if (o == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (count == 0 || count > INT32_MAX || count > o->user)
+		return CUDA_ERROR_INVALID_VALUE;
+	o->user -= count;
+	sim_uobj_release(o, count);
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_graph_retain_user_object(CUgraph graph, CUuserObject object, unsigned count,
+					     unsigned flags)
+{
+	struct sim_graph *g = sim_graph_of(graph);
+	struct sim_uobj *o = sim_uobj_of(object);
+
+	if (g == NULL || o == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	bool move = flags == CU_GRAPH_USER_OBJECT_MOVE;
+	bool bad = count == 0 || count > INT32_MAX || (flags != 0 && !move) ||
+		   o->obj.hdr.sim != g->obj.hdr.sim || (move && count > o->user);
+	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_GRAPH_RETAIN_USER_OBJECT,
+			      bad ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (!sim_urefs_add(&g->urefs, o, count))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (move) { /* the caller's references become the graph's: the total does not move */
+		o->user -= count;
+		o->refs -= count;
+	}
+	return CUDA_SUCCESS;
+}
+
+/*
+ * Unlike the driver: releasing more references than the graph owns is
+ * refused (driver 580 returns CUDA_SUCCESS for a graph that owns none and
+ * takes them from the object's count, so that its owner's release later
+ * frees it twice).
+ */
+CUresult toggle_sim_graph_release_user_object(CUgraph graph, CUuserObject object, unsigned count)
+{
+	struct sim_graph *g = sim_graph_of(graph);
+	struct sim_uobj *o = sim_uobj_of(object);
+
+	if (g == NULL || o == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct sim_uref *have = sim_urefs_find(&g->urefs, o);
+	bool bad = count == 0 || count > INT32_MAX || have == NULL || count > have->count;
+	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_GRAPH_RELEASE_USER_OBJECT,
+			      bad ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
+	if (r != CUDA_SUCCESS)
+		return r;
+	have->count -= count;
+	if (have->count == 0)
+		*have = g->urefs.v[--g->urefs.n];
+	sim_uobj_release(o, count);
+	return CUDA_SUCCESS;
+}
+
+void toggle_sim_set_destructors(struct toggle_sim *sim, enum toggle_sim_destructors how)
+{
+	if (sim == NULL || (unsigned)how > TOGGLE_SIM_DESTRUCTORS_HELD)
+		return;
+	pthread_mutex_lock(&sim->dt_mu);
+	sim->dt_mode = how;
+	pthread_mutex_unlock(&sim->dt_mu);
+}
+
+void toggle_sim_run_destructors(struct toggle_sim *sim)
+{
+	if (sim == NULL)
+		return;
+	pthread_mutex_lock(&sim->dt_mu);
+	struct sim_dtor *first = sim->held_head, *last = sim->held_tail;
+	uint64_t n = 0;
+	for (struct sim_dtor *d = first; d != NULL; d = d->next)
+		n++;
+	sim->held_head = sim->held_tail = NULL;
+	if (first != NULL)
+		sim_dtor_give(sim, first, last, n, true);
+	uint64_t ticket = sim->dt_queued; /* and those the thread has not run yet */
+	while (sim->dt_started && sim->dt_done < ticket)
+		pthread_cond_wait(&sim->dt_cv, &sim->dt_mu);
+	pthread_mutex_unlock(&sim->dt_mu);
+}
+
+unsigned toggle_sim_user_object_count(const struct toggle_sim *sim)
+{
+	unsigned n = 0;
+
+	if (sim != NULL)
+		for (const struct sim_obj *o = sim->uobjs.next; o != &sim->uobjs; o = o->next)
+			n++;
+	return n;
 }
 
 /* ---- graphs and execs ------------------------------------------------------------ */
@@ -466,6 +833,7 @@ static void sim_graph_free(struct sim_graph *g)
 	struct toggle_sim *sim = g->obj.hdr.sim;
 	sim_obj_kill(&g->obj);
 	sim_nodeset_put(g->nodes);
+	sim_urefs_drop(&g->urefs); /* its user objects' last references may go */
 	sim_obj_release(sim, g, (void **)&sim->spare_graph);
 }
 
@@ -495,6 +863,15 @@ static struct sim_exec *sim_exec_new(struct sim_graph *g)
 		return NULL;
 	}
 	memset(ex->dev_enabled, 1, (size_t)ex->n + 1);
+	/* The driver: an instantiated exec retains a copy of every reference the
+	 * graph owns (CUDA C++ Programming Guide, "CUDA User Objects"). */
+	if (!sim_urefs_copy(&ex->urefs, &g->urefs)) {
+		sim_urefs_drop(&ex->urefs);
+		free(ex->enabled);
+		free(ex->dev_enabled);
+		free(ex);
+		return NULL;
+	}
 	ex->nodes = g->nodes;
 	ex->nodes->refs++;
 	ex->nodes->execs++;
@@ -511,6 +888,7 @@ static void sim_exec_free(struct sim_exec *ex)
 	sim_nodeset_put(ex->nodes);
 	free(ex->enabled);
 	free(ex->dev_enabled);
+	sim_urefs_drop(&ex->urefs); /* after its queued launches ran (toggle_sim_exec_destroy) */
 	sim_obj_release(sim, ex, (void **)&sim->spare_exec);
 }
 
@@ -730,6 +1108,16 @@ int toggle_sim_create(struct toggle_sim **out)
 	sim_list_init(&sim->execs);
 	sim_list_init(&sim->modules);
 	sim_list_init(&sim->events);
+	sim_list_init(&sim->uobjs);
+	if (pthread_mutex_init(&sim->dt_mu, NULL) != 0) {
+		free(sim);
+		return TOGGLE_ENOMEM;
+	}
+	if (pthread_cond_init(&sim->dt_cv, NULL) != 0) {
+		pthread_mutex_destroy(&sim->dt_mu);
+		free(sim);
+		return TOGGLE_ENOMEM;
+	}
 	sim->driver_version = 13000;
 	*out = sim;
 	return 0;
@@ -768,6 +1156,23 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 	}
 	free(sim->spare_graph);
 	free(sim->spare_exec);
+	sim_spare_nodes_free(sim);
+	/* User objects user code still owns die with the simulator (a context's
+	 * teardown); then every destructor queued or held runs, and the thread ends. */
+	while (sim->uobjs.next != &sim->uobjs) {
+		struct sim_uobj *o = (struct sim_uobj *)sim->uobjs.next;
+		sim_uobj_release(o, o->refs);
+	}
+	toggle_sim_run_destructors(sim);
+	pthread_mutex_lock(&sim->dt_mu);
+	sim->dt_stop = true;
+	pthread_cond_broadcast(&sim->dt_cv);
+	bool joined = sim->dt_started;
+	pthread_mutex_unlock(&sim->dt_mu);
+	if (joined)
+		pthread_join(sim->dt_thread, NULL);
+	pthread_cond_destroy(&sim->dt_cv);
+	pthread_mutex_destroy(&sim->dt_mu);
 	while (sim->allocs != NULL) {
 		struct sim_alloc *al = sim->allocs;
 		sim->allocs = al->next;
@@ -1998,6 +2403,9 @@ CUresult toggle_sim_graph_clone(CUgraph *clone_out, CUgraph original)
 			ok = sim_edges_link(map[nd->deps[j]->index], map[i]);
 	}
 	free(map);
+	/* The driver: a clone retains a copy of every reference of its source, same counts. */
+	if (ok)
+		ok = sim_urefs_copy(&c->urefs, &g->urefs);
 	if (!ok) {
 		if (c != NULL)
 			sim_graph_free(c);
@@ -2217,6 +2625,14 @@ void tg_cu_load_sim(struct tg_cu *cu, struct toggle_sim *sim)
 	cu->graph_add_dependencies = toggle_sim_graph_add_dependencies;
 	cu->graph_destroy = toggle_sim_graph_destroy;
 	cu->graph_exec_destroy = toggle_sim_exec_destroy;
+	/* User objects came with CUDA 11.3 (an older simulated driver has none:
+	 * how libtoggle runs without them).  cuUserObjectCreate is handle-less
+	 * (tg_cu_user_object_create). */
+	if (toggle_sim_driver_version(sim) >= 11030) {
+		cu->graph_retain_user_object = toggle_sim_graph_retain_user_object;
+		cu->graph_release_user_object = toggle_sim_graph_release_user_object;
+		cu->user_object_release = toggle_sim_user_object_release;
+	}
 	/* The handle-less ones are reached through tg_cu_*, which pass cu->sim. */
 	cu->planner_image = tg_planner_sim_image();
 	cu->driver_version = toggle_sim_driver_version(sim);

@@ -9,6 +9,10 @@ from Python.  A thin ctypes layer over libtoggle.so (see docs/python.md).
             torch.mul(x, 1, out=buf)
     effective = agent.step()               # the set this step's replays run with
     agent.replay(g)
+
+graphtoggle.torch (the PyTorch integration) and graphtoggle.ops (the registered op
+torch.ops.graphtoggle.tap) are loaded on first access: `import graphtoggle` imports no
+torch, and graphtoggle.torch imports torch only when it is used.
 """
 
 from . import _lib, errors
@@ -23,6 +27,15 @@ __version__ = "%d.%d.0" % (_lib.API_MAJOR, _lib.API_MINOR)
 def library_path():
     """The libtoggle.so in use (loading and checking it on first use)."""
     return _lib.path()
+
+
+def __getattr__(name):
+    # graphtoggle.torch and graphtoggle.ops without importing them first (PEP 562); the
+    # import binds the attribute, so this runs once per name
+    if name in ("torch", "ops"):
+        import importlib
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 def strerror(code):

@@ -264,10 +264,38 @@ def _open():
         try:
             return ctypes.CDLL(path), path
         except OSError as e:
-            raise LibraryError("cannot load %s (%s): %s" % (path, where, e)) from None
+            hint = _load_hint(e)
+            raise LibraryError("cannot load %s (%s): %s%s" % (path, where, e, hint)) from None
     raise LibraryError(
         "libtoggle.so not found; tried: %s.  Build it with `make python` (copies it next to "
         "the package), or set %s to its path" % ("; ".join(tried), ENV_LIB))
+
+
+def _load_hint(err):
+    """What to do about the loader's refusal of a file that exists (the text is glibc's)."""
+    text = str(err)
+    if "GLIBC_" in text or "version `" in text:
+        return (" (built against a newer C library than this system's: build it here, from "
+                "the sdist or the checkout: `pip install ./python` or `make python`)")
+    import platform
+    return (" (another architecture, not a shared library, or a library it needs is missing "
+            "(`ldd %s`): build libtoggle on this machine (`pip install ./python` or `make "
+            "python`), or install the wheel made for %s %s)"
+            % (getattr(err, "filename", None) or "FILE", platform.system(), platform.machine()))
+
+
+def _missing_message(path, missing):
+    """A library with some of libtoggle's functions is an older libtoggle; one with none of
+    them (not even toggle_version) is another library altogether."""
+    if len(missing) == len(_PROTOS):
+        return ("%s is not libtoggle (it has none of its functions, not even toggle_version): "
+                "point %s at a libtoggle.so (make python builds build/libtoggle.so), or unset "
+                "it to use the package's own" % (path, ENV_LIB))
+    shown = ", ".join(missing[:5])
+    if len(missing) > 5:
+        shown += " and %d more" % (len(missing) - 5)
+    return ("%s lacks %s: the library is older than this package; rebuild it (make python)"
+            % (path, shown))
 
 
 def library_limits(lib):
@@ -338,8 +366,7 @@ def lib():
         handle, path = _open()
         missing = [name for name in _PROTOS if not hasattr(handle, name)]
         if missing:
-            raise LibraryError("%s lacks %s: the library is older than this package; rebuild it "
-                               "(make python)" % (path, ", ".join(missing)))
+            raise LibraryError(_missing_message(path, missing))
         for name, (res, args) in _PROTOS.items():
             fn = getattr(handle, name)
             fn.restype = res

@@ -103,6 +103,9 @@ class Agent:
         self._cset = _lib.Set()
         self._last_raw = None
         self._last_set = None
+        # graphtoggle.torch: a check due at the next step (a capture under the patch while
+        # hooks are attached recorded no producer: docs/python.md, Never a silent loss)
+        self._gt_check = None
         # the per-step path: bound functions and a prebuilt reference, no lookups
         self._launch = lib.toggle_graph_launch
         self._prepare = lib.toggle_graph_prepare
@@ -212,6 +215,8 @@ class Agent:
     def step(self, n=None):
         """Begin step n (default: the previous step + 1) and return its effective HookSet:
         the set every replay of this step runs with (the metadata gate's set)."""
+        if self._gt_check is not None:
+            self._gt_check()  # raises once, before the step begins
         if n is None:
             n = self._step + 1
         rc = self._step_begin(self._h or self._agent(), n, self._cset_ref)
@@ -227,6 +232,13 @@ class Agent:
     @property
     def current_step(self):
         return self._step
+
+    def _current_raw(self):
+        """The C bitmap (bytes) of the set replays run now (toggle_current_set): the
+        torch op's set before the first step, when step() has returned none."""
+        c = _lib.Set()
+        self._lib.toggle_current_set(self._agent(), _byref(c))
+        return bytes(c)
 
     def current_set(self):
         c = _lib.Set()

@@ -1,15 +1,20 @@
 """PyTorch integration: capture into torch.cuda.CUDAGraph with producers, guarded replay,
-nn.Module forward-hook producers, and the torch.cuda.CUDAGraph class patch for engines
-that create and replay their graphs themselves (the vLLM / SGLang pattern).
+nn.Module forward-hook producers (the registered op torch.ops.graphtoggle.tap, see
+graphtoggle.ops: eager, torch.compile, CUDA Graph Trees), and the torch.cuda.CUDAGraph
+class patch for engines that create and replay their graphs themselves (the vLLM /
+SGLang pattern, torch.compile's mode="reduce-overhead").
 
-torch is imported lazily: importing graphtoggle needs no torch.
+torch is imported lazily: importing graphtoggle (or graphtoggle.torch) needs no torch.
 """
 
+import ctypes
+import sys
 import threading
+import warnings
 import weakref
 from contextlib import contextmanager
 
-from .errors import GraphToggleError, InvalidArgumentError, NotSupportedError
+from .errors import CaptureError, GraphToggleError, InvalidArgumentError, NotSupportedError
 
 # ---- tensors --------------------------------------------------------------------
 
@@ -93,23 +98,35 @@ def _kept(g):
 
 
 def _check_random_ops(random_ops):
-    if not isinstance(random_ops, bool):
-        raise InvalidArgumentError("random_ops must be True or False, got %r" % (random_ops,))
+    if random_ops is not None and not isinstance(random_ops, bool):
+        raise InvalidArgumentError("random_ops must be None (automatic), True or False, got %r"
+                                   % (random_ops,))
     return random_ops
 
 
+def _closed_refusal(agent, what):
+    return InvalidArgumentError(
+        "%s: agent %r is closed; nothing was captured.  %s" % (
+            what, agent.name,
+            "End the patch (owner.end() or graphtoggle.torch.unpatch()) before closing its "
+            "agent, or patch an open one" if _state.session is not None and
+            _state.session.agent is agent else "Capture with an open agent"))
+
+
 @contextmanager
-def capture(agent, g, pool=None, stream=None, capture_error_mode="global", random_ops=True):
+def capture(agent, g, pool=None, stream=None, capture_error_mode="global", random_ops=None):
     """Drop-in for torch.cuda.graph(g, ...): opens the agent's capture window (the planner
     first in device mode), and after capture instantiates g and binds it when producers
     were recorded.  g must be torch.cuda.CUDAGraph(keep_graph=True): libtoggle toggles
     nodes of the template graph, which torch otherwise destroys after instantiation.
 
-    random_ops=False: the caller says g has no random ops (torch.rand, dropout, sampling:
-    nothing that reads torch's CUDA generator).  Its replays (agent.replay) are then
-    toggle_graph_launch on torch's current stream, which runs the producer-free exec at
-    steps that enable none of g's hooks, instead of torch's own replay.  The first such
-    replay checks the promise (see replay())."""
+    random_ops: how g's replays (agent.replay) run.  None (default, automatic): the first
+    replay is torch's own (after toggle_graph_prepare) and sees whether torch's default
+    generator advanced; a graph that drew no random numbers replays from then on through
+    toggle_graph_launch (the producer-free exec at steps that enable none of its hooks),
+    one that did keeps torch's own replay.  True: always torch's own replay (random ops).
+    False: the caller says g has no random ops; the first replay checks the promise and
+    refuses later replays when it was wrong (see replay())."""
     _check_random_ops(random_ops)
     torch = _torch()
     st = _owner_of(g)
@@ -117,14 +134,17 @@ def capture(agent, g, pool=None, stream=None, capture_error_mode="global", rando
         # a graph of the active patch: the patched methods do everything
         with torch.cuda.graph(g, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
             yield g
-        st.random_ops = random_ops and st.random_ops
-        if not st.random_ops and st.graph is not None:
+        if random_ops is not None:
+            st.random_ops = random_ops
+        if st.graph is not None:
             _want_bare(st)
         return
     if not _kept(g):
         raise InvalidArgumentError(
             "agent.capture(g) needs torch.cuda.CUDAGraph(keep_graph=True): libtoggle toggles "
             "the template graph, which torch destroys after instantiation otherwise")
+    if agent.closed:
+        raise _closed_refusal(agent, "agent.capture(g)")
     agent.capture_begin()
     try:
         with torch.cuda.graph(g, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
@@ -175,14 +195,15 @@ def replay(agent, g, stream=None, random_ops=None):
     torch's current stream (or stream, made current for the replay).  Unrelated graphs
     replay untouched.
 
-    random_ops (default: what capture or patch said for g, True unless told otherwise):
-    True: toggle_graph_prepare, then torch's own replay, whose generator prologue gives
-    random ops new numbers at each replay.  False: the caller says g has no random ops:
-    toggle_graph_launch, which runs the producer-free exec at steps that enable none of
-    g's hooks.  The first replay with False is torch's own (prepare + torch's replay) and
-    checks the promise: if torch's default generator advanced, g has random ops and
-    InvalidArgumentError is raised after that (correct) replay; later replays of g with
-    False are refused before anything runs."""
+    random_ops (default: what capture or patch said for g, automatic unless told
+    otherwise): True: toggle_graph_prepare, then torch's own replay, whose generator
+    prologue gives random ops new numbers at each replay.  False: the caller says g has
+    no random ops: toggle_graph_launch, which runs the producer-free exec at steps that
+    enable none of g's hooks.  The first replay with False (or automatic) is torch's own
+    (prepare + torch's replay) and checks: if torch's default generator advanced, g has
+    random ops; with False InvalidArgumentError is raised after that (correct) replay and
+    later replays of g with False are refused before anything runs; automatic keeps
+    torch's own replay for g from then on, silently."""
     st = _owner_of(g)
     if st is None or st.agent is not agent or st.graph is None:
         g.replay()
@@ -205,21 +226,23 @@ def _torch_replay(st, g):
 
 
 def _replay(st, g, random_ops):
+    """random_ops: True (torch's own replay), False (launch, after the check) or None
+    (automatic: launch once the check found no random ops, torch's replay otherwise)."""
     if st.exec is None:
         g.instantiate()  # the patch's: binds
     a = st.agent
     stream = (_raw_stream or _stream_fn())(st.device)
-    if random_ops:
-        rc = a._prepare(a._h or a._agent(), st.graph, st.exec, stream)
-        if rc:
-            a._raise(rc, "prepare")
-        return _torch_replay(st, g)
-    if st.no_random:
+    if st.no_random and random_ops is not True:
         rc = a._launch(a._h or a._agent(), st.graph, st.exec, stream)
         if rc:
             a._raise(rc, "launch")
         return None
-    return _probe(st, lambda: _torch_replay(st, g), stream)
+    if random_ops or (random_ops is None and st.random_used):
+        rc = a._prepare(a._h or a._agent(), st.graph, st.exec, stream)
+        if rc:
+            a._raise(rc, "prepare")
+        return _torch_replay(st, g)
+    return _probe(st, lambda: _torch_replay(st, g), stream, strict=random_ops is False)
 
 
 def _gen_offset(device):
@@ -231,19 +254,21 @@ def _gen_offset(device):
         return None
 
 
-def _probe(st, torch_replay, stream):
-    """The first replay of a graph with random_ops=False: torch's own (correct whatever the
-    graph holds), checking that torch's default generator did not advance.  torch 2.11
-    registers that generator with every capture and advances it at each replay by the
+def _probe(st, torch_replay, stream, strict=True):
+    """The first replay of a graph with random_ops=False or automatic: torch's own
+    (correct whatever the graph holds), checking that torch's default generator did not
+    advance (strict: raising when it did; automatic: noting it, torch's replay kept).
+    torch 2.11 registers that generator with every capture and advances it at each replay by the
     graph's whole increment, which is 0 exactly when no random op read it (CUDAGraph::
     replay's generator prologue); nothing else in torch's Python API says whether a graph
     drew random numbers.  A generator the caller registered (register_generator_state) is
     not seen: for those, random_ops=False stays the caller's promise."""
     a = st.agent
-    if st.random_used:
+    if st.random_used and strict:
         raise InvalidArgumentError(
             "replay(random_ops=False) refused: this graph has random ops (torch's generator "
-            "advanced at its first such replay); replay it with random_ops=True (the default)")
+            "advanced at its first such replay); replay it with random_ops=True or the "
+            "default (automatic)")
     before = _gen_offset(st.device)
     rc = a._prepare(a._h or a._agent(), st.graph, st.exec, stream)
     if rc:
@@ -253,12 +278,14 @@ def _probe(st, torch_replay, stream):
     if before is not None and after != before:
         st.random_used = True
         _want_bare(st)  # it will never run: drop it
+        if not strict:
+            return None  # automatic: torch's own replay from now on
         raise InvalidArgumentError(
             "random_ops=False, but this graph has random ops: torch's default generator "
             "advanced by %d at this replay, which ran through torch's own replay (correct, new "
             "random numbers); later replays with random_ops=False are refused: replay it with "
-            "random_ops=True (the default), or capture the random ops outside the graph"
-            % (after - before))
+            "random_ops=True or the default (automatic), or capture the random ops outside "
+            "the graph" % (after - before))
     st.no_random = True
     _want_bare(st)  # built now if it was not at the bind (random_ops=False given at replay)
     return None
@@ -273,7 +300,7 @@ def _want_bare(st):
     if a.bare_exec is False:
         return
     a.set_bare(st.graph, a.bare_exec is True or
-               ((not st.random_ops or st.no_random) and not st.random_used))
+               ((st.random_ops is not True or st.no_random) and not st.random_used))
 
 
 # ---- the class patch ------------------------------------------------------------------
@@ -282,7 +309,7 @@ def _want_bare(st):
 class _GraphState:
     """What graphtoggle knows about one CUDAGraph object (attribute _graphtoggle)."""
     __slots__ = ("agent", "session", "graph", "exec", "want_keep", "finalizer", "device",
-                 "random_ops", "no_random", "random_used", "__weakref__")
+                 "random_ops", "no_random", "random_used", "rng_registered", "__weakref__")
 
     def __init__(self, agent, session, graph=None, exec_=None, want_keep=True):
         self.agent = agent
@@ -292,9 +319,11 @@ class _GraphState:
         self.want_keep = want_keep
         self.finalizer = None
         self.device = None
-        self.random_ops = True    # replays: prepare + torch's replay (False: launch)
-        self.no_random = False    # a replay with random_ops=False checked: none drawn
+        self.random_ops = None    # None: automatic; True: prepare + torch's replay; False:
+        #                           launch (the caller's promise, checked)
+        self.no_random = False    # the check replay found no random numbers drawn
         self.random_used = False  # ... found the generator advanced: False refused
+        self.rng_registered = False  # register_generator_state was called (patched)
 
 
 def _owner_of(g):
@@ -308,7 +337,7 @@ class _Session:
     """One patched period: from the first owner's patch() to the last owner's end."""
     __slots__ = ("agent", "owners", "random_ops", "__weakref__")
 
-    def __init__(self, agent, random_ops=True):
+    def __init__(self, agent, random_ops=None):
         self.agent = agent
         self.owners = 0
         self.random_ops = random_ops
@@ -325,7 +354,8 @@ class _PatchState:
 
 _state = _PatchState()
 _MISSING = object()
-_METHODS = ("__init__", "capture_begin", "capture_end", "instantiate", "replay", "reset")
+_METHODS = ("__init__", "capture_begin", "capture_end", "instantiate", "replay", "reset",
+            "register_generator_state")
 
 
 class Patch:
@@ -351,7 +381,7 @@ class Patch:
             self.end()
 
 
-def patch(agent, random_ops=True):
+def patch(agent, random_ops=None):
     """Make torch.cuda.CUDAGraph toggleable for agent until the returned owner ends.
 
     While patched, graphs created through torch.cuda.CUDAGraph keep their template,
@@ -360,12 +390,15 @@ def patch(agent, random_ops=True):
     otherwise), and are forgotten when reset or destroyed.  Several owners may hold the
     patch for the same agent; it is restored exactly when the last one ends.
 
-    random_ops=False: the caller says the graphs captured while patched have no random
-    ops (decode graphs of engines that sample outside the graph: vLLM, SGLang).  Their
-    replays are then toggle_graph_launch on torch's current stream, which runs each
-    graph's producer-free exec at steps that enable none of its hooks; the default
-    (True) is prepare + torch's own replay, right for graphs with random ops.  The first
-    replay of each graph checks the promise (graphtoggle.torch.replay says how)."""
+    random_ops: None (default, automatic): the first replay of each graph is torch's own
+    (after toggle_graph_prepare) and sees whether it drew random numbers (torch's default
+    generator advanced, or the capture registered another generator); graphs that did not
+    (decode graphs of engines that sample outside the graph: vLLM, SGLang) then replay
+    through toggle_graph_launch on torch's current stream, which runs each graph's
+    producer-free exec at steps that enable none of its hooks; the others keep prepare +
+    torch's own replay.  True: torch's own replay for every graph.  False: the caller says
+    the graphs have no random ops; the first replay checks the promise and refuses later
+    replays of a graph that broke it (graphtoggle.torch.replay says how)."""
     _check_random_ops(random_ops)
     torch = _torch()
     with _state.lock:
@@ -374,7 +407,8 @@ def patch(agent, random_ops=True):
             if s.agent is not agent:
                 raise InvalidArgumentError(
                     "torch.cuda.CUDAGraph is already patched for agent %r; end its owners "
-                    "(graphtoggle.torch.unpatch) before patching for agent %r"
+                    "(owner.end(), or graphtoggle.torch.unpatch() for all) before patching "
+                    "for agent %r (one agent per process: share it)"
                     % (s.agent.name, agent.name))
             if s.random_ops != random_ops:
                 raise InvalidArgumentError(
@@ -383,9 +417,10 @@ def patch(agent, random_ops=True):
             s.owners += 1
             return Patch(s)
         if agent.closed:
-            raise InvalidArgumentError("patch(agent): the agent is closed")
+            raise InvalidArgumentError("patch(agent): agent %r is closed: patch an open agent"
+                                       % agent.name)
         cls = torch.cuda.graphs.CUDAGraph
-        names = _METHODS
+        names = [n for n in _METHODS if hasattr(cls, n)]
         saved = {name: cls.__dict__.get(name, _MISSING) for name in names}
         orig = {name: getattr(cls, name) for name in names}
         for name, fn in _make_methods(orig).items():
@@ -468,6 +503,8 @@ def _make_methods(orig):
         s = _state.session
         if s is None:
             return o_init(self, keep_graph, *args, **kwargs)
+        if s.agent.closed:
+            raise _closed_refusal(s.agent, "torch.cuda.CUDAGraph() under graphtoggle.torch.patch")
         o_init(self, True, *args, **kwargs)
         _adopt(self, s, keep_graph)
     methods["__init__"] = __init__
@@ -478,6 +515,8 @@ def _make_methods(orig):
         if st is None or s is None or st.session is not s:
             return o_begin(self, *args, **kwargs)  # not ours: torch's own capture
         agent = s.agent
+        if agent.closed:
+            raise _closed_refusal(agent, "a CUDA graph capture under graphtoggle.torch.patch")
         agent.capture_begin()
         try:
             o_begin(self, *args, **kwargs)
@@ -497,15 +536,25 @@ def _make_methods(orig):
         finally:
             agent.capture_end()
         graph = self.raw_cuda_graph()
-        if agent.has_producers(graph):
+        producers = agent.has_producers(graph)
+        _watch_capture(agent, graph, producers)
+        if producers:
             st.graph = graph
             st.device = _torch().cuda.current_device()
             st.random_ops = s.random_ops
+            if st.random_ops is None and st.rng_registered:
+                st.random_used = True  # another generator: the offset check cannot see it
             _want_bare(st)  # before the bind: decided once, kept through rebinds
             st.finalizer = weakref.finalize(self, _forget, weakref.ref(agent), graph)
             self.instantiate()  # binds (patched instantiate)
-        elif not st.want_keep:
-            self.instantiate()  # what torch does for keep_graph=False
+        else:
+            if agent.mode == "device":
+                # the planner made the graph known to the agent (a registry slot): forget
+                # it once torch destroys the graph, so that freed graphs (CUDA Graph
+                # Trees, pieces without hooks) do not fill the registry
+                st.finalizer = weakref.finalize(self, _forget, weakref.ref(agent), graph)
+            if not st.want_keep:
+                self.instantiate()  # what torch does for keep_graph=False
 
     def instantiate(self):
         st = _owner_of(self)
@@ -528,8 +577,8 @@ def _make_methods(orig):
         st = self.__dict__.get("_graphtoggle")
         if st is None or st.graph is None or st.session is not _state.session:
             return o_replay(self)  # unrelated, or of an ended session: torch's own
-        if not st.random_ops:
-            return _replay(st, self, False)  # launch (the bare exec can run), or the check
+        if st.random_ops is not True:
+            return _replay(st, self, st.random_ops)  # launch (the bare exec can run), or the check
         if st.exec is None:
             self.instantiate()
         a = st.agent
@@ -542,15 +591,111 @@ def _make_methods(orig):
 
     def reset(self):
         st = _owner_of(self)
-        if st is not None and st.graph is not None:
+        if st is not None:
             if st.finalizer is not None:
                 st.finalizer()  # forgets now, once
             st.graph = st.exec = None
         return o_reset(self)
 
+    o_register = orig.get("register_generator_state")
+
+    def register_generator_state(self, *args, **kwargs):
+        # a generator registered with the capture (CUDA Graph Trees register the ones
+        # compiled code passes in): its random ops are invisible to the default
+        # generator's offset check, so automatic random_ops keeps torch's own replay
+        st = _owner_of(self)
+        if st is not None:
+            st.rng_registered = True
+        return o_register(self, *args, **kwargs)
+
     methods.update(capture_begin=capture_begin, capture_end=capture_end,
                    instantiate=instantiate, replay=replay, reset=reset)
+    if o_register is not None:
+        methods["register_generator_state"] = register_generator_state
     return methods
+
+
+# ---- never a silent loss -----------------------------------------------------------------
+
+_cu = None
+
+
+def _graph_nodes(agent, graph):
+    """The number of nodes of graph (cuGraphGetNodes; the simulator's count), None when it
+    cannot be read."""
+    global _cu
+    if agent.backend == "sim":
+        return agent.sim.node_count(graph) if agent.sim is not None else None
+    try:
+        if _cu is None:
+            cu = ctypes.CDLL("libcuda.so.1")
+            cu.cuGraphGetNodes.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                          ctypes.POINTER(ctypes.c_size_t)]
+            cu.cuGraphGetNodes.restype = ctypes.c_int
+            _cu = cu
+        n = ctypes.c_size_t(0)
+        if _cu.cuGraphGetNodes(graph, None, ctypes.byref(n)) == 0:
+            return n.value
+    except (OSError, AttributeError):
+        pass
+    return None
+
+
+class _Watch:
+    """Graphs captured under the patch while an attachment with check_captures=True is
+    live on the agent (counted since the latest such attach())."""
+    __slots__ = ("attached", "graphs", "with_producers", "silent", "agent_ref")
+
+    def __init__(self, agent):
+        self.agent_ref = weakref.ref(agent)
+        self.attached = 0
+        self.restart()
+
+    def restart(self):
+        self.graphs = self.with_producers = self.silent = 0
+
+    def report(self):
+        return {"graphs": self.graphs, "with_producers": self.with_producers,
+                "silent": self.silent}
+
+    def refuse(self):
+        a = self.agent_ref()
+        if a is not None:
+            a._gt_check = None  # once: the next step() begins
+        raise CaptureError(
+            "%d CUDA graph(s) captured under graphtoggle.torch.patch while hooks are attached "
+            "to agent %r, and none recorded a producer: the code captured runs without the "
+            "hooks (compiled before attach(), e.g. by torch.compile or an engine that skips "
+            "dynamo's guards, or loaded from a compile cache built without them).  Attach "
+            "the hooks before the model is first compiled and clear or disable that cache; "
+            "attach(..., check_captures=False) if such graphs are meant to have no producer "
+            "(this step did not begin; the next step() does)"
+            % (self.silent, a.name if a is not None else "?"))
+
+
+def _watch_of(agent):
+    w = agent.__dict__.get("_gt_watch")
+    if w is None:
+        w = agent._gt_watch = _Watch(agent)
+    return w
+
+
+def _watch_capture(agent, graph, producers):
+    w = agent.__dict__.get("_gt_watch")
+    if w is None or not w.attached:
+        return
+    w.graphs += 1
+    if producers:
+        w.with_producers += 1
+        agent._gt_check = None  # the hooks ran in a capture: later graphs without are pieces
+        return
+    n = _graph_nodes(agent, graph)
+    # device mode captured the planner first in every graph: one kernel node of ours
+    if n is not None and n <= (1 if agent.mode == "device" else 0):
+        return  # an empty capture (CUDA Graph Trees' pool keeper): no hook could run
+    w.silent += 1
+    if w.with_producers == 0:
+        agent._gt_check = w.refuse
 
 
 # ---- nn.Module forward hooks ---------------------------------------------------------------
@@ -558,15 +703,20 @@ def _make_methods(orig):
 
 class Attachment:
     """Producers attached to modules' forward hooks (graphtoggle.torch.attach).
-    buffers: {(hook type, layer, shape, dtype): tensor} filled as graphs are captured."""
+    buffers: {(hook type, layer, shape, dtype): tensor}: the declared buffers (made by
+    attach()), or, without declared buffers, those made as shapes are met.
+    hook_ids: {(hook type, layer): the int torch.ops.graphtoggle.tap takes}."""
 
     def __init__(self, agent):
         self.agent = agent
         self.buffers = {}
+        self.hook_ids = {}
         self._handles = []
+        self._watched = False
 
     def buffer(self, hook_type, layer, shape=None):
-        """The monitor buffer of (type, layer) (for one shape when several were captured)."""
+        """The monitor buffer of (type, layer) (for one shape when several were made).
+        With declared buffers (max_tokens): a forward of n tokens wrote its first n rows."""
         found = [b for (t, l, s, _), b in self.buffers.items()
                  if t == hook_type and l == layer and (shape is None or tuple(shape) == s)]
         if len(found) != 1:
@@ -574,10 +724,21 @@ class Attachment:
                                                            ", %s" % (shape,) if shape else ""))
         return found[0]
 
+    def captures(self):
+        """Graphs captured under the patch since this attach (check_captures=True):
+        {"graphs", "with_producers", "silent": non-empty ones without a producer}."""
+        return _watch_of(self.agent).report()
+
     def detach(self):
         for h in self._handles:
             h.remove()
         self._handles = []
+        if self._watched:
+            self._watched = False
+            w = _watch_of(self.agent)
+            w.attached -= 1
+            if not w.attached:
+                self.agent._gt_check = None
 
     def __enter__(self):
         return self
@@ -586,30 +747,127 @@ class Attachment:
         self.detach()
 
 
-def attach(agent, modules, buffers=None, select=None, method=None):
-    """Attach producers to nn.Module forward hooks.
-
-    modules: {hook type: [module for layer 0, 1, ...]} (the layer is the list index), e.g.
-        {"resid_post": model.layers, "mlp_out": [l.mlp for l in model.layers]}.
-    buffers: optional callable (hook type, layer, output tensor) -> monitor buffer, or a
-        dict {(hook type, layer): tensor}, made outside any capture; default: a buffer per
-        (hook, shape, dtype), made by the first forward outside a capture that sees the
-        shape (torch's warm-up before capture; a capture without it is refused).
-    select: output -> tensor (default: the output, or its first element for tuples).
-    method: "mul" (torch.mul(x, 1, out=buf), any mode but device) or "copy_out" (libtoggle's
-        built-in copy kernel, needed for device mode); default by the agent's mode.
-
-    Inside a capture on a capturing stream the hook records a producer; outside it does
-    nothing.  Returns an Attachment; detach() removes every hook."""
-    torch = _torch()
+def _method_for(agent, method):
+    """attach()'s and hook_id()'s method, checked; default by the agent's mode."""
     if method is None:
-        method = "copy_out" if agent.mode == "device" else "mul"
+        return "copy_out" if agent.mode == "device" else "mul"
     if method not in ("mul", "copy_out"):
         raise InvalidArgumentError("method must be 'mul' or 'copy_out', got %r" % (method,))
     if method == "mul" and agent.mode == "device":
         raise NotSupportedError("device mode needs method='copy_out' (torch ops cannot carry "
                                 "the device-updatable launch attribute)")
-    att = Attachment(agent)
+    return method
+
+
+def _ops():
+    """graphtoggle.ops: imports torch and registers torch.ops.graphtoggle.tap."""
+    from . import ops
+    return ops
+
+
+def register_op():
+    """Register torch.ops.graphtoggle.tap (imports torch) and return it (its default
+    overload).  attach() and hook_id() do it on first use."""
+    return _ops().op
+
+
+def hook_id(agent, hook, method=None):
+    """The int torch.ops.graphtoggle.tap(x, buf, hook_id) takes for hook ((type, layer))
+    of agent (graphtoggle.ops.hook_id); registers the op."""
+    return _ops().hook_id(agent, hook, method)
+
+
+def _compiling(torch):
+    c = getattr(torch, "compiler", None)
+    f = getattr(c, "is_compiling", None)
+    return f is not None and f()
+
+
+def _capture_query(torch):
+    try:
+        return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    except RuntimeError:
+        return False
+
+
+def _mark_static(torch, t):
+    """Mark a monitor buffer as a static address for torch.compile: CUDA Graph Trees only
+    record graphs whose mutated inputs are static (else they skip cudagraphs for it)."""
+    d = getattr(torch, "_dynamo", None)
+    if d is None:
+        try:
+            import torch._dynamo as d  # noqa: F811
+        except ImportError:
+            return
+    m = getattr(d, "mark_static_address", None)
+    if m is not None:
+        m(t)
+
+
+def _widths(width, types):
+    """{hook type: trailing shape tuple} from an int, a tuple or a dict per type."""
+    def one(w, t):
+        if isinstance(w, int) and not isinstance(w, bool):
+            w = (w,)
+        try:
+            w = tuple(w)
+        except TypeError:
+            w = None
+        if not w or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                            for n in w):
+            raise InvalidArgumentError(
+                "width for %s must be a positive int or a tuple of them (the output's "
+                "trailing dims: hidden size), got %r" % (t, w))
+        return w
+    if isinstance(width, dict):
+        missing = [t for t in types if t not in width]
+        if missing:
+            raise InvalidArgumentError("width has no entry for %s" % ", ".join(map(str, missing)))
+        return {t: one(width[t], t) for t in types}
+    return {t: one(width, t) for t in types}
+
+
+def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens=None,
+           width=None, dtype=None, device=None, check_captures=True):
+    """Attach producers to nn.Module forward hooks: each hook calls the registered op
+    torch.ops.graphtoggle.tap (graphtoggle.ops), which records a producer inside a
+    capture and, outside, copies exactly when the current step enables the hook.  Eager,
+    torch.compile(fullgraph=True) and CUDA Graph Trees alike: what the hook does under
+    torch.compile is traceable (the op call; no allocation, ctypes or capture query).
+
+    modules: {hook type: [module for layer 0, 1, ...]} (the layer is the list index), e.g.
+        {"resid_post": model.layers, "mlp_out": [l.mlp for l in model.layers]}.
+    max_tokens, width, dtype, device: declared monitor buffers, made now (outside any
+        compile and capture): one per hook, shape (max_tokens, *width) (width: the
+        output's trailing dims, an int, a tuple, or a dict per hook type), dtype (default
+        torch's default dtype) on device (default the current CUDA device).  An output of
+        n tokens (n = numel / prod(width), any leading dims) is copied into the first n
+        rows.  Needed for models torch.compile traces before any eager run.
+    buffers: a dict {(hook type, layer): tensor} (one buffer per hook, outputs copied into
+        its first numel elements), or a callable (hook type, layer, output) -> buffer
+        called the first time a shape is met outside compiled code; default (neither, nor
+        max_tokens): a buffer per (hook, shape, dtype), made by the first eager forward
+        outside a capture that meets the shape (torch's warm-up); compiled code and
+        captures that meet a shape without a buffer are refused, naming the fix.
+    select: output -> tensor (default: the output, or its first element for tuples).
+    method: "mul" (torch.mul(x, 1, out=buf) in a producer region; not device mode) or
+        "copy_out" (libtoggle's built-in copy kernel, needed for device mode); default by
+        the agent's mode.
+    check_captures: count graphs captured under the patch from now on; when some were and
+        none recorded a producer, the next agent.step() raises CaptureError once (the
+        compiled code runs without the hooks: docs/python.md, Never a silent loss).
+
+    Everything is checked before anything is attached.  Returns an Attachment;
+    detach() removes every hook."""
+    torch = _torch()
+    ops = _ops()
+    if agent.closed:
+        raise InvalidArgumentError("attach(): agent %r is closed" % agent.name)
+    method = _method_for(agent, method)
+    if _compiling(torch) or _capture_query(torch):
+        raise InvalidArgumentError("attach() inside torch.compile or a CUDA graph capture: "
+                                   "attach before (its buffers are made now)")
+    plan = []
     for hook_type, mods in modules.items():
         agent.catalog.type_index(hook_type)  # unknown names fail now, with the known ones
         mods = list(mods)
@@ -617,46 +875,116 @@ def attach(agent, modules, buffers=None, select=None, method=None):
             raise InvalidArgumentError("%d modules for %s, the catalog has %d layers"
                                        % (len(mods), hook_type, agent.catalog.n_layers))
         for layer, mod in enumerate(mods):
-            att._handles.append(mod.register_forward_hook(
-                _forward_hook(att, torch, hook_type, layer, buffers, select, method)))
+            if not callable(getattr(mod, "register_forward_hook", None)):
+                raise InvalidArgumentError("modules[%r][%d] is not an nn.Module: %r"
+                                           % (hook_type, layer, mod))
+            plan.append((hook_type, layer, mod))
+    if max_tokens is not None:
+        if buffers is not None:
+            raise InvalidArgumentError("attach(): max_tokens= declares the buffers; "
+                                       "buffers= cannot be given too")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise InvalidArgumentError("max_tokens must be a positive int, got %r"
+                                       % (max_tokens,))
+        if width is None:
+            raise InvalidArgumentError("attach(max_tokens=N) needs width= (the output's "
+                                       "trailing dims, e.g. the hidden size)")
+        widths = _widths(width, list(modules))
+    elif width is not None or dtype is not None or device is not None:
+        raise InvalidArgumentError("width=, dtype= and device= declare buffers with "
+                                   "max_tokens=N; give it too")
+    elif isinstance(buffers, dict):
+        missing = [(t, l) for t, l, _ in plan if (t, l) not in buffers]
+        if missing:
+            raise InvalidArgumentError("buffers= has no tensor for %s" % ", ".join(
+                "%s:%d" % h for h in missing[:8]))
+    elif buffers is not None and not callable(buffers):
+        raise InvalidArgumentError("buffers must be a dict {(type, layer): tensor} or a "
+                                   "callable, got %r" % (buffers,))
+    ids = {(t, l): ops.hook_id(agent, (t, l), method) for t, l, _ in plan}
+    d = sys.modules.get("torch._dynamo")
+    if d is not None and getattr(d, "utils", None) is not None and \
+            d.utils.counters["stats"]["unique_graphs"]:
+        warnings.warn(
+            "graphtoggle.torch.attach(): torch.compile has already compiled code in this "
+            "process; code compiled before the hooks were attached does not run them (dynamo "
+            "does not recompile for them): attach before compiling the model, or call "
+            "torch.compiler.reset() after attach()", stacklevel=2)
+
+    att = Attachment(agent)
+    att.hook_ids = ids
+    fixed = {}
+    if max_tokens is not None:
+        if device is None:
+            device = ("cuda:%d" % torch.cuda.current_device()) if torch.cuda.is_available() \
+                else "cpu"
+        dt = dtype if dtype is not None else torch.get_default_dtype()
+        for t, l, _ in plan:
+            fixed[(t, l)] = torch.empty((max_tokens,) + widths[t], dtype=dt, device=device)
+    elif isinstance(buffers, dict):
+        fixed = {(t, l): buffers[(t, l)] for t, l, _ in plan}
+    for (t, l), b in fixed.items():
+        _mark_static(torch, b)
+        att.buffers[(t, l, tuple(b.shape), b.dtype)] = b
+    for t, l, mod in plan:
+        att._handles.append(mod.register_forward_hook(_forward_hook(
+            att, torch, ops, t, l, ids[(t, l)], fixed.get((t, l)),
+            buffers if callable(buffers) else None, select)))
+    if check_captures:
+        w = _watch_of(agent)
+        w.attached += 1
+        w.restart()
+        att._watched = True
     return att
 
 
-def _forward_hook(att, torch, hook_type, layer, buffers, select, method):
-    agent = att.agent
-    hook = (hook_type, layer)
+def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
+    op = torch.ops.graphtoggle.tap
+    tap = ops.tap
+    compiling = torch.compiler.is_compiling
+    shapes = {}  # without a declared buffer: (shape, dtype) -> buffer
+    missing = None if buf is not None else torch.empty(0)  # made now, outside compile
+
+    def new_buffer(x):
+        # outside a capture (torch's warm-up runs): make the buffer for this shape here.  A
+        # buffer made inside the capture comes from the graph's private pool and can reuse
+        # a block an earlier kernel of the same graph writes (seen on the H200: every
+        # "disabled" producer's buffer changed at each replay).
+        if _capture_query(torch) and make is None:
+            raise InvalidArgumentError(
+                "no monitor buffer for %s:%d with shape %s: run the model once outside the "
+                "capture with this batch size first (torch's warm-up before capture), or "
+                "declare buffers (attach(..., max_tokens=N, width=...)) or pass buffers="
+                % (hook_type, layer, tuple(x.shape)))
+        b = make(hook_type, layer, x) if make is not None else \
+            torch.empty_like(x, memory_format=torch.contiguous_format)
+        _mark_static(torch, b)
+        shapes[(tuple(x.shape), x.dtype)] = b
+        att.buffers[(hook_type, layer, tuple(x.shape), x.dtype)] = b
+        return b
 
     def fn(module, args, output):
-        x = select(output) if select else (output[0] if isinstance(output, (tuple, list))
-                                           else output)
-        key = (hook_type, layer, tuple(x.shape), x.dtype)
-        if not torch.cuda.is_current_stream_capturing():
-            # outside a capture (torch's warm-up runs): make the buffer for this shape here.
-            # A buffer made inside the capture comes from the graph's private pool and can
-            # reuse a block an earlier kernel of the same graph writes (seen on the H200:
-            # every "disabled" producer's buffer changed at each replay).
-            if buffers is None and key not in att.buffers:
-                att.buffers[key] = torch.empty_like(x, memory_format=torch.contiguous_format)
+        x = select(output) if select is not None else (
+            output[0] if isinstance(output, (tuple, list)) else output)
+        b = buf
+        if compiling():
+            # traced by torch.compile: only the op call (buffers are made outside).  A
+            # shape without a buffer gets the empty placeholder, which the op's fake
+            # implementation refuses at trace time, naming the fix (a raise here would
+            # not trace)
+            if b is None:
+                b = shapes.get((tuple(x.shape), x.dtype), missing)
+            op(x, b, hid)
             return None
-        if buffers is None:
-            buf = att.buffers.get(key)
-            if buf is None:
-                raise InvalidArgumentError(
-                    "no monitor buffer for %s:%d with shape %s: run the model once outside the "
-                    "capture with this batch size first (torch's warm-up before capture), or "
-                    "pass buffers= to attach()" % (hook_type, layer, tuple(x.shape)))
-        else:
-            buf = buffers(hook_type, layer, x) if callable(buffers) else buffers[hook]
-            att.buffers[key] = buf
-        if method == "copy_out":
-            agent.copy_out(x, buf, hook)
-        else:
-            with agent.producer(hook):
-                torch.mul(x, 1, out=buf.view(x.shape))
+        if b is None:
+            b = shapes.get((tuple(x.shape), x.dtype))
+            if b is None:
+                b = new_buffer(x)
+        tap(x, b, hid)  # the op's eager body, without the dispatcher
         return None
 
     return fn
 
 
 __all__ = ["capture", "replay", "patch", "unpatch", "patched", "Patch", "attach", "Attachment",
-           "copy_geometry"]
+           "copy_geometry", "hook_id", "register_op"]

@@ -69,6 +69,39 @@ def test_missing_library_names_the_fix():
     assert "GRAPHTOGGLE_LIB" in r.stderr
 
 
+def test_unrelated_library_is_named_not_old():
+    """GRAPHTOGGLE_LIB at a shared library that is not libtoggle (libz here, any will do):
+    said so, not 'older than this package' with a list of every function (issue 25)."""
+    import ctypes.util
+    other = ctypes.util.find_library("z") or ctypes.util.find_library("m")
+    if other is None:
+        pytest.skip("no libz or libm to stand for an unrelated library")
+    path = None
+    for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
+              "/lib", "/usr/lib", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu"):
+        if os.path.exists(os.path.join(d, other)):
+            path = os.path.join(d, other)
+            break
+    if path is None:
+        pytest.skip("%s not found in the usual library folders" % other)
+    r = _fresh_import({"GRAPHTOGGLE_LIB": path})
+    assert r.returncode != 0
+    assert "is not libtoggle" in r.stderr, r.stderr[-400:]
+    assert "older than this package" not in r.stderr
+    assert "toggle_graph_launch" not in r.stderr  # no list of the functions it lacks
+
+
+def test_unloadable_library_names_the_fix(tmp_path):
+    """A file that exists but cannot be loaded (not an ELF of this machine): the loader's
+    text, then what to do about it."""
+    bad = tmp_path / "libtoggle.so"
+    bad.write_bytes(b"\x7fELF" + b"\x00" * 60)
+    r = _fresh_import({"GRAPHTOGGLE_LIB": str(bad)})
+    assert r.returncode != 0
+    assert "cannot load" in r.stderr and "build libtoggle on this machine" in r.stderr, \
+        r.stderr[-400:]
+
+
 def test_wrong_library_version_names_the_fix():
     code = ("import graphtoggle._lib as L; L.API_MAJOR = 7\n"
             "try:\n    L.lib()\nexcept L.LibraryError as e:\n    print('ERR', e)\n")

@@ -4,6 +4,7 @@ agents (build/examples/demo_agent), every answer cross-checked against
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -386,12 +387,14 @@ def test_relative_steps_encoding(c):
         return real(field, msg, want, timeout)
     c._call = spy
     try:
-        c.submit_plan({"+10": "all", 500000: "none"})
-    except (errors.InvalidArgumentError, errors.LatePlanError):
-        pass  # the daemon's answer is test_plan_relative's business
+        for plan in ({"+10": "all"}, {500000: "none"}):
+            try:
+                c.submit_plan(plan)
+            except (errors.InvalidArgumentError, errors.LatePlanError):
+                pass  # the daemon's answer is test_plan_relative's business
     finally:
         c._call = real
-    e = {x.spec: x for x in sent[0].entries}
+    e = {x.spec: x for m in sent for x in m.entries}
     assert (e["all"].step, e["all"].after) == (-1, 10)
     assert (e["none"].step, e["none"].after) == (500000, 0)
     with pytest.raises(ValueError):
@@ -431,3 +434,193 @@ def test_orchestrator_example(daemon):
     assert "planned eng-a steps" in r.stdout
     assert "with another set" in r.stdout and ", 0 with another set" in r.stdout
     assert "0 entries left" in r.stdout
+
+
+# ---- issue 25 item 5: the client checks, reports and refuses as togglectl does ----
+
+def test_trust_listed_is_peer_trusts_rule():
+    """tgp_trust_listed's cases (tests/check_peer.c), in Python."""
+    from graphtoggle.client.client import trust_listed
+    assert trust_listed("65534", 65534) == 1
+    assert trust_listed("1,2,65534", 65534) == 1
+    assert trust_listed("0", 0) == 1
+    assert trust_listed("4294967294", 4294967294) == 1
+    assert trust_listed("65534", 6553) == 0
+    assert trust_listed("6553", 65534) == 0
+    assert trust_listed("", 65534) == 0 and trust_listed(None, 65534) == 0
+    assert trust_listed(",".join(str(i) for i in range(1, 17)), 16) == 1
+    for bad in ("x", ",", "1,", ",1", "1,,2", " 1", "1 ", "+1", "-1", "0x10", "4294967295",
+                "00000000001", "1;2", ",".join(str(i) for i in range(1, 18)), "\u0661", "1" * 256):
+        assert trust_listed(bad, 1) == -1, bad
+
+
+SQUAT_UID = 65534
+SQUATTER = r"""
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4)
+print("ready", flush=True)
+while True:
+    conn, _ = s.accept()
+    conn.settimeout(2)
+    try:
+        data = conn.recv(65536)
+    except OSError:
+        data = b""
+    print("got %d" % len(data), flush=True)
+    conn.close()
+"""
+
+
+@pytest.fixture
+def squatter(tmp_path):
+    """A listener run by uid 65534 at a socket path: another local user's."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to listen as uid %d" % SQUAT_UID)
+    d = tempfile.mkdtemp(prefix="tgsquat.")
+    os.chmod(d, 0o777)
+    path = os.path.join(d, "toggled.sock")
+    p = subprocess.Popen([sys.executable, "-c", SQUATTER, path], user=SQUAT_UID,
+                         stdout=subprocess.PIPE, text=True, env=PROG_ENV)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        yield path, p
+    finally:
+        p.kill()
+        p.wait(10)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_peer_check_refuses_another_users_listener(squatter, monkeypatch):
+    """Before a byte is sent, the listener's SO_PEERCRED: not root, not us and not
+    in TOGGLE_DAEMON_UID is refused with togglectl's words (tgclient.c)."""
+    path, p = squatter
+    monkeypatch.delenv("TOGGLE_DAEMON_UID", raising=False)
+    with pytest.raises(errors.PermissionDeniedError) as e:
+        Client(path, timeout=5)
+    assert ("%s is served by uid %d" % (path, SQUAT_UID)) in str(e.value), str(e.value)
+    assert ("set TOGGLE_DAEMON_UID=%d" % SQUAT_UID) in str(e.value)
+    assert p.stdout.readline().strip() == "got 0"  # nothing was sent to it
+    # togglectl refuses it the same way
+    r = subprocess.run([TOGGLECTL, "-s", path, "status"], capture_output=True, text=True,
+                       timeout=20, env={k: v for k, v in PROG_ENV.items()
+                                        if k != "TOGGLE_DAEMON_UID"})
+    assert r.returncode != 0 and ("set TOGGLE_DAEMON_UID=%d" % SQUAT_UID) in r.stderr, r.stderr
+    assert p.stdout.readline().strip() == "got 0"
+    # a malformed list trusts nobody, and says so
+    monkeypatch.setenv("TOGGLE_DAEMON_UID", "%d " % SQUAT_UID)
+    with pytest.raises(errors.PermissionDeniedError, match="TOGGLE_DAEMON_UID is malformed"):
+        Client(path, timeout=5)
+    assert p.stdout.readline().strip() == "got 0"
+    # listed: the check passes and the hello goes out (the squatter then hangs up)
+    monkeypatch.setenv("TOGGLE_DAEMON_UID", "1,%d" % SQUAT_UID)
+    with pytest.raises(errors.GraphToggleError) as e:
+        Client(path, timeout=5)
+    assert not isinstance(e.value, errors.PermissionDeniedError), str(e.value)
+    got = int(p.stdout.readline().split()[1])
+    assert got > 0, "the trusted listener got no hello"
+
+
+def _other_catalog_agent(daemon, name):
+    """A Python agent (simulator) whose catalog has none of demo_agent's hook types."""
+    from graphtoggle import Agent
+    a = Agent(name, hooks={"only_here": 2}, backend="sim", socket=daemon.sock)
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        if name in {x["name"] for x in daemon.ctl_json("agents")["agents"]}:
+            return a
+        time.sleep(0.02)
+    a.close()
+    raise AssertionError("%s did not register" % name)
+
+
+def test_skipped_agents_are_returned(daemon, c):
+    """A default target's agents whose catalog refuses the spec are left out and
+    named: set() returns them in .skipped, submit_plan() and plan() return them
+    (togglectl prints 'left out agent ...')."""
+    a = _other_catalog_agent(daemon, "py-other")
+    try:
+        other = c.agent("py-other")
+        res = c.set("resid_post:0-1")
+        assert set(res) == {c.agent("eng-a").agent_id, c.agent("eng-b").agent_id}
+        assert len(res.skipped) == 1 and "py-other" in res.skipped[0], res.skipped
+        assert ("id %d" % other.agent_id) in res.skipped[0]
+        assert c.agent("py-other").control_version == other.control_version
+        r = daemon.ctl("set", "resid_post:0-1", check=False)
+        assert "left out agent " + res.skipped[0] in r.stderr, r.stderr
+        far = c.agent("eng-a").step + 1000000
+        skipped = c.submit_plan({far: "resid_post:2"})
+        assert len(skipped) == 1 and "py-other" in skipped[0], skipped
+        assert c.plan(far + 1, 70, "resid_post:3") == skipped  # 2 requests, named once
+        c.clear_plan()
+    finally:
+        a.close()
+
+
+def test_wait_timeout_says_the_set_was_accepted(daemon, c):
+    """A set whose wait ran out was accepted, saved and is in force: the error
+    says so (.accepted True), as togglectl does (exit 4)."""
+    a = _other_catalog_agent(daemon, "py-idle")  # registered, never replays
+    try:
+        target = c.agent("py-idle").agent_id
+        with pytest.raises(errors.TimedOutError) as e:
+            c.set("only_here:1", target=target, wait=0.3)
+        assert e.value.accepted is True
+        assert "set accepted and saved, but not yet applied everywhere" in str(e.value)
+        assert e.value.agents == ["py-idle"] and e.value.agent_ids == [target]
+        assert c.agent("py-idle").enabled == "only_here:1"  # in force
+        r = daemon.ctl("-t", "agent:%d" % target, "set", "only_here:0", "--wait=300ms",
+                       check=False)
+        assert r.returncode == 4 and "set accepted and saved" in r.stdout + r.stderr, r
+    finally:
+        a.close()
+
+
+def test_no_reply_says_acceptance_is_unknown(tmp_path):
+    """A daemon that never answers a set: the timeout says whether it was accepted
+    is unknown (.accepted None); a read-only request's timeout does not."""
+    path = str(tmp_path / "mute.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(1)
+    hello = pb.Envelope(id=1, hello_reply=pb.HelloReply(protocol_version=2)).SerializeToString()
+
+    def serve():
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.sendall(struct.pack("!I", len(hello)) + hello)
+        time.sleep(3)
+        conn.close()
+    import threading
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    cl = Client(path, timeout=0.3)
+    with pytest.raises(errors.TimedOutError) as e:
+        cl.set("all")
+    assert e.value.accepted is None
+    assert "whether toggled accepted it is unknown" in str(e.value), str(e.value)
+    with pytest.raises(errors.TimedOutError) as e:
+        cl.status()
+    assert "accepted" not in str(e.value) and not hasattr(e.value, "accepted")
+    cl.close()
+    srv.close()
+
+
+def test_mixed_plan_refused_as_togglectl_does(daemon, c):
+    """A plan mixing absolute and "+N" steps, a step twice, or "+0": refused
+    before anything is sent, as togglectl refuses the same plan."""
+    a = c.agent("eng-a")
+    far = a.step + 1000000
+    cases = [([(far, "all"), ("+5", "none")], "not both"),
+             ([("+5", "all"), (far, "none")], "not both"),
+             ([(far, "all"), (far, "none")], "already planned by entry 0"),
+             ([("+0", "all")], 'must be "+N" with N from 1'),
+             ([("+1x", "all")], 'must be "+N" with N from 1')]
+    for entries, why in cases:
+        with pytest.raises(ValueError, match=re.escape(why)):
+            c.submit_plan(entries, target=a.agent_id)
+        plan = json.dumps([{"step": st, "hooks": sp} for st, sp in entries])
+        r = subprocess.run([TOGGLECTL, "-s", daemon.sock, "-t", "agent:%d" % a.agent_id, "plan",
+                            "submit", "-"], input=plan, capture_output=True, text=True,
+                           timeout=20, env=PROG_ENV)
+        assert r.returncode == 2 and why.split()[0] in r.stderr, (entries, r.stderr)
+    assert c.show_plan(a.agent_id).get(a.agent_id, []) == []

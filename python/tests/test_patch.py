@@ -12,7 +12,9 @@ import graphtoggle
 import graphtoggle.torch as gtt
 from graphtoggle import Agent
 
-assert getattr(torch, "FAKE", False), "these tests run on tests/fake_torch"
+if not getattr(torch, "FAKE", False):
+    pytest.skip("these tests run on tests/fake_torch (GRAPHTOGGLE_TEST_TORCH=real gave the "
+                "real torch)", allow_module_level=True)
 
 HOOKS = {"resid_post": 3, "mlp_out": 3}
 SIM = torch.cuda.sim()
@@ -443,11 +445,11 @@ def _runs_the_bare_exec(a, how):
 
 
 @pytest.mark.parametrize("how", ["patch", "capture"])
-def test_default_replay_builds_no_bare_exec(agent, how):
-    """The default (random_ops=True: prepare + torch's own replay) never runs a bare exec, so
-    the default Agent (bare_exec=None) builds none for it; producers follow every set."""
+def test_random_ops_true_builds_no_bare_exec(agent, how):
+    """random_ops=True (prepare + torch's own replay at every replay) never runs a bare exec,
+    so the default Agent (bare_exec=None) builds none for it; producers follow every set."""
     m = Model(agent)
-    g, owner = _capture_how(agent, m, how, None)
+    g, owner = _capture_how(agent, m, how, True)
     graph = g.raw_cuda_graph()
     assert not agent.graph_status(graph)["bare_exec"]
     assert agent.stats()["bare_builds"] == 0
@@ -465,6 +467,88 @@ def test_default_replay_builds_no_bare_exec(agent, how):
     assert agent.stats()["bare_builds"] == 0
     if owner:
         owner.end()
+
+
+@pytest.mark.parametrize("how", ["patch", "capture"])
+def test_default_is_automatic(agent, how):
+    """The default (random_ops=None): a graph without random ops gets its bare exec at the
+    bind, its first replay is torch's own (the check), then all-off steps run the bare
+    exec through toggle_graph_launch (issue 23, item 6: zero cost by default)."""
+    m = Model(agent)
+    g, owner = _capture_how(agent, m, how, None)
+    graph = g.raw_cuda_graph()
+    assert agent.graph_status(graph)["bare_exec"]
+    offset = torch._C.default_generator.offset
+    bare = 0
+    for step, spec in enumerate(WALK):
+        agent.set_enabled(spec)
+        eff = agent.step(step)
+        del m.ran[:]
+        _replay_how(agent, g, how)
+        assert set(m.ran) == eff.to_set(), (step, spec)
+        fits = spec == "none" and step > 0
+        assert agent.graph_status(graph)["bare_running"] is fits, (step, spec)
+        bare += fits
+    assert agent.graph_status(graph)["bare_replays"] == bare == 4
+    assert torch._C.default_generator.offset == offset
+    if owner:
+        owner.end()
+
+
+@pytest.mark.parametrize("how", ["patch", "capture"])
+def test_default_keeps_torch_replay_for_random_graphs(agent, how):
+    """The default with a graph that draws random numbers: the first replay (torch's own)
+    sees the generator advance, raises nothing, drops the bare exec; every replay is then
+    torch's own (new numbers each time, torch's own sequence) with the step's producers."""
+    m = Model(agent)
+    torch.manual_seed(7)
+    ref = torch.cuda.CUDAGraph(keep_graph=True)
+    fwd, ref_out = _capture_random(m, producers=False)
+    with torch.cuda.graph(ref):
+        fwd()
+    want = []
+    for _ in range(len(WALK)):
+        ref.replay()
+        want.append(tuple(ref_out["a"].data) + tuple(ref_out["b"].data))
+    torch.manual_seed(7)
+    fwd, out = _capture_random(m, producers=True)
+    g, owner = _capture_how(agent, m, how, None, fwd)
+    graph = g.raw_cuda_graph()
+    got = []
+    for step, spec in enumerate(WALK):
+        agent.set_enabled(spec)
+        eff = agent.step(step)
+        del m.ran[:]
+        _replay_how(agent, g, how)
+        assert set(m.ran) == eff.to_set()
+        got.append(tuple(out["a"].data) + tuple(out["b"].data))
+    assert got == want
+    st = agent.graph_status(graph)
+    assert not st["bare_exec"] and st["bare_replays"] == 0
+    if owner:
+        owner.end()
+
+
+def test_default_keeps_torch_replay_for_registered_generators(agent):
+    """A capture that registered a generator (CUDA Graph Trees register the ones compiled
+    code passes in): the default never takes the launch path for it (the offset check
+    cannot see that generator)."""
+    m = Model(agent)
+    with gtt.patch(agent):
+        g = torch.cuda.CUDAGraph()
+        g.register_generator_state(torch.Generator())
+        with torch.cuda.graph(g):
+            m.forward()
+        graph = g.raw_cuda_graph()
+        assert not agent.graph_status(graph)["bare_exec"]
+        for step, spec in enumerate(WALK):
+            agent.set_enabled(spec)
+            eff = agent.step(step)
+            del m.ran[:]
+            g.replay()
+            assert set(m.ran) == eff.to_set()
+        assert agent.graph_status(graph)["bare_replays"] == 0
+        assert agent.stats()["launches"] == len(WALK)
 
 
 @pytest.mark.parametrize("bare_exec", [True, False])
@@ -490,11 +574,11 @@ def test_bare_exec_explicit_keyword_with_torch(bare_exec):
 
 
 def test_random_ops_false_at_replay(agent):
-    """random_ops=False given at replay to a graph captured with the default: the check
+    """random_ops=False given at replay to a graph captured with random_ops=True: the check
     replay, then the bare exec is built and runs at all-off steps; a later default replay
     goes back to prepare + torch's replay (the main exec) with the right producers."""
     m = Model(agent)
-    g, _ = _capture_how(agent, m, "capture", None)
+    g, _ = _capture_how(agent, m, "capture", True)
     graph = g.raw_cuda_graph()
     assert not agent.graph_status(graph)["bare_exec"]
     agent.set_enabled("none")
@@ -573,6 +657,9 @@ def test_random_ops_keyword_checked(agent):
     g, _ = _capture_how(agent, m, "capture", None)
     with pytest.raises(graphtoggle.InvalidArgumentError, match="random_ops"):
         agent.replay(g, random_ops=1)
+    with gtt.patch(agent, random_ops=True):
+        with pytest.raises(graphtoggle.InvalidArgumentError, match="must agree"):
+            gtt.patch(agent)
     with gtt.patch(agent, random_ops=False):
         with pytest.raises(graphtoggle.InvalidArgumentError, match="must agree"):
             gtt.patch(agent)

@@ -213,7 +213,7 @@ ctl frobnicate
 expect_rc 2 "unknown command" && expect_in err "commands: status, agents" "unknown command"
 ctl --target bogus agents
 expect_rc 2 "bad --target" &&
-	expect_in err "all, agent:ID, pid:PID, group:NAME, or a bare agent ID" "bad selector forms"
+	expect_in err "all, agent:ID, name:NAME, pid:PID, group:NAME, or a bare agent ID" "bad selector forms"
 ctl graphs pid:abc
 expect_rc 2 "bad SELECTOR argument" && expect_in err "bad selector 'pid:abc'" "bad selector named"
 ctl hooks 'group:a/b'
@@ -226,6 +226,10 @@ ctl --target 1 status
 expect_rc 2 "status takes no target"
 ctl --wait status
 expect_rc 2 "--wait on status" && expect_in err "--wait applies to enable, disable and set" "--wait"
+ctl set resid_post:1 --wait 2s
+expect_rc 2 "--wait 2s (a separate value)" &&
+	expect_in err "'2s' is a duration, not a hook spec: --wait takes its timeout after '=' (--wait=2s)" \
+		"--wait 2s says how to write it"
 ctl --wait=3x enable resid_post
 expect_rc 2 "bad --wait" && expect_in err "500ms, 2s or 1m" "bad --wait"
 ctl --timeout 0 status
@@ -248,6 +252,8 @@ expect_empty err "usage error in JSON mode"
 
 ctl_raw --help
 expect_rc 0 "--help" && golden help raw
+ctl_raw help
+expect_rc 0 "togglectl help" && golden help raw
 ctl_raw --version
 expect_rc 0 "--version" && expect_in out "togglectl " "--version" && expect_in out "(protocol 2)" "--version"
 
@@ -298,7 +304,7 @@ ctl set resid_post:0-3 attn_out:5 --wait
 expect_rc 0 "set --wait" && golden set 1 2 && expect_aligned "set --wait"
 ctl hooks
 expect_rc 0 "hooks" && golden hooks 1 && expect_aligned "hooks"
-for sel in 1 agent:1 group:demo "pid:$APID" all; do
+for sel in 1 agent:1 name:demo-engine group:demo "pid:$APID" all; do
 	ctl hooks "$sel"
 	expect_rc 0 "hooks $sel" && golden hooks 1
 	ctl --target "$sel" hooks
@@ -308,6 +314,13 @@ ctl hooks --json
 expect_rc 0 "options after the command" && pyjson "options after the command" "assert len(d['agents']) == 1"
 ctl hooks group:nosuch
 expect_rc 1 "hooks of an unknown group" && expect_in err "no agent matches" "ENOAGENT"
+ctl hooks name:nosuch
+expect_rc 1 "hooks of an unknown name" &&
+	expect_in err "no agent called 'nosuch' (togglectl agents lists them)" "name: ENOAGENT"
+ctl --json -t name:nosuch set none
+expect_rc 1 "set to an unknown name (json)" && expect_json_error "set to an unknown name" ENOAGENT
+ctl hooks 'name:a/b'
+expect_rc 2 "bad name selector" && expect_in err "an agent name is 1 to 63" "bad name selector"
 ctl --json hooks
 expect_rc 0 "hooks (json)" && pyjson "hooks (json)" "
 a, = d['agents']

@@ -52,6 +52,10 @@ else
 	fail "external program does not build from '$cflags $libs'"
 fi
 
+# togglectl's bash completion, where bash-completion looks for it.
+comp=$ROOT/share/bash-completion/completions/togglectl
+if [ -s "$comp" ] && bash -n "$comp"; then ok "bash completion installed"; else fail "no bash completion at $comp"; fi
+
 # What the installed man pages point at is installed.
 for m in "$ROOT"/share/man/man*/*; do
 	for p in $(grep -o "$PREFIX/[A-Za-z0-9_./-]*[A-Za-z0-9_]" "$m" | sort -u); do

@@ -21,6 +21,10 @@ B = os.environ.get("B", "build")
 TOGGLED = os.environ.get("TOGGLED", os.path.join(B, "toggled-san"))
 TOGGLECTL = os.path.join(B, "togglectl")
 DEMO = os.path.join(B, "examples", "demo_agent")
+# toggled answers scrapes within this long of a render from that render's text
+# (metrics.c, METRICS_CACHE_MS): a scrape that must see what came before it waits
+# that long after the previous one.
+CACHE_S = 0.25
 
 
 class Env:
@@ -30,6 +34,7 @@ class Env:
         self.logpath = os.path.join(self.dir, "toggled.log")
         self.metrics = metrics.replace("DIR", self.dir)
         self.agents = []
+        self.last_scrape = 0.0
         self.start()
 
     def start(self):
@@ -99,7 +104,11 @@ class Env:
             return e.code, e.headers.get("Content-Type", ""), e.read().decode()
 
     def scrape(self):
+        wait = self.last_scrape + CACHE_S + 0.02 - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
         status, ctype, body = self.get()
+        self.last_scrape = time.monotonic()
         assert status == 200, body
         assert ctype.startswith("text/plain; version=0.0.4")
         out = {}

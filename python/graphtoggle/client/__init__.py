@@ -10,16 +10,16 @@
             for ev in w:
                 print(ev)
 
-Messages are the classes generated from proto/toggle.proto (graphtoggle.client.pb);
+Messages are the classes generated from proto/graphtoggle/v1/toggle.proto (graphtoggle.client.pb);
 errors are graphtoggle's exception classes, one per error code (SpecError,
 NoAgentError, LatePlanError, ...), with .agents and .agent_ids.  Needs no
 libtoggle, only the protobuf runtime.
 """
 
 from ._wire import PROTOCOL_VERSION, pb
-from .client import (MAX_PLAN_ENTRIES, Client, Event, Watch, default_socket_path,
+from .client import (MAX_PLAN_ENTRIES, Client, Event, SetResult, Watch, default_socket_path,
                      selector)
 from .errors import ClientProtocolError, UnimplementedError
 
-__all__ = ["Client", "Watch", "Event", "selector", "default_socket_path", "pb",
+__all__ = ["Client", "Watch", "Event", "SetResult", "selector", "default_socket_path", "pb",
            "PROTOCOL_VERSION", "MAX_PLAN_ENTRIES", "UnimplementedError", "ClientProtocolError"]

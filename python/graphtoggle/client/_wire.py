@@ -1,20 +1,54 @@
 """Framing and the generated messages (docs/protocol.md).
 
-toggle_pb2 is generated from proto/toggle.proto at build time (`make
-python-client`, protoc from Debian's protobuf-compiler): it then always
-matches the schema of this checkout and the protobuf runtime installed with
-that protoc (python3-protobuf), which a committed copy would not.
+toggle_pb2 is generated from proto/graphtoggle/v1/toggle.proto at build
+time, never committed: by the wheel's build (python/setup.py, which also
+writes _build.py: the protoc used and the oldest protobuf runtime its code
+loads with) or, in a source checkout, by `make python-client`.  It then
+always matches the schema it was built from and the runtime declared by the
+"client" extra (pip install 'graphtoggle[client]').  Each way it can fail
+to load says what to do.
 """
 
+import importlib.util
+import re
 import socket
 import struct
 
 try:
-    from . import toggle_pb2 as pb
-except ImportError as e:  # pragma: no cover - a build step was skipped
+    from . import _build
+except ImportError:  # a source checkout (PYTHONPATH=python): no wheel build ran
+    _build = None
+
+_FIX = "pip install 'graphtoggle[client]' (Debian: apt-get install python3-protobuf)"
+
+
+def _version(text):
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+try:
+    import google.protobuf as _protobuf
+except ImportError:
+    raise ImportError("graphtoggle.client needs the protobuf runtime, which is not installed: "
+                      + _FIX) from None
+if _build is not None and _version(_protobuf.__version__) < _version(_build.PROTOBUF_MIN):
     raise ImportError(
-        "graphtoggle.client: toggle_pb2 is missing or does not load (%s); run `make python-client` "
-        "(protoc from protobuf-compiler, python3-protobuf)" % e) from None
+        "graphtoggle.client: protobuf %s is older than %s, the oldest runtime that loads the "
+        "messages %s generated: pip install -U 'protobuf>=%s'"
+        % (_protobuf.__version__, _build.PROTOBUF_MIN, _build.PROTOC, _build.PROTOBUF_MIN))
+if importlib.util.find_spec(__package__ + ".toggle_pb2") is None:
+    raise ImportError(
+        "graphtoggle.client: its messages (toggle_pb2.py) were not built: in a source "
+        "checkout run `make python-client` (protoc from protobuf-compiler); an installed "
+        "package has them (pip builds them), reinstall it")
+try:
+    from . import toggle_pb2 as pb
+except Exception as e:  # a runtime that cannot load this generated code
+    raise ImportError(
+        "graphtoggle.client: its messages do not load with protobuf %s (%s: %s): install "
+        "the runtime of the protoc that generated them (%s), e.g. pip install -U protobuf"
+        % (_protobuf.__version__, type(e).__name__, e,
+           _build.PROTOC if _build else "make python-client's")) from None
 
 PROTOCOL_VERSION = 2          # TGP_PROTOCOL_VERSION of this schema
 MAX_FRAME = 1 << 20           # TGP_MAX_FRAME

@@ -8,6 +8,7 @@ that arrive on a watching connection are handed to its Watch.
 
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -16,6 +17,18 @@ from ._wire import MAX_FRAME, PROTOCOL_VERSION, Reader, encode, pb
 
 MAX_PLAN_ENTRIES = 64  # TGP_MAX_PLAN_ENTRIES: entries of one SubmitPlanRequest
 MAX_WAIT_MS = 600000   # TGP_MAX_WAIT_MS
+MAX_PLAN_AFTER = 1 << 40  # TGP_MAX_PLAN_AFTER: the largest relative step "+N"
+
+# Who may listen at the socket: peer_trust.h's rule, variable and messages
+# (togglectl and libtoggle apply the same before sending a byte).
+TRUST_ENV = "TOGGLE_DAEMON_UID"  # TGP_TRUST_ENV
+TRUST_ENV_MAX = 255              # TGP_TRUST_ENV_MAX: bytes of its value
+TRUST_MAX_UIDS = 16              # TGP_TRUST_MAX_UIDS
+_UCRED = struct.Struct("iII")    # struct ucred: pid_t pid, uid_t uid, gid_t gid
+
+# Requests that change state: a reply that never came leaves unknown
+# whether toggled applied them.
+_MUTATING = ("set_enabled", "submit_plan", "clear_plan")
 
 _OPS = {"replace": pb.SET_OP_REPLACE, "add": pb.SET_OP_ADD, "remove": pb.SET_OP_REMOVE}
 
@@ -69,6 +82,87 @@ def selector(target=None, *, agent_id=None, pid=None, group=None):
     return s
 
 
+def trust_listed(value, uid):
+    """Is uid in value ("uid[,uid...]", at most 16 decimal uids, no blanks,
+    4294967295 excluded)?  1 listed, 0 not (an empty value is an unset one),
+    -1 malformed (a malformed list trusts nobody).  tgp_trust_listed's rule."""
+    if value is None:
+        return 0
+    raw = value.encode("utf-8", "surrogateescape")
+    if not raw:
+        return 0
+    if len(raw) > TRUST_ENV_MAX:
+        return -1
+    parts = raw.split(b",")
+    if len(parts) > TRUST_MAX_UIDS:
+        return -1
+    found = 0
+    for part in parts:
+        if not part or len(part) > 10 or any(ch not in b"0123456789" for ch in part):
+            return -1
+        v = int(part)
+        if v >= 0xFFFFFFFF:
+            return -1
+        if v == uid:
+            found = 1
+    return found
+
+
+def peer_check(sock, path):
+    """Refuse a listener at path that is not root, our effective uid or a uid in
+    $TOGGLE_DAEMON_UID (tgp_peer_trusted: the same rule and messages), before a
+    byte is sent: another local user's listener (a pre-created /tmp/toggle-UID,
+    a mistyped path) would otherwise answer for toggled.  PermissionDeniedError
+    when refused, IOFailureError without credentials."""
+    try:
+        pid, uid, _gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                       _UCRED.size))
+    except (OSError, struct.error) as e:
+        raise errors._errors.error_for(
+            -23, "cannot read the credentials of the listener at %s: %s" % (path, e)) from None
+    me = os.geteuid()
+    if uid == 0 or uid == me:
+        return
+    listed = trust_listed(os.environ.get(TRUST_ENV), uid)
+    if listed == 1:
+        return
+    if listed < 0:
+        why = ("%s is served by uid %u (pid %d), not root or uid %u, and %s is malformed "
+               "(want uid[,uid], at most %d): refused" % (path, uid, pid, me, TRUST_ENV,
+                                                           TRUST_MAX_UIDS))
+    else:
+        why = ("%s is served by uid %u (pid %d), not root, uid %u or %s: refused; if it is "
+               "your daemon, set %s=%u" % (path, uid, pid, me, TRUST_ENV, TRUST_ENV, uid))
+    raise errors._errors.error_for(-16, why)
+
+
+def parse_step(step):
+    """A plan step: an absolute step (int >= 0) -> (step, 0), or "+N" (1 <= N <=
+    2**40, N steps after each target's current step) -> (-1, N); ValueError
+    otherwise, with togglectl's words."""
+    if isinstance(step, str):
+        digits = step[1:]
+        if not step.startswith("+") or not digits or any(ch not in "0123456789" for ch in digits) \
+                or not 1 <= int(digits) <= MAX_PLAN_AFTER:
+            raise ValueError('relative step %r must be "+N" with N from 1 to %d'
+                             % (step[:32], MAX_PLAN_AFTER))
+        return -1, int(digits)
+    if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+        return step, 0
+    raise ValueError("plan step: an int >= 0 or '+N', not %r" % (step,))
+
+
+class SetResult(dict):
+    """What set_enabled() returns: {agent_id: control version} of every agent
+    changed, and .skipped: the agents of a default (all-agents) target whose
+    catalog refused the spec and that were left as they were, as toggled names
+    them ("name (id N): reason")."""
+
+    def __init__(self, versions, skipped):
+        super().__init__(versions)
+        self.skipped = list(skipped)
+
+
 class Event:
     """An Event from a watch: kind (a name, or "unknown(N)" for a kind newer than
     this schema), kind_number, agent_id, agent_name, version, step, message, unix_ms."""
@@ -112,6 +206,12 @@ class Client:
             raise errors._errors.error_for(
                 -22, "cannot connect to toggled at %s: %s (is it running? --socket, $TOGGLE_SOCKET)"
                 % (self.path, e.strerror or e)) from None
+        try:
+            peer_check(self._sock, self.path)
+        except BaseException:
+            self._sock.close()
+            self._sock = None
+            raise
         self._reader = Reader(self._sock)
         try:
             rep = self._call("hello", pb.HelloRequest(protocol_version=PROTOCOL_VERSION,
@@ -163,8 +263,16 @@ class Client:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise errors._errors.error_for(
-                        -19, "no reply to %s within %.1f s" % (field, limit))
+                    if field in _MUTATING:
+                        e = errors._errors.error_for(
+                            -19, "no reply to %s within %.1f s: whether toggled accepted it is "
+                            "unknown (list_agents() or togglectl agents shows what is in force)"
+                            % (field, limit))
+                        e.accepted = None
+                    else:
+                        e = errors._errors.error_for(
+                            -19, "no reply to %s within %.1f s" % (field, limit))
+                    raise e
                 try:
                     rep = self._reader.next(left)
                 except ConnectionError as e:
@@ -178,7 +286,18 @@ class Client:
                 if rep.id != rid and not (rep.id == 0 and body == "error"):
                     continue  # a late reply to a request that timed out
                 if body == "error":
-                    raise errors.from_reply(rep.error)
+                    e = errors.from_reply(rep.error)
+                    if (field == "set_enabled" and msg.wait_ms
+                            and rep.error.code == pb.ERROR_CODE_TIMEDOUT):
+                        # toggled answers a wait with TIMEDOUT only after it
+                        # changed, saved and wrote the set (togglectl: exit 3)
+                        e = errors._errors.error_for(
+                            -19, "set accepted and saved, but not yet applied everywhere: %s; "
+                            "it takes effect at their next step" % rep.error.message)
+                        e.message, e.agents = e.detail, list(rep.error.agents)
+                        e.agent_ids = list(rep.error.agent_ids)
+                        e.accepted = True
+                    raise e
                 if body != want:
                     raise self._broken("toggled answered %s with %s, not %s"
                                        % (field, body or "an unknown message", want))
@@ -225,8 +344,12 @@ class Client:
 
     def set_enabled(self, spec, op="replace", target=None, wait=None):
         """Change the standing set: op "replace", "add" or "remove".  wait: seconds
-        to wait until every target ran a replay with it (TimedOutError naming the
-        late agents otherwise).  Returns {agent_id: control version}."""
+        to wait until every target ran a replay with it; if one did not in time,
+        TimedOutError with .accepted True (the set is saved and in force; the
+        late agents, in .agents, run it from their next step).  A reply that
+        never came: TimedOutError with .accepted None (unknown).  Returns a
+        SetResult: {agent_id: control version}, and .skipped, the agents of the
+        default target whose catalog refused the spec."""
         if op not in _OPS:
             raise ValueError("op: one of %s, not %r" % (", ".join(_OPS), op))
         req = pb.SetEnabledRequest(target=selector(target), op=_OPS[op], spec=spec)
@@ -238,7 +361,7 @@ class Client:
             req.wait_ms = ms
             timeout = self.timeout + wait
         rep = self._call("set_enabled", req, "set_enabled_reply", timeout)
-        return {v.agent_id: v.version for v in rep.versions}
+        return SetResult({v.agent_id: v.version for v in rep.versions}, rep.skipped)
 
     def enable(self, spec, target=None, wait=None):
         return self.set_enabled(spec, "add", target, wait)
@@ -254,25 +377,33 @@ class Client:
         {step: spec} or (step, spec) pairs; step is an absolute step (int >= 0)
         or "+N", N steps after each target's current step, resolved by the
         daemon per agent (PlanEntry.after; NotSupportedError if this schema
-        lacks it)."""
+        lacks it).  A plan has absolute steps or relative ones, not both, and
+        names each step once (ValueError, as togglectl refuses them).  Returns
+        the agents of the default target left out (their catalog refused a
+        spec), as toggled names them."""
         items = list(entries.items()) if isinstance(entries, dict) else list(entries)
         if not 1 <= len(items) <= MAX_PLAN_ENTRIES:
             raise ValueError("a plan has 1 to %d entries, not %d" % (MAX_PLAN_ENTRIES, len(items)))
         req = pb.SubmitPlanRequest(target=selector(target))
-        for step, spec in items:
-            e = req.entries.add(spec=spec)
-            if isinstance(step, str) and step.startswith("+"):
-                if "after" not in pb.PlanEntry.DESCRIPTOR.fields_by_name:
-                    raise errors._errors.error_for(
-                        -13, "relative step %r: this schema has no PlanEntry.after "
-                        "(the daemon does not resolve relative steps)" % step)
-                e.step = -1
-                e.after = int(step[1:])
-            elif isinstance(step, int) and not isinstance(step, bool) and step >= 0:
-                e.step = step
-            else:
-                raise ValueError("plan step: an int >= 0 or '+N', not %r" % (step,))
-        self._call("submit_plan", req, "ack")
+        seen = {}
+        for i, (step, spec) in enumerate(items):
+            st, after = parse_step(step)
+            if i > 0 and (after != 0) != (req.entries[0].after != 0):
+                raise ValueError('plan entry %d: a plan has absolute steps (N) or relative ones '
+                                 '("+N"), not both' % i)
+            key = (st, after)
+            if key in seen:
+                raise ValueError("plan entry %d: step %s is already planned by entry %d"
+                                 % (i, "+%d" % after if after else st, seen[key]))
+            seen[key] = i
+            if after and "after" not in pb.PlanEntry.DESCRIPTOR.fields_by_name:
+                raise errors._errors.error_for(
+                    -13, "relative step %r: this schema has no PlanEntry.after "
+                    "(the daemon does not resolve relative steps)" % step)
+            e = req.entries.add(spec=spec, step=st)
+            if after:
+                e.after = after
+        return list(self._call("submit_plan", req, "ack").skipped)
 
     def plan(self, first, count, spec, target=None, relative=False, busy_timeout=None):
         """A plan for `count` consecutive steps from `first` (absolute), or from
@@ -280,24 +411,27 @@ class Client:
         step -> spec (given the absolute step, or the offset when relative).
         Sent in requests of 64 entries (the agent's plan ring); a request the
         ring has no room for yet (BusyError) is retried until busy_timeout
-        (default: the client's timeout).  Only each request is all or nothing."""
+        (default: the client's timeout).  Only each request is all or nothing.
+        Returns the agents left out (submit_plan), each named once."""
         if count < 1:
             raise ValueError("count must be >= 1")
         spec_of = spec if callable(spec) else (lambda _s: spec)
         steps = [first + i for i in range(count)]
         limit = self.timeout if busy_timeout is None else busy_timeout
+        skipped = []
         for k in range(0, count, MAX_PLAN_ENTRIES):
             chunk = steps[k:k + MAX_PLAN_ENTRIES]
             entries = [("+%d" % s if relative else s, spec_of(s)) for s in chunk]
             deadline = time.monotonic() + limit
             while True:
                 try:
-                    self.submit_plan(entries, target)
+                    skipped += [a for a in self.submit_plan(entries, target) if a not in skipped]
                     break
                 except errors._errors.BY_CODE[-21]:  # BusyError: ring full for now
                     if time.monotonic() >= deadline:
                         raise
                     time.sleep(0.005)
+        return skipped
 
     def clear_plan(self, target=None):
         """Forget the plan entries not yet begun."""
@@ -365,5 +499,5 @@ class Watch:
         self.close()
 
 
-__all__ = ["Client", "Watch", "Event", "selector", "default_socket_path", "MAX_PLAN_ENTRIES",
-           "MAX_FRAME"]
+__all__ = ["Client", "Watch", "Event", "SetResult", "selector", "default_socket_path",
+           "peer_check", "trust_listed", "MAX_PLAN_ENTRIES", "MAX_FRAME"]

@@ -12,8 +12,8 @@ like vLLM and SGLang sample outside the decode graph.
 
 Four graphs per batch size, timed in one run (the same process, interleaved):
   floor     captured without producers, torch's own replay (no agent)
-  nodes     producers all off as disabled nodes: agent.capture(g) and agent.replay(g),
-            the default random_ops=True path (toggle_graph_prepare + torch's replay)
+  nodes     producers all off as disabled nodes: agent.capture(g, random_ops=True) and
+            agent.replay(g), torch's own replay (toggle_graph_prepare + torch's replay)
   bare      producers all off through the producer-free exec: agent.capture(g,
             random_ops=False) and agent.replay(g, random_ops=False)
   on        the bare leg's graph with every producer on (its main exec)
@@ -181,7 +181,7 @@ class Bench:
         with torch.cuda.graph(g):
             out["floor"] = (g, m.forward(bs))
         g = torch.cuda.CUDAGraph(keep_graph=True)
-        with a.capture(g):
+        with a.capture(g, random_ops=True):
             out["nodes"] = (g, m.forward(bs, self.producer_fn()))
         g = torch.cuda.CUDAGraph(keep_graph=True)
         with a.capture(g, random_ops=False):
@@ -214,7 +214,7 @@ class Bench:
         n_hooks = len(TYPES) * m.L
         gn, gb = graphs["nodes"][0], graphs["bare"][0]
         sn, sb = a.graph_status(gn.raw_cuda_graph()), a.graph_status(gb.raw_cuda_graph())
-        self.check(not sn["bare_exec"], "bs %d: the default-path graph has a bare exec (it "
+        self.check(not sn["bare_exec"], "bs %d: the random_ops=True graph has a bare exec (it "
                    "never runs one)" % bs)
         self.check(sb["bare_exec"], "bs %d: the random_ops=False graph has no bare exec" % bs)
         for leg in LEGS:

@@ -144,6 +144,11 @@ class _CUDAGraph:
     def enable_debug_mode(self):
         pass
 
+    def register_generator_state(self, generator):
+        """torch 2.11: register another generator's state with this capture (CUDA Graph
+        Trees pass those compiled code takes); the fake only remembers it."""
+        self.__dict__.setdefault("_registered", []).append(generator)
+
     def pool(self):
         return (0, id(self))
 

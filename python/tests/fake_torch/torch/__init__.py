@@ -9,6 +9,9 @@ The "device" is graphtoggle's CUDA simulator (torch.cuda.sim), so CI exercises t
 patch lifecycle without torch or a GPU: a kernel is
 sim.kernel(torch.cuda.current_stream().cuda_stream, fn).
 
+torch.library (Library.define/impl, register_fake) and torch.ops hold registered ops
+(torch.ops.graphtoggle.tap: the eager body runs through it; no compiler here).
+
 The Python layer (torch/cuda/graphs.py) copies the structure of torch 2.11's; the C++
 layer (_CUDAGraph here) follows its documented behaviour: keep_graph=False destroys the
 template at capture end after instantiating; keep_graph=True instantiates on demand;
@@ -19,9 +22,21 @@ __version__ = "2.11.0+fake"
 FAKE = True
 
 from . import _C  # noqa: E402
+from ._C import Generator  # noqa: E402,F401
 from . import cuda  # noqa: E402
+from . import library  # noqa: E402
 from . import nn  # noqa: E402
-from ._tensor import Tensor, contiguous_format, empty_like, float32, mul, rand  # noqa: E402,F401
+from ._tensor import (Tensor, contiguous_format, empty, empty_like, float32,  # noqa: E402,F401
+                      get_default_dtype, mul, rand)
+from .library import ops  # noqa: E402,F401
+
+
+class no_grad:  # noqa: N801  (the fake has no autograd: a no-op context manager)
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def manual_seed(seed):
@@ -35,3 +50,7 @@ class _CompilerConfig:
 
 class compiler:  # noqa: N801  (torch.compiler.config.force_cudagraph_gc)
     config = _CompilerConfig()
+
+    @staticmethod
+    def is_compiling():
+        return False  # the fake has no torch.compile

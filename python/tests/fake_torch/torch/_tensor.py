@@ -9,25 +9,69 @@ contiguous_format = "contiguous_format"
 
 
 class Tensor:
-    def __init__(self, shape, dtype=float32, data=None):
+    """Host data in a list (the storage), a shape and an offset into the storage: views
+    (view(), 1-D slices) share the storage."""
+
+    is_cuda = True
+    device = "cuda:0"
+
+    def __init__(self, shape, dtype=float32, data=None, _store=None, _off=0):
         self.shape = tuple(shape)
         self.dtype = dtype
-        self.data = data if data is not None else [0.0] * math.prod(self.shape)
+        if _store is not None:
+            self._store, self._off = _store, _off
+        else:
+            self._store = data if data is not None else [0.0] * math.prod(self.shape)
+            self._off = 0
+
+    @property
+    def data(self):
+        """The elements: the storage itself for a whole tensor (writable in place), a copy
+        for a view of part of it."""
+        n = self.numel()
+        if self._off == 0 and n == len(self._store):
+            return self._store
+        return self._store[self._off:self._off + n]
+
+    def _set(self, values):
+        values = list(values)
+        assert len(values) == self.numel()
+        self._store[self._off:self._off + len(values)] = values
 
     def view(self, *shape):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
-        assert math.prod(shape) == len(self.data)
-        return Tensor(shape, self.dtype, self.data)  # shares data
+        n = math.prod(self.shape)
+        shape = tuple(n // -math.prod(shape) if d == -1 else d for d in shape) \
+            if -1 in shape else tuple(shape)
+        assert math.prod(shape) == n
+        return Tensor(shape, self.dtype, _store=self._store, _off=self._off)  # shares data
+
+    def __getitem__(self, key):
+        assert isinstance(key, slice) and len(self.shape) >= 1 and key.step is None
+        row = math.prod(self.shape[1:])
+        start, stop, _ = key.indices(self.shape[0])
+        return Tensor((max(stop - start, 0),) + self.shape[1:], self.dtype,
+                      _store=self._store, _off=self._off + start * row)
 
     def fill_(self, v):
-        self.data[:] = [v] * len(self.data)
+        self._set([v] * self.numel())
+        return self
+
+    def copy_(self, src):
+        self._set(src.data)
         return self
 
     def element_size(self):
         return 4
 
     def numel(self):
-        return len(self.data)
+        return math.prod(self.shape)
+
+    def is_contiguous(self):
+        return True
+
+    def contiguous(self):
+        return self
 
 
 def empty_like(x, memory_format=None):
@@ -38,11 +82,24 @@ def empty_like(x, memory_format=None):
     return t
 
 
+def empty(*shape, dtype=float32, device=None):
+    from . import cuda
+    shape = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+    t = Tensor(shape, dtype)
+    t.fill_(float("nan"))
+    t.made_capturing = cuda.is_current_stream_capturing()
+    return t
+
+
+def get_default_dtype():
+    return float32
+
+
 def mul(x, k, out):
     from . import _C, cuda
 
     def kernel():
-        out.data[:] = [v * k for v in x.data]
+        out._set([v * k for v in x.data])
     _C.sim().kernel(cuda.current_stream().cuda_stream, kernel)
     return out
 
@@ -77,14 +134,14 @@ def rand(*shape):
     rng = getattr(s, "_rng", None) if s._capturing else None
     if rng is None:
         g = _C.default_generator
-        out.data[:] = _philox(g.seed, g.offset, n)
+        out._set(_philox(g.seed, g.offset, n))
         g.offset += _increment(n)
         return out
     intra = rng.increment
     rng.increment += _increment(n)
 
     def kernel():
-        out.data[:] = _philox(rng.seed, rng.base + intra, n)
+        out._set(_philox(rng.seed, rng.base + intra, n))
     _C.sim().kernel(s.cuda_stream, kernel)
     return out
 

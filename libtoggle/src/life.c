@@ -1,0 +1,404 @@
+/*
+ * life.c - how libtoggle knows that a graph it recorded, or an exec of it,
+ * is destroyed: the driver says so.  Handles are only keys, and the driver
+ * hands a destroyed graph's handle, and its node handles, to the next graph
+ * (measured on an H200, driver 580: 284 of 300 times, always with every node
+ * handle), so no look at the live graph can tell a stranger from the dead
+ * graph.  A CUDA user object (cuUserObjectCreate, CUDA 11.3+) can: its
+ * destructor runs once the last reference to it goes.
+ *
+ * The driver's rules (CUDA C++ Programming Guide, "CUDA User Objects";
+ * checked on the H200): a graph holds the references it was given
+ * (cuGraphRetainUserObject), a clone a copy of each, and an instantiated
+ * exec a copy of every reference its graph holds at instantiation, kept
+ * until the exec is destroyed and its launches completed.  So:
+ *
+ *  - every record gets an object at capture (tg_life_capture: the capture's
+ *    graph may be given references), moved to the graph;
+ *  - at each bind to a new exec the graph gives that object back and gets a
+ *    new one (tg_life_bind): the old one is then held only by the execs
+ *    instantiated while the graph held it (the bound exec among them), the
+ *    new one by the graph alone, so its destructor says "the graph is
+ *    destroyed" even while its exec lives (the graph may go first, and its
+ *    handle is then reused while the exec lives: 299 of 300 on the H200);
+ *  - the bound exec is gone once every object of the record's closed epochs
+ *    is (it holds one of them; which one only toggle_graph_instantiate,
+ *    which gives it an epoch of its own, knows): never too early, late only
+ *    while another exec instantiated from the graph lives;
+ *  - the producer-free exec (bare.c) is built from a clone that gives its
+ *    copy back first (tg_life_unclone), so it holds none.
+ *
+ * The destructor runs on a driver thread (or inside the call that dropped
+ * the last reference: cuGraphDestroy, on driver 580) where no CUDA call is
+ * allowed.  It only marks: its object dead, the agent's count of deaths up,
+ * and the agent's fast-path version to UINT64_MAX, so that the very next
+ * launch of any graph takes the slow path, which sweeps (tg_life_sweep):
+ * the hot path of an unchanged launch does no extra work.  Objects and the
+ * hub are reference-counted (the destructor's, the agent's) so that a
+ * destructor that runs while the agent closes, or long after, touches only
+ * memory that is still its own: the agent's pointer in the hub is cleared
+ * at close, and close waits for a destructor between its load of it and
+ * its store (a few instructions).
+ */
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent_impl.h"
+
+struct tg_life_hub {
+	atomic_uint refs;                     /* the agent's, and one per object alive */
+	_Atomic uint64_t deaths;              /* destructors that ran */
+	_Atomic(struct toggle_agent *) agent; /* NULL once the agent closes */
+	atomic_uint busy;                     /* destructors that may be using agent */
+};
+
+struct tg_life {
+	atomic_uint refs;       /* the destructor's, and the agent's (one per pointer it keeps) */
+	atomic_bool dead;       /* the destructor ran */
+	struct tg_life_hub *hub;
+	CUuserObject obj;       /* passed to the driver only while a graph of ours holds it */
+};
+
+static void hub_put(struct tg_life_hub *h)
+{
+	if (atomic_fetch_sub(&h->refs, 1) == 1)
+		free(h);
+}
+
+static void life_put(struct tg_life *t)
+{
+	if (t && atomic_fetch_sub(&t->refs, 1) == 1) {
+		hub_put(t->hub);
+		free(t);
+	}
+}
+
+static struct tg_life *life_get(struct tg_life *t)
+{
+	if (t)
+		atomic_fetch_add(&t->refs, 1);
+	return t;
+}
+
+static bool life_dead(const struct tg_life *t)
+{
+	return atomic_load_explicit(&t->dead, memory_order_acquire);
+}
+
+/* The destructor: a driver thread, no CUDA call, no lock, nothing the agent may free. */
+static void CUDA_CB life_destroyed(void *arg)
+{
+	struct tg_life *t = arg;
+	struct tg_life_hub *h = t->hub;
+	atomic_store(&t->dead, true);
+	atomic_fetch_add(&h->deaths, 1);
+	atomic_fetch_add(&h->busy, 1);
+	struct toggle_agent *a = atomic_load(&h->agent);
+	if (a)
+		__atomic_store_n(&a->fast_version, UINT64_MAX, __ATOMIC_SEQ_CST); /* the next launch looks */
+	atomic_fetch_sub(&h->busy, 1);
+	life_put(t);
+}
+
+void tg_life_open(struct toggle_agent *a)
+{
+	if (!tg_cu_has_user_objects(&a->cu))
+		return; /* identity checks only (registry.c), as before user objects */
+	struct tg_life_hub *h = calloc(1, sizeof(*h));
+	if (!h)
+		return;
+	atomic_init(&h->refs, 1);
+	atomic_init(&h->deaths, 0);
+	atomic_init(&h->agent, a);
+	atomic_init(&h->busy, 0);
+	a->life = h;
+}
+
+void tg_life_close(struct toggle_agent *a)
+{
+	struct tg_life_hub *h = a->life;
+	if (!h)
+		return;
+	a->life = NULL;
+	atomic_store(&h->agent, NULL);
+	while (atomic_load(&h->busy)) /* a destructor between its load and its store */
+		sched_yield();
+	hub_put(h);
+}
+
+bool tg_life_pending(const struct toggle_agent *a)
+{
+	return atomic_load_explicit(&a->life->deaths, memory_order_acquire) != a->deaths_seen;
+}
+
+/* A new object, moved to graph; NULL (counted) when the driver refuses. */
+static struct tg_life *life_attach(struct toggle_agent *a, CUgraph graph)
+{
+	struct tg_life *t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	atomic_init(&t->refs, 2); /* the destructor's, the caller's */
+	atomic_init(&t->dead, false);
+	t->hub = a->life;
+	atomic_fetch_add(&t->hub->refs, 1);
+	CUresult r = tg_cu_user_object_create(&a->cu, &t->obj, t, life_destroyed, 1);
+	if (r != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		hub_put(t->hub);
+		free(t);
+		return NULL;
+	}
+	r = a->cu.graph_retain_user_object(graph, t->obj, 1, CU_GRAPH_USER_OBJECT_MOVE);
+	if (r != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		(void)a->cu.user_object_release(t->obj, 1); /* the destructor runs: its reference */
+		life_put(t);
+		return NULL;
+	}
+	return t;
+}
+
+void tg_life_capture(struct toggle_agent *a, struct tg_graph *g)
+{
+	if (a->life && !g->life)
+		g->life = life_attach(a, g->graph);
+}
+
+static void life_drop_exec(struct tg_graph *g)
+{
+	life_put(g->exec_life);
+	g->exec_life = NULL;
+	g->exec_tracked = false;
+	g->exec_dead = false;
+}
+
+void tg_life_clear(struct toggle_agent *a, struct tg_graph *g, bool keep_graph)
+{
+	(void)a;
+	if (!keep_graph) {
+		life_put(g->life);
+		g->life = NULL;
+	}
+	for (uint32_t i = 0; i < g->n_held; i++)
+		life_put(g->held[i]);
+	g->n_held = 0;
+	life_put(g->fresh);
+	g->fresh = NULL;
+	life_drop_exec(g);
+	g->gone = false;
+}
+
+static void foreign_clear(struct tg_graph *g)
+{
+	for (uint32_t i = 0; i < g->n_foreign; i++)
+		life_put(g->foreign_life[i]);
+	g->n_foreign = 0;
+	g->foreign = NULL;
+}
+
+void tg_life_free(struct tg_graph *g)
+{
+	tg_life_clear(NULL, g, false);
+	foreign_clear(g);
+}
+
+void tg_life_orphan(struct toggle_agent *a, struct tg_graph *g)
+{
+	(void)a;
+	if (!g->bound || !g->exec || g->exec_dead || !g->exec_tracked)
+		return;
+	foreign_clear(g); /* one foreign exec per handle: the latest */
+	g->foreign = g->exec;
+	if (g->exec_life) {
+		g->foreign_life[g->n_foreign++] = life_get(g->exec_life);
+	} else {
+		for (uint32_t i = 0; i < g->n_held; i++)
+			g->foreign_life[g->n_foreign++] = life_get(g->held[i]);
+	}
+}
+
+bool tg_life_graph_dead(const struct tg_graph *g)
+{
+	return g->life && life_dead(g->life);
+}
+
+/* Every object in v that the destructor marked goes; how many are left. */
+static uint32_t life_prune(struct tg_life **v, uint32_t n)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (life_dead(v[i]))
+			life_put(v[i]);
+		else
+			v[k++] = v[i];
+	}
+	for (uint32_t i = k; i < n; i++)
+		v[i] = NULL;
+	return k;
+}
+
+/* Whether the bound exec is destroyed, by what the driver said (pruned first). */
+static bool life_exec_dead(const struct tg_graph *g)
+{
+	if (!g->bound || !g->exec_tracked)
+		return false;
+	return g->exec_life ? life_dead(g->exec_life) : g->n_held == 0;
+}
+
+bool tg_life_foreign(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
+{
+	(void)a;
+	if (!g->foreign || exec != g->foreign)
+		return false;
+	g->n_foreign = life_prune(g->foreign_life, g->n_foreign);
+	if (g->n_foreign == 0) {
+		foreign_clear(g); /* destroyed: a new exec may have its handle */
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Close the graph's epoch: it gives its object back (held by the execs made
+ * meanwhile, now in held[]) and gets a new one.  false: nothing was closed
+ * (no object, no room, or the driver refused), the execs are not tracked.
+ * Never releases what the graph does not hold (driver 580 would take it
+ * from the object's count, and free it twice later).
+ */
+static bool life_rotate(struct toggle_agent *a, struct tg_graph *g, struct tg_life **closed)
+{
+	*closed = NULL;
+	if (!a->life || !g->life || life_dead(g->life))
+		return false;
+	g->n_held = life_prune(g->held, g->n_held);
+	if (g->n_held == TG_LIFE_HELD)
+		return false; /* so many execs of this graph alive: no more tracked */
+	CUresult r = a->cu.graph_release_user_object(g->graph, g->life->obj, 1);
+	if (r != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		return false; /* the graph keeps it: still the graph's object */
+	}
+	*closed = g->held[g->n_held++] = g->life;
+	/* NULL when the driver refuses: the graph's death is then told by the
+	 * identity checks alone (registry.c), as without user objects. */
+	g->life = life_attach(a, g->graph);
+	return true;
+}
+
+void tg_life_fresh(struct toggle_agent *a, struct tg_graph *g)
+{
+	struct tg_life *closed;
+	life_put(g->fresh);
+	g->fresh = NULL;
+	if (life_rotate(a, g, &closed))
+		g->fresh = life_get(g->life);
+}
+
+void tg_life_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
+{
+	(void)exec;
+	struct tg_life *closed;
+	life_drop_exec(g);
+	g->exec_tracked = life_rotate(a, g, &closed);
+	if (g->exec_tracked && closed == g->fresh && closed)
+		g->exec_life = life_get(closed); /* the exec toggle_graph_instantiate made: its own */
+	life_put(g->fresh);
+	g->fresh = NULL;
+}
+
+void tg_life_unbind(struct toggle_agent *a, struct tg_graph *g)
+{
+	(void)a;
+	life_drop_exec(g);
+}
+
+struct tg_life *tg_life_region(struct toggle_agent *a, CUgraph graph, uint64_t id, bool *own)
+{
+	*own = false;
+	if (!a->life)
+		return NULL;
+	const struct tg_graph *g = tg_graph_find(a, graph);
+	if (g && g->capture_id == id && g->life && !g->stale)
+		return life_get(g->life); /* the record of this capture has one on it */
+	*own = true;
+	return life_attach(a, graph);
+}
+
+void tg_life_region_put(struct toggle_agent *a, struct tg_life *t, bool own, CUgraph graph,
+			bool capturing)
+{
+	if (!t)
+		return;
+	/* Only while its capture is active is the graph surely alive and ours. */
+	if (own && capturing && !life_dead(t) &&
+	    a->cu.graph_release_user_object(graph, t->obj, 1) != CUDA_SUCCESS)
+		a->anomalies.driver_errors++; /* stays on the graph: goes with it */
+	life_put(t);
+}
+
+int tg_life_alive(const struct tg_life *t)
+{
+	return t ? !life_dead(t) : -1;
+}
+
+int tg_life_unclone(struct toggle_agent *a, const struct tg_graph *g, CUgraph clone)
+{
+	if (!g->life)
+		return 0;
+	CUresult r = a->cu.graph_release_user_object(clone, g->life->obj, 1);
+	if (r != CUDA_SUCCESS)
+		return tg_fail(a, TOGGLE_ECUDA, "cuGraphReleaseUserObject (the clone's copy of the "
+			       "graph's lifetime object): %s", tg_cu_errstr(&a->cu, r));
+	return 0;
+}
+
+/*
+ * What the driver said about g since the last look.  The bound exec
+ * destroyed (against the documented rule, or after its graph): its node
+ * states, upload and producer-free exec go, and launches rebind (with the
+ * exec they pass; never this one, whose handle may be dead).  The graph
+ * destroyed: the record of a bound graph goes (passes as unrelated), or,
+ * while its exec may live, stays for that exec alone (gone).
+ */
+static void life_look(struct toggle_agent *a, struct tg_graph *g)
+{
+	g->n_held = life_prune(g->held, g->n_held);
+	if (g->n_foreign) {
+		g->n_foreign = life_prune(g->foreign_life, g->n_foreign);
+		if (!g->n_foreign)
+			foreign_clear(g);
+	}
+	if (!g->exec_dead && life_exec_dead(g)) {
+		g->exec_dead = true;
+		g->applied_version = 0; /* off the fast path: its next launch rebinds */
+		g->prep_version = 0;
+		g->prep_unordered = false;
+		g->uploaded_exec = NULL;
+		g->last_stream = NULL;
+		tg_bare_drop(a, g); /* built for that exec */
+		if (g->n_nodes)
+			memset(g->state, TG_NODE_UNKNOWN, g->n_nodes);
+		g->synced_valid = false;
+	}
+	/* A record no exec of which is bound is never toggled: it goes when its
+	 * handle is next used (tg_graph_replaced asks the object first), and
+	 * lists as it was until then (a forgotten graph: stale). */
+	if ((g->bound && tg_life_graph_dead(g)) || (g->gone && g->exec_dead))
+		tg_graph_drop(a, g);
+}
+
+void tg_life_sweep(struct toggle_agent *a)
+{
+	if (!a->life)
+		return;
+	uint64_t d = atomic_load_explicit(&a->life->deaths, memory_order_acquire);
+	if (d == a->deaths_seen)
+		return;
+	a->deaths_seen = d; /* a destructor that runs from here on counts for the next sweep */
+	for (size_t i = 0; i < a->n_graphs; i++)
+		life_look(a, a->graphs[i]);
+	tg_fast_update(a);
+}

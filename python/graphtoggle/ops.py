@@ -1,0 +1,206 @@
+"""torch.ops.graphtoggle.tap: a producer as one registered torch op (issue 23).
+
+    graphtoggle::tap(Tensor x, Tensor(a!) buf, int hook) -> ()
+
+Copies x into the first x.numel() elements of buf (contiguous, x's dtype, made outside
+any compile and capture), as a producer of hook:
+
+* inside a CUDA graph capture (the stream is capturing): records the copy as hook's
+  producer in the capture (lazy and eager mode: torch.mul(x, 1, out=...) in a producer
+  region; device mode: libtoggle's copy_out, device-updatable), which then runs at each
+  replay exactly when the replay's step enables hook;
+* anywhere else (eager forwards, compiled code run without a graph): copies now exactly
+  when hook is in the current step's set (what agent.step() returned; before the first
+  step, the set replays run now), so an eager forward follows the same set as a replay.
+
+hook is an int made by hook_id(agent, (type, layer)): the agent (a process-wide slot),
+the hook and how the capture copies.  The op mutates buf, so no compiler removes it; it
+has a fake (meta) implementation, is not cudagraph_unsafe and never breaks a graph; its
+layout is flexible (inductor passes x as it has it, no copy to other strides).  Importing
+this module imports torch and registers the op (graphtoggle.torch.attach and hook_id do
+it on first use).
+"""
+
+import weakref
+
+import torch
+
+from . import torch as _gtt
+from .errors import CaptureError, InvalidArgumentError
+
+# hook id layout: bits 0-12 the hook (type * 256 + layer, libtoggle's bit index), bit 13
+# copy_out (else torch.mul in a producer region), bits 14 and up the agent's slot (>= 1)
+HOOK_MASK = (1 << 13) - 1
+COPY_OUT = 1 << 13
+SLOT_SHIFT = 14
+_LAYERS = 256  # toggle_hooks.h's TOGGLE_MAX_LAYERS: hook index = type * 256 + layer
+
+_slots = {}       # slot -> weakref to its agent
+_next_slot = [1]
+
+
+def _slot(agent):
+    s = agent.__dict__.get("_gt_slot")
+    if s is None:
+        s = _next_slot[0]
+        _next_slot[0] += 1
+        agent._gt_slot = s
+        _slots[s] = weakref.ref(agent)
+    return s
+
+
+def hook_id(agent, hook, method=None):
+    """The int torch.ops.graphtoggle.tap takes for hook ((type, layer) of agent's
+    catalog) of agent.  method: "mul" (a torch op in a producer region; not in device
+    mode) or "copy_out" (libtoggle's copy kernel; every mode); default by agent's mode."""
+    if agent.closed:
+        raise InvalidArgumentError("hook_id: agent %r is closed" % agent.name)
+    t, layer = agent.catalog.hook(hook)  # SpecError / OutOfCatalogError name the catalog
+    method = _gtt._method_for(agent, method)
+    return (_slot(agent) << SLOT_SHIFT) | (COPY_OUT if method == "copy_out" else 0) | (
+        t * _LAYERS + layer)
+
+
+def _describe(hook):
+    a = _agent_ref(hook)
+    f = hook & HOOK_MASK
+    if a is None:
+        return "hook id %d" % hook
+    t, layer = divmod(f, _LAYERS)
+    name = a.catalog.names[t] if t < len(a.catalog.names) else "type %d" % t
+    return "%s:%d of agent %r" % (name, layer, a.name)
+
+
+def _agent_ref(hook):
+    ref = _slots.get(hook >> SLOT_SHIFT) if isinstance(hook, int) else None
+    return ref() if ref is not None else None
+
+
+def _agent_of(hook):
+    """The open agent hook belongs to, or a clear error (nothing run)."""
+    a = _agent_ref(hook)
+    if a is None:
+        raise InvalidArgumentError(
+            "graphtoggle::tap: hook %r is not an id of a live agent: make it with "
+            "graphtoggle.torch.hook_id(agent, (type, layer)) (attach() does)" % (hook,))
+    if not a._h:
+        raise InvalidArgumentError(
+            "graphtoggle::tap: %s: the agent is closed; detach its hooks (att.detach()) "
+            "before closing it, or attach them to an open agent" % _describe(hook))
+    f = hook & HOOK_MASK
+    t, layer = divmod(f, _LAYERS)
+    if t >= len(a.catalog.names) or layer >= a.catalog.n_layers:
+        raise InvalidArgumentError(
+            "graphtoggle::tap: hook id %d names type %d layer %d, outside agent %r's catalog "
+            "(%d types, %d layers): make it with graphtoggle.torch.hook_id"
+            % (hook, t, layer, a.name, len(a.catalog.names), a.catalog.n_layers))
+    return a
+
+
+def check(x, buf, hook):
+    """Refuse, naming the fix, an x that buf cannot hold (no room, another dtype or device,
+    buf not contiguous).  Shared by the fake implementation (trace time) and the eager
+    body (before anything runs or is recorded)."""
+    n = x.numel()
+    if buf.numel() == 0 and n:
+        raise InvalidArgumentError(
+            "graphtoggle::tap: %s: torch.compile met an output of shape %s (%s) with no "
+            "monitor buffer: declare buffers (attach(..., max_tokens=N, width=..., "
+            "dtype=...)), pass buffers={(type, layer): tensor}, or run every shape eagerly "
+            "before compiling (then torch.compiler.reset())"
+            % (_describe(hook), tuple(x.shape), x.dtype))
+    if n > buf.numel() or x.dtype != buf.dtype or not buf.is_contiguous() or (
+            x.device != buf.device):
+        raise InvalidArgumentError(
+            "graphtoggle::tap: %s: no monitor buffer for an output of shape %s (%s, %s): "
+            "its buffer is %s (%s, %s%s); declare buffers that hold every shape the model "
+            "runs (attach(..., max_tokens=N) with N at least the largest token count, the "
+            "width and dtype of the output), made before torch.compile and any capture"
+            % (_describe(hook), tuple(x.shape), x.dtype, x.device, tuple(buf.shape),
+               buf.dtype, buf.device, "" if buf.is_contiguous() else ", not contiguous"))
+
+
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (lambda: False)
+_ready = {}  # hook id -> its agent's weakref, once the id was checked against the catalog
+_no_grad = torch.no_grad
+
+
+def tap(x, buf, hook):
+    """The eager body (what the op runs; attach()'s forward hooks call it directly when
+    not compiling, which skips the dispatcher).  A disabled hook costs a dict lookup, two
+    sizes, a dtype and a bit test (the per-call target: <= 5 us)."""
+    ref = _ready.get(hook)
+    a = ref() if ref is not None else None
+    if a is None or not a._h:
+        a = _agent_of(hook)  # raises, naming the fix, unless the id is good
+        _ready[hook] = _slots[hook >> SLOT_SHIFT]
+    if x.numel() > buf.numel() or x.dtype != buf.dtype:
+        check(x, buf, hook)  # raises
+    if x.is_cuda and _capturing():
+        return _record(a, x, buf, hook)
+    f = hook & HOOK_MASK
+    raw = a._last_raw if a._step >= 0 else a._current_raw()
+    if raw[f >> 3] >> (f & 7) & 1:
+        check(x, buf, hook)  # contiguity and device too, before the copy
+        with _no_grad():  # a monitor buffer is never part of autograd's graph
+            buf.view(-1)[: x.numel()].view(x.shape).copy_(x)
+    return None
+
+
+def _record(a, x, buf, hook):
+    """Inside a capture: record the copy as the hook's producer (every check first:
+    nothing is recorded for a buffer that cannot hold x)."""
+    check(x, buf, hook)
+    dst = buf.view(-1)[: x.numel()].view(x.shape)
+    t, layer = divmod(hook & HOOK_MASK, _LAYERS)
+    h = (a.catalog.names[t], layer)
+    try:
+        with _no_grad():  # torch.mul(out=) refuses inputs that require grad
+            _record_copy(a, x, dst, h, hook)
+    except CaptureError as e:
+        raise CaptureError(
+            "graphtoggle::tap: %s was refused in this CUDA graph capture, nothing recorded "
+            "(%s).  Usually the agent's capture window does not cover the capture: capture "
+            "while graphtoggle.torch.patch(agent) is active (patch before the engine, "
+            "torch.compile's CUDA Graph Trees or the piecewise backend create their graphs) "
+            "or inside agent.capture(g)" % (_describe(hook), e.detail or e)) from None
+    return None
+
+
+def _record_copy(a, x, dst, h, hook):
+    if hook & COPY_OUT:
+        try:
+            _gtt.copy_geometry(x, dst)
+        except InvalidArgumentError:
+            x = x.contiguous()  # neither contiguous nor evenly strided rows
+        a.copy_out(x, dst, h)
+    else:
+        with a.producer(h):
+            torch.mul(x, 1, out=dst)
+
+
+def tap_fake(x, buf, hook):
+    """The fake (meta) implementation: no data; the checks, at trace time."""
+    _agent_of(hook)
+    check(x, buf, hook)
+    return None
+
+
+def _register():
+    ns = getattr(torch.ops, "graphtoggle", None)
+    if ns is not None and hasattr(ns, "tap"):
+        return None  # registered already (this module imported twice)
+    lib = torch.library.Library("graphtoggle", "DEF")
+    tags = (torch.Tag.flexible_layout,) if hasattr(torch, "Tag") else ()
+    lib.define("tap(Tensor x, Tensor(a!) buf, int hook) -> ()", tags=tags)
+    # torch.library.Library + impl, not torch.library.custom_op: the custom_op wrapper
+    # costs ~20 us a call in eager torch 2.11, the plain dispatcher ~2 us (measured here)
+    lib.impl("tap", tap, "CompositeExplicitAutograd")
+    torch.library.register_fake("graphtoggle::tap")(tap_fake)
+    return lib
+
+
+_LIB = _register()
+op = torch.ops.graphtoggle.tap.default
+
+__all__ = ["hook_id", "tap", "op"]
