@@ -927,6 +927,8 @@ static void ckpt_bench(struct bench *b, struct tgc *c, double seconds)
 	conf_write(b, 0);
 	kill(b->daemon, SIGHUP);
 	usleep(300000);
+}
+
 /* ---- --rows flood: writes with and without a scrape flood (issue 30) ---- */
 
 struct flooder {
