@@ -50,6 +50,7 @@
 #define STORE_JOURNAL_LIMIT  (256u << 20) /* never written past; a longer journal is not read */
 #define STORE_SYNC_THREADS   16  /* fsyncs in flight at once */
 #define STORE_CKPT_CHUNK     32  /* a checkpoint's files written, synced, renamed at a time */
+#define STORE_CKPT_PAUSE_MAX_US 50000 /* the longest pause between a checkpoint's rounds */
 /* A journal record (format 2, store.h): header, then the payload. */
 #define REC_MAGIC            "\xffTJ\x02"
 #define REC_HDR              24
@@ -1611,6 +1612,7 @@ struct td_store_job {
 	uint64_t seq;          /* the record's sequence number */
 	/* JOB_CKPT: what becomes of the journals once the files are durable. */
 	bool compact;          /* both journals go (else only the old one) */
+	bool pace;             /* pause between rounds (beside saves; not at start or stop) */
 	bool old_aside, live_aside; /* set aside (corrupt), not removed */
 	char old_to[PATH_MAX], live_to[PATH_MAX]; /* the names they were set aside as */
 	int rc;                /* 0 or TOGGLE_EIO */
@@ -2085,8 +2087,19 @@ static void files_write(struct td_store_job *j)
 	size_t chunk = j->kind == JOB_CKPT ? STORE_CKPT_CHUNK : j->n;
 	for (size_t from = 0; from < j->n && j->rc == 0; from += chunk) {
 		size_t to = j->n - from < chunk ? j->n : from + chunk;
+		uint64_t t0 = td_mono_ns();
 		if (write_tmps(j, dfd, from, to))
 			rename_tmps(j, dfd, from, to, &changed);
+		/*
+		 * Paced: after a round, as long a pause (at most 50 ms), so that the
+		 * saves' own syncs find the disk free half the time.  Measured on the
+		 * 2-core VM (issue 30): a set during a checkpoint took 1.0 to 1.4
+		 * times its p50 outside one paced, 1.2 to 3.0 times unpaced.
+		 */
+		if (j->pace && to < j->n) {
+			uint64_t us = (td_mono_ns() - t0) / 1000;
+			usleep((useconds_t)(us < STORE_CKPT_PAUSE_MAX_US ? us : STORE_CKPT_PAUSE_MAX_US));
+		}
 	}
 	remove_tmps(j, dfd);
 	/* After the renames: the new files are in place but may not survive a crash. */
@@ -2281,6 +2294,7 @@ struct td_store_job *td_store_ckpt_begin(struct td_store *s, const char *dir)
 	if (!j)
 		return NULL;
 	j->kind = JOB_CKPT;
+	j->pace = true;
 	j->compact = s->compact;
 	j->old_aside = s->compact && s->old_aside;
 	j->live_aside = s->compact && s->live_aside;
@@ -2345,6 +2359,7 @@ int td_store_checkpoint(struct td_store *s, const char *dir, char *err, size_t e
 		util_seterr(err, errlen, "out of memory for a checkpoint");
 		return TOGGLE_EIO;
 	}
+	j->pace = false; /* nothing else waits on the disk here (start, stop, tests) */
 	td_store_job_run(j);
 	return td_store_ckpt_end(s, j, err, errlen);
 }
