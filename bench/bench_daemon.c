@@ -17,17 +17,27 @@
  *     of one agent costs the daemon), so figures compare across machines;
  *   - with 256 agents: the time of a /metrics scrape (toggled --metrics on
  *     a loopback port), and the Status and SetEnabled round trips for a
- *     while without scraping, then with a scrape every second.
+ *     while without scraping, then with a scrape every second;
+ *   - with 256 agents: unpipelined SetEnabled round trips while 8 clients
+ *     pipeline sets (32 in flight each), first with the journal too large
+ *     to checkpoint (journal_max_bytes 128 MiB), then with the default 4 MiB:
+ *     checkpoints (counted in /metrics, timed by watching the state
+ *     directory for agents.journal.old), the round trips during them and
+ *     outside them (issue 30 item 3);
  *   - --rows flood (issue 30): with 256 agents, the write throughput of 8
  *     clients pipelining sets (32 in flight each) and the round trip of
  *     one set at a time, each without and with F threads scraping /metrics
  *     as fast as they can; R runs of each, alternating, and their medians.
  *
  * Usage: bench_daemon --toggled PATH [--requests N] [--seconds S] [--config FILE]
- *        [--rows reads|flood] [--flood F] [--runs R]
- * --config passes a toggled.conf to the daemon (frames_per_turn, say);
- * --rows reads measures the disk and the reads table only; --rows flood
- * the scrape-flood table only (F 4, R 5 unless given).
+ *        [--rows reads|checkpoint|restart|flood] [--journal-knob no] [--flood F] [--runs R]
+ * --config passes a toggled.conf to the daemon (frames_per_turn, say; the
+ * bench copies it and adds journal_max_bytes); --rows reads measures the
+ * disk and the reads table only, --rows checkpoint the checkpoint table only
+ * (--journal-knob no: one phase, the daemon's own journal size, for a
+ * toggled before journal_max_bytes), --rows restart the daemon's memory at
+ * its first start and after restarts; --rows flood the scrape-flood table
+ * only (F 4, R 5 unless given).
  */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -39,6 +49,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -76,7 +88,8 @@ static double pct(double *v, size_t n, double p)
 }
 
 struct bench {
-	char dir[64], sock[128], state[128], metrics[32];
+	char dir[64], sock[128], state[128], metrics[32], conf[128];
+	char *user_conf; /* --config's text, copied into conf with journal_max_bytes after it */
 	pid_t daemon;
 	struct toggle_sim *sim;
 	struct toggle_agent *agents[MAX_AGENTS];
@@ -89,6 +102,38 @@ static void die(const char *what)
 	fprintf(stderr, "bench_daemon: %s\n", what);
 	exit(1);
 }
+
+/* The daemon's toggled.conf: --config's lines, then journal_max_bytes (0: not set). */
+static void conf_write(const struct bench *b, size_t journal_max)
+{
+	FILE *f = fopen(b->conf, "w");
+	if (!f)
+		die("cannot write the bench's toggled.conf");
+	if (b->user_conf)
+		fputs(b->user_conf, f);
+	if (journal_max)
+		fprintf(f, "\njournal_max_bytes = %zu\n", journal_max);
+	if (fclose(f) != 0)
+		die("cannot write the bench's toggled.conf");
+}
+
+static char *read_all(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	int c;
+	while ((c = getc(f)) != EOF)
+		putc(c, m);
+	fclose(f);
+	fclose(m);
+	return buf;
+}
+
+static void daemon_exec(struct bench *b, const char *bin);
 
 static void daemon_start(struct bench *b, const char *bin, const char *conf)
 {
@@ -107,15 +152,21 @@ static void daemon_start(struct bench *b, const char *bin, const char *conf)
 		die("no free port for --metrics");
 	close(ps);
 	snprintf(b->metrics, sizeof(b->metrics), "127.0.0.1:%u", ntohs(sin.sin_port));
+	snprintf(b->conf, sizeof(b->conf), "%s/toggled.conf", b->dir);
+	if (conf && !(b->user_conf = read_all(conf)))
+		die("cannot read --config");
+	conf_write(b, 0);
+	daemon_exec(b, bin);
+}
+
+/* toggled on b's socket, state and configuration, and wait until it answers. */
+static void daemon_exec(struct bench *b, const char *bin)
+{
 	b->daemon = fork();
 	if (b->daemon == 0) {
 		freopen("/dev/null", "w", stderr);
-		if (conf)
-			execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, "--metrics",
-			      b->metrics, "-c", conf, (char *)NULL);
-		else
-			execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, "--metrics",
-			      b->metrics, (char *)NULL);
+		execl(bin, bin, "--socket", b->sock, "--state-dir", b->state, "--metrics", b->metrics,
+		      "-c", b->conf, (char *)NULL);
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {
@@ -175,7 +226,10 @@ static void agents_attach(struct bench *b, struct tgc *c, size_t n)
 		die("agents did not register");
 	for (size_t i = 0; i < n; i++) {
 		struct toggle_conn_info ci; /* ids follow registration order, not ours */
-		if (toggle_conn_get(b->agents[i], &ci) != 0 || ci.agent_id == 0)
+		int tries = 0; /* listed by the daemon, its registration reply maybe not read yet */
+		while ((toggle_conn_get(b->agents[i], &ci) != 0 || ci.agent_id == 0) && tries++ < 2000)
+			usleep(1000);
+		if (ci.agent_id == 0)
 			die("agent id");
 		b->ids[i] = ci.agent_id;
 	}
@@ -599,6 +653,282 @@ static void metrics_bench(struct bench *b, struct tgc *c, double seconds)
 	}
 }
 
+/* ---- checkpoints beside the saves (issue 30 item 3) ------------------------ */
+
+/* One GET /metrics: the value of a counter, or -1. */
+static double scrape_counter(const struct bench *b, const char *name)
+{
+	unsigned port = (unsigned)atoi(strrchr(b->metrics, ':') + 1);
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 ||
+	    send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(req) - 1))
+		die("scrape: connect/send");
+	size_t cap = 1 << 22, len = 0;
+	char *buf = malloc(cap + 1);
+	ssize_t n;
+	while (buf && len < cap && (n = recv(fd, buf + len, cap - len, 0)) > 0)
+		len += (size_t)n;
+	close(fd);
+	if (!buf)
+		die("out of memory");
+	buf[len] = '\0';
+	double v = -1;
+	char key[128];
+	snprintf(key, sizeof(key), "\n%s ", name);
+	const char *p = strstr(buf, key);
+	if (p)
+		v = atof(p + strlen(key));
+	free(buf);
+	return v;
+}
+
+#define CKPT_WINDOWS 4096
+
+/* When agents.journal.old appears (a checkpoint starts) and goes (it ends), from inotify. */
+struct ckpt_watch {
+	const struct bench *b;
+	volatile int stop;
+	double start[CKPT_WINDOWS], end[CKPT_WINDOWS];
+	size_t n_start, n_end;
+};
+
+static void *ckpt_watch_thread(void *arg)
+{
+	struct ckpt_watch *w = arg;
+	int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (fd < 0 || inotify_add_watch(fd, w->b->state, IN_MOVED_TO | IN_CREATE | IN_DELETE |
+					IN_MOVED_FROM) < 0)
+		die("inotify on the state directory");
+	char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
+	while (!w->stop) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		if (poll(&pfd, 1, 20) <= 0)
+			continue;
+		double t = now_us();
+		ssize_t n = read(fd, buf, sizeof(buf));
+		for (char *p = buf; n > 0 && p < buf + n;) {
+			struct inotify_event *ev = (struct inotify_event *)(void *)p;
+			if (ev->len && strcmp(ev->name, "agents.journal.old") == 0) {
+				if ((ev->mask & (IN_MOVED_TO | IN_CREATE)) && w->n_start < CKPT_WINDOWS &&
+				    w->n_start == w->n_end)
+					w->start[w->n_start++] = t;
+				else if ((ev->mask & (IN_DELETE | IN_MOVED_FROM)) && w->n_end < w->n_start)
+					w->end[w->n_end++] = t;
+			}
+			p += sizeof(*ev) + ev->len;
+		}
+	}
+	close(fd);
+	return NULL;
+}
+
+struct ckpt_row {
+	double ckpts, p50, p99, max, in_p50, in_p99, in_max, ck50, ckmax, writes;
+	size_t sets, in_n, windows;
+};
+
+/*
+ * Unpipelined sets to one agent for `seconds` while 8 clients pipeline
+ * sets to every agent, the journal checkpointed past journal_max bytes
+ * (set through toggled.conf and SIGHUP).
+ */
+static void ckpt_phase(struct bench *b, struct tgc *c, size_t journal_max, double seconds,
+		       struct ckpt_row *r)
+{
+	if (journal_max) {
+		conf_write(b, journal_max);
+		kill(b->daemon, SIGHUP);
+		usleep(300000);
+	}
+	double c0 = scrape_counter(b, "graphtoggle_store_checkpoints_total");
+	static struct ckpt_watch w;
+	memset(&w, 0, sizeof(w));
+	w.b = b;
+	pthread_t wt, th[8];
+	pthread_create(&wt, NULL, ckpt_watch_thread, &w);
+	struct load l[8];
+	volatile int stop = 0;
+	for (int i = 0; i < 8; i++) {
+		l[i] = (struct load){.sock = b->sock, .write = 1, .window = 32, .ids = b->ids,
+				     .n_ids = b->n_agents, .stop = &stop,
+				     .first = (size_t)i * b->n_agents / 8};
+		pthread_create(&th[i], NULL, load_thread, &l[i]);
+	}
+	usleep(300000); /* the writers in full swing */
+	size_t cap = 1 << 20, n = 0;
+	double *t0s = calloc(cap, sizeof(double)), *rtt = calloc(cap, sizeof(double));
+	if (!t0s || !rtt)
+		die("out of memory");
+	char err[256];
+	double t_start = now_us(), end = t_start + seconds * 1e6;
+	while (now_us() < end && n < cap) {
+		Toggle__Envelope req = TOGGLE__ENVELOPE__INIT, *rep = NULL;
+		Toggle__SetEnabledRequest se = TOGGLE__SET_ENABLED_REQUEST__INIT;
+		Toggle__Selector sel = TOGGLE__SELECTOR__INIT;
+		sel.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+		sel.agent_id = b->ids[0];
+		se.target = &sel;
+		se.op = TOGGLE__SET_OP__SET_OP_REPLACE;
+		se.spec = (n & 1) ? "h1:1" : "h1:2"; /* the writers set h0 only: always a change */
+		req.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
+		req.set_enabled = &se;
+		double t0 = now_us();
+		if (tgc_call(c, &req, &rep, 10000, err, sizeof(err)) != 0)
+			die(err);
+		t0s[n] = t0;
+		rtt[n++] = now_us() - t0;
+		toggle__envelope__free_unpacked(rep, NULL);
+	}
+	double t_end = now_us();
+	stop = 1;
+	uint64_t total = 0;
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		total += l[i].done;
+	}
+	usleep(200000); /* a checkpoint that was running ends (or is left open) */
+	w.stop = 1;
+	pthread_join(wt, NULL);
+	double c1 = scrape_counter(b, "graphtoggle_store_checkpoints_total");
+	/* Samples that overlap a checkpoint (an open one runs to the end). */
+	double *in = calloc(n ? n : 1, sizeof(double)), *ck = calloc(w.n_start + 1, sizeof(double));
+	size_t n_in = 0, n_ck = 0;
+	for (size_t i = 0; i < n; i++)
+		for (size_t k = 0; k < w.n_start; k++) {
+			double s0 = w.start[k], s1 = k < w.n_end ? w.end[k] : 1e300;
+			if (t0s[i] < s1 && t0s[i] + rtt[i] > s0) {
+				in[n_in++] = rtt[i];
+				break;
+			}
+		}
+	for (size_t k = 0; k < w.n_end; k++)
+		if (w.start[k] >= t_start && w.end[k] <= t_end)
+			ck[n_ck++] = (w.end[k] - w.start[k]) / 1e3;
+	r->ckpts = c1 - c0;
+	r->windows = n_ck;
+	r->sets = n;
+	r->p50 = pct(rtt, n, 0.5);
+	r->p99 = pct(rtt, n, 0.99);
+	r->max = rtt[n - 1];
+	r->in_n = n_in;
+	r->in_p50 = n_in ? pct(in, n_in, 0.5) : 0;
+	r->in_p99 = n_in ? pct(in, n_in, 0.99) : 0;
+	r->in_max = n_in ? in[n_in - 1] : 0;
+	r->ck50 = n_ck ? pct(ck, n_ck, 0.5) : 0;
+	r->ckmax = n_ck ? ck[n_ck - 1] : 0;
+	r->writes = (double)total / ((t_end - t_start) / 1e6 + 0.3);
+	free(in);
+	free(ck);
+	free(t0s);
+	free(rtt);
+}
+
+/* ---- the daemon's memory at its first start and after a restart ------------- */
+
+/* VmRSS (or another /proc/PID/status field) of the daemon, in KiB. */
+static long proc_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	long kb = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, field, strlen(field)) == 0 && line[strlen(field)] == ':')
+			kb = atol(line + strlen(field) + 1);
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+static long file_bytes(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/*
+ * With every agent attached: the daemon's RSS after `seconds` of 8 clients
+ * pipelining sets (its first start), then kill -9, a start on the same
+ * state directory, the agents back, the same load again (issue 30 item 5).
+ */
+static void restart_bench(struct bench *b, const char *bin, double seconds)
+{
+	char journal[192];
+	snprintf(journal, sizeof(journal), "%s/agents.journal", b->state);
+	printf("daemon: memory (KiB) with %zu agents, %.0f s of 8 clients pipelining sets, at its first "
+	       "start and after kill -9 and a start on the same state\n", b->n_agents, seconds);
+	printf("  %8s %10s %10s %10s %12s\n", "start", "rss_idle", "rss_load", "hwm", "journal_B");
+	for (int run = 0; run < 3; run++) {
+		long idle = proc_kb(b->daemon, "VmRSS");
+		throughput(b, 8, 1, 32, seconds);
+		long load = proc_kb(b->daemon, "VmRSS"), hwm = proc_kb(b->daemon, "VmHWM");
+		printf("  %8s %10ld %10ld %10ld %12ld\n", run ? "restart" : "first", idle, load, hwm,
+		       file_bytes(journal));
+		if (run == 2)
+			break;
+		kill(b->daemon, SIGKILL);
+		waitpid(b->daemon, NULL, 0);
+		daemon_exec(b, bin);
+		struct tgc *c;
+		char err[256];
+		if (tgc_connect(b->sock, 2000, &c, err, sizeof(err)))
+			die(err);
+		for (int i = 0; i < 2000 && daemon_agents(c) < b->n_agents; i++)
+			usleep(5000);
+		if (daemon_agents(c) < b->n_agents)
+			die("agents did not come back");
+		usleep(300000); /* their registration replies read */
+		for (size_t i = 0; i < b->n_agents; i++) {
+			struct toggle_conn_info ci;
+			while (toggle_conn_get(b->agents[i], &ci) != 0 || ci.agent_id == 0)
+				usleep(1000);
+			b->ids[i] = ci.agent_id;
+		}
+		tgc_close(c);
+		usleep(500000);
+	}
+}
+
+/* --journal-knob no: the daemon's own journal size only (a toggled without journal_max_bytes). */
+static bool journal_knob = true;
+
+static void ckpt_bench(struct bench *b, struct tgc *c, double seconds)
+{
+	double run = seconds < 10 ? 10 : seconds;
+	static const size_t jmax[2] = {128u << 20, 4u << 20};
+	struct ckpt_row r[2];
+	if (!journal_knob) {
+		ckpt_phase(b, c, 0, run, &r[0]);
+		printf("daemon: checkpoints with %zu agents, the daemon's own journal size: unpipelined "
+		       "SetEnabled round trips (us) while 8 clients pipeline sets, %.0f s\n",
+		       b->n_agents, run);
+		printf("  default: ckpts %.0f sets %zu p50 %.1f p99 %.1f p99/p50 %.2f max %.1f in_ckpt %zu "
+		       "in_max %.1f sets/s %.0f\n", r[0].ckpts, r[0].sets, r[0].p50, r[0].p99,
+		       r[0].p99 / r[0].p50, r[0].max, r[0].in_n, r[0].in_max, r[0].writes);
+		return;
+	}
+	printf("daemon: checkpoints with %zu agents: unpipelined SetEnabled round trips (us) while 8 "
+	       "clients pipeline sets (32 in flight each), %.0f s each\n", b->n_agents, run);
+	printf("  %11s %6s %8s %8s %7s %8s %8s %7s %8s %7s %8s %8s %8s %9s %9s\n", "journal_max",
+	       "ckpts", "ckpt50ms", "ckptmax", "sets", "p50", "p99", "p99/p50", "max", "in_ckpt",
+	       "in_p50", "in_p99", "in_max", "in_max/", "sets/s");
+	printf("  %11s %6s %8s %8s %7s %8s %8s %7s %8s %7s %8s %8s %8s %9s %9s\n", "", "", "", "",
+	       "", "", "", "", "", "", "", "", "", "p99(off)", "");
+	for (int k = 0; k < 2; k++) {
+		ckpt_phase(b, c, jmax[k], run, &r[k]);
+		printf("  %8zuMiB %6.0f %8.1f %8.1f %7zu %8.1f %8.1f %7.2f %8.1f %7zu %8.1f %8.1f %8.1f "
+		       "%9.2f %9.0f\n", jmax[k] >> 20, r[k].ckpts, r[k].ck50, r[k].ckmax, r[k].sets,
+		       r[k].p50, r[k].p99, r[k].p99 / r[k].p50, r[k].max, r[k].in_n, r[k].in_p50,
+		       r[k].in_p99, r[k].in_max, r[k].in_n ? r[k].in_max / r[0].p99 : 0, r[k].writes);
+	}
+	conf_write(b, 0);
+	kill(b->daemon, SIGHUP);
+	usleep(300000);
+}
+
 /* ---- --rows flood: writes with and without a scrape flood (issue 30) ---- */
 
 struct flooder {
@@ -737,6 +1067,8 @@ int main(int argc, char **argv)
 {
 	const char *bin = NULL, *conf = NULL;
 	bool reads_only = false; /* --rows reads: the disk and the reads table only */
+	bool ckpt_only = false;  /* --rows checkpoint: the checkpoint table only */
+	bool restart_only = false; /* --rows restart: the memory table only */
 	bool flood_only = false; /* --rows flood: the scrape-flood table only */
 	int flooders = 4, runs = 5;
 	size_t n_req = 5000;
@@ -752,6 +1084,12 @@ int main(int argc, char **argv)
 			conf = argv[i + 1];
 		else if (!strcmp(argv[i], "--rows") && !strcmp(argv[i + 1], "reads"))
 			reads_only = true;
+		else if (!strcmp(argv[i], "--rows") && !strcmp(argv[i + 1], "checkpoint"))
+			ckpt_only = true;
+		else if (!strcmp(argv[i], "--rows") && !strcmp(argv[i + 1], "restart"))
+			restart_only = true;
+		else if (!strcmp(argv[i], "--journal-knob") && !strcmp(argv[i + 1], "no"))
+			journal_knob = false;
 		else if (!strcmp(argv[i], "--rows") && !strcmp(argv[i + 1], "flood"))
 			flood_only = true;
 		else if (!strcmp(argv[i], "--flood"))
@@ -763,7 +1101,8 @@ int main(int argc, char **argv)
 	}
 	if (!bin || n_req < 10 || seconds <= 0) {
 		fprintf(stderr, "usage: bench_daemon --toggled PATH [--requests N] [--seconds S] "
-			"[--config FILE] [--rows reads|flood] [--flood F] [--runs R]\n");
+			"[--config FILE] [--rows reads|checkpoint|restart|flood] [--journal-knob no] "
+			"[--flood F] [--runs R]\n");
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
@@ -775,10 +1114,18 @@ int main(int argc, char **argv)
 	char err[256];
 	if (tgc_connect(b.sock, 2000, &c, err, sizeof(err)))
 		die(err);
+	if (ckpt_only || restart_only) {
+		agents_attach(&b, c, 256);
+		if (ckpt_only)
+			ckpt_bench(&b, c, seconds);
+		else
+			restart_bench(&b, bin, seconds);
+		goto done;
+	}
 	if (flood_only) {
 		agents_attach(&b, c, MAX_AGENTS);
 		flood_bench(&b, c, seconds, flooders, runs);
-		goto out;
+		goto done;
 	}
 	/* As many saves as the latency rows have requests: the p99s then see
 	 * the disk's stalls equally often (issue 17 target b compares them). */
@@ -814,13 +1161,16 @@ int main(int argc, char **argv)
 		       a50, a99, l50, l99, l99 / a99, w);
 	}
 	disk_report(&b, n_req, " at the end");
-	if (!reads_only)
+	if (!reads_only) {
 		metrics_bench(&b, c, seconds);
-out:
+		ckpt_bench(&b, c, seconds);
+	}
+done:
 	tgc_close(c);
 	for (size_t i = 0; i < b.n_agents; i++)
 		toggle_agent_close(b.agents[i]);
 	daemon_stop(&b);
 	toggle_sim_destroy(b.sim);
+	free(b.user_conf);
 	return 0;
 }

@@ -17,6 +17,14 @@
  * not be saved ever reaches an agent.  Code that is not a peer's request
  * (the cluster layer) learns a save's outcome the same way, through a
  * callback queued with the replies (td_commit_notify).
+ *
+ * Checkpoints run beside the saves, on the thread pool too (ckpt_work):
+ * when a save has rotated the journal, the checkpoint writes the old
+ * journal's entries to their files while later saves append to the new
+ * journal, so a checkpoint never holds a write.  A checkpoint that fails is
+ * a save failure all the same (logged once, counted, `status` gives the
+ * reason): saves are refused (TOGGLE_EIO) until one succeeds, tried again
+ * each second.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -98,8 +106,18 @@ void td_commit_init(struct td_daemon *d)
 	c->queued_tail = &c->queued;
 	c->answers_tail = &c->answers;
 	c->work.data = d;
+	c->ckpt_work.data = d;
 	uv_timer_init(d->loop, &c->retry);
 	c->retry.data = d;
+	/* The load could not fold a damaged or old journal into the files: saves are refused
+	 * until it can (the store says why), tried again each second from now on. */
+	if (d->store.ckpt_failed) {
+		c->failing = true;
+		c->failures++;
+		snprintf(c->reason, sizeof(c->reason), "checkpoint: %.*s", (int)sizeof(c->reason) - 13,
+			 d->store.ckpt_reason);
+		uv_timer_start(&c->retry, on_retry, COMMIT_RETRY_MS, 0);
+	}
 }
 
 void td_commit_reply(struct td_peer *p, uint64_t request_id, uint8_t *reply, size_t len,
@@ -309,11 +327,13 @@ static void commit_saved(struct td_daemon *d, struct td_pending *list)
 		while (*c->answers_tail)
 			c->answers_tail = &(*c->answers_tail)->next;
 	}
-	if (c->failing)
-		log_info("state: saved under %s again (%llu saves had failed)", d->cfg.state_dir,
-			 (unsigned long long)c->failures);
-	c->failing = false;
-	c->reason[0] = '\0';
+	if (!d->store.ckpt_failed) {
+		if (c->failing)
+			log_info("state: saved under %s again (%llu saves had failed)",
+				 d->cfg.state_dir, (unsigned long long)c->failures);
+		c->failing = false;
+		c->reason[0] = '\0';
+	}
 	td_timer_update(d);
 }
 
@@ -346,8 +366,10 @@ static void commit_failed(struct td_daemon *d, struct td_pending *list, const ch
 			next = pd->next;
 			answer_eio(d, pd, msg);
 		}
-	/* A file the failed save replaced is written back to its saved value later. */
-	if (d->store.dirty && !c->stopping)
+	/* A file the failed save replaced is written back to its saved value later;
+	 * a failed checkpoint is tried again (its timer is not pushed back). */
+	if ((d->store.dirty || d->store.ckpt_failed) && !c->stopping &&
+	    !uv_is_active((uv_handle_t *)&c->retry))
 		uv_timer_start(&c->retry, on_retry, COMMIT_RETRY_MS, 0);
 }
 
@@ -382,11 +404,81 @@ static void work_done(uv_work_t *w, int status)
 	commit_done(d, rc, reason);
 }
 
+/* ---- checkpoints ------------------------------------------------------------ */
+
+static void ckpt_run(uv_work_t *w)
+{
+	struct td_daemon *d = w->data;
+	td_store_job_run(d->commit.ckpt);
+}
+
+static void ckpt_done(uv_work_t *w, int status)
+{
+	struct td_daemon *d = w->data;
+	struct td_commit *c = &d->commit;
+	char reason[256] = "";
+	struct td_store_job *j = c->ckpt;
+	c->ckpt = NULL;
+	if (status != 0) {
+		td_store_job_cancel(&d->store, j); /* it did not run: due again */
+		log_warnx("state: a checkpoint did not run: %s", uv_strerror(status));
+		return;
+	}
+	bool was_failed = d->store.ckpt_failed;
+	if (td_store_ckpt_end(&d->store, j, reason, sizeof(reason)) == 0) {
+		if (was_failed && c->failing) { /* the checkpoint was why saves failed */
+			log_info("state: checkpoint under %s done, saving again (%llu saves had failed)",
+				 d->cfg.state_dir, (unsigned long long)c->failures);
+			c->failing = false;
+			c->reason[0] = '\0';
+		}
+		return;
+	}
+	/* Saves are refused from now on (td_store_job_begin) until a checkpoint succeeds. */
+	c->failures++;
+	if (!c->failing)
+		log_warnx("state: cannot checkpoint the desired state: %s; writes are answered with "
+			  "TOGGLE_EIO and not applied until a checkpoint succeeds (tried each second)",
+			  reason);
+	c->failing = true;
+	snprintf(c->reason, sizeof(c->reason), "checkpoint: %s", reason);
+	if (!c->stopping)
+		uv_timer_start(&c->retry, on_retry, COMMIT_RETRY_MS, 0);
+}
+
+/*
+ * A checkpoint, when one is due (the journal was rotated, or the load left
+ * a journal to fold in) and none is out; after a failure only from the
+ * retry timer, so that a failing disk is not hammered.
+ */
+static void ckpt_maybe_start(struct td_daemon *d, bool retry)
+{
+	struct td_commit *c = &d->commit;
+	if (c->ckpt || c->stopping || !td_store_ckpt_due(&d->store) ||
+	    (d->store.ckpt_failed && !retry))
+		return;
+	struct td_store_job *j = td_store_ckpt_begin(&d->store, d->cfg.state_dir);
+	if (!j) {
+		if (!c->stopping)
+			uv_timer_start(&c->retry, on_retry, COMMIT_RETRY_MS, 0); /* no memory: later */
+		return;
+	}
+	c->ckpt = j;
+	if (uv_queue_work(d->loop, &c->ckpt_work, ckpt_run, ckpt_done) != 0) {
+		c->ckpt = NULL;
+		td_store_job_cancel(&d->store, j);
+		if (!c->stopping)
+			uv_timer_start(&c->retry, on_retry, COMMIT_RETRY_MS, 0);
+	}
+}
+
 /* Snapshot what was accepted and save it: on the thread pool, or at once when no file changes. */
 static void commit_start(struct td_daemon *d, bool sync)
 {
 	struct td_commit *c = &d->commit;
-	uv_timer_stop(&c->retry);
+	if (!d->store.ckpt_failed)
+		uv_timer_stop(&c->retry); /* this save holds what it would retry */
+	d->store.journal_max = d->cfg.journal_max; /* as configured now (SIGHUP reloads it) */
 	struct td_store_job *j = td_store_job_begin(&d->store, d->cfg.state_dir);
 	bool ok = j != NULL;
 	for (struct td_agent *a = c->touched; ok && a; a = a->touched_next) {
@@ -431,8 +523,12 @@ static void commit_start(struct td_daemon *d, bool sync)
 static void on_retry(uv_timer_t *t)
 {
 	struct td_daemon *d = t->data;
+	ckpt_maybe_start(d, true);
 	if (!d->commit.job && d->store.dirty && !d->commit.stopping)
 		commit_start(d, false);
+	if (d->store.ckpt_failed && !d->commit.ckpt && !d->commit.stopping &&
+	    !uv_is_active((uv_handle_t *)t))
+		uv_timer_start(t, on_retry, COMMIT_RETRY_MS, 0);
 }
 
 /*
@@ -443,6 +539,7 @@ static void on_retry(uv_timer_t *t)
 void td_commit_kick(struct td_daemon *d)
 {
 	struct td_commit *c = &d->commit;
+	ckpt_maybe_start(d, false);
 	if (c->job || c->stopping)
 		return;
 	if (c->queued || (d->store.dirty && !c->failing))
@@ -453,7 +550,7 @@ void td_commit_drain(struct td_daemon *d)
 {
 	struct td_commit *c = &d->commit;
 	c->stopping = true;
-	while (c->job)
+	while (c->job || c->ckpt)
 		uv_run(d->loop, UV_RUN_ONCE);
 	if (c->queued || d->store.dirty)
 		commit_start(d, true);
@@ -462,6 +559,18 @@ void td_commit_drain(struct td_daemon *d)
 	if (d->commit.failing)
 		log_warnx("state: the last desired state could not be saved at shutdown: %s",
 			  c->reason);
+	/*
+	 * A clean stop folds the journals into the files: the next start (of
+	 * this version, or of one before the journal's format 2) reads the
+	 * files alone.  If it cannot, the journals stay and are replayed.
+	 */
+	if (d->store.journal && !d->commit.failing) {
+		char reason[256] = "";
+		d->store.compact = true;
+		if (td_store_checkpoint(&d->store, d->cfg.state_dir, reason, sizeof(reason)) != 0)
+			log_warnx("state: cannot fold the journal into the files at shutdown: %s (the "
+				  "next start replays it)", reason);
+	}
 	uv_timer_stop(&c->retry);
 	uv_close((uv_handle_t *)&c->retry, NULL);
 }

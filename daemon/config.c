@@ -23,6 +23,7 @@ void td_config_defaults(struct td_config *cfg)
 	cfg->hello_timeout_ms = TD_HELLO_TIMEOUT_MS;
 	cfg->idle_timeout_ms = TD_IDLE_TIMEOUT_MS;
 	cfg->frames_per_turn = TD_FRAMES_PER_TURN;
+	cfg->journal_max = 4u << 20;
 	snprintf(cfg->operator_group, sizeof(cfg->operator_group), "toggle");
 }
 
@@ -70,6 +71,7 @@ static const struct config_num config_nums[] = {
 	{"hello_timeout_ms", 0, 3600000, offsetof(struct td_config, hello_timeout_ms), false},
 	{"idle_timeout_ms", 0, 86400000, offsetof(struct td_config, idle_timeout_ms), false},
 	{"frames_per_turn", 1, 65536, offsetof(struct td_config, frames_per_turn), false},
+	{"journal_max_bytes", 1, 128ull << 20, offsetof(struct td_config, journal_max), true},
 };
 
 /* agent_group = NAME: UID|@UNIXGROUP[, ...] */
@@ -183,8 +185,8 @@ static int config_line(struct td_config *cfg, char *s, const char *path, int lin
 	}
 	snprintf(err, errlen, "%s:%d: unknown key '%s' or bad value (keys: operator_group, verbose, "
 		 "max_queue_bytes, max_peers, reserved_peers, max_peers_per_uid, hello_timeout_ms, "
-		 "idle_timeout_ms, frames_per_turn, agent_group, etcd, cluster, host_id, etcd_credentials)",
-		 path, lineno, key);
+		 "idle_timeout_ms, frames_per_turn, journal_max_bytes, agent_group, etcd, cluster, "
+		 "host_id, etcd_credentials)", path, lineno, key);
 	return -1;
 }
 

@@ -128,6 +128,8 @@ struct snapshot {
 	struct td_hist rpc_lat[TD_RPC_METHODS];
 	uint64_t saves, save_errors;
 	struct td_hist save_lat;
+	uint64_t checkpoints, ckpt_failures;
+	struct td_hist ckpt_lat;
 	size_t n_agents, cap_agents;
 	struct snap_agent *agents;
 	uint64_t seq; /* the request it answers (td_metrics.requested when filled) */
@@ -241,6 +243,9 @@ static int snap_fill(struct td_metrics *m, struct snapshot *s)
 	s->saves = d->store.saves;
 	s->save_errors = d->store.save_errors;
 	s->save_lat = d->store.save_lat;
+	s->checkpoints = d->store.checkpoints;
+	s->ckpt_failures = d->store.ckpt_failures;
+	s->ckpt_lat = d->store.ckpt_lat;
 	size_t n = 0;
 	for (struct td_agent *a = d->agents; a && n < s->cap_agents; a = a->next, n++) {
 		struct snap_agent *o = &s->agents[n];
@@ -416,6 +421,17 @@ static void render_store(FILE *f, const struct snapshot *s)
 	put_help(f, "graphtoggle_store_save_duration_seconds", "histogram",
 		 "Time of a desired-state save (write, fsync, rename)");
 	put_hist(f, "graphtoggle_store_save_duration_seconds", "", &s->save_lat);
+	put_help(f, "graphtoggle_store_checkpoints_total", "counter",
+		 "Checkpoints that folded the old journal into the entry files");
+	fprintf(f, "graphtoggle_store_checkpoints_total %llu\n", (unsigned long long)s->checkpoints);
+	put_help(f, "graphtoggle_store_checkpoint_failures_total", "counter",
+		 "Checkpoints that failed (saves are refused until one succeeds)");
+	fprintf(f, "graphtoggle_store_checkpoint_failures_total %llu\n",
+		(unsigned long long)s->ckpt_failures);
+	put_help(f, "graphtoggle_store_checkpoint_duration_seconds", "histogram",
+		 "Time of a checkpoint (files written, synced, renamed; the old journal removed), "
+		 "beside the saves");
+	put_hist(f, "graphtoggle_store_checkpoint_duration_seconds", "", &s->ckpt_lat);
 }
 
 /* One series per agent, from its status lane. */

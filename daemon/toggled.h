@@ -87,6 +87,7 @@ struct td_config {
 	unsigned idle_timeout_ms;    /* a client that is not an agent, not watching and not
 				      * waiting is dropped after this long silent; 0: never */
 	unsigned frames_per_turn;    /* frames handled per loop turn, all peers together */
+	size_t journal_max;          /* journal bytes before a checkpoint (store.c) */
 	/* Groups tied to uids or unix groups (issue 11 item 5); others are open to all. */
 	struct td_group_rule group_rules[TD_MAX_GROUP_RULES];
 	size_t n_group_rules;
@@ -258,7 +259,8 @@ struct td_desired {
 	char **plan_specs;
 	bool dirty;             /* changed since its file was last written */
 	bool unsure;            /* its file may not hold `saved` (a failed save renamed it) */
-	bool in_journal;        /* `saved` is in the journal, maybe not yet in its file */
+	bool in_journal;        /* a record of agents.journal holds it, maybe not yet its file */
+	bool in_old;            /* a record of agents.journal.old holds it: the checkpoint's */
 	struct td_store *owner; /* the store it belongs to (set by td_store_get/load) */
 	/* What its file holds: the last save that succeeded, or the load. */
 	char *saved_standing;
@@ -279,20 +281,32 @@ struct td_store {
 	size_t n;
 	bool dirty;
 	bool quarantine;        /* load: set a corrupt file aside rather than fail */
+	size_t cap;             /* entries at most; 0: TD_MAX_STORED_AGENTS (store.c) */
 	/*
 	 * Saves append one record to <dir>/agents.journal (one fdatasync per
-	 * save, however many entries); the files are written at a checkpoint,
-	 * when the journal passes journal_max bytes (0: the default), and the
-	 * journal emptied.  Without it each save writes the entries' files.
+	 * save, however many entries).  When it passes journal_max bytes (0:
+	 * the default) the save that appends next renames it agents.journal.old
+	 * and starts a new one; a checkpoint, off the save path, then writes the
+	 * files of the names the old journal holds and removes it (store.c).
+	 * Without the journal each save writes the entries' files.
 	 */
 	bool journal;
 	bool jopen;             /* jfd is open */
 	int jfd;
 	uint64_t jsize;         /* the journal's valid length: where the next record goes */
-	bool jtrim;             /* bytes of a failed append may lie past jsize: cut them */
+	bool jtrim;             /* bytes may lie past jsize (a failed append, a torn tail): cut first */
+	bool jdir_unsynced;     /* the state directory must be synced before a record counts */
+	uint64_t jseq;          /* the sequence number of the next record */
 	uint64_t journal_max;
-	uint64_t saves, save_errors, quarantined, checkpoints;
+	bool old_present;       /* agents.journal.old exists: a checkpoint is due or running */
+	bool compact;           /* fold every journal into the files, then remove them (load) */
+	bool live_aside, old_aside; /* compact: that journal is corrupt: set it aside, not removed */
+	bool ckpt_running;      /* a checkpoint job is out (td_store_ckpt_begin..end) */
+	bool ckpt_failed;       /* the last checkpoint failed: saves are refused until one works */
+	char ckpt_reason[512];
+	uint64_t saves, save_errors, quarantined, checkpoints, ckpt_failures;
 	struct td_hist save_lat; /* each save job, begin to end (--metrics) */
+	struct td_hist ckpt_lat; /* each checkpoint job, begin to end */
 };
 
 struct td_store_job;
@@ -302,6 +316,8 @@ struct td_commit {
 	uv_work_t work;
 	uv_timer_t retry;
 	struct td_store_job *job;     /* in flight, or NULL */
+	uv_work_t ckpt_work;          /* a checkpoint, beside the saves (store.c) */
+	struct td_store_job *ckpt;    /* in flight, or NULL */
 	struct td_pending *inflight;  /* replies that wait for the job in flight */
 	struct td_pending *queued, **queued_tail; /* replies that wait for the next one */
 	/* A finished save is made visible a few agents and replies per turn
@@ -313,7 +329,7 @@ struct td_commit {
 	struct td_agent *touched;
 	uint64_t publish_added, publish_done; /* agents that joined, and left, the queue */
 	struct td_pending *answers, **answers_tail;
-	bool failing;                 /* the last save failed */
+	bool failing;                 /* the last save (or checkpoint) failed */
 	bool stopping;
 	char reason[256];             /* why the last save failed */
 	uint64_t failures;            /* saves that failed (status: save_errors) */
@@ -494,37 +510,7 @@ int td_cluster_start(struct td_daemon *d, char *err, size_t errlen);
 void td_cluster_stop(struct td_daemon *d);
 void td_cluster_agent_joined(struct td_agent *a); /* the cluster's set for a new agent */
 
-/* store.c: one file per agent name under <dir>/agents/. */
-int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen);
-/* What td_store_load decodes, from bytes (fuzz/fuzz_store.c calls them too): one
- * agents/<stem>.json, and the journal (*good: its valid length). */
-int td_store_parse_file(const char *path, const char *stem, const char *text, size_t len,
-			struct td_store *out, char *err, size_t errlen);
-int td_store_parse_journal(const char *path, const char *buf, size_t size, struct td_store *out,
-			   size_t *good, bool *corrupt, char *err, size_t errlen);
-/*
- * Writes the dirty entries only (an empty one's file is removed), all or
- * nothing: every file is written and synced under a temporary name before
- * any is renamed into place.  TOGGLE_EIO with errno.
- */
-int td_store_save(struct td_store *s, const char *dir);
-/* The same in three steps, so that the file work can run on another thread:
- * begin (loop: snapshot the dirty entries, they become clean), run (any
- * thread: touches only the job), end (loop: 0 or TOGGLE_EIO with errno and
- * the reason in err; frees the job). */
-struct td_store_job *td_store_job_begin(struct td_store *s, const char *dir);
-size_t td_store_job_entries(const struct td_store_job *j);
-void td_store_job_run(struct td_store_job *j);
-int td_store_job_end(struct td_store *s, struct td_store_job *j, char *err, size_t errlen);
-/* Drop a job that did not run: its entries are dirty again. */
-void td_store_job_cancel(struct td_store *s, struct td_store_job *j);
-/* Every entry back to what its file holds: pending changes dropped. */
-void td_store_rollback(struct td_store *s);
-/* The store key of an agent: its name for the daemon's own uid, name@uid for another. */
-int td_store_key(char *out, size_t len, const char *name, uint32_t uid);
-void td_store_free(struct td_store *s);
-struct td_desired *td_store_get(struct td_store *s, const char *name, bool create);
-int td_desired_set_standing(struct td_desired *dd, const char *spec);
-int td_desired_set_plans(struct td_desired *dd, const int64_t *steps, char *const *specs, size_t n);
+/* store.c: one file per agent name under <dir>/agents/, and the journal. */
+#include "store.h"
 
 #endif

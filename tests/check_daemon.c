@@ -142,11 +142,23 @@ static char *file_read(const char *path)
 	return buf;
 }
 
+/* Binary-safe: the journal's records have binary headers (issue 30). */
 static bool file_contains(const char *path, const char *needle)
 {
-	char *text = file_read(path);
-	bool found = text && strstr(text, needle);
-	free(text);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	int ch;
+	while (m && (ch = getc(f)) != EOF)
+		putc(ch, m);
+	fclose(f);
+	if (m)
+		fclose(m);
+	bool found = buf && memmem(buf, len, needle, strlen(needle)) != NULL;
+	free(buf);
 	return found;
 }
 

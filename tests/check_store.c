@@ -70,6 +70,9 @@ static const char *entry_path(char *buf, size_t len, const char *name)
 	return buf;
 }
 
+/* agents/<name>.json holds needle. */
+static void text_has_entry(const char *name, const char *needle);
+
 static void make_agents_dir(void)
 {
 	char p[128];
@@ -110,6 +113,13 @@ static char *read_entry(const char *name)
 {
 	char p[192];
 	return read_text(entry_path(p, sizeof(p), name));
+}
+
+static void text_has_entry(const char *name, const char *needle)
+{
+	char *text = read_entry(name);
+	ck_assert_msg(strstr(text, needle), "%s.json does not hold %s: %s", name, needle, text);
+	free(text);
 }
 
 static bool exists(const char *path)
@@ -704,26 +714,52 @@ static off_t file_size(const char *path)
 	return stat(path, &st) == 0 ? st.st_size : -1;
 }
 
-static void append_text(const char *path, const char *text)
+/* One record of the given entries (name, standing) appended to the journal as is. */
+static void append_record(const char *path, uint64_t seq, const char *const *names,
+			  const char *const *standing, size_t n)
 {
-	FILE *f = fopen(path, "a");
+	struct td_desired v[4];
+	ck_assert_uint_le(n, 4);
+	memset(v, 0, sizeof(v));
+	for (size_t i = 0; i < n; i++) {
+		snprintf(v[i].name, sizeof(v[i].name), "%s", names[i]);
+		v[i].standing = (char *)(uintptr_t)standing[i];
+	}
+	size_t len = 0;
+	char *rec = td_store_encode_record(seq, v, n, &len);
+	ck_assert_ptr_nonnull(rec);
+	FILE *f = fopen(path, "ab");
 	ck_assert_ptr_nonnull(f);
-	ck_assert_int_ge(fputs(text, f), 0);
+	ck_assert_uint_eq(fwrite(rec, 1, len, f), len);
 	ck_assert_int_eq(fclose(f), 0);
+	free(rec);
+}
+
+static int count_in_dir(const char *needle)
+{
+	DIR *dp = opendir(tdir);
+	ck_assert_ptr_nonnull(dp);
+	int n = 0;
+	for (struct dirent *de; (de = readdir(dp));)
+		n += strncmp(de->d_name, needle, strlen(needle)) == 0;
+	closedir(dp);
+	return n;
 }
 
 /*
  * Saves append one record each; a new store replays them over the files; a
- * torn last record is cut off; a corrupt one is refused, or set aside with
- * what came before kept; past journal_max a checkpoint writes the files and
- * empties the journal.
+ * torn last record is cut off; a damaged one is refused, or folded into the
+ * files with the journal set aside; past journal_max the next save rotates
+ * the journal and a checkpoint writes the files of the old one's entries,
+ * then removes it.
  */
 START_TEST(test_journal)
 {
 	struct td_store s = { 0 }, r = { 0 };
-	char err[512] = "", jpath[128], p[192];
+	char err[512] = "", jpath[128], opath[128], p[192];
 	make_tmpdir();
 	in_dir(jpath, sizeof(jpath), "agents.journal");
+	in_dir(opath, sizeof(opath), "agents.journal.old");
 	s.journal = true;
 	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
 	fill_store(&s);
@@ -738,6 +774,7 @@ START_TEST(test_journal)
 	ck_assert_int_eq(td_store_save(&s, tdir), 0);
 	off_t two = file_size(jpath);
 	ck_assert_int_gt(two, one);
+	ck_assert_uint_eq(s.jseq, 3);
 
 	/* Replayed in order: the later record wins. */
 	r.journal = true;
@@ -751,74 +788,182 @@ START_TEST(test_journal)
 	ck_assert_str_eq(td_store_get(&r, GAMMA, false)->standing, "");
 	ck_assert(td_store_get(&r, "beta", false)->in_journal);
 	ck_assert_uint_eq(r.jsize, (uint64_t)two);
+	ck_assert_uint_eq(r.jseq, 3); /* the sequence goes on where it was */
 	td_store_free(&r);
 
-	/* A torn last record (no newline: its save never completed) is cut off. */
-	append_text(jpath, "{\"entries\":[{\"format\":1,\"name\":\"alpha\",\"enabled\":\"torn\"");
+	/* A torn last record (a crash in its write: never acknowledged) is cut off. */
+	static const char *const alpha[] = { "alpha" }, *const torn[] = { "torn" };
+	append_record(jpath, 3, alpha, torn, 1);
+	ck_assert_int_eq(truncate(jpath, two + 30), 0);
+	r.journal = true; /* td_store_free cleared it; without, a load folds the journal in */
 	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
 	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "alpha-2");
 	ck_assert_int_eq(file_size(jpath), two);
+	ck_assert_uint_eq(r.quarantined, 0);
 	td_store_free(&r);
 
-	/* A complete record that is not valid: refused (strict) ... */
-	append_text(jpath, "{\"format\":1,\"entries\":[{\"format\":1,\"name\":\"alpha\",\"plans\":7}]}\n"
-			   "{\"format\":1,\"entries\":[{\"format\":1,\"name\":\"alpha\",\"enabled\":\"after\"}]}\n");
+	/* An intact record that is not valid state, then a good one: refused (strict) ... */
+	char *too_long = repeat('a', TGP_MAX_SPEC + 1);
+	const char *const bad_spec[] = { too_long };
+	static const char *const after[] = { "after" };
+	append_record(jpath, 3, alpha, bad_spec, 1);
+	free(too_long);
+	append_record(jpath, 4, alpha, after, 1);
+	r.journal = true;
 	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), TOGGLE_EINVAL);
-	ck_assert_msg(strstr(err, "agents.journal: record 3") && strstr(err, "plans"),
-		      "unclear error: %s", err);
+	/* The record after it sets alpha again: no agent is left with a damaged value. */
+	ck_assert_msg(strstr(err, "agents.journal: record at byte") && strstr(err, "enabled") &&
+		      strstr(err, "no agent affected"), "unclear error: %s", err);
 	ck_assert_int_gt(file_size(jpath), two);
-	/* ... or set aside: the records before it kept, the journal cut there. */
+	/* ... or folded into the files, the record after it applied, the journal set aside. */
 	r.quarantine = true;
 	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
-	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "alpha-2");
-	ck_assert_int_eq(file_size(jpath), two);
+	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "after");
 	ck_assert_uint_eq(r.quarantined, 1);
-	DIR *dp = opendir(tdir);
-	ck_assert_ptr_nonnull(dp);
-	int aside = 0;
-	for (struct dirent *de; (de = readdir(dp));)
-		aside += strncmp(de->d_name, "agents.journal.corrupt-", 23) == 0;
-	closedir(dp);
-	ck_assert_int_eq(aside, 1);
-	/* Two entries with one name in one record: corrupt as well. */
-	append_text(jpath, "{\"format\":1,\"entries\":[{\"format\":1,\"name\":\"x\"},"
-			   "{\"format\":1,\"name\":\"x\",\"enabled\":\"y\"}]}\n");
+	ck_assert_uint_eq(r.checkpoints, 1);
+	ck_assert(!exists(jpath));
+	ck_assert_int_eq(count_in_dir("agents.journal.corrupt-"), 1);
+	text_has_entry("alpha", "\"after\"");
+	td_store_free(&r);
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "after");
+	ck_assert_uint_eq(r.quarantined, 0);
+
+	/* Two entries with one name in one record: damaged as well. */
+	static const char *const twice[] = { "x", "x" }, *const xy[] = { "x1", "y" };
+	append_record(jpath, 9, twice, xy, 2);
+	s.journal = true;
 	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), TOGGLE_EINVAL);
 	ck_assert_msg(strstr(err, "\"x\" twice"), "unclear error: %s", err);
+	r.journal = true;
+	r.quarantine = true;
 	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
 	ck_assert_ptr_null(td_store_get(&r, "x", false));
 
-	/* Past journal_max: the next save is a checkpoint. */
-	ck_assert(!r.journal); /* td_store_free cleared it */
-	r.journal = true;
+	/* Past journal_max: the next save rotates the journal, the checkpoint writes the files. */
 	r.journal_max = 1;
 	struct td_desired *b = td_store_get(&r, "beta", false);
 	ck_assert_int_eq(td_desired_set_standing(b, "beta-2"), 0);
-	ck_assert_int_eq(td_store_save(&r, tdir), 0);
-	ck_assert_uint_eq(r.checkpoints, 1);
-	ck_assert_int_eq(file_size(jpath), 0);
-	ck_assert_uint_eq(r.jsize, 0);
-	ck_assert(!td_store_get(&r, "alpha", false)->in_journal);
-	char *text = read_entry("alpha");
-	ck_assert_ptr_nonnull(strstr(text, "\"alpha-2\""));
-	free(text);
-	text = read_entry("beta");
-	ck_assert_ptr_nonnull(strstr(text, "\"beta-2\""));
-	free(text);
-	ck_assert(entry_exists(GAMMA));
-	ck_assert(!exists(in_agents(p, sizeof(p), "alpha.json.tmp")));
-	/* And the journal goes on from empty. */
+	uint64_t ck0 = r.checkpoints; /* 1: the load folded the damaged journal in */
+	ck_assert(!exists(jpath));
+	ck_assert_int_eq(td_store_save(&r, tdir), 0); /* the first record of a new journal */
+	ck_assert_uint_eq(r.checkpoints, ck0);
 	ck_assert_int_eq(td_desired_set_standing(b, "beta-3"), 0);
-	ck_assert_int_eq(td_store_save(&r, tdir), 0);
-	ck_assert_int_gt(file_size(jpath), 0);
+	ck_assert_int_eq(td_store_save(&r, tdir), 0); /* rotates, then the checkpoint */
+	ck_assert_uint_eq(r.checkpoints, ck0 + 1);
+	ck_assert(!exists(opath));
+	ck_assert(!r.old_present);
+	off_t rec3 = file_size(jpath);
+	ck_assert_int_gt(rec3, 0);
+	ck_assert_uint_eq(r.jsize, (uint64_t)rec3); /* only beta-3's record */
+	ck_assert(!td_store_get(&r, "alpha", false)->in_journal);
+	ck_assert(td_store_get(&r, "beta", false)->in_journal);
+	/* Its durable value when the checkpoint began: beta-3, which the new journal holds too. */
+	text_has_entry("beta", "\"beta-3\"");
+	ck_assert(!exists(in_agents(p, sizeof(p), "beta.json.tmp")));
 	td_store_free(&s);
 	s.journal = true;
 	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
 	ck_assert_str_eq(td_store_get(&s, "beta", false)->standing, "beta-3");
-	ck_assert_str_eq(td_store_get(&s, "alpha", false)->standing, "alpha-2");
+	ck_assert_str_eq(td_store_get(&s, "alpha", false)->standing, "after");
 	td_store_free(&s);
 	td_store_free(&r);
 	remove_tmpdir();
+}
+END_TEST
+
+/*
+ * A checkpoint runs beside the saves: begun (the old journal's entries
+ * snapshotted), saves go on appending to the new journal while it runs,
+ * and a load at any point sees the newest durable values: files, the old
+ * journal, then the new one.
+ */
+START_TEST(test_checkpoint_beside_saves)
+{
+	struct td_store s = { 0 }, r = { 0 };
+	char err[512] = "", opath[128];
+	make_tmpdir();
+	in_dir(opath, sizeof(opath), "agents.journal.old");
+	s.journal = true;
+	s.journal_max = 1;
+	ck_assert_int_eq(td_store_load(&s, tdir, err, sizeof(err)), 0);
+	struct td_desired *a = td_store_get(&s, "alpha", true);
+	ck_assert_int_eq(td_desired_set_standing(a, "one"), 0);
+	struct td_store_job *j = td_store_job_begin(&s, tdir);
+	td_store_job_run(j);
+	ck_assert_int_eq(td_store_job_end(&s, j, err, sizeof(err)), 0);
+	ck_assert(!td_store_ckpt_due(&s));
+	ck_assert_int_eq(td_desired_set_standing(a, "two"), 0);
+	j = td_store_job_begin(&s, tdir); /* rotates: "one" is the old journal's */
+	td_store_job_run(j);
+	ck_assert_int_eq(td_store_job_end(&s, j, err, sizeof(err)), 0);
+	ck_assert(s.old_present && exists(opath));
+	ck_assert(td_store_ckpt_due(&s));
+	struct td_store_job *ck = td_store_ckpt_begin(&s, tdir);
+	ck_assert_ptr_nonnull(ck);
+	ck_assert_uint_eq(td_store_job_entries(ck), 1);
+	ck_assert(!td_store_ckpt_due(&s)); /* one at a time */
+	/* Saves while the checkpoint is out: appended to the new journal, never rotated. */
+	for (int i = 0; i < 3; i++) {
+		char v[16];
+		snprintf(v, sizeof(v), "three-%d", i);
+		ck_assert_int_eq(td_desired_set_standing(a, v), 0);
+		j = td_store_job_begin(&s, tdir);
+		td_store_job_run(j);
+		ck_assert_int_eq(td_store_job_end(&s, j, err, sizeof(err)), 0);
+		ck_assert(exists(opath));
+		/* A crash now: the newest value. */
+		r.journal = true;
+		ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+		ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, v);
+		ck_assert(r.old_present);
+		td_store_free(&r);
+	}
+	td_store_job_run(ck); /* writes "two" (durable when it began) to the file */
+	r.journal = true;
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "three-2");
+	td_store_free(&r);
+	ck_assert_int_eq(td_store_ckpt_end(&s, ck, err, sizeof(err)), 0);
+	ck_assert(!exists(opath) && !s.old_present);
+	ck_assert_uint_eq(s.checkpoints, 1);
+	text_has_entry("alpha", "\"two\"");
+	r.journal = true;
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_str_eq(td_store_get(&r, "alpha", false)->standing, "three-2");
+	td_store_free(&r);
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/* CRC32C's check value, and a record's checksums cover every byte of it. */
+START_TEST(test_record_checksums)
+{
+	ck_assert_uint_eq(td_crc32c(0, "123456789", 9), 0xe3069283u);
+	ck_assert_uint_eq(td_crc32c(td_crc32c(0, "1234", 4), "56789", 5), 0xe3069283u);
+	struct td_desired v = { 0 };
+	snprintf(v.name, sizeof(v.name), "alpha");
+	v.standing = (char *)(uintptr_t)"resid_post:1";
+	size_t len = 0;
+	char *rec = td_store_encode_record(7, &v, 1, &len);
+	ck_assert_ptr_nonnull(rec);
+	ck_assert_mem_eq(rec, "\xffTJ\x02", 4);
+	for (size_t i = 0; i < len; i++) {
+		for (int bit = 0; bit < 8; bit += 3) {
+			struct td_store st = { 0 };
+			struct td_journal_scan scan;
+			char err[512];
+			rec[i] ^= (char)(1 << bit);
+			int rc = td_store_parse_journal("j", rec, len, 0, &st, &scan, err, sizeof(err));
+			rec[i] ^= (char)(1 << bit);
+			/* Damaged, or (a flip in the length) cut short: never applied. */
+			ck_assert_msg(st.n == 0, "byte %zu bit %d: applied", i, bit);
+			ck_assert_msg(rc == TOGGLE_EINVAL || scan.torn, "byte %zu bit %d: accepted", i, bit);
+			td_store_free(&st);
+		}
+	}
+	free(rec);
 }
 END_TEST
 
@@ -1530,13 +1675,12 @@ START_TEST(test_parse_error_text_clean)
 					     sizeof(err)), 0);
 	assert_clean("entry file", err);
 	td_store_free(&st);
-	size_t good = 0;
-	bool corrupt = false;
+	struct td_journal_scan scan;
 	memset(&st, 0, sizeof(st));
 	err[0] = '\0';
-	td_store_parse_journal("agents.journal", journal, sizeof(journal) - 1, &st, &good, &corrupt,
-			       err, sizeof(err));
-	ck_assert_msg(corrupt, "a record that is not JSON was accepted");
+	td_store_parse_journal("agents.journal", journal, sizeof(journal) - 1, 0, &st, &scan, err,
+			       sizeof(err));
+	ck_assert_msg(scan.corrupt, "a record that is not JSON was accepted");
 	assert_clean("journal", err);
 	td_store_free(&st);
 }
@@ -1697,6 +1841,8 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_save_full_disk);
 	tcase_add_test(tc, test_store_keys);
 	tcase_add_test(tc, test_journal);
+	tcase_add_test(tc, test_checkpoint_beside_saves);
+	tcase_add_test(tc, test_record_checksums);
 	tcase_add_test(tc, test_quarantine);
 	tcase_add_test(tc, test_parse_error_text_clean);
 	suite_add_tcase(s, tc);
