@@ -52,6 +52,9 @@
 # TORCH_COMPILE_BENCH=1 (and TORCH_COMPILE_BENCH_ARGS, e.g. "--batches 1,8 --modes lazy"),
 # PIECEWISE_PROOF_ARGS (e.g. "--steps 2000"), PIECEWISE_BENCH_ARGS (e.g. "--reps 11").
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
+# GPU_LEGS="gpu_check torch_proof ..." runs only the legs named (the rest are
+# not listed); unset, every leg runs.  The device's 10-minute limit per call is
+# why: the whole suite with the benches can take longer.
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -89,11 +92,18 @@ build_leg() {
 
 status=0
 results=""
+# leg_selected NAME: 0 if GPU_LEGS is unset or names NAME.
+leg_selected() {
+	[ -z "${GPU_LEGS:-}" ] && return 0
+	case " $GPU_LEGS " in *" $1 "*) return 0 ;; esac
+	return 1
+}
 # run_leg NAME ARGS...: build and run one program (output shown as it
 # comes), note PASS, SKIPPED (no device: exit 0) or FAIL.
 run_leg() {
 	name=$1
 	shift
+	leg_selected "$name" || return 0
 	verdict=FAIL
 	if build_leg "$name"; then
 		echo "gpu-check: running $B/$name $*"
@@ -114,6 +124,7 @@ PYTHON=${PYTHON:-python3}
 run_py_leg() {
 	name=$1
 	shift
+	leg_selected "$name" || return 0
 	verdict=FAIL
 	if command -v "$PYTHON" >/dev/null 2>&1; then
 		echo "gpu-check: running $*"
