@@ -37,10 +37,17 @@ $(TD_UNIT_TESTS): EXTRA_CFLAGS = $(TD_CFLAGS)
 $(TD_UNIT_TESTS): EXTRA_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)
 
 # End-to-end tests run the real daemon (ASan build) and agents on the simulator.
-TD_E2E_TESTS := $(B)/tests/check_daemon $(B)/tests/check_store_daemon
+# The check_daemon_*.c suites (one per concern) share fixture_daemon.h: the
+# environment and agent children (fixture_daemon.c), the RPCs (fixture_rpc.c).
+TD_DAEMON_SUITES := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/check_daemon_*.c))
+TD_DAEMON_FIXTURES := $(B)/san/tests/fixture_daemon.o $(B)/san/tests/fixture_rpc.o
+TD_E2E_TESTS := $(TD_DAEMON_SUITES) $(B)/tests/check_store_daemon
 $(TD_E2E_TESTS): $(B)/toggled-san $(B)/libtgproto-san.a
-$(TD_E2E_TESTS): EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\"
+$(TD_E2E_TESTS) $(TD_DAEMON_FIXTURES): EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\"
 $(TD_E2E_TESTS): EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
+$(TD_DAEMON_FIXTURES): tests/fixture_daemon.h $(TGP_GEN_H)
+$(TD_DAEMON_SUITES): $(TD_DAEMON_FIXTURES) tests/fixture_daemon.h
+$(TD_DAEMON_SUITES): TEST_FIXTURES = $(TD_DAEMON_FIXTURES)
 # The store's end-to-end suite talks through the client library too (client.mk's TGC_TESTS).
 $(B)/tests/check_store_daemon: $(B)/libtgclient-san.a
 $(B)/tests/check_store_daemon: TGC_TEST_LIBS = $(B)/libtgclient-san.a
