@@ -1,7 +1,7 @@
 # daemon.mk - toggled.  Included by the top-level Makefile after proto.mk.
 # $(B)/toggled is the daemon; $(B)/toggled-san its ASan/UBSan build that the
 # integration tests run; $(B)/libtoggled-san.a every module but main.c, for
-# unit tests (tests/check_store.c).
+# unit tests (tests/check_store_*.c).
 
 TD_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 TD_OBJ := $(TD_SRC:%.c=$(B)/%.o)
@@ -30,11 +30,19 @@ $(B)/libtoggled-san.a: $(TD_SAN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-TD_UNIT_TESTS := $(B)/tests/check_store $(B)/tests/check_store_faults $(B)/tests/check_cluster \
-	$(B)/tests/check_gzipenc
+# The store's suites (check_store_*.c but the end-to-end one, check_auth.c)
+# share fixture_store.c: the state directory, file helpers, stderr captured.
+TD_STORE_SUITES := $(B)/tests/check_store_save $(B)/tests/check_store_journal \
+	$(B)/tests/check_store_load $(B)/tests/check_store_entries $(B)/tests/check_store_faults \
+	$(B)/tests/check_auth
+TD_STORE_FIXTURES := $(B)/san/tests/fixture_store.o
+TD_UNIT_TESTS := $(TD_STORE_SUITES) $(B)/tests/check_cluster $(B)/tests/check_gzipenc
 $(TD_UNIT_TESTS): $(B)/libtoggled-san.a $(B)/libtgproto-san.a
-$(TD_UNIT_TESTS): EXTRA_CFLAGS = $(TD_CFLAGS)
+$(TD_UNIT_TESTS) $(TD_STORE_FIXTURES): EXTRA_CFLAGS = $(TD_CFLAGS)
 $(TD_UNIT_TESTS): EXTRA_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)
+$(TD_STORE_FIXTURES): tests/fixture_store.h $(TGP_GEN_H)
+$(TD_STORE_SUITES): $(TD_STORE_FIXTURES) tests/fixture_store.h
+$(TD_STORE_SUITES): TEST_FIXTURES = $(TD_STORE_FIXTURES)
 
 # End-to-end tests run the real daemon (ASan build) and agents on the simulator.
 # The check_daemon_*.c suites (one per concern) share fixture_daemon.h: the
