@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "agent_impl.h" /* white-box: count the identity calls the agent makes */
-#include "fixture_sim.h" /* the test catalog: NT x NL hooks, hook_of, set_of */
+#include "fixture_catalog.h" /* the test catalog: NT x NL hooks, hook_of, set_of */
 #include "testutil.h"
 #include "toggle.h"
 #include "toggle_sim.h"

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "agent_impl.h" /* white-box: the driver table (user objects withheld), counters */
-#include "fixture_sim.h"
+#include "fixture_catalog.h"
 #include "testutil.h"
 #include "toggle.h"
 #include "toggle_sim.h"
