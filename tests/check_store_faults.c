@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fixture_store.h" /* tdir, in_dir, capture_stderr */
+#include "fixture_store.h" /* tdir, in_dir, slurp, capture_stderr */
 #include "store.h"
 #include "testutil.h"
 #include "toggled.h"
@@ -32,23 +32,6 @@ static void make_tmpdir_under(const char *base)
 		base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
 	snprintf(tdir, sizeof(tdir), "%s/check_store_faults.XXXXXX", base);
 	ck_assert_ptr_nonnull(mkdtemp(tdir));
-}
-
-/* The whole file; *len its size; freed by the caller. */
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "cannot read %s: %s", path, strerror(errno));
-	char *buf = NULL;
-	size_t n = 0;
-	FILE *m = open_memstream(&buf, &n);
-	int c;
-	while ((c = getc(f)) != EOF)
-		putc(c, m);
-	fclose(f);
-	fclose(m);
-	*len = n;
-	return buf;
 }
 
 static void spit(const char *path, const char *buf, size_t len)

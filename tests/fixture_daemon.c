@@ -166,26 +166,46 @@ void child_detach(pid_t parent)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-/* fork/exec TOGGLED_BIN on the env's socket and state dir; stderr appended to logpath. */
-pid_t daemon_spawn(const struct env *e, const char *logpath)
+/* fork(); the child is detached (child_detach) before it returns 0. */
+static pid_t fork_detached(void)
 {
 	pid_t parent = getpid();
 	fflush(NULL);
 	pid_t pid = fork();
 	ASSERT(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
+	if (pid == 0)
 		child_detach(parent);
+	return pid;
+}
+
+/*
+ * fork/exec TOGGLED_BIN on the env's socket and state dir, with the
+ * configuration file conf (-c) unless NULL; stderr appended to logpath.
+ */
+static pid_t daemon_spawn_conf(const struct env *e, const char *logpath, const char *conf)
+{
+	pid_t pid = fork_detached();
+	if (pid == 0) {
 		int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		if (fd < 0 || null < 0 || dup2(null, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
 			_exit(126);
 		close_range(3, ~0u, 0);
-		execl(TOGGLED_BIN, "toggled", "--socket", e->sock, "--state-dir", e->state, "-v",
-		      (char *)NULL);
+		if (conf)
+			execl(TOGGLED_BIN, "toggled", "--socket", e->sock, "--state-dir", e->state,
+			      "-c", conf, "-v", (char *)NULL);
+		else
+			execl(TOGGLED_BIN, "toggled", "--socket", e->sock, "--state-dir", e->state,
+			      "-v", (char *)NULL);
 		dprintf(2, "check_daemon: exec %s: %s\n", TOGGLED_BIN, strerror(errno));
 		_exit(127);
 	}
 	return pid;
+}
+
+pid_t daemon_spawn(const struct env *e, const char *logpath)
+{
+	return daemon_spawn_conf(e, logpath, NULL);
 }
 
 /* Wait up to timeout_ms for pid to end: true with *st. */
@@ -218,10 +238,9 @@ static bool socket_accepts(const char *path)
 	return ok;
 }
 
-/* Start the daemon and wait (bounded) until its socket accepts. */
-void daemon_start(struct env *e)
+/* Wait (bounded) until the daemon just spawned accepts on its socket. */
+static void daemon_wait_accepting(struct env *e)
 {
-	e->daemon = daemon_spawn(e, e->dlog);
 	uint64_t end = now_ms() + 10000;
 	while (!socket_accepts(e->sock)) {
 		int st;
@@ -232,6 +251,13 @@ void daemon_start(struct env *e)
 		ASSERT(now_ms() < end, "toggled does not accept on %s after 10 s", e->sock);
 		sleep_ms(10);
 	}
+}
+
+/* Start the daemon and wait (bounded) until its socket accepts. */
+void daemon_start(struct env *e)
+{
+	e->daemon = daemon_spawn(e, e->dlog);
+	daemon_wait_accepting(e);
 }
 
 /* SIGTERM; the daemon must exit 0 (ASan and leak reports make it exit non-zero). */
@@ -419,12 +445,8 @@ int agent_start(struct env *e, const struct agent_opts *o)
 	char log[PATH_MAX];
 	snprintf(log, sizeof(log), "%s/agent-%s.log", e->dir, o->name);
 	memcpy(ap->log, log, sizeof(ap->log));
-	pid_t parent = getpid();
-	fflush(NULL);
-	pid_t pid = fork();
-	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	pid_t pid = fork_detached();
 	if (pid == 0) {
-		child_detach(parent);
 		agent_main(e, o, ap->log);
 	}
 	ap->pid = pid;
@@ -489,17 +511,27 @@ void agent_kill9(struct env *e, int i)
 /* Test environment                                                          */
 /* ======================================================================== */
 
-void env_setup(struct env *e)
+/*
+ * The env's private directory and its paths: mkdtemp, as suites and their
+ * tests run in parallel; named after the suite, for the directory a failed
+ * test keeps (/tmp/check_daemon_rpc.XXXXXX).
+ */
+static void env_dir(struct env *e)
 {
-	memset(e, 0, sizeof(*e));
-	ASSERT(access(TOGGLED_BIN, X_OK) == 0, "%s: %s (run from the repository root after make)",
-	       TOGGLED_BIN, strerror(errno));
-	snprintf(e->dir, sizeof(e->dir), "/tmp/tgd-XXXXXX");
+	snprintf(e->dir, sizeof(e->dir), "/tmp/%.40s.XXXXXX", program_invocation_short_name);
 	ASSERT(mkdtemp(e->dir) != NULL, "mkdtemp: %s", strerror(errno));
 	snprintf(e->sock, sizeof(e->sock), "%s/s.sock", e->dir);
 	snprintf(e->state, sizeof(e->state), "%s/state", e->dir);
 	snprintf(e->dlog, sizeof(e->dlog), "%s/toggled.log", e->dir);
 	g_env = e;
+}
+
+void env_setup(struct env *e)
+{
+	memset(e, 0, sizeof(*e));
+	ASSERT(access(TOGGLED_BIN, X_OK) == 0, "%s: %s (run from the repository root after make)",
+	       TOGGLED_BIN, strerror(errno));
+	env_dir(e);
 	daemon_start(e);
 }
 
@@ -646,12 +678,8 @@ void assert_switch(struct agent_proc *ap, int64_t before_last, int64_t at_step,
 void run_child(const struct env *e, void (*fn)(const struct env *),
 	       const char *what, const char *const *why, size_t n_why)
 {
-	pid_t parent = getpid();
-	fflush(NULL);
-	pid_t pid = fork();
-	ASSERT(pid >= 0, "fork: %s", strerror(errno));
+	pid_t pid = fork_detached();
 	if (pid == 0) {
-		child_detach(parent);
 		fn(e);
 		_exit(125); /* fn does not return */
 	}
@@ -670,43 +698,15 @@ void run_child(const struct env *e, void (*fn)(const struct env *),
 void env_setup_conf(struct env *e, const char *text)
 {
 	memset(e, 0, sizeof(*e));
-	snprintf(e->dir, sizeof(e->dir), "/tmp/tgd-XXXXXX");
-	ASSERT(mkdtemp(e->dir) != NULL, "mkdtemp: %s", strerror(errno));
-	snprintf(e->sock, sizeof(e->sock), "%s/s.sock", e->dir);
-	snprintf(e->state, sizeof(e->state), "%s/state", e->dir);
-	snprintf(e->dlog, sizeof(e->dlog), "%s/toggled.log", e->dir);
-	g_env = e;
+	env_dir(e);
 	char conf[PATH_MAX];
 	snprintf(conf, sizeof(conf), "%s/toggled.conf", e->dir);
 	FILE *f = fopen(conf, "we");
 	ASSERT(f && fputs(text, f) >= 0 && fclose(f) == 0, "writing %s", conf);
-	pid_t parent = getpid();
-	fflush(NULL);
-	pid_t pid = fork();
-	ASSERT(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		child_detach(parent);
-		int fd = open(e->dlog, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || null < 0 || dup2(null, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
-			_exit(126);
-		close_range(3, ~0u, 0);
-		execl(TOGGLED_BIN, "toggled", "--socket", e->sock, "--state-dir", e->state, "-c", conf,
-		      "-v", (char *)NULL);
-		_exit(127);
-	}
-	e->daemon = pid;
-	uint64_t end = now_ms() + 10000;
-	while (!socket_accepts(e->sock)) {
-		int st;
-		if (waitpid(e->daemon, &st, WNOHANG) == e->daemon) {
-			e->daemon = 0;
-			ASSERT(0, "toggled ended during start-up with %s", status_text(st));
-		}
-		ASSERT(now_ms() < end, "toggled does not accept on %s after 10 s", e->sock);
-		sleep_ms(10);
-	}
+	e->daemon = daemon_spawn_conf(e, e->dlog, conf);
+	daemon_wait_accepting(e);
 }
+
 /* ======================================================================== */
 
 TCase *add_tcase(Suite *s, const char *name)

@@ -64,20 +64,28 @@ void write_text(const char *path, const char *text)
 	ck_assert_int_eq(fclose(f), 0);
 }
 
-/* The whole file, NUL-terminated; freed by the caller. */
-char *read_text(const char *path)
+/* The whole file, NUL-terminated (binary-safe: *len its size); freed by the caller. */
+char *slurp(const char *path, size_t *len)
 {
-	FILE *f = fopen(path, "r");
+	FILE *f = fopen(path, "rb");
 	ck_assert_msg(f != NULL, "cannot read %s: %s", path, strerror(errno));
 	char *buf = NULL;
-	size_t len = 0;
-	FILE *m = open_memstream(&buf, &len);
+	size_t n = 0;
+	FILE *m = open_memstream(&buf, &n);
 	int c;
 	while ((c = getc(f)) != EOF)
 		putc(c, m);
 	fclose(f);
 	fclose(m);
+	*len = n;
 	return buf;
+}
+
+/* The whole file, NUL-terminated; freed by the caller. */
+char *read_text(const char *path)
+{
+	size_t len;
+	return slurp(path, &len);
 }
 
 void write_entry(const char *name, const char *text)

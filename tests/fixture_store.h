@@ -44,6 +44,7 @@ const char *in_agents(char *buf, size_t len, const char *fname);
 const char *entry_path(char *buf, size_t len, const char *name);
 void make_agents_dir(void);
 void write_text(const char *path, const char *text);
+char *slurp(const char *path, size_t *len);
 char *read_text(const char *path);
 void write_entry(const char *name, const char *text);
 char *read_entry(const char *name);
