@@ -19,54 +19,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fixture_store.h" /* tdir, in_dir, slurp, capture_stderr */
 #include "store.h"
 #include "testutil.h"
 #include "toggled.h"
 
-static char tdir[64];
-
 /* Under /dev/shm when there is one: hundreds of scenarios, each a few dozen syncs. */
-static void make_tmpdir(const char *base)
+static void make_tmpdir_under(const char *base)
 {
 	struct stat st;
 	if (!base)
 		base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
 	snprintf(tdir, sizeof(tdir), "%s/check_store_faults.XXXXXX", base);
 	ck_assert_ptr_nonnull(mkdtemp(tdir));
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st, (void)flag, (void)ftw;
-	return remove(path);
-}
-
-static void remove_tmpdir(void)
-{
-	nftw(tdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *in_dir(char *buf, size_t len, const char *name)
-{
-	snprintf(buf, len, "%s/%s", tdir, name);
-	return buf;
-}
-
-/* The whole file; *len its size; freed by the caller. */
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "cannot read %s: %s", path, strerror(errno));
-	char *buf = NULL;
-	size_t n = 0;
-	FILE *m = open_memstream(&buf, &n);
-	int c;
-	while ((c = getc(f)) != EOF)
-		putc(c, m);
-	fclose(f);
-	fclose(m);
-	*len = n;
-	return buf;
 }
 
 static void spit(const char *path, const char *buf, size_t len)
@@ -88,33 +53,6 @@ static int count_names(const char *sub, const char *needle)
 		n += strstr(de->d_name, needle) != NULL;
 	closedir(dp);
 	return n;
-}
-
-/* stderr (the store's log) into a file while capturing. */
-static int saved_stderr = -1;
-
-static void capture_stderr(void)
-{
-	char p[128];
-	fflush(stderr);
-	saved_stderr = dup(2);
-	int fd = open(in_dir(p, sizeof(p), "stderr.log"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(dup2(fd, 2), 2);
-	close(fd);
-}
-
-static char *captured_stderr(void)
-{
-	char p[128];
-	size_t len;
-	fflush(stderr);
-	ck_assert_int_eq(dup2(saved_stderr, 2), 2);
-	close(saved_stderr);
-	saved_stderr = -1;
-	char *text = slurp(in_dir(p, sizeof(p), "stderr.log"), &len);
-	unlink(p);
-	return text;
 }
 
 static const char *standing_of(struct td_store *s, const char *name)
@@ -270,7 +208,7 @@ static void fault_matrix2(enum td_store_op op, bool persistent, const char *only
 {
 	struct fault count = { .op = op, .only = only };
 	struct model m;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	td_store_set_fault(fault_hook, &count);
 	scenario(STEPS, JMAX, &m);
 	td_store_set_fault(NULL, NULL);
@@ -287,7 +225,7 @@ static void fault_matrix2(enum td_store_op op, bool persistent, const char *only
 		snprintf(what, sizeof(what), "%s call %d of %d%s%s%s failed (%s)%s", op_names[op], n,
 			 calls, persistent ? " and every later one" : "", only ? " about " : "",
 			 only ? only : "", strerror(err), and_truncate ? ", every truncate too" : "");
-		make_tmpdir(NULL);
+		make_tmpdir_under(NULL);
 		td_store_set_fault(fault_hook, &f);
 		scenario(STEPS, JMAX, &m);
 		td_store_set_fault(NULL, NULL);
@@ -350,7 +288,7 @@ END_TEST
 START_TEST(test_append_only_journal)
 {
 	char jpath[128];
-	make_tmpdir(getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	make_tmpdir_under(getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	in_dir(jpath, sizeof(jpath), "agents.journal");
 	struct td_store s;
 	struct model m = { 0 };
@@ -470,7 +408,7 @@ static void damaged_middle(char *buf, size_t len)
 START_TEST(test_flipped_digit)
 {
 	size_t len;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	char *buf = three_records(&len);
 	char *v = find(buf, len, "beta-2222");
 	ck_assert_ptr_nonnull(v);
@@ -485,7 +423,7 @@ END_TEST
 START_TEST(test_cut_in_middle)
 {
 	size_t len;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	char *buf = three_records(&len);
 	char *v = find(buf, len, "beta-2222");
 	ck_assert_ptr_nonnull(v);
@@ -507,7 +445,7 @@ START_TEST(test_fold_fails_at_load)
 {
 	char jpath[128], err[512] = "";
 	size_t len;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	char *buf = three_records(&len);
 	char *v = find(buf, len, "beta-2222");
 	v[7] = '3';
@@ -547,7 +485,7 @@ START_TEST(test_torn_tail)
 {
 	char jpath[128], err[512] = "";
 	size_t len;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	char *buf = three_records(&len);
 	for (size_t cut = 1; cut < 12; cut += 5) {
 		spit(in_dir(jpath, sizeof(jpath), "agents.journal"), buf, len - cut);
@@ -589,7 +527,7 @@ START_TEST(test_corrupt_infix_name)
 {
 	static const char *const names[] = { "x.json.corrupt-1", "y.json.corrupt-", "z.json" };
 	struct td_store s;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	open_store(&s, 1, true);
 	for (size_t i = 0; i < 3; i++)
 		set_standing(&s, names[i], names[i]);
@@ -623,7 +561,7 @@ END_TEST
 START_TEST(test_journal_not_regular)
 {
 	char jpath[128], err[512] = "";
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	in_dir(jpath, sizeof(jpath), "agents.journal");
 	for (int kind = 0; kind < 3; kind++) {
 		struct td_store s;
