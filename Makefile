@@ -155,6 +155,7 @@ check-run: check-python
 -include tests/systemd/systemd.mk
 -include tests/pypkg/pypkg.mk
 -include tests/alerts/alerts.mk
+-include tests/codestats/codestats.mk
 
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:
