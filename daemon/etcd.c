@@ -797,10 +797,40 @@ int etcd_txn_put(const char *endpoints, const struct etcd_creds *cr, const char 
 		 const char *const *values, size_t n, const char *const *must_be_new, size_t n_new,
 		 int64_t *revision, char *err, size_t errlen)
 {
+	return etcd_txn_put_ttl(endpoints, cr, keys, values, n, must_be_new, n_new, 0, revision,
+				err, errlen);
+}
+
+int etcd_txn_put_ttl(const char *endpoints, const struct etcd_creds *cr, const char *const *keys,
+		     const char *const *values, size_t n, const char *const *must_be_new,
+		     size_t n_new, int64_t ttl_s, int64_t *revision, char *err, size_t errlen)
+{
 	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
 	size_t nu, cur = 0;
 	if (etcd_endpoints_parse(endpoints, urls, &nu, err, errlen))
 		return -1;
+	struct etcd_session sess;
+	session_init(&sess, cr);
+	/* A lease of its own, never kept alive: etcd deletes the keys after ttl_s.
+	 * Granted before the transaction; if the transaction is not written, the
+	 * lease expires holding nothing. */
+	char sid[32] = "";
+	if (ttl_s > 0) {
+		json_t *lr = json_pack("{s:I}", "TTL", (json_int_t)ttl_s);
+		json_t *lj = lr ? etcd_call_any(&sess, NULL, urls, nu, &cur, "/v3/lease/grant", lr,
+						NULL, err, errlen)
+				: NULL;
+		json_decref(lr);
+		int64_t id = 0;
+		if (lj && (json_i64(lj, "ID", &id) || id <= 0))
+			snprintf(err, errlen, "malformed lease grant response from etcd");
+		json_decref(lj);
+		if (id <= 0) {
+			session_destroy(&sess);
+			return -1;
+		}
+		snprintf(sid, sizeof(sid), "%" PRId64, id);
+	}
 	json_t *req = json_object(), *cmp = json_array(), *ops = json_array();
 	int rc = req && cmp && ops ? 0 : -1;
 	for (size_t i = 0; rc == 0 && i < n_new; i++) {
@@ -815,6 +845,8 @@ int etcd_txn_put(const char *endpoints, const struct etcd_creds *cr, const char 
 		char *v = etcd_b64_encode(values[i], strlen(values[i]));
 		json_t *op = k && v ? json_pack("{s:{s:s, s:s}}", "request_put", "key", k, "value", v)
 				    : NULL;
+		if (op && sid[0])
+			json_object_set_new(json_object_get(op, "request_put"), "lease", json_string(sid));
 		rc = op ? json_array_append_new(ops, op) : -1;
 		free(k);
 		free(v);
@@ -827,11 +859,10 @@ int etcd_txn_put(const char *endpoints, const struct etcd_creds *cr, const char 
 	json_decref(ops);
 	if (rc) {
 		json_decref(req);
+		session_destroy(&sess);
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	struct etcd_session sess;
-	session_init(&sess, cr);
 	json_t *j = etcd_call_any_ex(&sess, NULL, urls, nu, &cur, "/v3/kv/txn", req, NULL, true,
 				     err, errlen);
 	session_destroy(&sess);
@@ -1055,6 +1086,32 @@ static int watch_line(void *arg, char *line, size_t len)
 	return 1;
 }
 
+/*
+ * The newest mod revision under the prefix now (a range sorted by mod
+ * revision, one key, keys only), at least at; at when it cannot be read
+ * (the catch-up is then judged by the events alone).
+ */
+static int64_t newest_revision(struct etcd_watcher *w, int64_t at)
+{
+	json_t *req = range_request(w->prefix, 0);
+	if (!req)
+		return at;
+	json_object_set_new(req, "limit", json_integer(1));
+	json_object_set_new(req, "keys_only", json_true());
+	json_object_set_new(req, "sort_order", json_string("DESCEND"));
+	json_object_set_new(req, "sort_target", json_string("MOD"));
+	char err[320];
+	json_t *j = etcd_call_any(&w->sess, w->wcurl, w->urls, w->n_urls, &w->cur_watch,
+				  "/v3/kv/range", req, &w->stop, err, sizeof(err));
+	json_decref(req);
+	const json_t *kv = json_array_get(json_object_get(j, "kvs"), 0);
+	int64_t rev = 0;
+	if (!kv || json_i64(kv, "mod_revision", &rev) || rev < at)
+		rev = at;
+	json_decref(j);
+	return rev;
+}
+
 /* Range read: 0, 1 when `at` is compacted, -1 on other errors. */
 static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int64_t compacted,
 			    char *err, size_t errlen)
@@ -1079,9 +1136,14 @@ static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int
 		return -1;
 	}
 	/* The header says etcd's revision now; a read at `at` shows the keys as
-	 * they were at `at`, and the watch must go on from there. */
-	if (at > 0)
+	 * they were at `at`, and the watch must go on from there.  How far the
+	 * catch-up goes: the newest key's revision now (one key, keys only). */
+	if (at > 0) {
+		b->latest = b->revision > at ? newest_revision(w, at) : at;
 		b->revision = at;
+	} else {
+		b->latest = b->revision;
+	}
 	b->kind = ETCD_SNAPSHOT;
 	b->resync = resync;
 	b->compacted = compacted;
@@ -1272,15 +1334,17 @@ static void *watch_main(void *arg)
  * connection this thread keeps is then to that member, and the liveness
  * check shares it), else from cur_status on.  A request that the watched
  * member does not answer (a timeout, a refused connection, 5xx) stops the
- * watch there too: the next check would find the same.
+ * watch there too: the next check would find the same.  timeout_ms: the
+ * lease's requests are small, and get the check's bound (2 s), so that a
+ * hung member is left as soon as by the check; a status put may be big.
  */
-static json_t *status_call(struct etcd_watcher *w, const char *path, json_t *req, char *err,
-			   size_t errlen)
+static json_t *status_call(struct etcd_watcher *w, const char *path, json_t *req, long timeout_ms,
+			   char *err, size_t errlen)
 {
 	int member = atomic_load(&w->watch_member);
 	unsigned gen = atomic_load(&w->stream_gen);
 	if (member >= 0 && w->scurl) {
-		json_t *j = etcd_call_on(&w->sess, w->scurl, NULL, ETCD_TIMEOUT_MS, w->urls[member],
+		json_t *j = etcd_call_on(&w->sess, w->scurl, NULL, timeout_ms, w->urls[member],
 					 path, req, &w->stop, err, errlen);
 		if (j || etcd_error_is_final(err) || atomic_load(&w->stop))
 			return j;
@@ -1294,7 +1358,7 @@ static json_t *status_call(struct etcd_watcher *w, const char *path, json_t *req
 static int64_t lease_grant(struct etcd_watcher *w, char *err, size_t errlen)
 {
 	json_t *req = json_pack("{s:I}", "TTL", (json_int_t)ETCD_LEASE_TTL_S);
-	json_t *j = req ? status_call(w, "/v3/lease/grant", req, err, errlen)
+	json_t *j = req ? status_call(w, "/v3/lease/grant", req, ETCD_PROBE_TIMEOUT_MS, err, errlen)
 			: NULL;
 	json_decref(req);
 	int64_t id = 0;
@@ -1312,7 +1376,7 @@ static int lease_keepalive(struct etcd_watcher *w, int64_t id, char *err, size_t
 	char sid[32];
 	snprintf(sid, sizeof(sid), "%" PRId64, id);
 	json_t *req = json_pack("{s:s}", "ID", sid);
-	json_t *j = req ? status_call(w, "/v3/lease/keepalive", req, err, errlen)
+	json_t *j = req ? status_call(w, "/v3/lease/keepalive", req, ETCD_PROBE_TIMEOUT_MS, err, errlen)
 			: NULL;
 	json_decref(req);
 	int64_t ttl = 0;
@@ -1335,7 +1399,7 @@ static int status_put(struct etcd_watcher *w, int64_t lease, const char *value, 
 	json_t *req = k && v ? json_pack("{s:s, s:s, s:s}", "key", k, "value", v, "lease", sid) : NULL;
 	free(k);
 	free(v);
-	json_t *j = req ? status_call(w, "/v3/kv/put", req, err, errlen)
+	json_t *j = req ? status_call(w, "/v3/kv/put", req, ETCD_TIMEOUT_MS, err, errlen)
 			: NULL;
 	json_decref(req);
 	int rc = j ? 0 : -1;
@@ -1355,9 +1419,18 @@ static void *status_main(void *arg)
 		char *value = NULL;
 		pthread_mutex_lock(&w->mu);
 		if (!w->status_dirty && lease && !atomic_load(&w->stop)) {
+			/* A second, or until the next liveness check is due (a check
+			 * every 2 s, not every 3 s of whole-second naps). */
+			uint64_t since = util_mono_ms() - w->last_probe;
+			long ms = 1000;
+			if (atomic_load(&w->watch_member) >= 0 && since < ETCD_PROBE_EVERY_MS &&
+			    ETCD_PROBE_EVERY_MS - since < (uint64_t)ms)
+				ms = (long)(ETCD_PROBE_EVERY_MS - since) + 1;
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += 1;
+			ts.tv_nsec += ms * 1000000L;
+			ts.tv_sec += ts.tv_nsec / 1000000000L;
+			ts.tv_nsec %= 1000000000L;
 			pthread_cond_timedwait(&w->cv, &w->mu, &ts);
 		}
 		if (w->status_value && (w->status_dirty || !lease))
