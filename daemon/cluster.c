@@ -923,6 +923,18 @@ static void on_snapshot(struct td_cluster *c, struct etcd_batch *b)
 		c->applied_rev = b->revision;
 }
 
+/* The watch's state where the Status reply and /metrics read it. */
+static void view_update(struct td_cluster *c)
+{
+	struct td_cluster_view *v = &c->d->cluster_view;
+	v->on = true;
+	v->connected = c->connected;
+	util_clean(v->member, sizeof(v->member), c->member, UTIL_CLEAN_ASCII);
+	v->since_unix_ms = c->member_since;
+	v->failovers = c->failovers;
+	snprintf(v->last_error, sizeof(v->last_error), "%s", c->last_error);
+}
+
 static void on_batch(void *arg, struct etcd_batch *b)
 {
 	struct td_cluster *c = arg;
@@ -937,6 +949,7 @@ static void on_batch(void *arg, struct etcd_batch *b)
 		c->member_since = util_unix_ms();
 		c->connected = true;
 		c->down_logged = false;
+		view_update(c);
 		break;
 	case ETCD_DISCONNECTED:
 		util_clean(c->last_error, sizeof(c->last_error), b->err, UTIL_CLEAN_ASCII);
@@ -946,6 +959,8 @@ static void on_batch(void *arg, struct etcd_batch *b)
 				  "the next member", c->last_error);
 		c->connected = false;
 		c->down_logged = true;
+		c->d->cluster_view.lost++;
+		view_update(c);
 		break;
 	case ETCD_SNAPSHOT:
 		on_snapshot(c, b);
@@ -1299,6 +1314,7 @@ int td_cluster_start(struct td_daemon *d, char *err, size_t errlen)
 	c->open_handles = 2;
 	uv_timer_start(&c->pub_timer, on_publish, 0, CL_PUBLISH_MS);
 	d->cluster = c;
+	view_update(c);
 	log_info("cluster '%s' as host '%s' through etcd %s (applied revision %" PRId64 ")",
 		 cfg->cluster, cfg->host_id, cfg->etcd, c->applied_rev);
 	return 0;

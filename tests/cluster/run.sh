@@ -741,7 +741,7 @@ else
 		# ip netns exec execs the daemon: $! is its pid (a function run in
 		# the background would be a subshell's, and the daemon would outlive it).
 		ip netns exec "$NSA" "$DAEMON" --socket "$T/hp$n/sock" --state-dir "$T/hp$n/state" $MCL \
-			--host-id "p$n" >>"$T/hp$n/toggled.log" 2>&1 &
+			--host-id "p$n" --metrics "$T/hp$n/metrics.sock" >>"$T/hp$n/toggled.log" 2>&1 &
 		MPIDS="$MPIDS $!"
 		for k in 1 2; do
 			"$AGENT" --backend sim --socket "$T/hp$n/sock" --period-ms 5 --name "eng$k" \
@@ -792,6 +792,34 @@ else
 	in_a "$CTL" $MCL status >"$T/out" 2>&1
 	grep -q "^etcd      watching http://127.0.0.1:2[34]79 since .*, [1-9][0-9]* failovers" "$T/out" ||
 		fail "togglectl --etcd status does not show the member each host watches now"
+	# The same, locally: togglectl status on the host, and its /metrics.
+	"$CTL" -s "$T/hp1/sock" status >"$T/out" 2>&1
+	CHECKS=$((CHECKS + 1))
+	grep -q "^etcd  *watching http://127.0.0.1:2[34]79 since .*, [1-9][0-9]* failovers; last error: ." "$T/out" ||
+		fail "local togglectl status does not show the watched member, since when and the last error ($(grep etcd "$T/out"))"
+	metrics_of() { # hpN: its /metrics (a Unix socket, HTTP/1.0)
+		python3 - "$T/$1/metrics.sock" <<'EOF2'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+s.sendall(b"GET /metrics HTTP/1.0\r\nHost: toggled\r\n\r\n")
+data = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    data += b
+print(data.split(b"\r\n\r\n", 1)[1].decode())
+EOF2
+	}
+	metrics_of hp1 >"$T/metrics.txt" 2>&1
+	CHECKS=$((CHECKS + 1))
+	grep -q '^graphtoggle_cluster_watch_up{member="http://127.0.0.1:2[34]79"} 1$' "$T/metrics.txt" &&
+		grep -q '^graphtoggle_cluster_watch_member_since_seconds{member="http://127.0.0.1:2[34]79"} [1-9]' "$T/metrics.txt" &&
+		grep -q '^graphtoggle_cluster_watch_failovers_total [1-9]' "$T/metrics.txt" &&
+		grep -q '^graphtoggle_cluster_watch_last_error_info{error=".' "$T/metrics.txt" ||
+		fail "/metrics does not show the watched member, since when and the last error ($(grep cluster_watch "$T/metrics.txt" | head -5))"
 	in_b ip link set tgraft up
 	wait_for 20 "m1 rejoins its peers" members_healthy
 
