@@ -400,6 +400,18 @@ struct td_daemon {
 	struct td_metrics *metrics; /* NULL without --metrics */
 	int rpc_code;               /* result of the request being dispatched */
 	struct td_cluster *cluster; /* NULL: not in a cluster */
+	/* What cluster.c reports of its watch, for the Status reply and
+	 * /metrics (data written by cluster.c, read by the layers that show
+	 * it; no call between them). */
+	struct td_cluster_view {
+		bool on;                /* in a cluster */
+		bool connected;         /* the watch is up */
+		char member[256];       /* the etcd member it reads from */
+		uint64_t since_unix_ms; /* ... since then */
+		uint64_t failovers;     /* moves to another member */
+		uint64_t lost;          /* watches that ended */
+		char last_error[256];   /* why the last one ended (cleaned) */
+	} cluster_view;
 };
 
 
