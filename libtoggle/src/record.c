@@ -21,8 +21,10 @@
 #define REC_SLOTS (2 * TOGGLE_RECORD_MAX_BUFFERS) /* open addressing, load <= 1/2 */
 
 struct rec_buf {
-	CUgraph graph;  /* NULL: every graph */
-	uint32_t hook;  /* hook index + 1; 0: empty slot, UINT32_MAX: removed */
+	CUgraph graph;       /* NULL: every graph */
+	uint32_t hook;       /* hook index + 1; 0: empty slot, UINT32_MAX: removed */
+	uint64_t capture_id; /* declared in this capture of graph (0: any): a later
+			      * capture behind a reused handle does not see it */
 	struct toggle_record_buffer b;
 };
 
@@ -99,9 +101,12 @@ static struct rec_buf *rec_slot(struct tg_rec *r, CUgraph graph, uint32_t hook, 
 	return insert ? free_slot : NULL;
 }
 
-static const struct toggle_record_buffer *rec_lookup(struct tg_rec *r, CUgraph graph, uint32_t hook)
+static const struct toggle_record_buffer *rec_lookup(struct tg_rec *r, const struct tg_graph *g,
+						     uint32_t hook)
 {
-	struct rec_buf *s = graph ? rec_slot(r, graph, hook, false) : NULL;
+	struct rec_buf *s = rec_slot(r, g->graph, hook, false);
+	if (s && s->capture_id && s->capture_id != g->capture_id)
+		s = NULL; /* a buffer of an earlier graph that had this handle */
 	if (!s)
 		s = rec_slot(r, NULL, hook, false);
 	return s ? &s->b : NULL;
@@ -138,11 +143,9 @@ static int rec_check_buffer(struct toggle_agent *a, const struct toggle_record_b
 	return 0;
 }
 
-int toggle_record_buffer(struct toggle_agent *a, CUgraph graph, struct toggle_hook hook,
-			 const struct toggle_record_buffer *buf)
+static int rec_declare(struct toggle_agent *a, CUgraph graph, uint64_t capture_id,
+		       struct toggle_hook hook, const struct toggle_record_buffer *buf)
 {
-	if (!a)
-		return TOGGLE_EINVAL;
 	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers)
 		return tg_fail(a, TOGGLE_ERANGE, "monitor buffer for hook %u:%u: outside the catalog",
 			       hook.type, hook.layer);
@@ -162,6 +165,7 @@ int toggle_record_buffer(struct toggle_agent *a, CUgraph graph, struct toggle_ho
 		return 0;
 	}
 	if (s && s->hook == h + 1) {
+		s->capture_id = capture_id;
 		s->b = *buf;
 		return 0;
 	}
@@ -170,9 +174,34 @@ int toggle_record_buffer(struct toggle_agent *a, CUgraph graph, struct toggle_ho
 			       TOGGLE_RECORD_MAX_BUFFERS);
 	s->graph = graph;
 	s->hook = h + 1;
+	s->capture_id = capture_id;
 	s->b = *buf;
 	r->n_bufs++;
 	return 0;
+}
+
+int toggle_record_buffer(struct toggle_agent *a, CUgraph graph, struct toggle_hook hook,
+			 const struct toggle_record_buffer *buf)
+{
+	if (!a)
+		return TOGGLE_EINVAL;
+	return rec_declare(a, graph, 0, hook, buf);
+}
+
+int toggle_record_buffer_in_capture(struct toggle_agent *a, CUstream stream, struct toggle_hook hook,
+				    const struct toggle_record_buffer *buf)
+{
+	if (!a || !buf)
+		return TOGGLE_EINVAL;
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	cuuint64_t id = 0;
+	CUgraph graph = NULL;
+	CUresult cr = a->cu.stream_get_capture_info(stream, &st, &id, &graph, NULL, NULL, NULL);
+	if (cr != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_ACTIVE || !graph)
+		return tg_fail(a, TOGGLE_ECAPTURE,
+			       "monitor buffer for hook %u:%u in a capture: stream %p is not capturing",
+			       hook.type, hook.layer, (void *)stream);
+	return rec_declare(a, graph, id, hook, buf);
 }
 
 /* ---- the ring ------------------------------------------------------------ */
@@ -432,7 +461,7 @@ static void rec_graph(struct toggle_agent *a, struct tg_rec *r, struct tg_graph 
 		while (bits) {
 			uint32_t hook = w * 64 + (uint32_t)__builtin_ctzll(bits);
 			bits &= bits - 1;
-			const struct toggle_record_buffer *buf = rec_lookup(r, g->graph, hook);
+			const struct toggle_record_buffer *buf = rec_lookup(r, g, hook);
 			if (!buf)
 				continue;
 			if (!any) {
