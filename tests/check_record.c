@@ -11,6 +11,7 @@
  * (run k is the k-th launch submitted, one stream), and each producer
  * writes a pattern of (run, hook) into its buffer when it runs.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "testutil.h"
@@ -645,6 +646,39 @@ START_TEST(test_off)
 }
 END_TEST
 
+/* toggle_record_layout is the compiler's own offsetof/sizeof, every field. */
+START_TEST(test_layout)
+{
+	size_t n = 0;
+	const struct toggle_layout_entry *e = toggle_record_layout(&n);
+	ck_assert_uint_eq(n, 14); /* 2 structs, 5 + 7 fields */
+#define WANT(T, f, sz, off)                                                        \
+	do {                                                                       \
+		bool hit = false;                                                  \
+		for (size_t i = 0; i < n; i++)                                     \
+			hit |= strcmp(e[i].type, #T) == 0 && e[i].field &&         \
+			       strcmp(e[i].field, #f) == 0 && e[i].size == (sz) && \
+			       e[i].offset == (off);                               \
+		ck_assert_msg(hit, #T "." #f);                                     \
+	} while (0)
+#define WF(T, f) WANT(T, f, sizeof(((struct T *)0)->f), offsetof(struct T, f))
+	WF(toggle_record_buffer, ptr);
+	WF(toggle_record_buffer, bytes);
+	WF(toggle_record_buffer, dtype);
+	WF(toggle_record_buffer, ndim);
+	WF(toggle_record_buffer, shape);
+	WF(toggle_record_stats, records);
+	WF(toggle_record_stats, bytes);
+	WF(toggle_record_stats, dropped);
+	WF(toggle_record_stats, errors);
+	WF(toggle_record_stats, pending);
+	WF(toggle_record_stats, session);
+	WF(toggle_record_stats, capacity);
+	ck_assert_uint_eq(e[0].size, sizeof(struct toggle_record_buffer));
+	ck_assert_ptr_null(e[0].field);
+}
+END_TEST
+
 static Suite *record_suite(void)
 {
 	Suite *s = suite_create("record");
@@ -659,6 +693,7 @@ static Suite *record_suite(void)
 	tcase_add_test(tc, test_eager);
 	tcase_add_test(tc, test_buffers);
 	tcase_add_test(tc, test_buffer_in_capture);
+	tcase_add_test(tc, test_layout);
 	tcase_add_test(tc, test_off);
 	suite_add_tcase(s, tc);
 	return s;

@@ -125,6 +125,11 @@ struct toggle_record_stats {
 };
 void toggle_record_stats_get(const struct toggle_agent *agent, struct toggle_record_stats *out);
 
+/* The layout of toggle_record_buffer and toggle_record_stats, as
+ * toggle_layout() describes the other public structs (a binding checks its
+ * mirrors against both tables). */
+const struct toggle_layout_entry *toggle_record_layout(size_t *count);
+
 #ifdef __cplusplus
 }
 #endif

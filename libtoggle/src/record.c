@@ -10,6 +10,7 @@
  * the ring is published in position order: poll publishes the oldest
  * batches whose events have completed and stops at the first that has not.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -252,6 +253,7 @@ int toggle_record_open(struct toggle_agent *a, uint64_t capacity, int *fd)
 		tg_conn_ring(a->conn, r->map.fd, r->map.size);
 	if (fd)
 		*fd = r->map.fd;
+	a->rec_on = r;
 	return 0;
 }
 
@@ -547,6 +549,33 @@ void toggle_record_stats_get(const struct toggle_agent *a, struct toggle_record_
 	out->capacity = r->map.capacity;
 }
 
+#define REC_TYPE(T) {#T, NULL, sizeof(struct T), 0}
+#define REC_FIELD(T, f) {#T, #f, sizeof(((struct T *)0)->f), offsetof(struct T, f)}
+
+static const struct toggle_layout_entry rec_layout[] = {
+	REC_TYPE(toggle_record_buffer),
+	REC_FIELD(toggle_record_buffer, ptr),
+	REC_FIELD(toggle_record_buffer, bytes),
+	REC_FIELD(toggle_record_buffer, dtype),
+	REC_FIELD(toggle_record_buffer, ndim),
+	REC_FIELD(toggle_record_buffer, shape),
+	REC_TYPE(toggle_record_stats),
+	REC_FIELD(toggle_record_stats, records),
+	REC_FIELD(toggle_record_stats, bytes),
+	REC_FIELD(toggle_record_stats, dropped),
+	REC_FIELD(toggle_record_stats, errors),
+	REC_FIELD(toggle_record_stats, pending),
+	REC_FIELD(toggle_record_stats, session),
+	REC_FIELD(toggle_record_stats, capacity),
+};
+
+const struct toggle_layout_entry *toggle_record_layout(size_t *count)
+{
+	if (count)
+		*count = sizeof(rec_layout) / sizeof(rec_layout[0]);
+	return rec_layout;
+}
+
 /* The ring's part of the recorder; the declared buffers stay. */
 static void rec_ring_close(struct toggle_agent *a, struct tg_rec *r)
 {
@@ -564,6 +593,7 @@ static void rec_ring_close(struct toggle_agent *a, struct tg_rec *r)
 	r->host_registered = false;
 	toggle_ring_unmap(&r->map);
 	r->b_head = r->b_tail = 0;
+	a->rec_on = NULL;
 }
 
 void tg_record_close(struct toggle_agent *a)
