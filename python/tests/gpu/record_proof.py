@@ -68,8 +68,7 @@ class Proof:
         torch.manual_seed(args.seed)
         self.model = eng.Model(args.layers, args.hidden).cuda().eval()
         self.agent = graphtoggle.Agent("record-proof-" + mode,
-                                       hooks={t: args.layers for t in eng.TYPES}, mode=mode,
-                                       strict=(mode == "device"))
+                                       hooks={t: args.layers for t in eng.TYPES}, mode=mode)
         self.att = self.agent.attach({
             "resid_post": self.model.layers,
             "attn_out": [l.attn for l in self.model.layers],
