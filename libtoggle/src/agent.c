@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "agent_impl.h"
+#include "record_impl.h"
 
 static int agent_copy_name(char *dst, const char *src, const char *what, char *err, size_t errlen)
 {
@@ -93,6 +94,7 @@ static int agent_start_device(struct toggle_agent *a)
 static void agent_free(struct toggle_agent *a)
 {
 	tg_control_close(a);
+	tg_record_close(a); /* after the connection thread that passes its fd */
 	tg_region_close(a);
 	tg_copyout_close(a);
 	tg_device_close(a);
@@ -177,6 +179,8 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 			tg_resolve_stepless(a); /* before the first step, read is in effect (and counted) */
 	}
 	tg_registry_sweep(a);
+	if (a->rec_on)
+		tg_record_step(a); /* the last step's copies that completed: published */
 	/* Resolve: the set of this step. */
 	tg_resolve_step(a, step);
 	if (effective)

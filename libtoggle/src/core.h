@@ -18,6 +18,7 @@
 #include "toggle_shm.h"
 
 struct tg_conn;
+struct tg_rec;
 struct tg_life;
 struct tg_life_hub;
 
@@ -267,6 +268,12 @@ struct toggle_agent {
 	/* Lifetime (life.c): NULL when the driver has no user objects. */
 	struct tg_life_hub *life;
 	uint64_t deaths_seen;        /* destructors seen run at the last sweep */
+
+	/* The recorder (record.c): NULL until a buffer is declared or a ring
+	 * opened; rec_on is rec once a ring is open, NULL before: what the
+	 * launch path tests (declared buffers alone cost it nothing). */
+	struct tg_rec *rec;
+	struct tg_rec *rec_on;
 
 	struct toggle_anomalies anomalies;
 	struct toggle_taint taint;   /* device mode's tainted launches, all graphs */

@@ -24,6 +24,8 @@ void tg_cu_load_sim(struct tg_cu *cu, struct toggle_sim *sim)
 	cu->memcpy_htod_async = toggle_sim_memcpy_htod_async;
 	cu->stream_synchronize = toggle_sim_stream_synchronize;
 	cu->event_record = toggle_sim_event_record;
+	cu->event_query = toggle_sim_event_query;
+	cu->memcpy_dtoh_async = toggle_sim_memcpy_dtoh_async;
 	cu->stream_wait_event = toggle_sim_stream_wait_event;
 	cu->graph_instantiate = toggle_sim_graph_instantiate_with_flags;
 	cu->graph_node_get_dependent_nodes = toggle_sim_graph_node_get_dependent_nodes;
