@@ -345,7 +345,7 @@ END_TEST
 START_TEST(test_base_to_files)
 {
 	char bpath[128];
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	in_dir(bpath, sizeof(bpath), "agents.checkpoint");
 	base_max = 700;
 	struct td_store s;
@@ -535,7 +535,7 @@ static void damaged_middle(char *buf, size_t len)
 START_TEST(test_damaged_base)
 {
 	char bpath[128], err[512] = "";
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	base_max = 1u << 20;
 	struct td_store s;
 	open_store(&s, 1, false); /* every save rotates, and a checkpoint folds it */
