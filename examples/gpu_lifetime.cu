@@ -387,14 +387,14 @@ static void before_round(struct env *e, bool device, char *out, size_t len)
 		if (s == dead) {
 			/* Our exec through the same handle, at its set, then at another. */
 			step(a, 1 + 2 * t, 0x0f);
-			launch_expect(e, a, "our exec at its set", dead, x, TOGGLE_OK, 0x0f);
+			snprintf(what, sizeof what, "%s: our exec at its set (stranger %d)", name, t);
+			launch_expect(e, a, what, dead, x, TOGGLE_OK, 0x0f);
 			step(a, 2 + 2 * t, 0xf0);
+			snprintf(what, sizeof what, "%s: our exec at another set (stranger %d)", name, t);
 			if (device)
-				launch_expect(e, a, "our exec at another set (planner)", dead, x,
-					      TOGGLE_OK, 0xf0);
+				launch_expect(e, a, what, dead, x, TOGGLE_OK, 0xf0);
 			else
-				launch_expect(e, a, "our exec at another set (lazy: refused)", dead, x,
-					      TOGGLE_ESTALE, 0);
+				launch_expect(e, a, what, dead, x, TOGGLE_ESTALE, 0);
 			stranger_expect(e, a, "the stranger after", s, sx, N_STRANGER);
 		}
 		CUDA_CHECK(cudaStreamSynchronize(e->s));

@@ -92,7 +92,13 @@ START_TEST(test_graph_dies_before_exec)
 	ck_assert_int_eq(launch(&f, s, se), 0);
 	ck_assert_uint_eq(f.others, NS);
 	ck_assert_uint_eq(f.ran, 0);
-	/* Our exec at its set, through the same handle. */
+	/* Our exec at its set, through the same handle, at the same step and at
+	 * the next step with the same set (the step's sweep keeps the record:
+	 * its exec lives). */
+	ck_assert_int_eq(launch(&f, g, e), 0);
+	ck_assert_uint_eq(f.ran, 0x0f);
+	ck_assert_uint_eq(f.others, 0);
+	step(&f, 1, 0x0f);
 	ck_assert_int_eq(launch(&f, g, e), 0);
 	ck_assert_uint_eq(f.ran, 0x0f);
 	ck_assert_uint_eq(f.others, 0);
@@ -100,7 +106,7 @@ START_TEST(test_graph_dies_before_exec)
 	ck_assert(gs.bound && gs.exec == e);
 	ck_assert_ptr_nonnull(strstr(gs.note, "destroyed"));
 	/* Another set. */
-	step(&f, 1, 0xf0);
+	step(&f, 2, 0xf0);
 	int rc = launch(&f, g, e);
 	if (dev) {
 		ck_assert_int_eq(rc, 0);
@@ -123,6 +129,65 @@ START_TEST(test_graph_dies_before_exec)
 	ck_assert_int_eq(toggle_sim_exec_destroy(se), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_sim_graph_destroy(s), CUDA_SUCCESS);
 	ck_assert_uint_eq(toggle_sim_user_object_count(f.sim), 0);
+	lfx_close(&f);
+}
+END_TEST
+
+/*
+ * The GPU leg's order (gpu_lifetime's "before", lazy, where the H200 reused
+ * the handle): the graph destroyed before its exec, a stranger behind its
+ * handle instantiated by the application (not through the agent) and
+ * launched through the agent, then the next step at the exec's set: our
+ * exec runs at its set (it did before the stranger), the stranger untouched.
+ */
+START_TEST(test_graph_dies_before_exec_raw_stranger)
+{
+	struct lfx f;
+	bool dev = _i == 1;
+	lfx_open(&f, dev ? TOGGLE_MODE_DEVICE : TOGGLE_MODE_LAZY, 0);
+	CUgraph g;
+	if (dev) {
+		ck_assert_int_eq(toggle_capture_begin(f.agent), 0);
+		ck_assert_int_eq(toggle_sim_stream_begin_capture(f.s), CUDA_SUCCESS);
+		ck_assert_int_eq(toggle_capture_planner(f.agent, f.s), 0);
+		for (int h = 0; h < NP; h++) {
+			void *fp = &f;
+			int hk = h;
+			void *params[] = {&fp, &hk};
+			CUlaunchConfig c = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
+					    .blockDimY = 1, .blockDimZ = 1, .hStream = f.s};
+			ck_assert_int_eq(toggle_launch_producer(f.agent, &c, f.produce, params, hook_of(h)),
+					 0);
+		}
+		ck_assert_int_eq(toggle_sim_stream_end_capture(f.s, &g), CUDA_SUCCESS);
+		ck_assert_int_eq(toggle_capture_end(f.agent), 0);
+	} else {
+		g = capture_ours(&f, NULL);
+	}
+	CUgraphExec e;
+	ck_assert_int_eq(toggle_graph_instantiate(f.agent, g, &e), 0);
+	step(&f, 0, 0x0f);
+	ck_assert_int_eq(launch(&f, g, e), 0);
+	ck_assert_uint_eq(f.ran, 0x0f);
+	ck_assert_int_eq(toggle_sim_graph_destroy(g), CUDA_SUCCESS);
+	ck_assert_int_eq(launch(&f, g, e), 0);
+	ck_assert_uint_eq(f.ran, 0x0f);
+	CUgraph s = capture_stranger(&f, NS);
+	ck_assert_ptr_eq(s, g);
+	CUgraphExec se;
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&se, s), CUDA_SUCCESS);
+	ck_assert_int_eq(launch(&f, s, se), 0);
+	ck_assert_uint_eq(f.others, NS);
+	ck_assert_uint_eq(f.ran, 0);
+	step(&f, 1, 0x0f);
+	ck_assert_msg(launch(&f, g, e) == 0, "our exec at its set: %s", toggle_last_error(f.agent));
+	ck_assert_uint_eq(f.ran, 0x0f);
+	ck_assert_uint_eq(f.others, 0);
+	ck_assert_int_eq(launch(&f, s, se), 0);
+	ck_assert_uint_eq(f.others, NS);
+	ck_assert_int_eq(toggle_sim_exec_destroy(e), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_exec_destroy(se), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_destroy(s), CUDA_SUCCESS);
 	lfx_close(&f);
 }
 END_TEST
@@ -302,6 +367,7 @@ int main(void)
 	Suite *s = suite_create("lifetime_signal");
 	TCase *tc = tcase_create("lifetime");
 	tcase_add_loop_test(tc, test_graph_dies_before_exec, 0, 3);
+	tcase_add_loop_test(tc, test_graph_dies_before_exec_raw_stranger, 0, 2);
 	tcase_add_loop_test(tc, test_bound_exec_destroyed, 0, 3);
 	tcase_add_test(tc, test_without_user_objects);
 	tcase_add_loop_test(tc, test_lifetime_off_hot_path, 0, 3);
