@@ -69,6 +69,16 @@ check-cluster: $(B)/toggled-san $(B)/togglectl $(B)/examples/demo_agent
 	@B=$(B) tests/cluster/run.sh
 check-run: check-cluster
 
+# The calls between daemon/'s files run one way, down: the levels are the
+# table in docs/architecture.md ("The daemon's layers"), the calls the
+# objects' symbols (nm).  Fails on a call upward and on a cycle.
+.PHONY: check-layers
+check-layers: $(TD_OBJ) $(B)/daemon/main.o
+	@scripts/layer-check.sh $(B)/daemon docs/architecture.md daemon >$(B)/layer-check.log || \
+	  { cat $(B)/layer-check.log; exit 1; }; tail -n 1 $(B)/layer-check.log
+	@tests/layers/run.sh
+check-run: check-layers
+
 # toggled, togglectl and the wire protocol build without CUDA's headers: every
 # source of theirs compiled with the real build's flags (HOST_CFLAGS: no CUDA
 # include directory) behind tests/nocuda/, whose cuda.h is an #error.  So the
