@@ -459,7 +459,7 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, 
 	if (td_agent_state_copy(&a->durable, a) != 0)
 		log_warnx("agent %s: no memory for its durable state copy; a failed save "
 			  "rolls it back to no plans", a->name);
-	/* The cluster's set for it, then the watchers' event (events.c). */
+	/* Reported (report.h): the cluster gives it its set, then watchers hear of it. */
 	td_report_change(d, TD_AGENT_JOINED, a);
 	*id = a->id;
 	log_info("agent %s (id %llu, pid %u, uid %u, group '%s') registered: %u hook types x %u layers",
@@ -472,7 +472,7 @@ void td_agent_gone(struct td_agent *a)
 {
 	struct td_daemon *d = a->d;
 	log_info("agent %s (id %llu) left", a->name, (unsigned long long)a->id);
-	/* The watchers' event (events.c); out of commit.c's queues. */
+	/* Reported (report.h): watchers hear of it; it leaves the save queues. */
 	td_report_change(d, TD_AGENT_LEFT, a);
 	by_id_remove(d, a);
 	if (a->prev)

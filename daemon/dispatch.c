@@ -223,7 +223,6 @@ static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
 	return true;
 }
 
-
 /* After each full status poll (report.h): the waiters whose time came. */
 static void dispatch_on_change(void *arg, const struct td_change *ch)
 {

@@ -89,7 +89,8 @@ static void set_reply(struct rpc_reply *r, struct td_agent **v, size_t n)
 }
 
 /* set --wait: a waiter for the versions just accepted, armed once they are
- * saved; it answers when the agents applied them (events.c). */
+ * saved; it answers when the agents applied them (rpc_wait_answer, after
+ * each full status poll). */
 static void wait_reply(struct td_peer *p, uint64_t id, struct rpc_reply *r, struct td_agent **v,
 		       size_t n, uint32_t ms)
 {

@@ -278,7 +278,7 @@ struct td_desired {
 	char **saved_specs;
 };
 
-/* A latency histogram (metrics.c): counts per bucket, the last one +Inf. */
+/* A latency histogram (hist.c; metrics.c renders it): counts per bucket, the last one +Inf. */
 #define TD_HIST_BUCKETS 14
 struct td_hist {
 	uint64_t bucket[TD_HIST_BUCKETS + 1];
