@@ -31,7 +31,7 @@ $(B)/libtoggled-san.a: $(TD_SAN_OBJ)
 	ar rcs $@ $^
 
 TD_UNIT_TESTS := $(B)/tests/check_store $(B)/tests/check_store_faults $(B)/tests/check_cluster \
-	$(B)/tests/check_gzipenc
+	$(B)/tests/check_gzipenc $(B)/tests/check_report
 $(TD_UNIT_TESTS): $(B)/libtoggled-san.a $(B)/libtgproto-san.a
 $(TD_UNIT_TESTS): EXTRA_CFLAGS = $(TD_CFLAGS)
 $(TD_UNIT_TESTS): EXTRA_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)
