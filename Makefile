@@ -86,10 +86,18 @@ demo: deps
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 
+# A suite is one tests/check_*.c; the setup several suites share is in
+# fixtures (tests/fixture_*.c), compiled once and linked into the suites whose
+# TEST_FIXTURES name them (daemon/daemon.mk).
 $(B)/tests/%: tests/%.c tests/testutil.h $(B)/libtoggle-san.a $(B)/libtgutil-san.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) $(EXTRA_CFLAGS) -Itests -Ilibtoggle/src -o $@ $< \
-	    $(TGC_TEST_LIBS) $(EXTRA_LIBS) $(B)/libtoggle-san.a $(B)/libtgutil-san.a $(CHECK_LIBS) $(LIB_LIBS)
+	    $(TEST_FIXTURES) $(TGC_TEST_LIBS) $(EXTRA_LIBS) $(B)/libtoggle-san.a $(B)/libtgutil-san.a \
+	    $(CHECK_LIBS) $(LIB_LIBS)
+
+$(B)/san/tests/fixture_%.o: tests/fixture_%.c tests/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) $(EXTRA_CFLAGS) -Itests -Ilibtoggle/src -c $< -o $@
 
 # Every skipped test appends "test: reason" to $(SKIP_LOG) (tests/testutil.h,
 # tests/skip.sh); check lists them with a count at the end.
@@ -147,6 +155,7 @@ check-run: check-python
 -include tests/systemd/systemd.mk
 -include tests/pypkg/pypkg.mk
 -include tests/alerts/alerts.mk
+-include tests/codestats/codestats.mk
 
 # ---- GPU suite (libc, pthreads and CUDA only: runs on the GPU machine) -----
 gpu-check:

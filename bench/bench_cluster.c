@@ -11,10 +11,16 @@
  *   - catch-up: kill -9 the last toggled, K sets while it is down, restart
  *     it: time from its start to its saved revision reaching the last put
  *     (the daemon caught up), and to the last set in its agents' shared
- *     memory (includes the agents' own reconnect backoff).
+ *     memory (includes the agents' own reconnect backoff);
+ *   - idle: the etcd connections each toggled holds, and the TIME_WAIT
+ *     sockets to etcd's client ports made in 10 s (ss);
+ *   - with --stop-pid PID --others URLS (bench/cluster.sh: 3 members, the
+ *     hosts list the one PID serves first): SIGSTOP that member, put a set
+ *     through the others, time until every agent has it (a hung member
+ *     found by the liveness check, the watch moved), then SIGCONT.
  *
- * Usage: bench_cluster --toggled PATH --etcd URL [--hosts H] [--agents A]
- *        [--changes N] [--down K]
+ * Usage: bench_cluster --toggled PATH --etcd URLS [--hosts H] [--agents A]
+ *        [--changes N] [--down K] [--stop-pid PID --others URLS]
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -33,7 +39,7 @@
 #include "toggle.h"
 #include "toggle_sim.h"
 
-#define MAX_HOSTS  16
+#define MAX_HOSTS  64
 #define MAX_AGENTS 64
 static const char *const types[] = {"h0", "h1"};
 
@@ -43,7 +49,7 @@ struct host {
 	struct toggle_agent *agents[MAX_AGENTS];
 };
 
-static const char *toggled_bin, *etcd_url;
+static const char *toggled_bin, *etcd_url, *others_url;
 static struct toggle_sim *sim;
 
 static double now_ms(void)
@@ -102,15 +108,78 @@ static int64_t rev_of(const struct host *h)
 	return v;
 }
 
-static int64_t put_set(int k)
+static int64_t put_set_at(const char *url, int k)
 {
 	char value[64], err[512];
 	snprintf(value, sizeof(value), "{\"hooks\": \"h0:%d,h1:%d\"}", k % 4, (k / 4) % 4); /* k >= 0 */
 	const char *key = "/graphtoggle/bench/desired/set/all", *v = value;
 	int64_t rev;
-	if (etcd_txn_put(etcd_url, NULL, &key, &v, 1, NULL, 0, &rev, err, sizeof(err)))
+	if (etcd_txn_put(url, NULL, &key, &v, 1, NULL, 0, &rev, err, sizeof(err)))
 		die(err);
 	return rev;
+}
+
+static int64_t put_set(int k)
+{
+	return put_set_at(etcd_url, k);
+}
+
+/* Lines of a shell command's output (ss), -1 if it cannot run. */
+static long count_lines(const char *cmd)
+{
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	long n = 0;
+	int c;
+	while ((c = fgetc(p)) != EOF)
+		n += c == '\n';
+	return pclose(p) == 0 ? n : -1;
+}
+
+/* The client ports of the members in etcd_url, as an ss filter: "( dport = :P or ... )". */
+static void port_filter(char *out, size_t len, bool dst)
+{
+	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL], err[128];
+	size_t n = 0, k = 0;
+	out[0] = '\0';
+	if (etcd_endpoints_parse(etcd_url, urls, &n, err, sizeof(err)))
+		return;
+	k += (size_t)snprintf(out + k, len - k, "( "); /* ss wants the blanks */
+	for (size_t i = 0; i < n && k < len; i++) {
+		const char *colon = strrchr(urls[i], ':');
+		k += (size_t)snprintf(out + k, len - k, "%s%s = :%s", i ? " or " : "",
+				      dst ? "dport" : "sport", colon ? colon + 1 : "0");
+	}
+	if (k < len)
+		snprintf(out + k, len - k, " )");
+}
+
+/* Established connections of one toggled to the members (ss -p names it). */
+static long host_conns(pid_t pid)
+{
+	char f[512], cmd[768];
+	port_filter(f, sizeof(f), true);
+	snprintf(cmd, sizeof(cmd), "ss -Htnp state established '%s' | grep 'pid=%d,'", f, (int)pid);
+	long n = count_lines(cmd);
+	return n < 0 ? 0 : n; /* grep's status 1: none */
+}
+
+/*
+ * TIME_WAIT sockets to or from the members' client ports made in the last
+ * `secs` seconds: those whose 60 s timer has more than 60 - secs - 1 left
+ * (older ones, from the start of the hosts, are not the idle hosts').
+ */
+static long time_wait_new(int secs)
+{
+	char fd[512], fs[512], cmd[1400];
+	port_filter(fd, sizeof(fd), true);
+	port_filter(fs, sizeof(fs), false);
+	snprintf(cmd, sizeof(cmd), "ss -Htano state time-wait '( %s or %s )' | "
+		 "sed -n 's/.*timewait,\\([0-9]*\\)\\(sec\\|min\\).*/\\1 \\2/p' | "
+		 "awk '{ t = $2 == \"min\" ? $1 * 60 : $1; if (t > %d) print }'", fd, fs,
+		 60 - secs - 1);
+	return count_lines(cmd);
 }
 
 static bool all_moved(struct host *hs, int first, int last, int na, uint64_t *seq0)
@@ -132,6 +201,7 @@ static void snap(struct host *hs, int nh, int na, uint64_t *seq0)
 int main(int argc, char **argv)
 {
 	int nh = 3, na = 16, changes = 1000, down = 100;
+	pid_t stop_pid = 0;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--toggled"))
 			toggled_bin = argv[i + 1];
@@ -145,13 +215,18 @@ int main(int argc, char **argv)
 			changes = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--down"))
 			down = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--stop-pid"))
+			stop_pid = (pid_t)atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--others"))
+			others_url = argv[i + 1];
 		else
-			die("usage: bench_cluster --toggled PATH --etcd URL [--hosts H] [--agents A] "
-			    "[--changes N] [--down K]");
+			die("usage: bench_cluster --toggled PATH --etcd URLS [--hosts H] [--agents A] "
+			    "[--changes N] [--down K] [--stop-pid PID --others URLS]");
 	}
 	if (!toggled_bin || !etcd_url || nh < 1 || nh > MAX_HOSTS || na < 1 || na > MAX_AGENTS ||
-	    changes < 1 || down < 1)
-		die("usage: bench_cluster --toggled PATH --etcd URL [--hosts 1-16] [--agents 1-64] ...");
+	    changes < 1 || down < 1 || (stop_pid > 0) != (others_url != NULL))
+		die("usage: bench_cluster --toggled PATH --etcd URLS [--hosts 1-64] [--agents 1-64] ... "
+		    "[--stop-pid PID --others URLS]");
 	signal(SIGPIPE, SIG_IGN);
 	if (toggle_sim_create(&sim))
 		die("simulator");
@@ -237,6 +312,40 @@ int main(int argc, char **argv)
 	printf("catch-up after kill -9 and %d changes while down: listening %.1f ms, caught up "
 	       "(revision saved) %.1f ms, in its %d agents' shared memory %.1f ms (agents' reconnect "
 	       "included) after its start\n", down, t_listen, t_caught, na, t_agents);
+
+	/* Idle: connections held, TIME_WAIT sockets made (after the catch-up settled). */
+	sleep(3);
+	long most = 0, total = 0;
+	for (int h = 0; h < nh; h++) {
+		long c = host_conns(hs[h].pid);
+		total += c;
+		most = c > most ? c : most;
+	}
+	sleep(10);
+	long tw = time_wait_new(10);
+	printf("idle, %d hosts: etcd connections per host %.2f on average, at most %ld; TIME_WAIT "
+	       "sockets to etcd made in 10 s: %ld\n", nh, (double)total / nh, most, tw);
+
+	/* A hung member: the one every host watches (listed first). */
+	if (stop_pid > 0) {
+		snap(hs, nh, na, seq0);
+		double f0 = now_ms();
+		kill(stop_pid, SIGSTOP);
+		put_set_at(others_url, 5000000);
+		double t_put = now_ms() - f0;
+		while (!all_moved(hs, 0, nh - 1, na, seq0)) {
+			if (now_ms() - f0 > 30000) {
+				kill(stop_pid, SIGCONT);
+				die("a set during a hung member did not reach every agent in 30 s");
+			}
+			usleep(1000);
+		}
+		double t_fail = now_ms() - f0;
+		kill(stop_pid, SIGCONT);
+		printf("member failure (SIGSTOP of the watched member): the set put through the others "
+		       "after %.0f ms, in all %d agents' shared memory %.0f ms after the failure\n",
+		       t_put, nh * na, t_fail);
+	}
 
 	for (int h = 0; h < nh; h++) {
 		for (int a = 0; a < na; a++)

@@ -30,12 +30,14 @@
  *     as fast as they can; R runs of each, alternating, and their medians.
  *
  * Usage: bench_daemon --toggled PATH [--requests N] [--seconds S] [--config FILE]
- *        [--rows reads|checkpoint|restart|flood] [--journal-knob no] [--flood F] [--runs R]
+ *        [--rows reads|checkpoint|restart|flood] [--journal-knob no] [--journal-max BYTES]
+ *        [--flood F] [--runs R]
  * --config passes a toggled.conf to the daemon (frames_per_turn, say; the
  * bench copies it and adds journal_max_bytes); --rows reads measures the
  * disk and the reads table only, --rows checkpoint the checkpoint table only
  * (--journal-knob no: one phase, the daemon's own journal size, for a
- * toggled before journal_max_bytes), --rows restart the daemon's memory at
+ * toggled before journal_max_bytes; --journal-max: the checkpoint phase's
+ * journal_max_bytes, 4096 or more, 4 MiB unless given), --rows restart the daemon's memory at
  * its first start and after restarts; --rows flood the scrape-flood table
  * only (F 4, R 5 unless given).
  */
@@ -728,6 +730,7 @@ static void *ckpt_watch_thread(void *arg)
 struct ckpt_row {
 	double ckpts, p50, p99, max, in_p50, in_p99, in_max, ck50, ckmax, writes;
 	size_t sets, in_n, windows;
+	double *order; /* the round trips in the order they ran (freed by the caller) */
 };
 
 /*
@@ -783,6 +786,10 @@ static void ckpt_phase(struct bench *b, struct tgc *c, size_t journal_max, doubl
 		toggle__envelope__free_unpacked(rep, NULL);
 	}
 	double t_end = now_us();
+	r->order = malloc((n ? n : 1) * sizeof(double));
+	if (!r->order)
+		die("out of memory");
+	memcpy(r->order, rtt, n * sizeof(double));
 	stop = 1;
 	uint64_t total = 0;
 	for (int i = 0; i < 8; i++) {
@@ -894,11 +901,36 @@ static void restart_bench(struct bench *b, const char *bin, double seconds)
 
 /* --journal-knob no: the daemon's own journal size only (a toggled without journal_max_bytes). */
 static bool journal_knob = true;
+/* --journal-max: the checkpoint phase's journal_max_bytes (the default's 4 MiB unless given). */
+static size_t ckpt_jmax = 4u << 20;
+
+/*
+ * What "max during checkpoints / p99 without" would read if checkpoints
+ * cost nothing: the maximum of `k` consecutive sets of the phase without
+ * checkpoints over its p99, the median over its blocks of k (k: how many
+ * sets overlapped a checkpoint).  The maximum of a sample grows with the
+ * sample; this is that part alone.
+ */
+static double null_ratio(const struct ckpt_row *off, size_t k, size_t *blocks)
+{
+	*blocks = k ? off->sets / k : 0;
+	if (!*blocks || off->p99 <= 0)
+		return 0;
+	double *mx = calloc(*blocks, sizeof(double));
+	if (!mx)
+		die("out of memory");
+	for (size_t b = 0; b < *blocks; b++)
+		for (size_t i = b * k; i < (b + 1) * k; i++)
+			mx[b] = off->order[i] > mx[b] ? off->order[i] : mx[b];
+	double v = pct(mx, *blocks, 0.5) / off->p99;
+	free(mx);
+	return v;
+}
 
 static void ckpt_bench(struct bench *b, struct tgc *c, double seconds)
 {
 	double run = seconds < 10 ? 10 : seconds;
-	static const size_t jmax[2] = {128u << 20, 4u << 20};
+	const size_t jmax[2] = {128u << 20, ckpt_jmax};
 	struct ckpt_row r[2];
 	if (!journal_knob) {
 		ckpt_phase(b, c, 0, run, &r[0]);
@@ -908,6 +940,7 @@ static void ckpt_bench(struct bench *b, struct tgc *c, double seconds)
 		printf("  default: ckpts %.0f sets %zu p50 %.1f p99 %.1f p99/p50 %.2f max %.1f in_ckpt %zu "
 		       "in_max %.1f sets/s %.0f\n", r[0].ckpts, r[0].sets, r[0].p50, r[0].p99,
 		       r[0].p99 / r[0].p50, r[0].max, r[0].in_n, r[0].in_max, r[0].writes);
+		free(r[0].order);
 		return;
 	}
 	printf("daemon: checkpoints with %zu agents: unpipelined SetEnabled round trips (us) while 8 "
@@ -919,11 +952,18 @@ static void ckpt_bench(struct bench *b, struct tgc *c, double seconds)
 	       "", "", "", "", "", "", "", "", "", "p99(off)", "");
 	for (int k = 0; k < 2; k++) {
 		ckpt_phase(b, c, jmax[k], run, &r[k]);
-		printf("  %8zuMiB %6.0f %8.1f %8.1f %7zu %8.1f %8.1f %7.2f %8.1f %7zu %8.1f %8.1f %8.1f "
-		       "%9.2f %9.0f\n", jmax[k] >> 20, r[k].ckpts, r[k].ck50, r[k].ckmax, r[k].sets,
+		printf("  %8zu%s %6.0f %8.1f %8.1f %7zu %8.1f %8.1f %7.2f %8.1f %7zu %8.1f %8.1f %8.1f "
+		       "%9.2f %9.0f\n", jmax[k] % (1u << 20) ? jmax[k] >> 10 : jmax[k] >> 20,
+		       jmax[k] % (1u << 20) ? "KiB" : "MiB", r[k].ckpts, r[k].ck50, r[k].ckmax, r[k].sets,
 		       r[k].p50, r[k].p99, r[k].p99 / r[k].p50, r[k].max, r[k].in_n, r[k].in_p50,
 		       r[k].in_p99, r[k].in_max, r[k].in_n ? r[k].in_max / r[0].p99 : 0, r[k].writes);
 	}
+	size_t blocks = 0;
+	double nr = null_ratio(&r[0], r[1].in_n, &blocks);
+	printf("  in_max/p99(off) if checkpoints cost nothing (the max of %zu consecutive sets of the "
+	       "first phase over its p99, median of %zu blocks): %.2f\n", r[1].in_n, blocks, nr);
+	free(r[0].order);
+	free(r[1].order);
 	conf_write(b, 0);
 	kill(b->daemon, SIGHUP);
 	usleep(300000);
@@ -1090,6 +1130,8 @@ int main(int argc, char **argv)
 			restart_only = true;
 		else if (!strcmp(argv[i], "--journal-knob") && !strcmp(argv[i + 1], "no"))
 			journal_knob = false;
+		else if (!strcmp(argv[i], "--journal-max") && atol(argv[i + 1]) >= 4096)
+			ckpt_jmax = (size_t)atol(argv[i + 1]);
 		else if (!strcmp(argv[i], "--rows") && !strcmp(argv[i + 1], "flood"))
 			flood_only = true;
 		else if (!strcmp(argv[i], "--flood"))
@@ -1102,7 +1144,7 @@ int main(int argc, char **argv)
 	if (!bin || n_req < 10 || seconds <= 0) {
 		fprintf(stderr, "usage: bench_daemon --toggled PATH [--requests N] [--seconds S] "
 			"[--config FILE] [--rows reads|checkpoint|restart|flood] [--journal-knob no] "
-			"[--flood F] [--runs R]\n");
+			"[--journal-max BYTES] [--flood F] [--runs R]\n");
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);

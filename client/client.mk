@@ -30,7 +30,7 @@ $(B)/libtgclient-san.a: $(TGC_SAN_OBJ)
 # The tests that talk to toggled through the library: the generic test rule
 # links $(TGC_TEST_LIBS) first, ahead of libtgproto-san.a in their EXTRA_LIBS.
 TGC_TESTS := $(B)/tests/check_client $(B)/tests/check_peer $(B)/tests/check_proto \
-	$(B)/tests/check_daemon $(B)/tests/check_device
+	$(TD_DAEMON_SUITES) $(TG_DEVICE_SUITES)
 $(TGC_TESTS): $(B)/libtgclient-san.a
 $(TGC_TESTS): TGC_TEST_LIBS = $(B)/libtgclient-san.a
 

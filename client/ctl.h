@@ -66,9 +66,15 @@ struct ctl_opts {
 	const char *etcd;        /* --etcd: the cluster view (ctl_cluster.c) */
 	const char *cluster;     /* --cluster NAME */
 	const char *etcd_credentials; /* --etcd-credentials FILE (etcd.h) */
+	int64_t plan_ttl_s;      /* --plan-ttl: a cluster plan's lease; 0: CTL_PLAN_TTL_DEFAULT */
 	bool aligned;            /* --aligned: one step for every target */
 	uint32_t aligned_margin; /* --aligned=+N; 0: the daemon's */
 };
+
+/* A cluster plan's key lives under a lease of this many seconds (--plan-ttl). */
+#define CTL_PLAN_TTL_DEFAULT 86400
+#define CTL_PLAN_TTL_MIN     10
+#define CTL_PLAN_TTL_MAX     31536000
 
 struct ctl_output;
 

@@ -168,7 +168,10 @@ static int ctl_cluster_plan(struct ctl_ctx *ctx, char **argv)
 		/* said */
 	} else {
 		const char *k = key, *val = value;
-		int t = etcd_txn_put(ctx->opt.etcd, &ctl_creds, &k, &val, 1, &k, 1, &rev, err, sizeof(err));
+		/* Under a lease: old plan keys go by themselves (docs/cluster.md). */
+		int64_t ttl = ctx->opt.plan_ttl_s ? ctx->opt.plan_ttl_s : CTL_PLAN_TTL_DEFAULT;
+		int t = etcd_txn_put_ttl(ctx->opt.etcd, &ctl_creds, &k, &val, 1, &k, 1, ttl, &rev, err,
+					 sizeof(err));
 		if (t < 0)
 			rc = ctl_fail(ctx->out, CTL_EXIT_CONNECT, TOGGLE_ECONNECT, "etcd: %s", err);
 		else if (t > 0)

@@ -263,6 +263,18 @@ static void human_status(const Toggle__StatusReply *r, bool may_write)
 		ctl_table_add(&t, "%llu", (unsigned long long)r->save_errors);
 	ctl_table_add(&t, "access");
 	ctl_table_add(&t, "%s", may_write ? "read-write" : "read-only");
+	if (r->etcd_member && r->etcd_member[0]) {
+		char since[64] = "?";
+		time_t ts = (time_t)(r->etcd_since_unix_ms / 1000);
+		struct tm tm;
+		if (r->etcd_since_unix_ms && gmtime_r(&ts, &tm))
+			strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		ctl_table_add(&t, "etcd");
+		ctl_table_add(&t, "%s %s since %s, %llu failovers%s%s",
+			      r->etcd_connected ? "watching" : "lost (retrying), last", r->etcd_member,
+			      since, (unsigned long long)r->etcd_failovers,
+			      r->etcd_last_error[0] ? "; last error: " : "", r->etcd_last_error);
+	}
 	ctl_table_print(&t);
 }
 
@@ -635,7 +647,7 @@ static json_t *json_of_agent(const Toggle__AgentInfo *a)
 
 json_t *ctl_json_status(const Toggle__StatusReply *r, bool may_write)
 {
-	return json_pack("{s:o, s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o}",
+	return json_pack("{s:o, s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o, s:o}",
 			"daemon_version", jstr(r->daemon_version),
 			"protocol_version", (json_int_t)r->protocol_version,
 			"uptime_ms", ju64(r->uptime_ms),
@@ -649,7 +661,14 @@ json_t *ctl_json_status(const Toggle__StatusReply *r, bool may_write)
 			"state_dir", jstr(r->state_dir),
 			"may_write", may_write,
 			"save_errors", ju64(r->save_errors),
-			"save_error", jstr_or_null(r->save_error));
+			"save_error", jstr_or_null(r->save_error),
+			"etcd", r->etcd_member && r->etcd_member[0]
+				? json_pack("{s:s, s:b, s:I, s:I, s:s}", "member", r->etcd_member,
+					    "connected", r->etcd_connected, "since_ms",
+					    (json_int_t)r->etcd_since_unix_ms, "failovers",
+					    (json_int_t)r->etcd_failovers, "last_error",
+					    r->etcd_last_error)
+				: json_null());
 }
 
 static void json_status(const Toggle__StatusReply *r, bool may_write)

@@ -45,7 +45,8 @@ const size_t ctl_n_commands = sizeof(ctl_commands) / sizeof(ctl_commands[0]);
 
 #define CTL_SELECTOR_FORMS "all, agent:ID, name:NAME, pid:PID, group:NAME, or a bare agent ID"
 
-enum { OPT_WAIT = 256, OPT_TIMEOUT, OPT_ETCD, OPT_CLUSTER, OPT_ETCD_CREDENTIALS, OPT_ALIGNED };
+enum { OPT_WAIT = 256, OPT_TIMEOUT, OPT_ETCD, OPT_CLUSTER, OPT_ETCD_CREDENTIALS, OPT_ALIGNED,
+       OPT_PLAN_TTL };
 
 static const struct option ctl_long_opts[] = {
 	{"socket", required_argument, NULL, 's'},
@@ -57,6 +58,7 @@ static const struct option ctl_long_opts[] = {
 	{"etcd", required_argument, NULL, OPT_ETCD},
 	{"cluster", required_argument, NULL, OPT_CLUSTER},
 	{"etcd-credentials", required_argument, NULL, OPT_ETCD_CREDENTIALS},
+	{"plan-ttl", required_argument, NULL, OPT_PLAN_TTL},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -101,6 +103,8 @@ static void ctl_usage(FILE *f)
 		"      --etcd-credentials FILE\n"
 		"                           with --etcd: etcd's CA, client certificate and key,\n"
 		"                           user and password (docs/cluster.md)\n"
+		"      --plan-ttl SECONDS   with --etcd, plan submit: etcd deletes the plan's key\n"
+		"                           this long after (default 86400: a day)\n"
 		"  -h, --help               this text\n"
 		"  -V, --version            print the version\n"
 		"\n"
@@ -291,6 +295,17 @@ static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 		case OPT_ETCD: o->etcd = optarg; break;
 		case OPT_CLUSTER: o->cluster = optarg; break;
 		case OPT_ETCD_CREDENTIALS: o->etcd_credentials = optarg; break;
+		case OPT_PLAN_TTL: {
+			char *end;
+			errno = 0;
+			long long n = strtoll(optarg, &end, 10);
+			if (errno || end == optarg || *end || n < CTL_PLAN_TTL_MIN || n > CTL_PLAN_TTL_MAX)
+				return ctl_usage_error(ctx, NULL, "bad --plan-ttl value '%s': expected "
+						       "seconds, %d to %d", optarg, CTL_PLAN_TTL_MIN,
+						       CTL_PLAN_TTL_MAX);
+			o->plan_ttl_s = n;
+			break;
+		}
 		case 'h': ctl_usage(stdout); return -1;
 		case 'V': printf("togglectl %s (protocol %d)\n", CTL_VERSION, TGP_PROTOCOL_VERSION); return -1;
 		case ':':

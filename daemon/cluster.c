@@ -30,7 +30,18 @@
 #include "toggled.h"
 #include "util.h"
 
-#define CL_PUBLISH_MS  1000 /* status to etcd at most this often */
+/* The status is looked at every CL_PUBLISH_MS and put when what it says
+ * changed (agents, sets, plans pending, revision, rejections, the etcd
+ * member); what moves by itself (steps, replays, uptime, request counts)
+ * is refreshed every CL_REFRESH_MS only.  The heartbeat is the lease's
+ * keep-alive (etcd.c), which writes no revision: an idle host does not
+ * move etcd's revision every second. */
+#define CL_PUBLISH_MS  1000
+#define CL_REFRESH_MS  30000
+/* The first status waits for the catch-up (the events up to the newest key
+ * etcd held when the watch started), so that it never shows the revision of
+ * before the restart; at most this long after start. */
+#define CL_CATCHUP_MS  10000
 #define CL_MAX_REJECTS 16   /* last rejections kept for the status */
 #define CL_MAX_SETS    4096 /* standing-set keys remembered */
 #define CL_MAX_PLANS   256  /* newest plan keys remembered for agents that join */
@@ -133,6 +144,10 @@ struct td_cluster {
 	size_t n_rejects, next_reject;
 	uv_timer_t pub_timer;
 	char *last_published;
+	char *last_stable;     /* last_published without what moves by itself */
+	uint64_t published_ms; /* util_mono_ms of the last publish */
+	bool snapshot_seen;    /* the watch's first range read arrived */
+	int64_t catchup_to;    /* its newest key's revision: caught up when applied */
 	/* After a failed save: what was applied since durable_rev was rolled
 	 * back; new keys are only remembered until redo_timer re-applies them. */
 	bool redo_pending;
@@ -722,6 +737,26 @@ static void plan_remember(struct td_cluster *c, const struct etcd_kv *kv)
 	*p = (struct cl_plan_key){.key = key, .value = value, .rev = kv->mod_revision};
 }
 
+/*
+ * A plan key deleted (its lease expired, or by hand): agents keep the
+ * entries they hold, and an agent that joins later no longer gets it.
+ */
+static void plan_forget(struct td_cluster *c, const char *key)
+{
+	for (size_t i = 0; i < c->n_plans; i++) {
+		struct cl_plan_key *p = &c->plans[(c->first_plan + i) % CL_MAX_PLANS];
+		if (strcmp(p->key, key))
+			continue;
+		free(p->key);
+		free(p->value);
+		for (size_t k = i; k + 1 < c->n_plans; k++)
+			c->plans[(c->first_plan + k) % CL_MAX_PLANS] =
+				c->plans[(c->first_plan + k + 1) % CL_MAX_PLANS];
+		c->n_plans--;
+		return;
+	}
+}
+
 static struct cl_seen *seen_find(struct td_cluster *c, const char *name)
 {
 	for (size_t i = 0; i < c->n_seen; i++)
@@ -843,6 +878,8 @@ static void on_kv(struct td_cluster *c, const struct etcd_kv *kv, bool apply, bo
 		}
 		if (apply && apply_plans)
 			apply_plan(c, kv->key, kv->mod_revision, kv->value, NULL);
+	} else if (kind == CLUSTER_KEY_PLAN) {
+		plan_forget(c, kv->key);
 	}
 }
 
@@ -876,11 +913,26 @@ static void on_snapshot(struct td_cluster *c, struct etcd_batch *b)
 	bool first = c->applied_rev == 0;
 	if (first)
 		c->start_rev = b->revision;
+	if (!c->snapshot_seen)
+		c->catchup_to = b->resync ? 0 : b->latest;
+	c->snapshot_seen = true;
 	for (size_t i = 0; i < b->n; i++)
 		on_kv(c, order[i], b->resync && order[i]->mod_revision > c->applied_rev, !first);
 	free(order);
 	if (b->resync && b->revision > c->applied_rev)
 		c->applied_rev = b->revision;
+}
+
+/* The watch's state where the Status reply and /metrics read it. */
+static void view_update(struct td_cluster *c)
+{
+	struct td_cluster_view *v = &c->d->cluster_view;
+	v->on = true;
+	v->connected = c->connected;
+	util_clean(v->member, sizeof(v->member), c->member, UTIL_CLEAN_ASCII);
+	v->since_unix_ms = c->member_since;
+	v->failovers = c->failovers;
+	snprintf(v->last_error, sizeof(v->last_error), "%s", c->last_error);
 }
 
 static void on_batch(void *arg, struct etcd_batch *b)
@@ -897,6 +949,7 @@ static void on_batch(void *arg, struct etcd_batch *b)
 		c->member_since = util_unix_ms();
 		c->connected = true;
 		c->down_logged = false;
+		view_update(c);
 		break;
 	case ETCD_DISCONNECTED:
 		util_clean(c->last_error, sizeof(c->last_error), b->err, UTIL_CLEAN_ASCII);
@@ -906,6 +959,8 @@ static void on_batch(void *arg, struct etcd_batch *b)
 				  "the next member", c->last_error);
 		c->connected = false;
 		c->down_logged = true;
+		c->d->cluster_view.lost++;
+		view_update(c);
 		break;
 	case ETCD_SNAPSHOT:
 		on_snapshot(c, b);
@@ -1095,7 +1150,7 @@ static char *b64_of(const ProtobufCMessage *m)
  * local client gets (protobuf, base64), so that togglectl --etcd prints
  * them with the same tables; plus the applied revision and rejections.
  */
-static char *status_json(struct td_cluster *c)
+static char *status_json(struct td_cluster *c, bool stable)
 {
 	struct td_daemon *d = c->d;
 	size_t n = d->n_agents, ng = 0, k = 0;
@@ -1112,9 +1167,13 @@ static char *status_json(struct td_cluster *c)
 	for (struct td_agent *a = d->agents; a; a = a->next, i++) {
 		td_view_agent(&ai[i], a); /* refreshes a->st */
 		ap[i] = &ai[i];
+		if (stable)
+			ai[i].step = 0;
 		for (uint64_t j = 0; j < a->st->n_graphs && k < ng; j++, k++) {
 			td_view_graph(&gi[k], a, &a->st->graphs[j]);
 			gp[k] = &gi[k];
+			if (stable)
+				gi[k].replays = 0, gi[k].last_step = 0;
 		}
 	}
 	Toggle__ListAgentsReply la = TOGGLE__LIST_AGENTS_REPLY__INIT;
@@ -1125,6 +1184,8 @@ static char *status_json(struct td_cluster *c)
 	lg.graphs = gp;
 	Toggle__StatusReply st;
 	td_view_status(&st, d);
+	if (stable)
+		st.uptime_ms = 0, st.requests = 0, st.clients = 0;
 	agents = b64_of(&la.base);
 	graphs = b64_of(&lg.base);
 	status = b64_of(&st.base);
@@ -1168,16 +1229,30 @@ static void on_publish(uv_timer_t *t)
 {
 	struct td_cluster *c = t->data;
 	log_flush_suppressed(c, util_mono_ms());
-	char *s = status_json(c);
-	if (!s)
+	uint64_t now = util_mono_ms();
+	if ((!c->snapshot_seen || c->applied_rev < c->catchup_to) &&
+	    now - c->start_ms < CL_CATCHUP_MS)
+		return; /* not caught up yet: the status would show an old revision */
+	char *st = status_json(c, true);
+	if (!st)
 		return;
-	if (c->last_published && !strcmp(s, c->last_published)) {
+	bool changed = !c->last_stable || strcmp(st, c->last_stable) != 0;
+	if (!changed && now - c->published_ms < CL_REFRESH_MS) {
+		free(st);
+		return;
+	}
+	char *s = status_json(c, false);
+	if (!s || (c->last_published && !strcmp(s, c->last_published))) {
 		free(s);
+		free(st);
 		return;
 	}
 	etcd_watcher_publish(c->w, s);
 	free(c->last_published);
 	c->last_published = s;
+	free(c->last_stable);
+	c->last_stable = st;
+	c->published_ms = now;
 }
 
 /* ---- start and stop ----------------------------------------------------- */
@@ -1253,6 +1328,7 @@ int td_cluster_start(struct td_daemon *d, char *err, size_t errlen)
 	c->open_handles = 2;
 	uv_timer_start(&c->pub_timer, on_publish, 0, CL_PUBLISH_MS);
 	d->cluster = c;
+	view_update(c);
 	log_info("cluster '%s' as host '%s' through etcd %s (applied revision %" PRId64 ")",
 		 cfg->cluster, cfg->host_id, cfg->etcd, c->applied_rev);
 	return 0;
@@ -1270,6 +1346,7 @@ static void cluster_free(struct td_cluster *c)
 	free(c->seen);
 	free(c->records);
 	free(c->last_published);
+	free(c->last_stable);
 	free(c);
 }
 

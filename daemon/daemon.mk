@@ -1,7 +1,7 @@
 # daemon.mk - toggled.  Included by the top-level Makefile after proto.mk.
 # $(B)/toggled is the daemon; $(B)/toggled-san its ASan/UBSan build that the
 # integration tests run; $(B)/libtoggled-san.a every module but main.c, for
-# unit tests (tests/check_store.c).
+# unit tests (tests/check_store_*.c).
 
 TD_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 TD_OBJ := $(TD_SRC:%.c=$(B)/%.o)
@@ -30,17 +30,33 @@ $(B)/libtoggled-san.a: $(TD_SAN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-TD_UNIT_TESTS := $(B)/tests/check_store $(B)/tests/check_store_faults $(B)/tests/check_cluster \
-	$(B)/tests/check_gzipenc $(B)/tests/check_report
+# The store's suites (check_store_*.c but the end-to-end one, check_auth.c)
+# share fixture_store.c: the state directory, file helpers, stderr captured.
+TD_STORE_SUITES := $(B)/tests/check_store_save $(B)/tests/check_store_journal \
+	$(B)/tests/check_store_load $(B)/tests/check_store_entries $(B)/tests/check_store_faults \
+	$(B)/tests/check_auth
+TD_STORE_FIXTURES := $(B)/san/tests/fixture_store.o
+TD_UNIT_TESTS := $(TD_STORE_SUITES) $(B)/tests/check_cluster $(B)/tests/check_gzipenc \
+	$(B)/tests/check_report
 $(TD_UNIT_TESTS): $(B)/libtoggled-san.a $(B)/libtgproto-san.a
-$(TD_UNIT_TESTS): EXTRA_CFLAGS = $(TD_CFLAGS)
+$(TD_UNIT_TESTS) $(TD_STORE_FIXTURES): EXTRA_CFLAGS = $(TD_CFLAGS)
 $(TD_UNIT_TESTS): EXTRA_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)
+$(TD_STORE_FIXTURES): tests/fixture_store.h $(TGP_GEN_H)
+$(TD_STORE_SUITES): $(TD_STORE_FIXTURES) tests/fixture_store.h
+$(TD_STORE_SUITES): TEST_FIXTURES = $(TD_STORE_FIXTURES)
 
 # End-to-end tests run the real daemon (ASan build) and agents on the simulator.
-TD_E2E_TESTS := $(B)/tests/check_daemon $(B)/tests/check_store_daemon
+# The check_daemon_*.c suites (one per concern) share fixture_daemon.h: the
+# environment and agent children (fixture_daemon.c), the RPCs (fixture_rpc.c).
+TD_DAEMON_SUITES := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/check_daemon_*.c))
+TD_DAEMON_FIXTURES := $(B)/san/tests/fixture_daemon.o $(B)/san/tests/fixture_rpc.o
+TD_E2E_TESTS := $(TD_DAEMON_SUITES) $(B)/tests/check_store_daemon
 $(TD_E2E_TESTS): $(B)/toggled-san $(B)/libtgproto-san.a
-$(TD_E2E_TESTS): EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\"
+$(TD_E2E_TESTS) $(TD_DAEMON_FIXTURES): EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\"
 $(TD_E2E_TESTS): EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
+$(TD_DAEMON_FIXTURES): tests/fixture_daemon.h $(TGP_GEN_H)
+$(TD_DAEMON_SUITES): $(TD_DAEMON_FIXTURES) tests/fixture_daemon.h
+$(TD_DAEMON_SUITES): TEST_FIXTURES = $(TD_DAEMON_FIXTURES)
 # The store's end-to-end suite talks through the client library too (client.mk's TGC_TESTS).
 $(B)/tests/check_store_daemon: $(B)/libtgclient-san.a
 $(B)/tests/check_store_daemon: TGC_TEST_LIBS = $(B)/libtgclient-san.a

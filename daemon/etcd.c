@@ -500,6 +500,10 @@ static int http_post_on(CURL *c, const char *base, const char *path, const char 
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 5L);
 	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 2L);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	/* One thread, one connection: a handle that must reach another member
+	 * closes the one it kept instead of keeping both (idle hosts hold the
+	 * watch's connection and the status thread's, no more). */
+	curl_easy_setopt(c, CURLOPT_MAXCONNECTS, 1L);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
 	if (cr && cr->ca[0])
 		curl_easy_setopt(c, CURLOPT_CAINFO, cr->ca);
@@ -793,10 +797,40 @@ int etcd_txn_put(const char *endpoints, const struct etcd_creds *cr, const char 
 		 const char *const *values, size_t n, const char *const *must_be_new, size_t n_new,
 		 int64_t *revision, char *err, size_t errlen)
 {
+	return etcd_txn_put_ttl(endpoints, cr, keys, values, n, must_be_new, n_new, 0, revision,
+				err, errlen);
+}
+
+int etcd_txn_put_ttl(const char *endpoints, const struct etcd_creds *cr, const char *const *keys,
+		     const char *const *values, size_t n, const char *const *must_be_new,
+		     size_t n_new, int64_t ttl_s, int64_t *revision, char *err, size_t errlen)
+{
 	char urls[ETCD_MAX_ENDPOINTS][ETCD_MAX_URL];
 	size_t nu, cur = 0;
 	if (etcd_endpoints_parse(endpoints, urls, &nu, err, errlen))
 		return -1;
+	struct etcd_session sess;
+	session_init(&sess, cr);
+	/* A lease of its own, never kept alive: etcd deletes the keys after ttl_s.
+	 * Granted before the transaction; if the transaction is not written, the
+	 * lease expires holding nothing. */
+	char sid[32] = "";
+	if (ttl_s > 0) {
+		json_t *lr = json_pack("{s:I}", "TTL", (json_int_t)ttl_s);
+		json_t *lj = lr ? etcd_call_any(&sess, NULL, urls, nu, &cur, "/v3/lease/grant", lr,
+						NULL, err, errlen)
+				: NULL;
+		json_decref(lr);
+		int64_t id = 0;
+		if (lj && (json_i64(lj, "ID", &id) || id <= 0))
+			snprintf(err, errlen, "malformed lease grant response from etcd");
+		json_decref(lj);
+		if (id <= 0) {
+			session_destroy(&sess);
+			return -1;
+		}
+		snprintf(sid, sizeof(sid), "%" PRId64, id);
+	}
 	json_t *req = json_object(), *cmp = json_array(), *ops = json_array();
 	int rc = req && cmp && ops ? 0 : -1;
 	for (size_t i = 0; rc == 0 && i < n_new; i++) {
@@ -811,6 +845,8 @@ int etcd_txn_put(const char *endpoints, const struct etcd_creds *cr, const char 
 		char *v = etcd_b64_encode(values[i], strlen(values[i]));
 		json_t *op = k && v ? json_pack("{s:{s:s, s:s}}", "request_put", "key", k, "value", v)
 				    : NULL;
+		if (op && sid[0])
+			json_object_set_new(json_object_get(op, "request_put"), "lease", json_string(sid));
 		rc = op ? json_array_append_new(ops, op) : -1;
 		free(k);
 		free(v);
@@ -823,11 +859,10 @@ int etcd_txn_put(const char *endpoints, const struct etcd_creds *cr, const char 
 	json_decref(ops);
 	if (rc) {
 		json_decref(req);
+		session_destroy(&sess);
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	struct etcd_session sess;
-	session_init(&sess, cr);
 	json_t *j = etcd_call_any_ex(&sess, NULL, urls, nu, &cur, "/v3/kv/txn", req, NULL, true,
 				     err, errlen);
 	session_destroy(&sess);
@@ -865,13 +900,19 @@ struct etcd_watcher {
 	char *status_value;             /* guarded by mu */
 	bool status_dirty;              /* guarded by mu */
 	atomic_bool stop;
-	CURL *scurl;          /* the status thread's requests: one kept connection */
+	CURL *scurl;          /* the status thread's requests and the watch's liveness checks */
+	/* The watch's stream, seen by the status thread: which member it reads
+	 * (-1: none open) and its generation; a failed liveness check of that
+	 * generation stops it (probe_err, guarded by mu, says why). */
+	atomic_int watch_member;
+	atomic_uint stream_gen, probe_fail_gen;
+	char probe_err[384];
+	uint64_t last_probe;  /* status thread: util_mono_ms of the last check */
 	/* Watch thread only. */
 	int64_t next_rev;
 	bool up;
 	int64_t compacted;
-	CURL *wcurl;          /* its range reads and liveness checks: one kept connection */
-	uint64_t last_probe;  /* util_mono_ms of the last check */
+	CURL *wcurl;          /* its range reads and its stream: one connection */
 	bool stream_failed;   /* why the stream ended is in stream_err */
 	char stream_err[384];
 };
@@ -1045,6 +1086,32 @@ static int watch_line(void *arg, char *line, size_t len)
 	return 1;
 }
 
+/*
+ * The newest mod revision under the prefix now (a range sorted by mod
+ * revision, one key, keys only), at least at; at when it cannot be read
+ * (the catch-up is then judged by the events alone).
+ */
+static int64_t newest_revision(struct etcd_watcher *w, int64_t at)
+{
+	json_t *req = range_request(w->prefix, 0);
+	if (!req)
+		return at;
+	json_object_set_new(req, "limit", json_integer(1));
+	json_object_set_new(req, "keys_only", json_true());
+	json_object_set_new(req, "sort_order", json_string("DESCEND"));
+	json_object_set_new(req, "sort_target", json_string("MOD"));
+	char err[320];
+	json_t *j = etcd_call_any(&w->sess, w->wcurl, w->urls, w->n_urls, &w->cur_watch,
+				  "/v3/kv/range", req, &w->stop, err, sizeof(err));
+	json_decref(req);
+	const json_t *kv = json_array_get(json_object_get(j, "kvs"), 0);
+	int64_t rev = 0;
+	if (!kv || json_i64(kv, "mod_revision", &rev) || rev < at)
+		rev = at;
+	json_decref(j);
+	return rev;
+}
+
 /* Range read: 0, 1 when `at` is compacted, -1 on other errors. */
 static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int64_t compacted,
 			    char *err, size_t errlen)
@@ -1069,9 +1136,14 @@ static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int
 		return -1;
 	}
 	/* The header says etcd's revision now; a read at `at` shows the keys as
-	 * they were at `at`, and the watch must go on from there. */
-	if (at > 0)
+	 * they were at `at`, and the watch must go on from there.  How far the
+	 * catch-up goes: the newest key's revision now (one key, keys only). */
+	if (at > 0) {
+		b->latest = b->revision > at ? newest_revision(w, at) : at;
 		b->revision = at;
+	} else {
+		b->latest = b->revision;
+	}
 	b->kind = ETCD_SNAPSHOT;
 	b->resync = resync;
 	b->compacted = compacted;
@@ -1082,47 +1154,68 @@ static int watcher_snapshot(struct etcd_watcher *w, int64_t at, bool resync, int
 
 /*
  * The watch's liveness check, every ETCD_PROBE_EVERY_MS while its stream is
- * open (from curl's progress callback, so also while it is silent): a
- * linearizable count-only range read of the prefix on the member the watch
- * reads from, with the leader required, within ETCD_PROBE_TIMEOUT_MS.  A
- * member that is hung (SIGSTOP: its kernel still holds the connection),
- * cut from its peers or without a leader fails it, and the watch is
- * restarted on the next member; a watch never stays silent on a member that
- * could not serve a change.  (Progress notifications would come from the
- * same member, every 10 minutes by default: not a check of it.)
+ * open, made by the status thread on its own connection (the watch's is
+ * busy with the stream; a third connection per host for the checks alone
+ * is what 50 hosts on one etcd should not pay): a linearizable count-only
+ * range read of the prefix on the member the watch reads from, with the
+ * leader required, within ETCD_PROBE_TIMEOUT_MS.  A member that is hung
+ * (SIGSTOP: its kernel still holds the connection), cut from its peers or
+ * without a leader fails it, and the watch is restarted on the next
+ * member; a watch never stays silent on a member that could not serve a
+ * change.  (Progress notifications would come from the same member, every
+ * 10 minutes by default: not a check of it.)
  */
-static int watch_probe(struct etcd_watcher *w, char *err, size_t errlen)
+static int watch_probe(struct etcd_watcher *w, int member, char *err, size_t errlen)
 {
 	json_t *req = range_request(w->prefix, 0);
-	if (!req)
+	if (!req || !w->scurl) {
+		json_decref(req);
 		return 0; /* out of memory: not the member's fault */
+	}
 	json_object_set_new(req, "count_only", json_true());
-	json_t *j = w->wcurl ? etcd_call_on(&w->sess, w->wcurl, ETCD_REQUIRE_LEADER,
-					    ETCD_PROBE_TIMEOUT_MS,
-					    w->urls[w->cur_watch], "/v3/kv/range", req, &w->stop,
-					    err, errlen)
-			     : NULL;
+	json_t *j = etcd_call_on(&w->sess, w->scurl, ETCD_REQUIRE_LEADER, ETCD_PROBE_TIMEOUT_MS,
+				 w->urls[member], "/v3/kv/range", req, &w->stop, err, errlen);
 	json_decref(req);
-	if (!w->wcurl)
-		return 0; /* no handle (out of memory): not the member's fault */
 	int rc = j ? 0 : -1;
 	json_decref(j);
 	return rc;
 }
 
+/* Status thread: the stream of generation gen on member failed a check (or a request). */
+static void watch_unfit(struct etcd_watcher *w, unsigned gen, int member, const char *what,
+			const char *err)
+{
+	pthread_mutex_lock(&w->mu);
+	snprintf(w->probe_err, sizeof(w->probe_err), "%s %s (%.300s)", w->urls[member], what, err);
+	pthread_mutex_unlock(&w->mu);
+	atomic_store(&w->probe_fail_gen, gen);
+}
+
+/* Status thread: check the watched member when a check is due. */
+static void watch_check(struct etcd_watcher *w)
+{
+	int member = atomic_load(&w->watch_member);
+	unsigned gen = atomic_load(&w->stream_gen);
+	uint64_t now = util_mono_ms();
+	if (member < 0 || now - w->last_probe < ETCD_PROBE_EVERY_MS)
+		return;
+	char err[320];
+	int rc = watch_probe(w, member, err, sizeof(err));
+	w->last_probe = util_mono_ms();
+	if (rc && !atomic_load(&w->stop))
+		watch_unfit(w, gen, member, "failed its liveness check", err);
+}
+
+/* Watch thread, from curl's progress callback (about once a second, also
+ * while the stream is silent): stop a stream the status thread found unfit. */
 static int watch_tick(void *arg)
 {
 	struct etcd_watcher *w = arg;
-	uint64_t now = util_mono_ms();
-	if (now - w->last_probe < ETCD_PROBE_EVERY_MS)
+	if (atomic_load(&w->probe_fail_gen) != atomic_load(&w->stream_gen))
 		return 0;
-	char err[320];
-	int rc = watch_probe(w, err, sizeof(err));
-	w->last_probe = util_mono_ms();
-	if (rc == 0 || atomic_load(&w->stop))
-		return 0;
-	snprintf(w->stream_err, sizeof(w->stream_err), "%s failed its liveness check (%s)",
-		 w->urls[w->cur_watch], err);
+	pthread_mutex_lock(&w->mu);
+	snprintf(w->stream_err, sizeof(w->stream_err), "%s", w->probe_err);
+	pthread_mutex_unlock(&w->mu);
 	w->stream_failed = true;
 	return 1;
 }
@@ -1146,7 +1239,6 @@ static int watcher_stream(struct etcd_watcher *w, char *err, size_t errlen)
 	}
 	w->compacted = 0;
 	w->stream_failed = false;
-	w->last_probe = util_mono_ms();
 	/* The leader required (etcd's WithRequireLeader, through the gateway's
 	 * metadata header): a member that loses its leader ends the stream
 	 * ("etcdserver: no leader") instead of serving it silently. */
@@ -1154,9 +1246,20 @@ static int watcher_stream(struct etcd_watcher *w, char *err, size_t errlen)
 			     .arg = w, .header = ETCD_REQUIRE_LEADER, .sess = &w->sess};
 	long status = 0;
 	int rc = session_ready(&w->sess, w->urls[w->cur_watch], &w->stop, err, errlen);
-	if (rc == 0)
-		rc = http_post(w->urls[w->cur_watch], "/v3/watch", body, 0, &b, &status, err, errlen);
-	else {
+	if (rc == 0) {
+		/* A new generation (never the failed one's: 0 is no failure). */
+		unsigned gen = atomic_load(&w->stream_gen) + 1;
+		if (gen == 0 || gen == atomic_load(&w->probe_fail_gen))
+			gen += 2;
+		atomic_store(&w->stream_gen, gen);
+		atomic_store(&w->watch_member, (int)w->cur_watch);
+		/* On the handle of the range read just made: the same connection. */
+		rc = w->wcurl ? http_post_on(w->wcurl, w->urls[w->cur_watch], "/v3/watch", body, 0, &b,
+					     &status, err, errlen)
+			      : http_post(w->urls[w->cur_watch], "/v3/watch", body, 0, &b, &status,
+					  err, errlen);
+		atomic_store(&w->watch_member, -1);
+	} else {
 		snprintf(w->stream_err, sizeof(w->stream_err), "%.380s", err);
 		w->stream_failed = true;
 	}
@@ -1226,11 +1329,36 @@ static void *watch_main(void *arg)
 
 /* ---- the status thread: a lease, kept alive, and the value under it ---- */
 
+/*
+ * A status-thread request: on the member the watch reads from (the one
+ * connection this thread keeps is then to that member, and the liveness
+ * check shares it), else from cur_status on.  A request that the watched
+ * member does not answer (a timeout, a refused connection, 5xx) stops the
+ * watch there too: the next check would find the same.  timeout_ms: the
+ * lease's requests are small, and get the check's bound (2 s), so that a
+ * hung member is left as soon as by the check; a status put may be big.
+ */
+static json_t *status_call(struct etcd_watcher *w, const char *path, json_t *req, long timeout_ms,
+			   char *err, size_t errlen)
+{
+	int member = atomic_load(&w->watch_member);
+	unsigned gen = atomic_load(&w->stream_gen);
+	if (member >= 0 && w->scurl) {
+		json_t *j = etcd_call_on(&w->sess, w->scurl, NULL, timeout_ms, w->urls[member],
+					 path, req, &w->stop, err, errlen);
+		if (j || etcd_error_is_final(err) || atomic_load(&w->stop))
+			return j;
+		watch_unfit(w, gen, member, "failed a status request", err);
+		w->cur_status = ((size_t)member + 1) % w->n_urls;
+	}
+	return etcd_call_any(&w->sess, w->scurl, w->urls, w->n_urls, &w->cur_status, path, req,
+			     &w->stop, err, errlen);
+}
+
 static int64_t lease_grant(struct etcd_watcher *w, char *err, size_t errlen)
 {
 	json_t *req = json_pack("{s:I}", "TTL", (json_int_t)ETCD_LEASE_TTL_S);
-	json_t *j = req ? etcd_call_any(&w->sess, w->scurl, w->urls, w->n_urls, &w->cur_status, "/v3/lease/grant", req,
-					&w->stop, err, errlen)
+	json_t *j = req ? status_call(w, "/v3/lease/grant", req, ETCD_PROBE_TIMEOUT_MS, err, errlen)
 			: NULL;
 	json_decref(req);
 	int64_t id = 0;
@@ -1248,8 +1376,7 @@ static int lease_keepalive(struct etcd_watcher *w, int64_t id, char *err, size_t
 	char sid[32];
 	snprintf(sid, sizeof(sid), "%" PRId64, id);
 	json_t *req = json_pack("{s:s}", "ID", sid);
-	json_t *j = req ? etcd_call_any(&w->sess, w->scurl, w->urls, w->n_urls, &w->cur_status, "/v3/lease/keepalive",
-					req, &w->stop, err, errlen)
+	json_t *j = req ? status_call(w, "/v3/lease/keepalive", req, ETCD_PROBE_TIMEOUT_MS, err, errlen)
 			: NULL;
 	json_decref(req);
 	int64_t ttl = 0;
@@ -1272,8 +1399,7 @@ static int status_put(struct etcd_watcher *w, int64_t lease, const char *value, 
 	json_t *req = k && v ? json_pack("{s:s, s:s, s:s}", "key", k, "value", v, "lease", sid) : NULL;
 	free(k);
 	free(v);
-	json_t *j = req ? etcd_call_any(&w->sess, w->scurl, w->urls, w->n_urls, &w->cur_status, "/v3/kv/put", req,
-					&w->stop, err, errlen)
+	json_t *j = req ? status_call(w, "/v3/kv/put", req, ETCD_TIMEOUT_MS, err, errlen)
 			: NULL;
 	json_decref(req);
 	int rc = j ? 0 : -1;
@@ -1293,9 +1419,18 @@ static void *status_main(void *arg)
 		char *value = NULL;
 		pthread_mutex_lock(&w->mu);
 		if (!w->status_dirty && lease && !atomic_load(&w->stop)) {
+			/* A second, or until the next liveness check is due (a check
+			 * every 2 s, not every 3 s of whole-second naps). */
+			uint64_t since = util_mono_ms() - w->last_probe;
+			long ms = 1000;
+			if (atomic_load(&w->watch_member) >= 0 && since < ETCD_PROBE_EVERY_MS &&
+			    ETCD_PROBE_EVERY_MS - since < (uint64_t)ms)
+				ms = (long)(ETCD_PROBE_EVERY_MS - since) + 1;
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += 1;
+			ts.tv_nsec += ms * 1000000L;
+			ts.tv_sec += ts.tv_nsec / 1000000000L;
+			ts.tv_nsec %= 1000000000L;
 			pthread_cond_timedwait(&w->cv, &w->mu, &ts);
 		}
 		if (w->status_value && (w->status_dirty || !lease))
@@ -1306,6 +1441,7 @@ static void *status_main(void *arg)
 			free(value);
 			break;
 		}
+		watch_check(w); /* before the status: a hung member is found first */
 		int rc = 0;
 		uint64_t now = util_mono_ms();
 		if (!lease) {
@@ -1395,6 +1531,9 @@ int etcd_watcher_start(struct etcd_watcher **out, uv_loop_t *loop, const char *e
 	w->on_batch = on_batch;
 	w->arg = arg;
 	atomic_init(&w->stop, false);
+	atomic_init(&w->watch_member, -1);
+	atomic_init(&w->stream_gen, 0);
+	atomic_init(&w->probe_fail_gen, 0);
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);

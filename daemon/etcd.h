@@ -57,6 +57,8 @@ struct etcd_batch {
 	int64_t revision;  /* SNAPSHOT: the read's revision */
 	bool resync;       /* SNAPSHOT after a compaction (or a first start): apply it */
 	int64_t compacted; /* SNAPSHOT after a compaction: the compact revision */
+	int64_t latest;    /* SNAPSHOT: the newest mod revision under the prefix when it was
+			    * read (the events up to it are the catch-up); 0: unknown */
 	struct etcd_kv *kvs;
 	size_t n;
 	char err[256];     /* DISCONNECTED: why */
@@ -148,6 +150,12 @@ void etcd_kvs_free(struct etcd_kv *kvs, size_t n);
 int etcd_txn_put(const char *endpoints, const struct etcd_creds *cr, const char *const *keys,
 		 const char *const *values, size_t n, const char *const *must_be_new, size_t n_new,
 		 int64_t *revision, char *err, size_t errlen);
+
+/* The same, the keys put under a new lease of ttl_s seconds (> 0) that is
+ * never kept alive: etcd deletes them after ttl_s (plans: docs/cluster.md). */
+int etcd_txn_put_ttl(const char *endpoints, const struct etcd_creds *cr, const char *const *keys,
+		     const char *const *values, size_t n, const char *const *must_be_new,
+		     size_t n_new, int64_t ttl_s, int64_t *revision, char *err, size_t errlen);
 
 /* Pure helpers (tests/check_cluster.c). */
 /* The end of the range of every key starting with prefix (last byte + 1). */

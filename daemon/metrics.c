@@ -124,6 +124,7 @@ struct snapshot {
 	struct td_hist rpc_lat[TD_RPC_METHODS];
 	uint64_t saves, save_errors;
 	struct td_hist save_lat;
+	struct td_cluster_view cluster;
 	uint64_t checkpoints, ckpt_failures;
 	struct td_hist ckpt_lat;
 	size_t n_agents, cap_agents;
@@ -225,6 +226,7 @@ static int snap_fill(struct td_metrics *m, struct snapshot *s)
 	s->checkpoints = d->store.checkpoints;
 	s->ckpt_failures = d->store.ckpt_failures;
 	s->ckpt_lat = d->store.ckpt_lat;
+	s->cluster = d->cluster_view;
 	size_t n = 0;
 	for (struct td_agent *a = d->agents; a && n < s->cap_agents; a = a->next, n++) {
 		struct snap_agent *o = &s->agents[n];
@@ -390,6 +392,40 @@ static void render_rpc(FILE *f, const struct snapshot *s)
 	}
 }
 
+/*
+ * The cluster's watch (toggled --etcd): which member, since when, how often
+ * it moved and lost its watch; the last error as a label of an info
+ * metric (cleaned by cluster.c, escaped here, bounded).  Nothing outside a
+ * cluster.
+ */
+static void render_cluster(FILE *f, const struct snapshot *s)
+{
+	const struct td_cluster_view *v = &s->cluster;
+	if (!v->on)
+		return;
+	put_help(f, "graphtoggle_cluster_watch_up", "gauge",
+		 "1 while the etcd watch is up, on the member named");
+	fputs("graphtoggle_cluster_watch_up{member=\"", f);
+	put_label(f, v->member);
+	fprintf(f, "\"} %d\n", v->connected ? 1 : 0);
+	put_help(f, "graphtoggle_cluster_watch_member_since_seconds", "gauge",
+		 "Unix time since which the watch reads from this member");
+	fputs("graphtoggle_cluster_watch_member_since_seconds{member=\"", f);
+	put_label(f, v->member);
+	fprintf(f, "\"} %.3f\n", (double)v->since_unix_ms / 1000.0);
+	put_help(f, "graphtoggle_cluster_watch_failovers_total", "counter",
+		 "Moves of the watch to another etcd member");
+	fprintf(f, "graphtoggle_cluster_watch_failovers_total %llu\n",
+		(unsigned long long)v->failovers);
+	put_help(f, "graphtoggle_cluster_watch_lost_total", "counter", "Watches that ended");
+	fprintf(f, "graphtoggle_cluster_watch_lost_total %llu\n", (unsigned long long)v->lost);
+	put_help(f, "graphtoggle_cluster_watch_last_error_info", "gauge",
+		 "Why the last watch ended (empty: none yet)");
+	fputs("graphtoggle_cluster_watch_last_error_info{error=\"", f);
+	put_label(f, v->last_error);
+	fputs("\"} 1\n", f);
+}
+
 /* Saves of the desired state. */
 static void render_store(FILE *f, const struct snapshot *s)
 {
@@ -492,6 +528,7 @@ static void render(FILE *f, const struct snapshot *s, const struct td_metrics *m
 	render_daemon(f, s, m);
 	render_rpc(f, s);
 	render_store(f, s);
+	render_cluster(f, s);
 	render_agents(f, s);
 	render_agent_conn(f, s);
 }

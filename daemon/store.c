@@ -45,7 +45,10 @@
 #define STORE_MAX_LOGGED     16 /* ignored directory entries named in the log, per load */
 #define STORE_SYNC_CHUNK     128 /* files written, then synced together, at a time */
 #define STORE_JOURNAL        "agents.journal" /* in the state directory */
-#define STORE_JOURNAL_OLD    "agents.journal.old" /* the journal a checkpoint folds into the files */
+#define STORE_JOURNAL_OLD    "agents.journal.old" /* the journal a checkpoint folds in */
+/* What checkpoints folded the old journals into: one file of records (the journal's format). */
+#define STORE_BASE           "agents.checkpoint"
+#define STORE_BASE_TMP       "agents.checkpoint.tmp" /* while it is being written */
 #define STORE_JOURNAL_MAX    (4u << 20)  /* bytes before a checkpoint (default) */
 #define STORE_JOURNAL_LIMIT  (256u << 20) /* never written past; a longer journal is not read */
 #define STORE_SYNC_THREADS   16  /* fsyncs in flight at once */
@@ -1312,6 +1315,15 @@ static int load_journal(const char *dir, struct jfile *jf, uint64_t after_seq, s
 	return 0;
 }
 
+/* An entry agents.checkpoint holds (the journals' come after). */
+static void journal_to_base(struct td_store *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		s->v[i].in_base |= s->v[i].in_journal;
+		s->v[i].in_journal = false;
+	}
+}
+
 /* An entry the old journal holds: the checkpoint's (the live journal's come after). */
 static void journal_to_old(struct td_store *s)
 {
@@ -1339,10 +1351,13 @@ static void cut_torn_tail(const char *dir, struct td_store *s, size_t good)
 }
 
 /*
- * The files, then agents.journal.old (a checkpoint that had not finished),
- * then agents.journal, each record replayed in order: every value a file
- * holds is one the journals held before it or hold again after it, so a
- * later step never puts an older value over a newer one.  A damaged or
+ * The files, then agents.checkpoint (what the checkpoints folded), then
+ * agents.journal.old (a checkpoint that had not finished), then
+ * agents.journal, each record replayed in order: every value a file or
+ * agents.checkpoint holds is one the journals held before it or hold again
+ * after it (a checkpoint writes the durable value of an entry, and a later
+ * one is in a journal read after it), so a later step never puts an older
+ * value over a newer one.  A damaged or
  * old-format journal is folded into the files at once (a checkpoint of
  * everything, here) and then removed or set aside.
  */
@@ -1355,17 +1370,22 @@ int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
 	tmp.quarantine = s->quarantine;
 	tmp.journal = s->journal;
 	tmp.journal_max = s->journal_max;
+	tmp.base_max = s->base_max;
 	td_store_free(s);
 	if ((size_t)snprintf(adir, sizeof(adir), "%s/%s", dir, STORE_SUBDIR) >= sizeof(adir)) {
 		util_seterr(err, errlen, "state directory: path too long");
 		return TOGGLE_EINVAL;
 	}
-	struct jfile old = { .name = STORE_JOURNAL_OLD }, live = { .name = STORE_JOURNAL };
+	struct jfile base = { .name = STORE_BASE }, old = { .name = STORE_JOURNAL_OLD },
+		     live = { .name = STORE_JOURNAL };
 	int rc = mkdir_p(dir, err, errlen);
 	if (rc == 0)
 		rc = mkdir_p(adir, err, errlen);
 	if (rc == 0)
 		rc = load_dir(adir, &tmp, err, errlen);
+	if (rc == 0)
+		rc = load_journal(dir, &base, 0, &tmp, err, errlen);
+	journal_to_base(&tmp);
 	if (rc == 0)
 		rc = load_journal(dir, &old, 0, &tmp, err, errlen);
 	journal_to_old(&tmp);
@@ -1378,9 +1398,13 @@ int td_store_load(struct td_store *s, const char *dir, char *err, size_t errlen)
 	uint64_t last = old.scan.last_seq > live.scan.last_seq ? old.scan.last_seq : live.scan.last_seq;
 	tmp.jseq = last + 1;
 	tmp.old_present = old.present;
-	tmp.compact = old.scan.corrupt || live.scan.corrupt || old.scan.format == 1 ||
-		      live.scan.format == 1 || (!tmp.journal && (old.present || live.present));
+	tmp.base_present = base.present;
+	/* agents.checkpoint is never written in format 1: one that reads so is folded too. */
+	tmp.compact = old.scan.corrupt || live.scan.corrupt || base.scan.corrupt ||
+		      old.scan.format == 1 || live.scan.format == 1 || base.scan.format == 1 ||
+		      (!tmp.journal && (old.present || live.present || base.present));
 	if (tmp.compact) {
+		tmp.base_aside = base.scan.corrupt;
 		tmp.old_aside = old.scan.corrupt;
 		tmp.live_aside = live.scan.corrupt;
 		journal_to_old(&tmp); /* every journal's entries are the checkpoint's */
@@ -1615,6 +1639,10 @@ struct td_store_job {
 	bool pace;             /* pause between rounds (beside saves; not at start or stop) */
 	bool old_aside, live_aside; /* set aside (corrupt), not removed */
 	char old_to[PATH_MAX], live_to[PATH_MAX]; /* the names they were set aside as */
+	uint64_t base_max;     /* agents.checkpoint up to this size, else the files (0: files) */
+	bool wrote_base;       /* the entries went to agents.checkpoint, not to their files */
+	bool base_aside;       /* files: agents.checkpoint is corrupt, set aside */
+	char base_to[PATH_MAX];
 	int rc;                /* 0 or TOGGLE_EIO */
 	int err_no;
 	char reason[PATH_MAX + 256]; /* "<what> <file>: <strerror>" */
@@ -1788,7 +1816,8 @@ static int job_fail(struct td_store_job *j, const char *what, const char *fname)
 {
 	int e = errno;
 	char pf[80];
-	bool top = strcmp(fname, STORE_JOURNAL) == 0 || strcmp(fname, STORE_JOURNAL_OLD) == 0;
+	bool top = strcmp(fname, STORE_JOURNAL) == 0 || strcmp(fname, STORE_JOURNAL_OLD) == 0 ||
+		   strcmp(fname, STORE_BASE) == 0 || strcmp(fname, STORE_BASE_TMP) == 0;
 	if (j->rc)
 		return -1; /* the first failure is the reason */
 	j->rc = TOGGLE_EIO;
@@ -2120,12 +2149,18 @@ static void journals_dispose(struct td_store_job *j)
 		const char *name;
 		bool go, aside;
 		char *to;
-	} js[2] = {
+	} js[3] = {
+		{ STORE_BASE, !j->wrote_base, j->base_aside, j->base_to },
 		{ STORE_JOURNAL_OLD, true, j->old_aside, j->old_to },
 		{ STORE_JOURNAL, j->compact, j->live_aside, j->live_to },
 	};
-	bool changed = false;
-	for (int k = 0; k < 2 && j->rc == 0; k++) {
+	/*
+	 * In load order, the directory synced after each: a later layer never
+	 * goes while an earlier one that it overrides stays (a file system
+	 * need not keep two unlinks in order across a crash).
+	 */
+	for (int k = 0; k < 3 && j->rc == 0; k++) {
+		bool changed = false;
 		if (!js[k].go)
 			continue;
 		if (js[k].aside) {
@@ -2138,16 +2173,81 @@ static void journals_dispose(struct td_store_job *j)
 		} else if (errno != ENOENT) {
 			job_fail(j, "cannot remove", js[k].name);
 		}
+		if (j->rc == 0 && changed && fsync_dirfd(dfd) != 0)
+			job_fail(j, "cannot sync the directory of", js[k].name);
 	}
-	if (j->rc == 0 && changed && fsync_dirfd(dfd) != 0)
-		job_fail(j, "cannot sync the directory of", STORE_JOURNAL);
 	close(dfd);
+}
+
+/*
+ * The checkpoint's entries (the old journal's and agents.checkpoint's)
+ * as one record in a new agents.checkpoint: written under a temporary
+ * name, synced, renamed over the old one, the directory synced.  One file
+ * and three syncs, where writing each entry's file costs a file, an inode
+ * and a sync per entry (256 on the VM: 8 rounds of a few journal commits
+ * each, and ext4's inode allocation on the checkpoint's CPU).  0 written,
+ * 1 larger than base_max (the files instead), -1 the job failed.
+ */
+static int base_write(struct td_store_job *j)
+{
+	char path[PATH_MAX + 32], tpath[PATH_MAX + 32];
+	if (!journal_path(path, sizeof(path), j->dir, STORE_BASE) ||
+	    !journal_path(tpath, sizeof(tpath), j->dir, STORE_BASE_TMP)) {
+		errno = ENAMETOOLONG;
+		return job_fail(j, "cannot open", STORE_BASE_TMP);
+	}
+	const struct td_desired **pv = malloc((j->n ? j->n : 1) * sizeof(*pv));
+	for (size_t i = 0; pv && i < j->n; i++)
+		pv[i] = &j->e[i].val;
+	size_t len = 0;
+	char *rec = pv ? encode_record(1, pv, j->n, &len, true) : NULL;
+	free(pv);
+	if (!rec && errno == EFBIG)
+		return 1;
+	if (!rec)
+		return job_fail(j, "cannot encode a record of", STORE_BASE_TMP);
+	if (len > j->base_max) {
+		big_free(rec, len);
+		return 1;
+	}
+	int fd = io_openat(AT_FDCWD, tpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+			   STORE_FILE_MODE);
+	if (fd < 0) {
+		big_free(rec, len);
+		return job_fail(j, "cannot open", STORE_BASE_TMP);
+	}
+	int rc = fchmod(fd, STORE_FILE_MODE) == 0 ? write_all(fd, rec, len) : -1;
+	big_free(rec, len);
+	if (rc == 0)
+		rc = io_fsync(fd, STORE_BASE_TMP);
+	if (rc != 0) {
+		job_fail(j, "cannot write", STORE_BASE_TMP);
+		close(fd);
+		io_unlinkat(AT_FDCWD, tpath, 0);
+		return -1;
+	}
+	if (close(fd) != 0) {
+		job_fail(j, "cannot write", STORE_BASE_TMP);
+		io_unlinkat(AT_FDCWD, tpath, 0);
+		return -1;
+	}
+	if (io_renameat(AT_FDCWD, tpath, AT_FDCWD, path) != 0) {
+		job_fail(j, "cannot rename into", STORE_BASE);
+		io_unlinkat(AT_FDCWD, tpath, 0);
+		return -1;
+	}
+	/* Before the old journal goes: the new agents.checkpoint must be the one a crash keeps. */
+	if (fsync_dir(j->dir) != 0)
+		return job_fail(j, "cannot sync the directory of", STORE_BASE);
+	j->wrote_base = true;
+	return 0;
 }
 
 /* A checkpoint: the files, then (when they are durable) the journals it covered. */
 static void ckpt_run(struct td_store_job *j)
 {
-	if (j->n)
+	int rc = j->n && j->base_max ? base_write(j) : 1;
+	if (rc == 1 && j->n)
 		files_write(j);
 	if (j->rc == 0)
 		journals_dispose(j);
@@ -2273,7 +2373,7 @@ bool td_store_ckpt_due(const struct td_store *s)
 
 static bool pick_ckpt(const struct td_desired *dd, const struct td_store_job *j)
 {
-	return dd->in_old || (j->compact && dd->in_journal);
+	return dd->in_old || dd->in_base || (j->compact && dd->in_journal);
 }
 
 /*
@@ -2298,6 +2398,10 @@ struct td_store_job *td_store_ckpt_begin(struct td_store *s, const char *dir)
 	j->compact = s->compact;
 	j->old_aside = s->compact && s->old_aside;
 	j->live_aside = s->compact && s->live_aside;
+	j->base_aside = s->compact && s->base_aside;
+	/* Folded into one file beside the saves; into the files at start, stop and past the bound. */
+	j->base_max = s->compact ? 0 : s->base_max ? s->base_max
+				     : s->journal_max ? s->journal_max : STORE_JOURNAL_MAX;
 	if (job_snapshot(j, s, pick_ckpt, true) != 0) {
 		job_free(j);
 		errno = ENOMEM;
@@ -2318,11 +2422,18 @@ int td_store_ckpt_end(struct td_store *s, struct td_store_job *j, char *err, siz
 		s->old_present = false;
 		s->ckpt_failed = false;
 		s->ckpt_reason[0] = '\0';
+		/* Rotation waits for this end: in_old is the set the job began with. */
 		for (size_t i = 0; i < s->n; i++) {
+			s->v[i].in_base = j->wrote_base && (s->v[i].in_base || s->v[i].in_old);
 			s->v[i].in_old = false;
 			if (j->compact)
 				s->v[i].in_journal = false;
 		}
+		s->base_present = j->wrote_base;
+		s->ckpt_files += !j->wrote_base;
+		if (j->base_to[0])
+			log_warnx("state: %s/%s set aside as %s/%s", j->dir, STORE_BASE, j->dir,
+				  printable(j->base_to, pf, sizeof(pf)));
 		if (j->old_to[0])
 			log_warnx("state: %s/%s set aside as %s/%s", j->dir, STORE_JOURNAL_OLD, j->dir,
 				  printable(j->old_to, pf, sizeof(pf)));
@@ -2330,7 +2441,7 @@ int td_store_ckpt_end(struct td_store *s, struct td_store_job *j, char *err, siz
 			log_warnx("state: %s/%s set aside as %s/%s", j->dir, STORE_JOURNAL, j->dir,
 				  printable(j->live_to, pf, sizeof(pf)));
 		if (j->compact) {
-			s->compact = s->old_aside = s->live_aside = false;
+			s->compact = s->old_aside = s->live_aside = s->base_aside = false;
 			if (s->jopen)
 				close(s->jfd);
 			s->jopen = false;

@@ -270,6 +270,7 @@ struct td_desired {
 	bool unsure;            /* its file may not hold `saved` (a failed save renamed it) */
 	bool in_journal;        /* a record of agents.journal holds it, maybe not yet its file */
 	bool in_old;            /* a record of agents.journal.old holds it: the checkpoint's */
+	bool in_base;           /* agents.checkpoint holds it (a checkpoint wrote it there) */
 	struct td_store *owner; /* the store it belongs to (set by td_store_get/load) */
 	/* What its file holds: the last save that succeeded, or the load. */
 	char *saved_standing;
@@ -296,8 +297,11 @@ struct td_store {
 	 * save, however many entries).  When it passes journal_max bytes (0:
 	 * the default) the save that appends next renames it agents.journal.old
 	 * and starts a new one; a checkpoint, off the save path, then writes the
-	 * files of the names the old journal holds and removes it (store.c).
-	 * Without the journal each save writes the entries' files.
+	 * names the old journal holds (with those agents.checkpoint holds) into
+	 * a new agents.checkpoint, one file, and removes the old journal; past
+	 * base_max bytes, or at a clean stop, it writes their files instead and
+	 * removes agents.checkpoint too (store.c).  Without the journal each
+	 * save writes the entries' files.
 	 */
 	bool journal;
 	bool jopen;             /* jfd is open */
@@ -310,6 +314,11 @@ struct td_store {
 	bool old_present;       /* agents.journal.old exists: a checkpoint is due or running */
 	bool compact;           /* fold every journal into the files, then remove them (load) */
 	bool live_aside, old_aside; /* compact: that journal is corrupt: set it aside, not removed */
+	bool base_present;      /* agents.checkpoint exists (loaded after the files) */
+	bool base_aside;        /* compact: agents.checkpoint is corrupt: set it aside */
+	uint64_t base_max;      /* agents.checkpoint's bound in bytes (0: journal_max); past it a
+				 * checkpoint writes the entries' files instead */
+	uint64_t ckpt_files;    /* checkpoints that wrote the entries' files (the others: one file) */
 	bool ckpt_running;      /* a checkpoint job is out (td_store_ckpt_begin..end) */
 	bool ckpt_failed;       /* the last checkpoint failed: saves are refused until one works */
 	char ckpt_reason[512];
@@ -420,6 +429,18 @@ struct td_daemon {
 	int rpc_code;               /* result of the request being dispatched */
 	struct td_cluster *cluster; /* NULL: not in a cluster */
 	struct td_report report;    /* what the upper layers registered (report.h) */
+	/* What cluster.c reports of its watch, for the Status reply and
+	 * /metrics (data written by cluster.c, read by the layers that show
+	 * it; no call between them). */
+	struct td_cluster_view {
+		bool on;                /* in a cluster */
+		bool connected;         /* the watch is up */
+		char member[256];       /* the etcd member it reads from */
+		uint64_t since_unix_ms; /* ... since then */
+		uint64_t failovers;     /* moves to another member */
+		uint64_t lost;          /* watches that ended */
+		char last_error[256];   /* why the last one ended (cleaned) */
+	} cluster_view;
 };
 
 

@@ -99,4 +99,12 @@ void td_view_status(Toggle__StatusReply *rep, const struct td_daemon *d)
 	rep->save_errors = d->commit.failures;
 	if (d->commit.failing)
 		rep->save_error = (char *)(uintptr_t)d->commit.reason;
+	const struct td_cluster_view *cv = &d->cluster_view;
+	if (cv->on) {
+		rep->etcd_member = (char *)(uintptr_t)cv->member;
+		rep->etcd_connected = cv->connected;
+		rep->etcd_since_unix_ms = cv->since_unix_ms;
+		rep->etcd_failovers = cv->failovers;
+		rep->etcd_last_error = (char *)(uintptr_t)cv->last_error;
+	}
 }

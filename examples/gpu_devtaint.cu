@@ -12,7 +12,7 @@
  * H200, CUDA 13.0, docs/libtoggle.md): device-side calls in the first launch
  * of an exec that was not uploaded before it fail (about a third of them).
  * libtoggle always uploads at bind, so this program reaches into the agent
- * (white-box, like tests/check_device.c) and marks a freshly instantiated
+ * (white-box, like tests/check_device_bind.c) and marks a freshly instantiated
  * exec as uploaded before binding it.  No handle is forged: the driver
  * returns the error, nothing faults.
  *

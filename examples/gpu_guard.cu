@@ -75,59 +75,7 @@ struct env {
 	char why[512]; /* the first failure of the current leg */
 };
 
-static void fail_leg(struct env *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void fail_leg(struct env *e, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (e->why[0])
-		return;
-	va_start(ap, fmt);
-	vsnprintf(e->why, sizeof e->why, fmt, ap);
-	va_end(ap);
-}
-
-static struct toggle_hook hook_of(int h)
-{
-	struct toggle_hook k;
-
-	k.type = (uint16_t)(h / N_LAYERS);
-	k.layer = (uint16_t)(h % N_LAYERS);
-	return k;
-}
-
-static struct toggle_set set_of(unsigned bits)
-{
-	struct toggle_set s;
-
-	toggle_set_clear(&s);
-	for (int h = 0; h < N_HOOKS; h++)
-		if (bits >> h & 1u)
-			if (toggle_set_add(&s, hook_of(h)) != TOGGLE_OK)
-				die("toggle_set_add(%d)", h);
-	return s;
-}
-
-static struct toggle_agent *agent_open(struct env *e, const char *name, enum toggle_mode mode)
-{
-	struct toggle_config cfg;
-	struct toggle_agent *a;
-	int r;
-
-	memset(&cfg, 0, sizeof cfg);
-	cfg.name = name;
-	cfg.catalog = e->cat;
-	cfg.mode = mode;
-	cfg.backend = TOGGLE_BACKEND_CUDA;
-	r = toggle_agent_open(&cfg, &a);
-	if (r != TOGGLE_OK)
-		die("toggle_agent_open(%s): %d (%s)", name, r, toggle_strerror(r));
-	if (toggle_agent_mode(a) != mode)
-		die("agent %s runs in mode %d, asked for %d: %s", name, (int)toggle_agent_mode(a),
-		    (int)mode, toggle_last_error(a));
-	return a;
-}
+#include "gpu_legs.h"
 
 static void counts_reset(struct env *e)
 {
@@ -201,14 +149,6 @@ static cudaGraph_t capture_host(struct env *e, struct toggle_agent *a)
 	CUDA_CHECK(cudaStreamEndCapture(e->s, &g));
 	TG_CHECK(a, toggle_capture_end(a));
 	return g;
-}
-
-static void leg_report(struct env *e, const char *leg, const char *figures)
-{
-	if (e->why[0])
-		printf("gpu-guard: leg=%s FAIL (%s)\n", leg, e->why);
-	else
-		printf("gpu-guard: leg=%s PASS %s\n", leg, figures);
 }
 
 /* ---- upload: a failed cuGraphUpload must not leave the graph marked current ------ */

@@ -91,57 +91,13 @@ struct env {
 	char why[512]; /* the first failure of the current leg */
 };
 
-static void fail_leg(struct env *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include "gpu_legs.h"
 
-static void fail_leg(struct env *e, const char *fmt, ...)
+/* An agent whose driver has user objects (what this program tests), or die. */
+static struct toggle_agent *agent_open_life(struct env *e, const char *name, enum toggle_mode mode)
 {
-	va_list ap;
+	struct toggle_agent *a = agent_open(e, name, mode);
 
-	if (e->why[0])
-		return;
-	va_start(ap, fmt);
-	vsnprintf(e->why, sizeof e->why, fmt, ap);
-	va_end(ap);
-}
-
-static struct toggle_hook hook_of(int h)
-{
-	struct toggle_hook k;
-
-	k.type = (uint16_t)(h / N_LAYERS);
-	k.layer = (uint16_t)(h % N_LAYERS);
-	return k;
-}
-
-static struct toggle_set set_of(unsigned bits)
-{
-	struct toggle_set s;
-
-	toggle_set_clear(&s);
-	for (int h = 0; h < N_HOOKS; h++)
-		if (bits >> h & 1u)
-			if (toggle_set_add(&s, hook_of(h)) != TOGGLE_OK)
-				die("toggle_set_add(%d)", h);
-	return s;
-}
-
-static struct toggle_agent *agent_open(struct env *e, const char *name, enum toggle_mode mode)
-{
-	struct toggle_config cfg;
-	struct toggle_agent *a;
-	int r;
-
-	memset(&cfg, 0, sizeof cfg);
-	cfg.name = name;
-	cfg.catalog = e->cat;
-	cfg.mode = mode;
-	cfg.backend = TOGGLE_BACKEND_CUDA;
-	r = toggle_agent_open(&cfg, &a);
-	if (r != TOGGLE_OK)
-		die("toggle_agent_open(%s): %d (%s)", name, r, toggle_strerror(r));
-	if (toggle_agent_mode(a) != mode)
-		die("agent %s runs in mode %d, asked for %d: %s", name, (int)toggle_agent_mode(a),
-		    (int)mode, toggle_last_error(a));
 	if (!a->life)
 		die("agent %s: the driver has no user objects (cuUserObjectCreate): nothing to test",
 		    name);
@@ -294,19 +250,11 @@ static unsigned nodes_shared(cudaGraph_t g, const cudaGraphNode_t *had, size_t n
 	return k;
 }
 
-static void leg_report(struct env *e, const char *leg, const char *figures)
-{
-	if (e->why[0])
-		printf("gpu-lifetime: leg=%s FAIL (%s)\n", leg, e->why);
-	else
-		printf("gpu-lifetime: leg=%s PASS %s\n", leg, figures);
-}
-
 /* ---- stranger: the issue's experiment, every stranger launched untouched ---------- */
 
 static bool leg_stranger(struct env *e)
 {
-	struct toggle_agent *a = agent_open(e, "gpu_lifetime_stranger", TOGGLE_MODE_LAZY);
+	struct toggle_agent *a = agent_open_life(e, "gpu_lifetime_stranger", TOGGLE_MODE_LAZY);
 	unsigned strangers = 0, handle_reused = 0, all_nodes = 0, some_nodes = 0, exec_reused = 0;
 	unsigned known_at_once = 0, rounds_reused = 0, via_instantiate = 0, hows[3] = {0, 0, 0};
 	char fig[768];
@@ -407,7 +355,7 @@ static bool leg_stranger(struct env *e)
 
 static void before_round(struct env *e, bool device, char *out, size_t len)
 {
-	struct toggle_agent *a = agent_open(e, device ? "gpu_lifetime_before_dev"
+	struct toggle_agent *a = agent_open_life(e, device ? "gpu_lifetime_before_dev"
 						      : "gpu_lifetime_before",
 					    device ? TOGGLE_MODE_DEVICE : TOGGLE_MODE_LAZY);
 	cudaGraph_t g = capture_ours(e, a, device), dead = g;
@@ -490,7 +438,7 @@ static bool leg_rebind(struct env *e)
 
 	e->why[0] = '\0';
 	for (int eager = 0; eager < 2; eager++) {
-		struct toggle_agent *a = agent_open(e, eager ? "gpu_lifetime_rebind_eager"
+		struct toggle_agent *a = agent_open_life(e, eager ? "gpu_lifetime_rebind_eager"
 							     : "gpu_lifetime_rebind",
 						    eager ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
 		cudaGraph_t g = capture_ours(e, a, false);

@@ -60,9 +60,15 @@ $(B)/oldcuda/%.o: libtoggle/src/%.c tests/oldcuda/cuda.h
 
 check-run: $(OLDCUDA_OBJS)
 
-# check_device also runs the real daemon (ASan build) and togglectl: device
-# mode's tainted launches as toggled and an operator see them.
-$(B)/tests/check_device: EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\" \
-	-DTOGGLECTL_BIN=\"$(B)/togglectl\"
-$(B)/tests/check_device: EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
-$(B)/tests/check_device: $(B)/toggled-san $(B)/togglectl $(B)/libtgproto-san.a
+# The device-mode suites (tests/check_device_*.c) share fixture_device.c;
+# check_device_taint also runs the real daemon (ASan build) and togglectl:
+# device mode's tainted launches as toggled and an operator see them.
+TG_DEVICE_SUITES := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/check_device_*.c))
+TG_DEVICE_FIXTURES := $(B)/san/tests/fixture_device.o
+$(TG_DEVICE_SUITES) $(TG_DEVICE_FIXTURES): EXTRA_CFLAGS = $(TGP_CFLAGS) \
+	-DTOGGLED_BIN=\"$(B)/toggled-san\" -DTOGGLECTL_BIN=\"$(B)/togglectl\"
+$(TG_DEVICE_SUITES): EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
+$(TG_DEVICE_SUITES): $(B)/toggled-san $(B)/togglectl $(B)/libtgproto-san.a
+$(TG_DEVICE_SUITES): $(TG_DEVICE_FIXTURES) tests/fixture_device.h
+$(TG_DEVICE_SUITES): TEST_FIXTURES = $(TG_DEVICE_FIXTURES)
+$(TG_DEVICE_FIXTURES): tests/fixture_device.h $(B)/libtgproto-san.a

@@ -7,8 +7,15 @@
 #   old/  OLD_REV's build (a temporary git worktree), if given
 #   lib/  the libraries ldd names, but the C library's own
 #   run.sh  interleaved runs: ROUNDS (3), RUNS ("old:8 new:4": BUILD:frames_per_turn),
-#           ARGS (--rows reads); each run's output as it comes
+#           ARGS (--rows reads), BENCH (the bench_daemon that drives every build:
+#           each build's own unless given, e.g. BENCH=new), TMPDIR (where the
+#           daemon's state directory goes: .gpu/benchd/tmp, on the machine's disk,
+#           unless given; its file system is printed); each run's output as it comes
 # Then, on that machine: .gpu/benchd/run.sh (the device tool: carry .gpu/benchd).
+# The checkpoint row (issue 30 item 3), old = main, every build driven by the
+# new bench:
+#   scripts/bench-daemon-bundle.sh main, then there
+#   ROUNDS=5 RUNS="old:8 new:8" BENCH=new ARGS="--rows checkpoint --seconds 10" .gpu/benchd/run.sh
 set -eu
 cd "$(dirname "$0")/.."
 D=.gpu/benchd
@@ -33,7 +40,10 @@ cat >"$D/run.sh" <<'RUN'
 # Interleaved bench_daemon runs (written by scripts/bench-daemon-bundle.sh).
 cd "$(dirname "$0")"
 export LD_LIBRARY_PATH="$PWD/lib"
-echo "cores $(nproc), $(uname -r)"
+# The state directory on the machine's disk, not a tmpfs /tmp: the saves' syncs are the point.
+export TMPDIR="${TMPDIR:-$PWD/tmp}"
+mkdir -p "$TMPDIR"
+echo "cores $(nproc), $(uname -r), TMPDIR $TMPDIR on $(df -PT "$TMPDIR" | awk 'NR == 2 { print $2, $1 }')"
 for r in $(seq 1 "${ROUNDS:-3}"); do
 	for bc in ${RUNS:-old:8 new:4}; do
 		b=${bc%%:*}
@@ -42,7 +52,7 @@ for r in $(seq 1 "${ROUNDS:-3}"); do
 		printf 'frames_per_turn = %s\n' "$cap" >"/tmp/benchd-$cap.conf"
 		echo "== round $r build $b frames_per_turn $cap $(date +%T) load $(cut -d' ' -f1 /proc/loadavg)"
 		# shellcheck disable=SC2086 # ARGS is a list of words
-		"./$b/bench_daemon" --toggled "./$b/toggled" --config "/tmp/benchd-$cap.conf" ${ARGS:---rows reads}
+		"./${BENCH:-$b}/bench_daemon" --toggled "./$b/toggled" --config "/tmp/benchd-$cap.conf" ${ARGS:---rows reads}
 	done
 done
 RUN

@@ -16,7 +16,7 @@
 # --keep leaves the root in place for a look afterwards (mounts are undone).
 # --plain-chroot does not bind-mount the root onto itself: its / is then not
 # a mount point, as in a chroot made by hand, and the tests that need a
-# private mount namespace (check_daemon's test_full_disk, cluster/run.sh 7)
+# private mount namespace (check_daemon_durability's test_full_disk, cluster/run.sh 7)
 # must skip, listed at the end of make check; the run fails if they do not.
 set -eu
 cd "$(dirname "$0")/.."

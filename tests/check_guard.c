@@ -18,17 +18,10 @@
 #include <string.h>
 
 #include "agent_impl.h" /* white-box: count the identity calls the agent makes */
+#include "fixture_catalog.h" /* the test catalog: NT x NL hooks, hook_of, set_of */
 #include "testutil.h"
 #include "toggle.h"
 #include "toggle_sim.h"
-
-#define NT 2
-#define NL 4
-#define NH (NT * NL)
-
-static const char *const type_names[NT] = {"resid_post", "attn_out"};
-static const struct toggle_catalog catalog = {.type_names = type_names, .n_types = NT,
-					      .n_layers = NL};
 
 struct gfx;
 
@@ -107,27 +100,12 @@ static void gfx_close(struct gfx *f)
 	toggle_sim_destroy(f->sim);
 }
 
-static struct toggle_hook hook_of(int h)
-{
-	return (struct toggle_hook){(uint16_t)(h / NL), (uint16_t)(h % NL)};
-}
-
 static uint32_t bits_of(const struct toggle_set *s)
 {
 	uint32_t b = 0;
 	for (int h = 0; h < NH; h++)
 		b |= toggle_set_contains(s, hook_of(h)) ? 1u << h : 0;
 	return b;
-}
-
-static struct toggle_set set_of(uint32_t bits)
-{
-	struct toggle_set s;
-	toggle_set_clear(&s);
-	for (int h = 0; h < NH; h++)
-		if (bits >> h & 1)
-			ck_assert_int_eq(toggle_set_add(&s, hook_of(h)), 0);
-	return s;
 }
 
 /* Host producers (toggle_record_producer), every hook; the window stays open. */

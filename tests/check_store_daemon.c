@@ -616,7 +616,15 @@ static void checkpoint_wait(const struct env *e)
 	}
 }
 
-/* Three agents, one set each (three records, each save after the checkpoint before), then kill -9. */
+/*
+ * Three agents, one set each (three records, each save after the
+ * checkpoint before), then kill -9.  Between two sets the daemon is
+ * killed and started again: agents.journal.old goes (the checkpoint's
+ * files are durable) a moment before the loop learns that the checkpoint
+ * ended, and a save begun in that moment appends without rotating (as it
+ * must: one checkpoint at a time), so the next set would share the
+ * journal with this one (seen on main too: 1 run in 3 under load).
+ */
 static void three_sets(struct env *e, uint64_t *ids)
 {
 	char err[256];
@@ -625,11 +633,14 @@ static void three_sets(struct env *e, uint64_t *ids)
 	agents_open(e, 3);
 	agents_listed(e, ids, NULL);
 	for (int i = 0; i < 3; i++) {
-		checkpoint_wait(e);
 		ck_assert_int_eq(set_one(e, ids[i], specs[i], err, sizeof(err)), 0);
+		checkpoint_wait(e);
+		daemon_kill9(e); /* a clean stop would fold the journal into the files */
+		if (i < 2) {
+			daemon_start(e);
+			agents_listed(e, ids, NULL);
+		}
 	}
-	checkpoint_wait(e);
-	daemon_kill9(e); /* a clean stop would fold the journal into the files */
 }
 
 /*

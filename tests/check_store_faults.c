@@ -19,54 +19,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fixture_store.h" /* tdir, in_dir, slurp, capture_stderr */
 #include "store.h"
 #include "testutil.h"
 #include "toggled.h"
 
-static char tdir[64];
-
 /* Under /dev/shm when there is one: hundreds of scenarios, each a few dozen syncs. */
-static void make_tmpdir(const char *base)
+static void make_tmpdir_under(const char *base)
 {
 	struct stat st;
 	if (!base)
 		base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
 	snprintf(tdir, sizeof(tdir), "%s/check_store_faults.XXXXXX", base);
 	ck_assert_ptr_nonnull(mkdtemp(tdir));
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st, (void)flag, (void)ftw;
-	return remove(path);
-}
-
-static void remove_tmpdir(void)
-{
-	nftw(tdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *in_dir(char *buf, size_t len, const char *name)
-{
-	snprintf(buf, len, "%s/%s", tdir, name);
-	return buf;
-}
-
-/* The whole file; *len its size; freed by the caller. */
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "cannot read %s: %s", path, strerror(errno));
-	char *buf = NULL;
-	size_t n = 0;
-	FILE *m = open_memstream(&buf, &n);
-	int c;
-	while ((c = getc(f)) != EOF)
-		putc(c, m);
-	fclose(f);
-	fclose(m);
-	*len = n;
-	return buf;
 }
 
 static void spit(const char *path, const char *buf, size_t len)
@@ -90,33 +55,6 @@ static int count_names(const char *sub, const char *needle)
 	return n;
 }
 
-/* stderr (the store's log) into a file while capturing. */
-static int saved_stderr = -1;
-
-static void capture_stderr(void)
-{
-	char p[128];
-	fflush(stderr);
-	saved_stderr = dup(2);
-	int fd = open(in_dir(p, sizeof(p), "stderr.log"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(dup2(fd, 2), 2);
-	close(fd);
-}
-
-static char *captured_stderr(void)
-{
-	char p[128];
-	size_t len;
-	fflush(stderr);
-	ck_assert_int_eq(dup2(saved_stderr, 2), 2);
-	close(saved_stderr);
-	saved_stderr = -1;
-	char *text = slurp(in_dir(p, sizeof(p), "stderr.log"), &len);
-	unlink(p);
-	return text;
-}
-
 static const char *standing_of(struct td_store *s, const char *name)
 {
 	struct td_desired *dd = td_store_get(s, name, false);
@@ -130,6 +68,17 @@ static void set_standing(struct td_store *s, const char *name, const char *spec)
 	ck_assert_int_eq(td_desired_set_standing(dd, spec), 0);
 }
 
+/*
+ * Where checkpoints fold the old journal: 0 as configured (agents.checkpoint
+ * up to journal_max bytes, the files past it), FILES_ONLY (always the
+ * files), ALTERNATE (the scenario changes the bound after each checkpoint:
+ * one way, then the other, agents.checkpoint removed by a fold into the
+ * files, and made again).
+ */
+#define FILES_ONLY 1u
+#define ALTERNATE  2u
+static uint64_t base_max;
+
 /* A journal store over tdir, loaded. */
 static void open_store(struct td_store *s, uint64_t journal_max, bool quarantine)
 {
@@ -137,6 +86,7 @@ static void open_store(struct td_store *s, uint64_t journal_max, bool quarantine
 	memset(s, 0, sizeof(*s));
 	s->journal = true;
 	s->journal_max = journal_max;
+	s->base_max = base_max;
 	s->quarantine = quarantine;
 	int rc = td_store_load(s, tdir, err, sizeof(err));
 	ck_assert_msg(rc == 0, "load: %s", err);
@@ -151,6 +101,7 @@ struct fault {
 	const char *only;    /* NULL, or fail only calls about names containing this */
 	int err;
 	bool and_truncate;   /* and every truncate fails (a failed append cannot be cut back) */
+	bool any;            /* count and fail calls of every kind (a crash: nothing after) */
 	atomic_int count[TD_STORE_N_OPS];
 	atomic_int fired;
 };
@@ -162,8 +113,8 @@ static int fault_hook(enum td_store_op op, const char *file, void *arg)
 		return 0;
 	if (f->and_truncate && op == TD_STORE_TRUNCATE && f->nth)
 		return EIO;
-	int n = atomic_fetch_add(&f->count[op], 1) + 1;
-	if (op != f->op || f->nth == 0 || n < f->nth || (n > f->nth && !f->persistent))
+	int n = atomic_fetch_add(&f->count[f->any ? 0 : op], 1) + 1;
+	if ((op != f->op && !f->any) || f->nth == 0 || n < f->nth || (n > f->nth && !f->persistent))
 		return 0;
 	atomic_fetch_add(&f->fired, 1);
 	return f->err;
@@ -190,7 +141,7 @@ struct model {
 	char maybe[NE][MAYBE][32];
 	int n_maybe[NE];
 	int saves_ok, saves_failed;
-	uint64_t checkpoints;
+	uint64_t checkpoints, ckpt_files;
 };
 
 /*
@@ -210,6 +161,8 @@ static void scenario(int steps, uint64_t journal_max, struct model *m)
 		char v[32];
 		snprintf(v, sizeof(v), "v%d", i);
 		set_standing(&s, ent[e], v);
+		if (base_max == ALTERNATE)
+			s.base_max = s.checkpoints % 2 ? FILES_ONLY : 1u << 20;
 		bool dirty[NE];
 		for (int k = 0; k < NE; k++) {
 			struct td_desired *dd = td_store_get(&s, ent[k], false);
@@ -233,6 +186,7 @@ static void scenario(int steps, uint64_t journal_max, struct model *m)
 		}
 	}
 	m->checkpoints = s.checkpoints;
+	m->ckpt_files = s.ckpt_files;
 	td_store_free(&s); /* a crash: nothing more is written */
 }
 
@@ -265,29 +219,37 @@ static void verify(const struct model *m, const char *what)
  * the journal makes truncate, rename and unlink fail with EPERM), the
  * journal's calls alone and every call.
  */
-static void fault_matrix2(enum td_store_op op, bool persistent, const char *only, int err,
-			  bool and_truncate)
+static void fault_matrix3(enum td_store_op op, bool persistent, const char *only, int err,
+			  bool and_truncate, bool any)
 {
-	struct fault count = { .op = op, .only = only };
+	struct fault count = { .op = op, .only = only, .any = any };
 	struct model m;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	td_store_set_fault(fault_hook, &count);
 	scenario(STEPS, JMAX, &m);
 	td_store_set_fault(NULL, NULL);
 	ck_assert_int_eq(m.saves_failed, 0);
 	ck_assert_uint_ge(m.checkpoints, 3);
+	/* Each way of folding was taken as asked (as configured: 3 entries fit in journal_max). */
+	if (base_max == FILES_ONLY)
+		ck_assert_uint_eq(m.ckpt_files, m.checkpoints);
+	else if (base_max == ALTERNATE)
+		ck_assert(m.ckpt_files > 0 && m.ckpt_files < m.checkpoints);
+	else
+		ck_assert_uint_eq(m.ckpt_files, 0);
 	verify(&m, "no fault");
 	remove_tmpdir();
-	int calls = atomic_load(&count.count[op]);
+	int calls = atomic_load(&count.count[any ? 0 : op]);
 	int fired = 0;
 	for (int n = 1; n <= calls; n++) {
 		struct fault f = { .op = op, .nth = n, .persistent = persistent, .only = only,
-				   .err = err, .and_truncate = and_truncate };
+				   .err = err, .and_truncate = and_truncate, .any = any };
 		char what[200];
-		snprintf(what, sizeof(what), "%s call %d of %d%s%s%s failed (%s)%s", op_names[op], n,
+		snprintf(what, sizeof(what), "%s call %d of %d%s%s%s failed (%s)%s",
+			 any ? "any" : op_names[op], n,
 			 calls, persistent ? " and every later one" : "", only ? " about " : "",
 			 only ? only : "", strerror(err), and_truncate ? ", every truncate too" : "");
-		make_tmpdir(NULL);
+		make_tmpdir_under(NULL);
 		td_store_set_fault(fault_hook, &f);
 		scenario(STEPS, JMAX, &m);
 		td_store_set_fault(NULL, NULL);
@@ -296,15 +258,51 @@ static void fault_matrix2(enum td_store_op op, bool persistent, const char *only
 		remove_tmpdir();
 	}
 	ck_assert_msg(calls == 0 || fired > 0, "%s: no fault fired", op_names[op]);
-	fprintf(stderr, "fault matrix: %s%s%s%s%s: %d scenarios, each acknowledged value loaded\n",
-		op_names[op], persistent ? " from the n-th call on" : " once", only ? " about " : "",
+	fprintf(stderr, "fault matrix (%s): %s%s%s%s%s: %d scenarios, each acknowledged value "
+		"loaded\n", base_max == FILES_ONLY ? "the files" : base_max == ALTERNATE ?
+		"each way in turn" : "agents.checkpoint", any ? "any call" : op_names[op], persistent ? " from the n-th call on" : " once", only ? " about " : "",
 		only ? only : "", and_truncate ? ", every truncate too" : "", calls);
+}
+
+static void fault_matrix2(enum td_store_op op, bool persistent, const char *only, int err,
+			  bool and_truncate)
+{
+	fault_matrix3(op, persistent, only, err, and_truncate, false);
 }
 
 static void fault_matrix(enum td_store_op op, bool persistent, const char *only, int err)
 {
 	fault_matrix2(op, persistent, only, err, false);
 }
+
+/*
+ * Each kind of call failed once, and from then on, with every checkpoint
+ * writing the entries' files (past base_max, and at start and stop); the
+ * tests above fold into agents.checkpoint (3 entries fit in it).
+ */
+START_TEST(test_fault_files)
+{
+	base_max = FILES_ONLY;
+	fault_matrix((enum td_store_op)_i, false, NULL, EIO);
+	fault_matrix((enum td_store_op)_i, true, NULL, EIO);
+	base_max = 0;
+}
+END_TEST
+
+/*
+ * A crash after any number of calls: from the n-th call of any kind on,
+ * nothing more reaches the directory (every call fails), for every n, in
+ * each way of folding.  What is on disk then is what a kill -9 between
+ * two calls leaves (the page cache aside): every acknowledged value loads.
+ */
+START_TEST(test_crash_anywhere)
+{
+	static const uint64_t way[3] = { 0, FILES_ONLY, ALTERNATE };
+	base_max = way[_i];
+	fault_matrix3(TD_STORE_OPEN, true, NULL, EIO, false, true);
+	base_max = 0;
+}
+END_TEST
 
 START_TEST(test_fault_once)
 {
@@ -340,6 +338,69 @@ START_TEST(test_fault_cut_fails)
 END_TEST
 
 /*
+ * agents.checkpoint grows with the names the journals held; past base_max
+ * the next checkpoint writes every name it holds to its file and removes
+ * it, and the one after starts a new one.  Every value loads at each step.
+ */
+START_TEST(test_base_to_files)
+{
+	char bpath[128];
+	make_tmpdir(NULL);
+	in_dir(bpath, sizeof(bpath), "agents.checkpoint");
+	base_max = 700;
+	struct td_store s;
+	open_store(&s, 1, false); /* each save rotates: a checkpoint after each */
+	bool went_to_files = false, base_again = false;
+	for (int i = 0; i < 24; i++) {
+		char name[16], v[32];
+		snprintf(name, sizeof(name), "agent-%d", i);
+		snprintf(v, sizeof(v), "value-%d", i);
+		set_standing(&s, name, v);
+		uint64_t files = s.ckpt_files;
+		ck_assert_int_eq(td_store_save(&s, tdir), 0);
+		struct stat st;
+		bool base = stat(bpath, &st) == 0;
+		ck_assert(base == s.base_present);
+		if (s.ckpt_files > files) {
+			ck_assert_msg(!base, "agents.checkpoint left beside the files");
+			went_to_files = true;
+		} else if (went_to_files && base) {
+			base_again = true;
+		}
+		if (base)
+			ck_assert_int_le(st.st_size, 700);
+		struct td_store r;
+		char err[512] = "";
+		memset(&r, 0, sizeof(r));
+		r.journal = true;
+		ck_assert_msg(td_store_load(&r, tdir, err, sizeof(err)) == 0, "load: %s", err);
+		for (int k = 0; k <= i; k++) {
+			snprintf(name, sizeof(name), "agent-%d", k);
+			snprintf(v, sizeof(v), "value-%d", k);
+			ck_assert_msg(standing_of(&r, name) && !strcmp(standing_of(&r, name), v),
+				      "step %d: %s lost", i, name);
+		}
+		td_store_free(&r);
+	}
+	ck_assert_msg(went_to_files && base_again, "never past the bound (files %d, again %d)",
+		      went_to_files, base_again);
+	/* A clean stop's fold: the files alone, no agents.checkpoint. */
+	s.compact = true;
+	char err[512] = "";
+	ck_assert_int_eq(td_store_checkpoint(&s, tdir, err, sizeof(err)), 0);
+	ck_assert_int_eq(count_names(NULL, "agents.checkpoint"), 0);
+	ck_assert_int_eq(count_names(NULL, "agents.journal"), 0);
+	td_store_free(&s);
+	base_max = 0;
+	open_store(&s, 1, false);
+	ck_assert_str_eq(standing_of(&s, "agent-23"), "value-23");
+	ck_assert_str_eq(standing_of(&s, "agent-0"), "value-0");
+	td_store_free(&s);
+	remove_tmpdir();
+}
+END_TEST
+
+/*
  * The issue's case for real: the journal made append-only (FS_APPEND_FL,
  * what chattr +a sets) on a running store.  Before: every write was
  * acknowledged with no error, the checkpoint could not empty the journal,
@@ -350,7 +411,7 @@ END_TEST
 START_TEST(test_append_only_journal)
 {
 	char jpath[128];
-	make_tmpdir(getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	make_tmpdir_under(getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	in_dir(jpath, sizeof(jpath), "agents.journal");
 	struct td_store s;
 	struct model m = { 0 };
@@ -466,11 +527,67 @@ static void damaged_middle(char *buf, size_t len)
 	td_store_free(&r);
 }
 
+/*
+ * agents.checkpoint damaged (a digit flipped): strict refuses and names
+ * it; the default start never loads the damaged value, names the agent,
+ * keeps what the journal after it holds, and sets it aside.
+ */
+START_TEST(test_damaged_base)
+{
+	char bpath[128], err[512] = "";
+	make_tmpdir(NULL);
+	base_max = 1u << 20;
+	struct td_store s;
+	open_store(&s, 1, false); /* every save rotates, and a checkpoint folds it */
+	set_standing(&s, "alpha", "alpha-1111");
+	ck_assert_int_eq(td_store_save(&s, tdir), 0);
+	set_standing(&s, "beta", "beta-2222");
+	ck_assert_int_eq(td_store_save(&s, tdir), 0); /* beta: in agents.journal too */
+	ck_assert(s.base_present && s.ckpt_files == 0);
+	td_store_free(&s);
+	base_max = 0;
+	size_t len;
+	char *buf = slurp(in_dir(bpath, sizeof(bpath), "agents.checkpoint"), &len);
+	char *d = find(buf, len, "alpha-1111");
+	ck_assert_ptr_nonnull(d);
+	d[9] = '2';
+	spit(bpath, buf, len);
+	free(buf);
+	struct td_store r = { 0 };
+	r.journal = true;
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), TOGGLE_EINVAL);
+	ck_assert_msg(strstr(err, "agents.checkpoint") && strstr(err, "alpha"), "unclear refusal: %s",
+		      err);
+	td_store_free(&r);
+	memset(&r, 0, sizeof(r));
+	r.journal = true;
+	r.quarantine = true;
+	capture_stderr();
+	int rc = td_store_load(&r, tdir, err, sizeof(err));
+	char *log = captured_stderr();
+	ck_assert_msg(rc == 0, "load: %s", err);
+	ck_assert_msg(!standing_of(&r, "alpha"), "a damaged value was loaded: %s",
+		      standing_of(&r, "alpha"));
+	ck_assert_str_eq(standing_of(&r, "beta"), "beta-2222");
+	ck_assert_msg(strstr(log, "alpha"), "the log does not name the agent:\n%s", log);
+	ck_assert_int_eq(count_names(NULL, "agents.checkpoint.corrupt-"), 1);
+	ck_assert_int_eq(count_names(NULL, "agents.checkpoint"), 1); /* the copy set aside only */
+	free(log);
+	td_store_free(&r);
+	memset(&r, 0, sizeof(r));
+	r.journal = true;
+	ck_assert_int_eq(td_store_load(&r, tdir, err, sizeof(err)), 0);
+	ck_assert_str_eq(standing_of(&r, "beta"), "beta-2222");
+	td_store_free(&r);
+	remove_tmpdir();
+}
+END_TEST
+
 /* One digit of a value flipped: the record is still valid JSON. */
 START_TEST(test_flipped_digit)
 {
 	size_t len;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	char *buf = three_records(&len);
 	char *v = find(buf, len, "beta-2222");
 	ck_assert_ptr_nonnull(v);
@@ -485,7 +602,7 @@ END_TEST
 START_TEST(test_cut_in_middle)
 {
 	size_t len;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	char *buf = three_records(&len);
 	char *v = find(buf, len, "beta-2222");
 	ck_assert_ptr_nonnull(v);
@@ -507,7 +624,7 @@ START_TEST(test_fold_fails_at_load)
 {
 	char jpath[128], err[512] = "";
 	size_t len;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	char *buf = three_records(&len);
 	char *v = find(buf, len, "beta-2222");
 	v[7] = '3';
@@ -547,7 +664,7 @@ START_TEST(test_torn_tail)
 {
 	char jpath[128], err[512] = "";
 	size_t len;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	char *buf = three_records(&len);
 	for (size_t cut = 1; cut < 12; cut += 5) {
 		spit(in_dir(jpath, sizeof(jpath), "agents.journal"), buf, len - cut);
@@ -589,7 +706,7 @@ START_TEST(test_corrupt_infix_name)
 {
 	static const char *const names[] = { "x.json.corrupt-1", "y.json.corrupt-", "z.json" };
 	struct td_store s;
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	open_store(&s, 1, true);
 	for (size_t i = 0; i < 3; i++)
 		set_standing(&s, names[i], names[i]);
@@ -623,7 +740,7 @@ END_TEST
 START_TEST(test_journal_not_regular)
 {
 	char jpath[128], err[512] = "";
-	make_tmpdir(NULL);
+	make_tmpdir_under(NULL);
 	in_dir(jpath, sizeof(jpath), "agents.journal");
 	for (int kind = 0; kind < 3; kind++) {
 		struct td_store s;
@@ -676,9 +793,13 @@ static Suite *faults_suite(void)
 	tcase_add_loop_test(tc, test_fault_journal_locked, 0, 3);
 	tcase_add_loop_test(tc, test_fault_cut_fails, 0, 2);
 	tcase_add_test(tc, test_append_only_journal);
+	tcase_add_loop_test(tc, test_fault_files, 0, TD_STORE_N_OPS);
+	tcase_add_loop_test(tc, test_crash_anywhere, 0, 3);
+	tcase_add_test(tc, test_base_to_files);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("damage");
 	tcase_add_test(tc, test_flipped_digit);
+	tcase_add_test(tc, test_damaged_base);
 	tcase_add_test(tc, test_cut_in_middle);
 	tcase_add_test(tc, test_torn_tail);
 	tcase_add_test(tc, test_fold_fails_at_load);

@@ -1,26 +1,18 @@
 /*
- * agent.c - agent lifetime, configuration, and the desired state: the
- * standing set, per-step plans, and the resolution of each step's set.
+ * agent.c - agent lifetime and configuration, and toggle_step_begin(): the
+ * top of the agent, the only file that calls every other (agent_impl.h).
  *
- * The set replays run with changes only at toggle_step_begin() (or, before
- * the first step, when the standing set changes), so every replay of a step
- * runs exactly the set the metadata gate was given for it.
+ * A step's slow path runs in three passes, each calling only downwards:
+ * intake (the daemon's control lane into the desired state, control.c; what
+ * the driver destroyed into the records, registry.c), resolve (the step's
+ * set, desired.c), apply (per graph: device mode's reports, eager's syncs,
+ * replay.c), then the status lane is written (control.c).
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agent_impl.h"
-
-int tg_fail(struct toggle_agent *a, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(a->err, sizeof(a->err), fmt, ap);
-	va_end(ap);
-	return code;
-}
 
 static int agent_copy_name(char *dst, const char *src, const char *what, char *err, size_t errlen)
 {
@@ -97,6 +89,20 @@ static int agent_start_device(struct toggle_agent *a)
 	return tg_fail(a, 0, "device mode unavailable, running lazy: %.400s", why);
 }
 
+/* Everything open made (after a failed open too). */
+static void agent_free(struct toggle_agent *a)
+{
+	tg_control_close(a);
+	tg_region_close(a);
+	tg_copyout_close(a);
+	tg_device_close(a);
+	tg_registry_free(a);
+	tg_life_close(a); /* destructors still to run touch only their own memory */
+	free(a->plans);
+	tg_cu_unload(&a->cu);
+	free(a);
+}
+
 int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out)
 {
 	if (!cfg || !out)
@@ -126,7 +132,7 @@ int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out
 	tg_fast_update(a);
 	if (rc) {
 		/* No agent to hold the text: callers use the code (toggle_strerror). */
-		toggle_agent_close(a);
+		agent_free(a);
 		return rc;
 	}
 	*out = a;
@@ -135,17 +141,8 @@ int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out
 
 void toggle_agent_close(struct toggle_agent *a)
 {
-	if (!a)
-		return;
-	tg_control_close(a);
-	tg_region_close(a);
-	tg_copyout_close(a);
-	tg_device_close(a);
-	tg_registry_free(a);
-	tg_life_close(a); /* destructors still to run touch only their own memory */
-	free(a->plans);
-	tg_cu_unload(&a->cu);
-	free(a);
+	if (a)
+		agent_free(a);
 }
 
 const char *toggle_last_error(const struct toggle_agent *a)
@@ -163,130 +160,6 @@ const struct toggle_catalog *toggle_agent_catalog(const struct toggle_agent *a)
 	return a ? &a->catalog : NULL;
 }
 
-/* ---- desired state ------------------------------------------------------ */
-
-static int agent_check_set(struct toggle_agent *a, const struct toggle_set *set)
-{
-	if (!set)
-		return tg_fail(a, TOGGLE_EINVAL, "set is NULL");
-	if (toggle_catalog_check_set(&a->catalog, set))
-		return tg_fail(a, TOGGLE_ERANGE, "set holds hooks outside the catalog (%u types, %u layers)",
-			       a->catalog.n_types, a->catalog.n_layers);
-	return 0;
-}
-
-/* Make set the one replays run with; bump the version only on a real change. */
-static void agent_set_current(struct toggle_agent *a, const struct toggle_set *set)
-{
-	if (toggle_set_equal(&a->current, set))
-		return;
-	a->current = *set;
-	a->version++;
-	a->stats.version = a->version;
-	tg_fast_update(a);
-}
-
-int toggle_set_enabled(struct toggle_agent *a, const struct toggle_set *set)
-{
-	if (!a)
-		return TOGGLE_EINVAL;
-	int rc = agent_check_set(a, set);
-	if (rc)
-		return rc;
-	a->standing = *set;
-	if (a->step < 0)
-		agent_set_current(a, set); /* stepless use: takes effect now */
-	return 0;
-}
-
-static size_t plan_lower_bound(const struct toggle_agent *a, int64_t step)
-{
-	size_t lo = 0, hi = a->n_plans;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (a->plans[mid].step < step)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-static bool plan_has(const struct toggle_agent *a, int64_t step)
-{
-	size_t i = plan_lower_bound(a, step);
-	return i < a->n_plans && a->plans[i].step == step;
-}
-
-/* Insert or replace; capacity was checked by the caller. */
-static void plan_put(struct toggle_agent *a, int64_t step, const struct toggle_set *set)
-{
-	size_t i = plan_lower_bound(a, step);
-	if (i == a->n_plans || a->plans[i].step != step) {
-		memmove(&a->plans[i + 1], &a->plans[i], (a->n_plans - i) * sizeof(a->plans[0]));
-		a->n_plans++;
-	}
-	a->plans[i].step = step;
-	a->plans[i].set = *set;
-}
-
-static int plan_check_entry(struct toggle_agent *a, int64_t step, const struct toggle_set *set)
-{
-	if (step < 0)
-		return tg_fail(a, TOGGLE_EINVAL, "plan for negative step %lld", (long long)step);
-	if (a->step >= 0 && step <= a->step) {
-		a->anomalies.late_plans++;
-		return tg_fail(a, TOGGLE_ELATE, "plan for step %lld rejected: step %lld has already begun",
-			       (long long)step, (long long)a->step);
-	}
-	return agent_check_set(a, set);
-}
-
-int toggle_plan_step(struct toggle_agent *a, int64_t step, const struct toggle_set *set)
-{
-	struct toggle_plan_entry e = {.step = step};
-	if (!a)
-		return TOGGLE_EINVAL;
-	if (!set)
-		return tg_fail(a, TOGGLE_EINVAL, "set is NULL");
-	e.set = *set;
-	return toggle_plan_submit(a, &e, 1);
-}
-
-int toggle_plan_submit(struct toggle_agent *a, const struct toggle_plan_entry *entries, size_t n)
-{
-	if (!a)
-		return TOGGLE_EINVAL;
-	if (n && !entries)
-		return tg_fail(a, TOGGLE_EINVAL, "entries is NULL");
-	if (n > TOGGLE_MAX_PLAN)
-		return tg_fail(a, TOGGLE_ELIMIT, "plan of %zu entries; at most %d", n, TOGGLE_MAX_PLAN);
-	/* Validate everything first: a rejected plan applies nothing. */
-	size_t added = 0;
-	for (size_t i = 0; i < n; i++) {
-		int rc = plan_check_entry(a, entries[i].step, &entries[i].set);
-		if (rc)
-			return rc;
-		for (size_t j = 0; j < i; j++)
-			if (entries[j].step == entries[i].step)
-				return tg_fail(a, TOGGLE_EINVAL, "plan names step %lld twice",
-					       (long long)entries[i].step);
-		added += !plan_has(a, entries[i].step);
-	}
-	if (a->n_plans + added > TOGGLE_MAX_PLAN)
-		return tg_fail(a, TOGGLE_ELIMIT, "plan table full: %zu pending + %zu new > %d",
-			       a->n_plans, added, TOGGLE_MAX_PLAN);
-	for (size_t i = 0; i < n; i++)
-		plan_put(a, entries[i].step, &entries[i].set);
-	return 0;
-}
-
-void toggle_plan_clear(struct toggle_agent *a)
-{
-	if (a)
-		a->n_plans = 0;
-}
-
 int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *effective)
 {
 	if (!a)
@@ -296,56 +169,31 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 	if (a->step >= 0 && step <= a->step)
 		return tg_fail(a, TOGGLE_ESTEP, "step %lld does not follow step %lld",
 			       (long long)step, (long long)a->step);
-	if (a->shm.ctl)
-		tg_control_poll(a); /* the daemon's latest word, before resolving */
-	tg_life_sweep(a); /* graphs and execs the driver destroyed since the last look */
-	if (a->aligned_pending && step == a->aligned_step) {
-		/* An aligned change's step: its set is the standing set from here on. */
-		a->standing = a->aligned_set;
-		a->aligned_pending = false;
-	} else if (a->aligned_pending && step > a->aligned_step) {
-		/* Stepped over it: it can never run at its step, and no other will do. */
-		tg_control_aligned_late(a, a->aligned_version);
-		a->aligned_pending = false;
+	/* Intake: the daemon's latest word into the desired state, then the
+	 * driver's (graphs and execs destroyed since the last look). */
+	if (a->shm.ctl) {
+		tg_control_poll(a);
+		if (a->step < 0)
+			tg_resolve_stepless(a); /* before the first step, read is in effect (and counted) */
 	}
-	/* Entries for steps that were skipped can never run: drop them with this one. */
-	size_t i = plan_lower_bound(a, step);
-	const struct toggle_set *set = &a->standing;
-	struct toggle_set planned;
-	size_t drop = i;
-	if (i < a->n_plans && a->plans[i].step == step) {
-		planned = a->plans[i].set;
-		set = &planned;
-		drop = i + 1;
-	}
-	memmove(&a->plans[0], &a->plans[drop], (a->n_plans - drop) * sizeof(a->plans[0]));
-	a->n_plans -= drop;
-
-	a->step = step;
-	a->stats.step = step;
-	agent_set_current(a, set);
+	tg_registry_sweep(a);
+	/* Resolve: the set of this step. */
+	tg_resolve_step(a, step);
 	if (effective)
 		*effective = a->current;
-	a->ctl_version_step = a->ctl_version;
-	tg_fast_update(a);
+	/* Apply. */
 	if (a->dev.on)
 		tg_device_step(a); /* planners' reports; launches from here on are this step's */
 	/* Eager: apply now.  A failure leaves that exec out of date, and its
 	 * next launch retries the sync and is refused if it fails again. */
 	if (a->mode == TOGGLE_MODE_EAGER)
-		(void)toggle_apply_all(a);
+		(void)tg_apply_all(a);
 	if (a->shm.ctl)
 		tg_status_publish(a);
 	return 0;
 }
 
 /* The getters below do nothing with a NULL output, and report zeros for a NULL agent. */
-void toggle_current_set(const struct toggle_agent *a, struct toggle_set *out)
-{
-	if (out)
-		*out = a ? a->current : (struct toggle_set){{0}};
-}
-
 void toggle_anomalies_get(const struct toggle_agent *a, struct toggle_anomalies *out)
 {
 	if (out)
@@ -360,11 +208,5 @@ void toggle_stats_get(const struct toggle_agent *a, struct toggle_stats *out)
 		*out = (struct toggle_stats){.step = -1};
 		return;
 	}
-	*out = a->stats;
-	out->version = a->version;
-	out->step = a->step;
-	/* The replay path counts per graph only; the total is summed here. */
-	out->launches = a->launches_retired + a->stats.launches_unrelated;
-	for (size_t i = 0; i < a->n_graphs; i++)
-		out->launches += a->graphs[i]->replays;
+	tg_stats_get(a, out);
 }

@@ -1,413 +1,40 @@
 /*
- * agent_impl.h - the agent's private state, shared by agent.c (config,
- * desired state, steps), registry.c (graphs, capture, binding, status),
- * replay.c (apply and launch) and device.c (device mode).
+ * agent_impl.h - the agent's private interfaces, one section per file,
+ * lowest layer first.  The state itself and the helpers everything uses
+ * are core.h's.
+ *
+ * Calls run one way, down this picture: a file calls only files below it
+ * (and the leaves); nothing calls a public entry point (toggle_*) of the
+ * agent API from inside the library: each has an internal tg_* core where
+ * another file needs it.  scripts/code-stats.sh --fail-on-cycles
+ * libtoggle/src (part of make check) fails on any loop between files.
+ *
+ *   agent.c      lifetime; toggle_step_begin: intake, resolve, apply
+ *   replay.c     apply: bring each exec to the set, launch (the hot path)
+ *   bind.c       capture windows, binding, instantiating: over records,
+ *                regions, device mode and the producer-free exec
+ *   copyout.c    the built-in copy producer (through device.c's launch)
+ *   device.c     device mode: planners, masks, tainted launches
+ *   region.c     producer regions
+ *   registry.c   graph records: recording, identity, drop, the sweep of
+ *                what the driver destroyed, status views
+ *   control.c    intake: the daemon's control lane into the desired
+ *                state; the status lane
+ *   desired.c    the desired state (standing set, plans) and resolve:
+ *                the set of a step
+ *   bare.c       the producer-free exec of a record
+ *   life.c       lifetime objects: the driver says what is destroyed
+ *   core.c       tg_fail, tg_graph_find, tg_fast_update, tg_stats_get
+ *   leaves       cu_driver.c cu_sim.c sim.c planner_sim.c planner_image.c
+ *                copyout_image.c conn.c pbwire.c shm.c hookset.c error.c
+ *                layout.c: they call no agent file
  */
 #ifndef TG_AGENT_IMPL_H
 #define TG_AGENT_IMPL_H
 
-#include <stdbool.h>
-#include <stdint.h>
+#include "core.h"
 
-#include "cu.h"
-#include "toggle.h"
-#include "toggle_shm.h"
-
-struct tg_conn;
-struct tg_life;
-struct tg_life_hub;
-
-#define TG_MAP_SLOTS (2 * TOGGLE_MAX_GRAPHS)
-#define TG_STEP_BOUNDS 16 /* steps a device-mode graph remembers its launches of */
-#define TG_IDENT_NODES 8 /* recorded nodes kept to recognise a graph (tg_graph_replaced) */
-#define TG_LIFE_HELD 16  /* user objects a record keeps for the execs of its graph (life.c) */
-#define TG_NOTE_LEN 128  /* a graph's note: toggle_graph_status.note */
-#define TG_MAP_MASK  (TG_MAP_SLOTS - 1)
-
-/* Per-node state cache of the bound exec. */
-enum tg_node_state { TG_NODE_OFF = 0, TG_NODE_ON = 1, TG_NODE_UNKNOWN = 2 };
-
-struct tg_node {
-	CUgraphNode node;
-	uint32_t hook;    /* hook index: type * TOGGLE_MAX_LAYERS + layer */
-	uint64_t devnode; /* its CUgraphDeviceNode, 0 when not device-updatable */
-};
-
-/* How a graph of a device-mode agent is toggled (decided at bind). */
-enum tg_dev {
-	TG_DEV_UNDECIDED = 0, /* not bound since capture (or not a device-mode agent) */
-	TG_DEV_ACTIVE,        /* the planner toggles it */
-	TG_DEV_FALLBACK,      /* the host toggles it (lazy); note says why */
-	TG_DEV_REFUSED,       /* strict agent: bind refused; note says why */
-};
-
-/* A graph's producer-free exec (bare.c). */
-struct tg_bare {
-	CUgraphExec exec;         /* NULL: none (not built, off, or the build failed) */
-	CUgraphExec parked;       /* one dropped inside a capture window: destroyed later */
-	uint32_t wlo, whi;        /* set words that hold the graph's covered hooks */
-	uint64_t replays;         /* launches that ran a bare exec before `since` */
-	uint64_t since;           /* g->replays when the running bare exec was picked */
-	bool failed;              /* the last build failed: the main exec runs every step */
-};
-
-struct tg_graph {
-	CUgraph graph;
-	uint64_t capture_id;      /* capture that recorded the nodes */
-	struct tg_node *nodes;
-	uint8_t *state;           /* enum tg_node_state per node, for exec */
-	uint32_t n_nodes, cap_nodes;
-	uint32_t *by_hook;        /* node indices ordered by hook; NULL until a sync needs it */
-	uint32_t wlo, whi;        /* bitmap words holding covered hooks (with by_hook) */
-	struct toggle_set synced; /* the set every node of exec holds, if synced_valid */
-	bool synced_valid;        /* false: some node state unknown, sync them all */
-	struct toggle_set covered;
-	uint32_t hooks_covered;
-	CUgraphExec exec;
-	CUgraphExec run;          /* what its launches run while applied_version holds:
-				   * exec, or the producer-free bare exec (bare.c) */
-	bool bound;
-	bool stale;
-	uint64_t applied_version; /* version of the set exec holds; 0 = none */
-	uint64_t replays;         /* launches of this graph, across execs */
-	int64_t last_step;
-	CUstream last_stream;     /* stream of the last launch through the agent */
-	uint32_t slot;            /* index among the agent's records: its planner descriptor */
-
-	/* Device mode (device.c).  Kept across a new capture into the record:
-	 * dev_mem, dev_mem_size, shadow, cap_words, epoch, join. */
-	uint64_t planner_tag;     /* the planner captured into this capture, 0 = none */
-	CUgraphNode planner_node;
-	uint32_t n_devnodes;      /* nodes recorded with a device handle */
-	enum tg_dev dev;
-	char note[TG_NOTE_LEN];   /* why not device mode, or why late */
-	bool dev_setup;           /* descriptor and arrays written for this capture */
-	CUgraphExec uploaded_exec; /* exec uploaded by the last bind, NULL = none */
-	CUdeviceptr dev_mem;      /* nodes, mask, state */
-	size_t dev_mem_size;
-	uint64_t *shadow;         /* mask words on the device once enqueued writes ran */
-	uint32_t words, cap_words;
-	bool shadow_valid;        /* false: every word is written next time */
-	uint64_t epoch;           /* epoch the device holds or will hold */
-	bool epoch_pending;       /* epoch still to be written before the next launch */
-	CUevent join;             /* orders a write on a new stream after the last one */
-	/* Device mode after toggle_graph_prepare (replay.c): last_stream holds mask
-	 * work (words, or a wait for another stream) that no launch through the
-	 * agent followed.  While set, applied_version is 0 (launches take the slow
-	 * path, which waits for last_stream when theirs differs) and prep_version
-	 * is what the mask holds for a prepare on last_stream (its fast path). */
-	bool prep_unordered;
-	uint64_t prep_version;
-	bool upload_pending;      /* host toggled a device-updatable node (fallback): upload
-				   * before the next launch, as the driver requires */
-
-	/* Device mode's tainted launches (device.c): what the planner's report
-	 * said, read at step_begin and at a launch that writes the mask.
-	 * Launch index i = the value of replays when launch i was made. */
-	uint64_t run_base;        /* replays at the descriptor's write: run r is launch run_base + r - 1 */
-	uint64_t exec_first;      /* replays at the bind of the current exec: its first launch */
-	uint64_t rep_seen;        /* report records taken (the report's bad count) */
-	uint64_t last_bad_run;    /* latest tainted run taken */
-	uint64_t tainted;         /* tainted launches reported, this capture */
-	int64_t tainted_step;     /* step of the latest, -1 = none or unknown */
-	bool unclean;             /* a tainted launch not yet followed by a clean one */
-	bool blocked;             /* strict: launches refused until a clean apply or a bind */
-	struct {
-		uint64_t first;       /* first launch index of ... */
-		int64_t step;         /* ... this step */
-	} bounds[TG_STEP_BOUNDS];
-	uint32_t n_bounds;        /* pushed so far; the last TG_STEP_BOUNDS are kept */
-	/* Identity behind the handles (registry.c, slow paths only): a destroyed
-	 * graph's or exec's handle may be given to a new one. */
-	unsigned graph_id;        /* cuGraphGetId at capture, if has_graph_id (CUDA 13.1+) */
-	bool has_graph_id;
-	unsigned exec_id;         /* cuGraphExecGetId of exec at bind, if has_exec_id */
-	bool has_exec_id;
-	CUgraphNode ident[TG_IDENT_NODES]; /* nodes of this capture: without ids, */
-	uint32_t n_ident;                  /* the graph must still hold them all */
-	/*
-	 * Lifetime (life.c): CUDA user objects whose destructors (driver thread)
-	 * say that the graph, or the execs instantiated from it, are gone.  An
-	 * instantiated exec holds a copy of every reference its graph holds, so
-	 * each bind hands the graph a new object and the old one stays with the
-	 * execs made meanwhile.  life: the graph's (also held by execs made since
-	 * the last bind); held[]: older ones, the graph released them, only execs
-	 * hold them (dead ones are pruned at each look).  The bound exec holds
-	 * exec_life (toggle_graph_instantiate made it alone in its epoch), else
-	 * one of held[]: gone once all of them are.  Slow paths only.
-	 */
-	struct tg_life *life;
-	struct tg_life *held[TG_LIFE_HELD];
-	uint32_t n_held;
-	struct tg_life *exec_life;
-	struct tg_life *fresh;    /* the graph's object since toggle_graph_instantiate's last rotation */
-	bool exec_tracked;        /* the bound exec holds exec_life or one of held[] */
-	bool exec_dead;           /* the bound exec is destroyed: launches rebind (never touch it) */
-	bool gone;                /* the graph is destroyed, its bound exec may live: only that
-				   * exec is ours (launches at another set refused, host modes) */
-	/* An exec of the graph that had this handle before a new capture (gone),
-	 * maybe alive: it is refused, never bound to this one.  Its objects. */
-	CUgraphExec foreign;
-	struct tg_life *foreign_life[TG_LIFE_HELD + 1];
-	uint32_t n_foreign;
-	/* A producer launched into this capture could not be recorded (note says
-	 * which and why): bind and launches are refused until it is captured again. */
-	bool late;
-	/* toggle_graph_set_bare(false): no producer-free exec for this graph. */
-	bool bare_off;
-
-	/* The producer-free exec (bare.c): exec's graph without its producers. */
-	struct tg_bare bare;
-};
-
-struct tg_plan {
-	int64_t step;
-	struct toggle_set set;
-};
-
-/* Device mode's per-agent state (device.c). */
-struct tg_device {
-	bool on;                  /* the agent runs in device mode */
-	CUmodule module;
-	CUfunction planner;
-	CUstream setup;           /* the agent's own stream: bind-time copies and uploads */
-	CUdeviceptr descs;        /* TOGGLE_MAX_GRAPHS planner descriptors */
-	uint64_t next_tag;
-	uint64_t *want;           /* scratch: mask words of one graph */
-	CUstreamBatchMemOpParams *ops; /* scratch: one batch */
-	void *reports;            /* TOGGLE_MAX_GRAPHS planner reports, host-mapped */
-	CUdeviceptr reports_dev;  /* the same, for the planners */
-};
-
-#define TG_MAX_REGIONS 64 /* producer regions open at once per agent (one per stream) */
-
-/* An open producer region (region.c): what the capture of its stream held at begin. */
-struct tg_region {
-	CUstream stream;
-	uint64_t capture_id;
-	CUgraph graph;
-	CUgraphNode *old;     /* every node the graph had at begin, sorted */
-	size_t n_old;
-	/* A lifetime object on that graph (life.c): whether graph still names it
-	 * once its capture ended with the region open.  own: the region's, given
-	 * back at a normal end; else the record's. */
-	struct tg_life *life;
-	bool own_life;
-};
-
-/* The built-in copy producer's kernel (copyout.c), loaded at its first use. */
-struct tg_copyout {
-	CUmodule module;
-	CUfunction fn;
-};
-
-struct toggle_agent {
-	struct tg_cu cu;
-	char name[TOGGLE_MAX_NAME];
-	char group[TOGGLE_MAX_NAME];
-	char type_names[TOGGLE_MAX_HOOK_TYPES][TOGGLE_MAX_NAME];
-	const char *type_ptrs[TOGGLE_MAX_HOOK_TYPES];
-	struct toggle_catalog catalog; /* points into type_ptrs */
-	enum toggle_mode mode;
-	bool strict;
-	struct tg_device dev;
-	bool bare_on;             /* build producer-free execs (toggle_config.no_bare_exec) */
-
-	/* Desired state. */
-	struct toggle_set standing;
-	struct tg_plan *plans;    /* sorted by step, TOGGLE_MAX_PLAN slots */
-	size_t n_plans;
-	struct toggle_set current; /* the set replays of this step run with */
-	uint64_t version;          /* bumped whenever current changes */
-	int64_t step;              /* -1 before the first step */
-
-	/* Registry. */
-	struct tg_graph **graphs;  /* n_graphs records, stable addresses */
-	size_t n_graphs;
-	/* Open addressing, load factor <= 1/2; inline with a constant mask so
-	 * the replay path loads neither a pointer nor a size to probe it. */
-	struct tg_graph *map[TG_MAP_SLOTS];
-	unsigned capture_depth;
-	struct tg_region regions[TG_MAX_REGIONS];
-	unsigned n_regions;
-	struct tg_copyout copy;
-
-	/* Daemon lane (socket_path set): shared memory and the connection thread. */
-	struct toggle_shm shm;       /* shm.ctl == NULL when standalone */
-	struct tg_conn *conn;
-	uint64_t ctl_seq;            /* control seq last read */
-	uint64_t ctl_version;        /* control version last read */
-	uint64_t ctl_version_step;   /* control version in effect for this step */
-	uint64_t ctl_published;      /* version_applied last published */
-	/* What the replay fast path compares: tg_fast_update(), and UINT64_MAX from
-	 * a user object's destructor on a driver thread (life.c: the next launch
-	 * takes the slow path, which looks at what died).  Accessed atomically
-	 * (__atomic builtins: this header is C++ too) for that writer; the fast
-	 * path's relaxed load is a plain load. */
-	uint64_t fast_version;
-	uint64_t plan_consumed;      /* control plan slots consumed */
-	uint64_t plan_clears;        /* control plan clears seen */
-	uint64_t plan_rejected, plan_rejected_batch;
-	int64_t plan_rejected_step;
-	/* An aligned standing set (control lane standing_step) waiting for its
-	 * step: step_begin(step >= aligned_step) makes it the standing set. */
-	bool aligned_pending;
-	int64_t aligned_step;
-	uint64_t aligned_version;    /* the control version that carried it */
-	struct toggle_set aligned_set;
-	uint64_t aligned_rejected, aligned_rejected_version;
-	int64_t aligned_rejected_step;
-	uint64_t control_errors;     /* malformed control-lane content */
-	struct toggle_shm_status *status_buf;
-
-	/* Lifetime (life.c): NULL when the driver has no user objects. */
-	struct tg_life_hub *life;
-	uint64_t deaths_seen;        /* destructors seen run at the last sweep */
-
-	struct toggle_anomalies anomalies;
-	struct toggle_taint taint;   /* device mode's tainted launches, all graphs */
-	struct toggle_stats stats;   /* launches: derived, see toggle_stats_get */
-	uint64_t launches_retired;   /* replays of records since cleared */
-	char err[512];
-};
-
-/* Set the last-error text and return code (printf-style context). */
-int tg_fail(struct toggle_agent *a, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static inline uint32_t tg_hook_index(struct toggle_hook h)
-{
-	return (uint32_t)h.type * TOGGLE_MAX_LAYERS + h.layer;
-}
-
-static inline bool tg_set_has(const struct toggle_set *s, uint32_t idx)
-{
-	return (s->bits[idx / 64] >> (idx % 64)) & 1u;
-}
-
-/* registry.c */
-int tg_registry_init(struct toggle_agent *a);
-void tg_registry_free(struct toggle_agent *a);
-
-/* Fibonacci hashing of the handle: two instructions on the replay path. */
-static inline size_t tg_map_hash(CUgraph graph)
-{
-	return (size_t)(((uint64_t)(uintptr_t)graph * 0x9e3779b97f4a7c15ull) >> 32);
-}
-
-/* The record of a graph, or NULL: one probe in the common case. */
-static inline struct tg_graph *tg_graph_find(const struct toggle_agent *a, CUgraph graph)
-{
-	for (size_t i = tg_map_hash(graph) & TG_MAP_MASK;; i = (i + 1) & TG_MAP_MASK) {
-		struct tg_graph *g = a->map[i];
-		if (!g || g->graph == graph)
-			return g;
-	}
-}
-void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec);
-
-/* A record that is not passed through as unrelated: producers, forgotten, or late. */
-/* The version of the set g's exec holds, for status (applied_version is 0
- * while a prepare's mask work is unordered, to keep launches off the fast path). */
-static inline uint64_t tg_graph_held_version(const struct tg_graph *g)
-{
-	return g->prep_unordered && !g->applied_version ? g->prep_version : g->applied_version;
-}
-
-static inline bool tg_graph_related(const struct tg_graph *g)
-{
-	return g->n_nodes || g->stale || g->late;
-}
-/* Whether g's handle now names another graph than the one recorded (slow paths). */
-bool tg_graph_replaced(struct toggle_agent *a, const struct tg_graph *g);
-/* Whether g's bound exec handle now names another exec than the one bound. */
-bool tg_exec_replaced(struct toggle_agent *a, const struct tg_graph *g);
-/* Forget a record whose handle names another graph: it passes as unrelated. */
-void tg_graph_drop(struct toggle_agent *a, struct tg_graph *g);
-
-/* control.c: the daemon lane, all on the application's thread. */
-int tg_control_open(struct toggle_agent *a, const char *socket_path);
-void tg_control_close(struct toggle_agent *a);
-void tg_control_poll(struct toggle_agent *a);     /* read the control lane if its seq moved */
-/* An aligned change refused (its step had begun, or was stepped over): counted and reported. */
-void tg_control_aligned_late(struct toggle_agent *a, uint64_t version);
-void tg_status_publish(struct toggle_agent *a);   /* write the status lane */
-
-/*
- * The version the replay fast path compares an exec's with: the current one,
- * or one no exec ever holds while a launch has daemon-lane work to do (an
- * agent that never began a step polls the lane at every launch; the first
- * replay under a new control version is reported).  Called after anything
- * it depends on changes: version, step, ctl_version_step, ctl_published.
- */
-bool tg_life_pending(const struct toggle_agent *a);
-static inline void tg_fast_update(struct toggle_agent *a)
-{
-	bool lane_work = a->shm.ctl && (a->step < 0 || a->ctl_published != a->ctl_version_step);
-	__atomic_store_n(&a->fast_version, lane_work ? UINT64_MAX : a->version, __ATOMIC_SEQ_CST);
-	/* After the store: a destructor that ran before it and was not swept yet
-	 * leaves the slow path on (one that runs after it stores UINT64_MAX itself). */
-	if (a->life && tg_life_pending(a))
-		__atomic_store_n(&a->fast_version, UINT64_MAX, __ATOMIC_SEQ_CST);
-}
-
-/* The fast path's read of fast_version: a plain load. */
-static inline uint64_t tg_fast_version(const struct toggle_agent *a)
-{
-	return __atomic_load_n(&a->fast_version, __ATOMIC_RELAXED);
-}
-
-static inline bool tg_control_changed(const struct toggle_agent *a)
-{
-	return a->shm.ctl && toggle_shm_control_seq(a->shm.ctl) != a->ctl_seq;
-}
-
-/* registry.c: bind g to exec (NULL unbinds), resetting per-exec state. */
-int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec);
-/* Record the node a capture's last launch added, with its device handle (0: none). */
-int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode);
-/* A record refused with `why`: if stream is capturing, its graph fails closed (late). */
-void tg_record_refused(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, int why);
-/* The same for a producer launched into capture `id` of graph (NULL: nothing). */
-void tg_record_refused_in(struct toggle_agent *a, CUgraph graph, uint64_t id,
-			  struct toggle_hook hook, int why);
-/*
- * Mark the record of graph (capture `id`) late, with note (the first reason
- * stays); nodes are nodes of that capture, kept to recognise a new graph
- * behind the handle.  Leaves the error text alone.
- */
-void tg_graph_mark_late(struct toggle_agent *a, CUgraph graph, uint64_t id, const char *note,
-			const CUgraphNode *nodes, size_t n);
-/* The record of the graph capture `id` is building (a reused handle's is cleared). */
-struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uint64_t id);
-/* Record n kernel nodes of capture `id` under one hook: all of them or none. */
-int tg_record_nodes(struct toggle_agent *a, CUgraph graph, uint64_t id, const CUgraphNode *nodes,
-		    size_t n, struct toggle_hook hook);
-
-/* region.c, copyout.c: what toggle_agent_close releases. */
-void tg_region_close(struct toggle_agent *a);
-/* Regions still open in graph's capture (it ended: graph is launched or bound): late. */
-void tg_region_ended(struct toggle_agent *a, CUgraph graph);
-/* toggle_capture_end: regions whose capture ended while they were open make their graph late. */
-void tg_region_capture_end(struct toggle_agent *a);
-void tg_copyout_close(struct toggle_agent *a);
-
-/* replay.c */
-int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g);
-
-/* bare.c: the producer-free exec, built at bind, picked when the set changes. */
-void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g);  /* (re)build for g->exec */
-void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g);  /* unbind, forget, new capture */
-void tg_bare_free(struct toggle_agent *a, struct tg_graph *g);  /* agent close */
-/* Point g->run at the exec the current set needs; true (and g holds the
- * current version) when it is the bare one, which needs no node set. */
-bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g);
-/* Back to the main exec, out of date (toggle_graph_prepare: the caller launches it). */
-void tg_bare_leave(struct toggle_agent *a, struct tg_graph *g);
-bool tg_bare_running(const struct tg_graph *g);
-uint64_t tg_bare_replays(const struct tg_graph *g);
-
-/* life.c: the driver's word on what is destroyed (user objects). */
+/* ---- life.c: the driver's word on what is destroyed (user objects) ---- */
 void tg_life_open(struct toggle_agent *a);   /* a->life stays NULL without user objects */
 void tg_life_close(struct toggle_agent *a);  /* after tg_registry_free */
 /* The record of the graph a capture is building is new: the graph gets its object. */
@@ -437,10 +64,95 @@ void tg_life_region_put(struct toggle_agent *a, struct tg_life *t, bool own, CUg
 			bool capturing);
 /* Whether the object's graph is alive: true, false, or (no object) -1: cannot tell. */
 int tg_life_alive(const struct tg_life *t);
-/* At every slow-path look (launch, bind, step, ...): act on destructors run since the last. */
-void tg_life_sweep(struct toggle_agent *a);
+/* Whether destructors ran since the last call (then counted as seen): a sweep is due. */
+bool tg_life_take_deaths(struct toggle_agent *a);
+/* Prune g's objects the destructors marked; true when that says its bound exec
+ * is destroyed and the record does not know it yet (tg_registry_sweep acts). */
+bool tg_life_look(struct tg_graph *g);
 
-/* device.c */
+/* ---- bare.c: the producer-free exec, built at bind, picked when the set changes ---- */
+void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g);  /* (re)build for g->exec */
+void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g);  /* unbind, forget, new capture */
+void tg_bare_free(struct toggle_agent *a, struct tg_graph *g);  /* agent close */
+/* Point g->run at the exec the current set needs; true (and g holds the
+ * current version) when it is the bare one, which needs no node set. */
+bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g);
+/* Back to the main exec, out of date (toggle_graph_prepare: the caller launches it). */
+void tg_bare_leave(struct toggle_agent *a, struct tg_graph *g);
+bool tg_bare_running(const struct tg_graph *g);
+uint64_t tg_bare_replays(const struct tg_graph *g);
+
+/* ---- desired.c: the desired state and the step's set ---- */
+/* The standing set (checked against the catalog); resolves nothing. */
+int tg_standing_set(struct toggle_agent *a, const struct toggle_set *set);
+/* Add a plan: all entries or none (toggle_plan_submit's checks). */
+int tg_plan_submit(struct toggle_agent *a, const struct toggle_plan_entry *entries, size_t n);
+void tg_plan_clear(struct toggle_agent *a);
+/* An aligned change refused (its step had begun, or was stepped over): counted and reported. */
+void tg_aligned_late(struct toggle_agent *a, uint64_t version);
+/* Resolve, before the first step: replays run with the standing set at once. */
+void tg_resolve_stepless(struct toggle_agent *a);
+/* Resolve step (checked by the caller): the plan entry for it, else the standing set. */
+void tg_resolve_step(struct toggle_agent *a, int64_t step);
+
+/* ---- control.c: the daemon lane, all on the application's thread ---- */
+int tg_control_open(struct toggle_agent *a, const char *socket_path);
+void tg_control_close(struct toggle_agent *a);
+/* Intake: read the control lane, if its seq moved, into the desired state (no resolve). */
+void tg_control_poll(struct toggle_agent *a);
+void tg_status_publish(struct toggle_agent *a);   /* write the status lane */
+
+static inline bool tg_control_changed(const struct toggle_agent *a)
+{
+	return a->shm.ctl && toggle_shm_control_seq(a->shm.ctl) != a->ctl_seq;
+}
+
+/* ---- registry.c: graph records ---- */
+int tg_registry_init(struct toggle_agent *a);
+void tg_registry_free(struct toggle_agent *a);
+void tg_graph_reset_exec(struct tg_graph *g, CUgraphExec exec);
+/*
+ * Forget everything recorded for g (a new capture reuses its handle; forget
+ * and a destroyed graph's unbind); with keep_life the graph's lifetime object
+ * stays.
+ */
+void tg_graph_clear(struct toggle_agent *a, struct tg_graph *g, bool keep_life);
+/* Whether g's handle now names another graph than the one recorded (slow paths). */
+bool tg_graph_replaced(struct toggle_agent *a, const struct tg_graph *g);
+/* Whether g's bound exec handle now names another exec than the one bound. */
+bool tg_exec_replaced(struct toggle_agent *a, const struct tg_graph *g);
+/* Forget a record whose handle names another graph: it passes as unrelated. */
+void tg_graph_drop(struct toggle_agent *a, struct tg_graph *g);
+/* At every slow-path look (launch, bind, step, ...): act on destructors run since the last. */
+void tg_registry_sweep(struct toggle_agent *a);
+/* Record the node a capture's last launch added, with its device handle (0: none). */
+int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode);
+/* A record refused with `why`: if stream is capturing, its graph fails closed (late). */
+void tg_record_refused(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, int why);
+/* The same for a producer launched into capture `id` of graph (NULL: nothing). */
+void tg_record_refused_in(struct toggle_agent *a, CUgraph graph, uint64_t id,
+			  struct toggle_hook hook, int why);
+/*
+ * Mark the record of graph (capture `id`) late, with note (the first reason
+ * stays); nodes are nodes of that capture, kept to recognise a new graph
+ * behind the handle.  Leaves the error text alone.
+ */
+void tg_graph_mark_late(struct toggle_agent *a, CUgraph graph, uint64_t id, const char *note,
+			const CUgraphNode *nodes, size_t n);
+/* The record of the graph capture `id` is building (a reused handle's is cleared). */
+struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uint64_t id);
+/* Record n kernel nodes of capture `id` under one hook: all of them or none. */
+int tg_record_nodes(struct toggle_agent *a, CUgraph graph, uint64_t id, const CUgraphNode *nodes,
+		    size_t n, struct toggle_hook hook);
+
+/* ---- region.c: producer regions ---- */
+void tg_region_close(struct toggle_agent *a);
+/* Regions still open in graph's capture (it ended: graph is launched or bound): late. */
+void tg_region_ended(struct toggle_agent *a, CUgraph graph);
+/* toggle_capture_end: regions whose capture ended while they were open make their graph late. */
+void tg_region_capture_end(struct toggle_agent *a);
+
+/* ---- device.c ---- */
 int tg_device_open(struct toggle_agent *a);       /* 0, or a reason in a->err */
 void tg_device_close(struct toggle_agent *a);
 /* Decide how g runs and, in device mode, set it up for exec and upload it. */
@@ -450,12 +162,24 @@ int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream);
 void tg_device_graph_free(struct toggle_agent *a, struct tg_graph *g);
 /* At step_begin (the step already moved): read the planners' reports, note the step. */
 void tg_device_step(struct toggle_agent *a);
+/* toggle_launch_producer for a non-NULL agent (copyout.c launches through it). */
+int tg_launch_producer(struct toggle_agent *a, const CUlaunchConfig *config, CUfunction fn,
+		       void **params, struct toggle_hook hook);
 
-/* Hash of a node handle for open-addressing node sets (device.c, region.c):
- * Fibonacci hashing; the low bits of a pointer are alignment, so shift. */
-static inline size_t tg_node_hash(CUgraphNode n)
-{
-	return (size_t)(((uint64_t)(uintptr_t)n * 0x9e3779b97f4a7c15ull) >> 20);
-}
+/* ---- copyout.c ---- */
+void tg_copyout_close(struct toggle_agent *a);
+
+/* ---- bind.c ---- */
+/*
+ * Bind g to exec (NULL unbinds), resetting per-exec state; also decides how
+ * the graph runs and, in device mode, sets it up and uploads the exec; a
+ * refused or failed device bind leaves it unbound.
+ */
+int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec);
+
+/* ---- replay.c ---- */
+int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g);
+/* Apply: every bound host-mode exec brought to the current set (toggle_apply_all). */
+int tg_apply_all(struct toggle_agent *a);
 
 #endif

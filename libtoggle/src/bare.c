@@ -21,6 +21,8 @@
  * Not built for a graph its planner toggles (device mode): device-updatable
  * nodes cannot be destroyed (a driver rule, cuda.h), and such a graph has
  * one exec at a time.
+ *
+ * toggle_graph_set_bare(), the switch over it, is bind.c's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -288,32 +290,4 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 	}
 	g->bare.exec = exec;
 	a->stats.bare_builds++;
-}
-
-int toggle_graph_set_bare(struct toggle_agent *a, CUgraph graph, bool on)
-{
-	if (!a)
-		return TOGGLE_EINVAL;
-	tg_life_sweep(a);
-	struct tg_graph *g = tg_graph_find(a, graph);
-	if (!g || !tg_graph_related(g))
-		return tg_fail(a, TOGGLE_ENOENT, "graph %p has no recorded producers (no bare exec "
-			       "to decide about)", (void *)graph);
-	if (g->stale || g->gone)
-		return tg_fail(a, TOGGLE_ESTALE, "graph %p was %s; capture it again", (void *)graph,
-			       g->stale ? "forgotten" : "destroyed while its exec is bound");
-	bool changed = g->bare_off != !on;
-	g->bare_off = !on;
-	if (!g->bound)
-		return 0; /* decided at the bind */
-	if (changed) {
-		/* Running the bare exec now: back to the main one, whose nodes hold an older set. */
-		tg_bare_leave(a, g);
-		tg_bare_bind(a, g); /* drops the old one; builds one when on */
-	}
-	/* The next launch's slow path picks (a launch after a prepare at an unchanged set
-	 * would run the main exec on the fast path: the prepare synced it). */
-	if (on && g->bare.exec && !tg_bare_running(g))
-		g->applied_version = 0;
-	return 0;
 }

@@ -2,9 +2,13 @@
  * control.c - the agent's side of the daemon lane: reading the control lane
  * (standing set, plan batches) and publishing the status lane.
  *
- * Runs on the application's thread only, at step_begin and (for agents that
- * never begin steps) at launch, and only when the control sequence number
- * moved: the replay path reads one 64-bit word otherwise.  Everything read
+ * The intake of a step's slow path: what the lane says goes into the
+ * desired state (desired.c) and nothing more; the caller resolves the set
+ * afterwards (tg_resolve_step, or tg_resolve_stepless before the first
+ * step) and applies it.  Runs on the application's thread only, at
+ * step_begin and (for agents that never begin steps) at launch, and only
+ * when the control sequence number moved: the replay path reads one 64-bit
+ * word otherwise.  Everything read
  * from shared memory is checked: a malformed control lane is counted and
  * ignored, never applied in part.
  */
@@ -118,7 +122,7 @@ static void plan_take_batch(struct toggle_agent *a, uint64_t first, uint64_t len
 	}
 	if (!ok)
 		a->control_errors++;
-	if (!ok || late >= 0 || toggle_plan_submit(a, e, len) != 0)
+	if (!ok || late >= 0 || tg_plan_submit(a, e, len) != 0)
 		plan_reject(a, head->batch, late >= 0 ? late : head->step, ok && late >= 0);
 	free(e);
 }
@@ -127,7 +131,7 @@ static void plan_take(struct toggle_agent *a, const struct toggle_shm_control_vi
 {
 	if (v->plan_clears != a->plan_clears) {
 		/* A clear drops everything pending, and the slots written before it. */
-		toggle_plan_clear(a);
+		tg_plan_clear(a);
 		a->plan_clears = v->plan_clears;
 		if (v->plan_clear > a->plan_consumed && v->plan_clear <= v->plan_head)
 			a->plan_consumed = v->plan_clear;
@@ -179,15 +183,7 @@ static void control_aligned(struct toggle_agent *a, const struct toggle_set *s, 
 	}
 	if (!a->aligned_pending && toggle_set_equal(&a->standing, s))
 		return;
-	tg_control_aligned_late(a, version);
-}
-
-void tg_control_aligned_late(struct toggle_agent *a, uint64_t version)
-{
-	a->aligned_rejected++;
-	a->aligned_rejected_version = version;
-	a->aligned_rejected_step = a->step;
-	a->anomalies.late_plans++;
+	tg_aligned_late(a, version);
 }
 
 void tg_control_poll(struct toggle_agent *a)
@@ -204,7 +200,7 @@ void tg_control_poll(struct toggle_agent *a)
 		memcpy(s.bits, v.standing, sizeof(s.bits));
 		if (v.standing_flags & TOGGLE_SHM_STANDING_ALIGNED)
 			control_aligned(a, &s, v.standing_step, v.version);
-		else if (toggle_set_enabled(a, &s) != 0)
+		else if (tg_standing_set(a, &s) != 0)
 			a->control_errors++;
 		else
 			a->aligned_pending = false; /* a plain set replaces a pending aligned one */
@@ -228,7 +224,7 @@ void tg_status_publish(struct toggle_agent *a)
 	s->aligned_rejected_version = a->aligned_rejected_version;
 	s->aligned_rejected_step = a->aligned_rejected_step;
 	struct toggle_stats st;
-	toggle_stats_get(a, &st);
+	tg_stats_get(a, &st);
 	s->replays = st.launches;
 	if (a->conn)
 		tg_conn_lane(a->conn, &s->conn);

@@ -169,5 +169,5 @@ int toggle_copy_out(struct toggle_agent *a, CUstream stream, struct toggle_hook 
 		.blockDimX = TG_COPY_THREADS, .blockDimY = 1, .blockDimZ = 1,
 		.hStream = stream,
 	};
-	return toggle_launch_producer(a, &cfg, a->copy.fn, params, hook);
+	return tg_launch_producer(a, &cfg, a->copy.fn, params, hook);
 }

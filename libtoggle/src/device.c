@@ -266,6 +266,12 @@ int toggle_launch_producer(struct toggle_agent *a, const CUlaunchConfig *config,
 {
 	if (!a)
 		return TOGGLE_EINVAL;
+	return tg_launch_producer(a, config, fn, params, hook);
+}
+
+int tg_launch_producer(struct toggle_agent *a, const CUlaunchConfig *config, CUfunction fn,
+		       void **params, struct toggle_hook hook)
+{
 	if (!config || !fn)
 		return tg_fail(a, TOGGLE_EINVAL, "launching hook %u:%u: config or function is NULL",
 			       hook.type, hook.layer);
@@ -861,46 +867,7 @@ int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
 	return 0;
 }
 
-/* ---- instantiate, counters ------------------------------------------------ */
-
-int toggle_graph_instantiate(struct toggle_agent *a, CUgraph graph, CUgraphExec *exec)
-{
-	if (!a)
-		return TOGGLE_EINVAL;
-	if (!exec)
-		return tg_fail(a, TOGGLE_EINVAL, "instantiating graph %p: exec is NULL", (void *)graph);
-	*exec = NULL;
-	if (!a->cu.graph_instantiate)
-		return tg_fail(a, TOGGLE_ENOTSUP, "the CUDA driver lacks cuGraphInstantiateWithFlags");
-	tg_life_sweep(a);
-	if (a->n_regions)
-		tg_region_ended(a, graph);
-	struct tg_graph *g = tg_graph_find(a, graph);
-	if (g && tg_graph_related(g) && !g->gone && tg_graph_replaced(a, g))
-		tg_graph_drop(a, g); /* a new graph behind a dead one's handle */
-	/* gone: the graph is destroyed (its exec lives on); the handle names a stranger's. */
-	bool known = g && !g->stale && !g->gone && g->n_nodes;
-	if (known && !g->late)
-		tg_life_fresh(a, g); /* the exec made here gets an object of its own */
-	CUresult r = a->cu.graph_instantiate(exec, graph, 0);
-	if (r != CUDA_SUCCESS) {
-		*exec = NULL;
-		if (r == CUDA_ERROR_NOT_SUPPORTED && known && g->n_devnodes)
-			return tg_fail(a, TOGGLE_ENOTSUP,
-				       "graph %p holds device-updatable producers: the driver "
-				       "instantiates such a graph once at a time (cuGraphInstantiate: "
-				       "%s); destroy its exec first, or capture it again",
-				       (void *)graph, tg_cu_errstr(&a->cu, r));
-		a->anomalies.driver_errors++;
-		return tg_fail(a, TOGGLE_ECUDA, "instantiating graph %p: %s", (void *)graph,
-			       tg_cu_errstr(&a->cu, r));
-	}
-	if (!known)
-		return 0;
-	/* A new exec, whatever its address (an old one may have been freed): upload it. */
-	g->uploaded_exec = NULL;
-	return tg_graph_bind_exec(a, g, *exec);
-}
+/* ---- counters ------------------------------------------------------------ */
 
 int toggle_graph_device_counters(const struct toggle_agent *a, CUgraph graph,
 				 struct toggle_device_counters *out)

@@ -32,7 +32,7 @@
  * the last reference: cuGraphDestroy, on driver 580) where no CUDA call is
  * allowed.  It only marks: its object dead, the agent's count of deaths up,
  * and the agent's fast-path version to UINT64_MAX, so that the very next
- * launch of any graph takes the slow path, which sweeps (tg_life_sweep):
+ * launch of any graph takes the slow path, which sweeps (tg_registry_sweep):
  * the hot path of an unchanged launch does no extra work.  Objects and the
  * hub are reference-counted (the destructor's, the agent's) so that a
  * destructor that runs while the agent closes, or long after, touches only
@@ -47,13 +47,7 @@
 #include <string.h>
 
 #include "agent_impl.h"
-
-struct tg_life_hub {
-	atomic_uint refs;                     /* the agent's, and one per object alive */
-	_Atomic uint64_t deaths;              /* destructors that ran */
-	_Atomic(struct toggle_agent *) agent; /* NULL once the agent closes */
-	atomic_uint busy;                     /* destructors that may be using agent */
-};
+#include "life_hub.h"
 
 struct tg_life {
 	atomic_uint refs;       /* the destructor's, and the agent's (one per pointer it keeps) */
@@ -127,11 +121,6 @@ void tg_life_close(struct toggle_agent *a)
 	while (atomic_load(&h->busy)) /* a destructor between its load and its store */
 		sched_yield();
 	hub_put(h);
-}
-
-bool tg_life_pending(const struct toggle_agent *a)
-{
-	return atomic_load_explicit(&a->life->deaths, memory_order_acquire) != a->deaths_seen;
 }
 
 /* A new object, moved to graph; NULL (counted) when the driver refuses. */
@@ -356,14 +345,13 @@ int tg_life_unclone(struct toggle_agent *a, const struct tg_graph *g, CUgraph cl
 }
 
 /*
- * What the driver said about g since the last look.  The bound exec
- * destroyed (against the documented rule, or after its graph): its node
- * states, upload and producer-free exec go, and launches rebind (with the
- * exec they pass; never this one, whose handle may be dead).  The graph
- * destroyed: the record of a bound graph goes (passes as unrelated), or,
- * while its exec may live, stays for that exec alone (gone).
+ * What the driver said about g's objects since the last look: the dead ones
+ * go.  The bound exec destroyed (against the documented rule, or after its
+ * graph): true, once; the record's sweep (tg_registry_sweep) then drops its
+ * node states, upload and producer-free exec, and the record itself when
+ * its graph is destroyed.
  */
-static void life_look(struct toggle_agent *a, struct tg_graph *g)
+bool tg_life_look(struct tg_graph *g)
 {
 	g->n_held = life_prune(g->held, g->n_held);
 	if (g->n_foreign) {
@@ -371,34 +359,16 @@ static void life_look(struct toggle_agent *a, struct tg_graph *g)
 		if (!g->n_foreign)
 			foreign_clear(g);
 	}
-	if (!g->exec_dead && life_exec_dead(g)) {
-		g->exec_dead = true;
-		g->applied_version = 0; /* off the fast path: its next launch rebinds */
-		g->prep_version = 0;
-		g->prep_unordered = false;
-		g->uploaded_exec = NULL;
-		g->last_stream = NULL;
-		tg_bare_drop(a, g); /* built for that exec */
-		if (g->n_nodes)
-			memset(g->state, TG_NODE_UNKNOWN, g->n_nodes);
-		g->synced_valid = false;
-	}
-	/* A record no exec of which is bound is never toggled: it goes when its
-	 * handle is next used (tg_graph_replaced asks the object first), and
-	 * lists as it was until then (a forgotten graph: stale). */
-	if ((g->bound && tg_life_graph_dead(g)) || (g->gone && g->exec_dead))
-		tg_graph_drop(a, g);
+	return !g->exec_dead && life_exec_dead(g);
 }
 
-void tg_life_sweep(struct toggle_agent *a)
+bool tg_life_take_deaths(struct toggle_agent *a)
 {
 	if (!a->life)
-		return;
+		return false;
 	uint64_t d = atomic_load_explicit(&a->life->deaths, memory_order_acquire);
 	if (d == a->deaths_seen)
-		return;
+		return false;
 	a->deaths_seen = d; /* a destructor that runs from here on counts for the next sweep */
-	for (size_t i = 0; i < a->n_graphs; i++)
-		life_look(a, a->graphs[i]);
-	tg_fast_update(a);
+	return true;
 }

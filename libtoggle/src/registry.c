@@ -1,6 +1,9 @@
 /*
  * registry.c - which producer node of which graph serves which hook, which
- * exec each graph is bound to, and the status views of all of it.
+ * exec each graph is bound to, and the status views of all of it.  Binding
+ * itself, which reaches over regions and device mode, is bind.c's; this
+ * file calls only the producer-free exec (bare.c), lifetime objects
+ * (life.c) and core.
  *
  * Graphs are found by handle through a small open-addressing map, so the
  * replay path costs one hash probe.  Records are never removed while the
@@ -12,7 +15,8 @@
  * the one recorded (tg_graph_replaced), so that a new graph that reuses a
  * dead one's handle is not blocked; the stale record is then emptied.
  * Where the driver has user objects, it says itself when a recorded graph
- * or its bound exec is destroyed (life.c), and every slow path acts on it.
+ * or its bound exec is destroyed (life.c), and every slow path acts on it
+ * (tg_registry_sweep).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +82,7 @@ static struct tg_graph *graph_new(struct toggle_agent *a, CUgraph graph)
  * freed, and the next device setup reuses them.  So do the foreign exec
  * (life.c) and, with keep_life (forget), the graph's lifetime object.
  */
-static void graph_clear(struct toggle_agent *a, struct tg_graph *g, bool keep_life)
+void tg_graph_clear(struct toggle_agent *a, struct tg_graph *g, bool keep_life)
 {
 	a->launches_retired += g->replays;
 	tg_bare_drop(a, g);
@@ -170,28 +174,6 @@ static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook, u
 	return 0;
 }
 
-int toggle_capture_begin(struct toggle_agent *a)
-{
-	if (!a)
-		return TOGGLE_EINVAL;
-	if (a->capture_depth == UINT32_MAX)
-		return tg_fail(a, TOGGLE_ELIMIT, "capture windows nested too deep");
-	a->capture_depth++;
-	return 0;
-}
-
-int toggle_capture_end(struct toggle_agent *a)
-{
-	if (!a)
-		return TOGGLE_EINVAL;
-	if (a->capture_depth == 0)
-		return tg_fail(a, TOGGLE_EINVAL, "toggle_capture_end without toggle_capture_begin");
-	a->capture_depth--;
-	if (a->n_regions)
-		tg_region_capture_end(a); /* a region its capture ended with: that graph is late */
-	return 0;
-}
-
 /* The node the last launch into a capturing stream added, and its graph. */
 static int record_find_node(struct toggle_agent *a, CUstream stream, struct toggle_hook hook,
 			    CUgraph *graph, CUgraphNode *node, uint64_t *capture_id)
@@ -247,7 +229,7 @@ int toggle_record_producer(struct toggle_agent *a, CUstream stream, struct toggl
 /* Find or make the record of the graph a capture is building (a reused handle: cleared). */
 struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uint64_t id)
 {
-	tg_life_sweep(a);
+	tg_registry_sweep(a);
 	struct tg_graph *g = tg_graph_find(a, graph);
 	bool fresh = !g;
 	if (!g && !(g = graph_new(a, graph)))
@@ -257,7 +239,7 @@ struct tg_graph *tg_graph_for_capture(struct toggle_agent *a, CUgraph graph, uin
 		 * bound exec may outlive it: kept aside, never bound to this graph. */
 		if (!fresh && g->capture_id != id)
 			tg_life_orphan(a, g);
-		graph_clear(a, g, false);
+		tg_graph_clear(a, g, false);
 		g->capture_id = id;
 		unsigned gid = 0;
 		g->has_graph_id = a->cu.graph_get_id && a->cu.graph_get_id(graph, &gid) == CUDA_SUCCESS;
@@ -415,99 +397,11 @@ int tg_record_nodes(struct toggle_agent *a, CUgraph graph, uint64_t id, const CU
 	return 0;
 }
 
-/*
- * Bind (or unbind) and reset per-exec state.  In a device-mode agent this
- * also decides how the graph runs and, in device mode, sets it up and
- * uploads the exec; a refused or failed device bind leaves it unbound.
- */
-int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
-{
-	if (exec && a->n_regions)
-		tg_region_ended(a, g->graph);
-	if (exec && g->late) {
-		a->anomalies.launch_unbound++;
-		return tg_fail(a, TOGGLE_ECAPTURE,
-			       "graph %p cannot be bound: %s; capture it again inside a capture window "
-			       "(toggle_capture_begin/end), recording every producer", (void *)g->graph,
-			       g->note);
-	}
-	if (exec && tg_life_foreign(a, g, exec)) {
-		a->anomalies.launch_stale++;
-		return tg_fail(a, TOGGLE_ESTALE,
-			       "exec %p was instantiated from the graph that had handle %p before it "
-			       "was destroyed: it is not an exec of this graph (capture again and "
-			       "instantiate the new graph)", (void *)exec, (void *)g->graph);
-	}
-	/* The same exec bound again (a re-arm): its lifetime is tracked already. */
-	bool same = exec && g->bound && exec == g->exec && !g->exec_dead;
-	if (exec && g->exec_dead)
-		g->uploaded_exec = NULL; /* the bound exec was destroyed: any new one is uploaded */
-	unsigned eid = 0;
-	bool has_eid = exec && a->cu.graph_exec_get_id &&
-		       a->cu.graph_exec_get_id(exec, &eid) == CUDA_SUCCESS;
-	if (exec && exec == g->uploaded_exec && has_eid && g->has_exec_id && eid != g->exec_id)
-		g->uploaded_exec = NULL; /* a new exec behind the uploaded one's handle */
-	g->has_exec_id = false;
-	if (exec && a->dev.on) {
-		int rc = tg_device_bind(a, g, exec);
-		if (rc) {
-			tg_graph_reset_exec(g, NULL);
-			tg_life_unbind(a, g);
-			tg_bare_drop(a, g);
-			return rc;
-		}
-	}
-	if (!exec)
-		g->uploaded_exec = NULL;
-	tg_graph_reset_exec(g, exec); /* NULL unbinds: launches fail closed until a bind */
-	g->has_exec_id = has_eid;
-	g->exec_id = eid;
-	/* Before the producer-free exec's clone: the graph holds its new object then. */
-	if (!exec)
-		tg_life_unbind(a, g);
-	else if (!same)
-		tg_life_bind(a, g, exec);
-	tg_bare_bind(a, g);
-	a->stats.rebinds += exec != NULL;
-	return 0;
-}
-
-int toggle_graph_bind(struct toggle_agent *a, CUgraph graph, CUgraphExec exec)
-{
-	if (!a)
-		return TOGGLE_EINVAL;
-	tg_life_sweep(a);
-	if (a->n_regions)
-		tg_region_ended(a, graph);
-	struct tg_graph *g = tg_graph_find(a, graph);
-	if (g && tg_graph_related(g) && !g->gone && tg_graph_replaced(a, g))
-		tg_graph_drop(a, g); /* a new graph behind a dead one's handle */
-	if (g && g->gone && exec && exec != g->exec)
-		g = NULL; /* the graph behind the handle is a stranger's */
-	if (!g || !tg_graph_related(g))
-		return tg_fail(a, TOGGLE_ENOENT,
-			       "graph %p has no recorded producers (unrelated graphs need no bind)",
-			       (void *)graph);
-	if (g->stale)
-		return tg_fail(a, TOGGLE_ESTALE, "graph %p was forgotten; capture it again",
-			       (void *)graph);
-	if (g->gone) {
-		if (!exec) {
-			graph_clear(a, g, false); /* nothing of it is left to toggle */
-			return 0;
-		}
-		return tg_fail(a, TOGGLE_ESTALE, "graph %p was destroyed while its exec %p is bound: "
-			       "its producers can no longer be set (keep the graph alive while its "
-			       "execs are toggled; capture it again)", (void *)graph, (void *)exec);
-	}
-	return tg_graph_bind_exec(a, g, exec); /* refuses a late graph */
-}
-
 int toggle_graph_forget(struct toggle_agent *a, CUgraph graph)
 {
 	if (!a)
 		return TOGGLE_EINVAL;
-	tg_life_sweep(a);
+	tg_registry_sweep(a);
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (!g || g->stale)
 		return tg_fail(a, TOGGLE_ENOENT, "graph %p is not known to this agent", (void *)graph);
@@ -515,7 +409,7 @@ int toggle_graph_forget(struct toggle_agent *a, CUgraph graph)
 	 * the graph's lifetime object (its destructor drops the record), else ids
 	 * and nodes. */
 	struct tg_graph keep = *g;
-	graph_clear(a, g, true);
+	tg_graph_clear(a, g, true);
 	g->capture_id = keep.capture_id;
 	g->graph_id = keep.graph_id;
 	g->has_graph_id = keep.has_graph_id;
@@ -614,7 +508,47 @@ void tg_graph_drop(struct toggle_agent *a, struct tg_graph *g)
 		g->gone = true;
 		return;
 	}
-	graph_clear(a, g, false); /* no nodes, not stale, not late: passes as unrelated */
+	tg_graph_clear(a, g, false); /* no nodes, not stale, not late: passes as unrelated */
+}
+
+/* ---- the driver's word ---------------------------------------------------- */
+
+/*
+ * What the driver said about g since the last look (life.c).  The bound exec
+ * destroyed (against the documented rule, or after its graph): its node
+ * states, upload and producer-free exec go, and launches rebind (with the
+ * exec they pass; never this one, whose handle may be dead).  The graph
+ * destroyed: the record of a bound graph goes (passes as unrelated), or,
+ * while its exec may live, stays for that exec alone (gone).
+ */
+static void graph_look(struct toggle_agent *a, struct tg_graph *g)
+{
+	if (tg_life_look(g)) {
+		g->exec_dead = true;
+		g->applied_version = 0; /* off the fast path: its next launch rebinds */
+		g->prep_version = 0;
+		g->prep_unordered = false;
+		g->uploaded_exec = NULL;
+		g->last_stream = NULL;
+		tg_bare_drop(a, g); /* built for that exec */
+		if (g->n_nodes)
+			memset(g->state, TG_NODE_UNKNOWN, g->n_nodes);
+		g->synced_valid = false;
+	}
+	/* A record no exec of which is bound is never toggled: it goes when its
+	 * handle is next used (tg_graph_replaced asks the object first), and
+	 * lists as it was until then (a forgotten graph: stale). */
+	if ((g->bound && tg_life_graph_dead(g)) || (g->gone && g->exec_dead))
+		tg_graph_drop(a, g);
+}
+
+void tg_registry_sweep(struct toggle_agent *a)
+{
+	if (!tg_life_take_deaths(a))
+		return;
+	for (size_t i = 0; i < a->n_graphs; i++)
+		graph_look(a, a->graphs[i]);
+	tg_fast_update(a);
 }
 
 /* ---- status ------------------------------------------------------------- */

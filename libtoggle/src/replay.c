@@ -277,7 +277,8 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 static void launch_control_before(struct toggle_agent *a)
 {
 	if (a->step < 0 && tg_control_changed(a)) {
-		tg_control_poll(a);
+		tg_control_poll(a);      /* intake */
+		tg_resolve_stepless(a);  /* resolve: no step, the standing set */
 		a->ctl_version_step = a->ctl_version;
 		tg_fast_update(a);
 	}
@@ -339,7 +340,7 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 {
 	if (a->shm.ctl)
 		launch_control_before(a);
-	tg_life_sweep(a); /* what the driver said was destroyed, before the record is trusted */
+	tg_registry_sweep(a); /* what the driver said was destroyed, before the record is trusted */
 	if (a->n_regions)
 		tg_region_ended(a, graph); /* a region its capture ended with: late */
 	struct tg_graph *g = tg_graph_find(a, graph);
@@ -436,7 +437,12 @@ int toggle_apply_all(struct toggle_agent *a)
 {
 	if (!a)
 		return TOGGLE_EINVAL;
-	tg_life_sweep(a);
+	return tg_apply_all(a);
+}
+
+int tg_apply_all(struct toggle_agent *a)
+{
+	tg_registry_sweep(a);
 	int first = 0;
 	for (size_t i = 0; i < a->n_graphs; i++) {
 		struct tg_graph *g = a->graphs[i];

@@ -295,8 +295,9 @@ assert d['socket'] == '$SOCK' and d['state_dir'] == '$STATE', d
 assert d['may_write'] is True and d['uptime_ms'] >= 0, d
 assert set(d) == {'daemon_version', 'protocol_version', 'uptime_ms', 'agents', 'clients',
                   'requests', 'errors', 'denied', 'dropped_peers', 'socket', 'state_dir',
-                  'may_write', 'save_errors', 'save_error'}, sorted(d)
+                  'may_write', 'save_errors', 'save_error', 'etcd'}, sorted(d)
 assert d['save_errors'] == 0 and d['save_error'] is None, d
+assert d['etcd'] is None, d  # not in a cluster
 "
 
 # set (replace) and wait until the agent ran it at a replay

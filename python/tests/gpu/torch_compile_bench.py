@@ -128,6 +128,30 @@ def _own_forward(model):
     return ns["forward_%d" % id(model)]
 
 
+def kernel_nodes(graph):
+    """The number of kernel nodes of a CUDA graph (cuGraphGetNodes + cuGraphNodeGetType
+    through the driver), None where the driver cannot be read."""
+    import ctypes
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+        n = ctypes.c_size_t(0)
+        g = ctypes.c_void_p(graph)
+        if cu.cuGraphGetNodes(g, None, ctypes.byref(n)):
+            return None
+        nodes = (ctypes.c_void_p * n.value)()
+        if cu.cuGraphGetNodes(g, nodes, ctypes.byref(n)):
+            return None
+        k = 0
+        for i in range(n.value):
+            t = ctypes.c_int(-1)
+            if cu.cuGraphNodeGetType(ctypes.c_void_p(nodes[i]), ctypes.byref(t)):
+                return None
+            k += t.value == 0  # CU_GRAPH_NODE_TYPE_KERNEL
+        return k
+    except (OSError, AttributeError):
+        return None
+
+
 def time_legs(fns, sets, agent, reps, n):
     """{leg: (median ms per step by CUDA events, median host us per step)}."""
     ev, host = {leg: [] for leg in fns}, {leg: [] for leg in fns}
@@ -196,7 +220,7 @@ def bench_a(args, agent, floor, hooked, att, x_all):
             fn(x)
             fn(x)
         torch.cuda.synchronize()
-        gf = torch.cuda.CUDAGraph()
+        gf = torch.cuda.CUDAGraph(keep_graph=True)  # kept: its kernel nodes are counted
         with torch.cuda.graph(gf, pool=pool):
             cf(x)
         graphs[("floor", bs)] = gf
@@ -225,6 +249,12 @@ def bench_a(args, agent, floor, hooked, att, x_all):
             if st["mode"] != "device" and not st["bare_replays"]:
                 fail("mode a bs %d: all-off steps never ran the producer-free exec" % bs)
             out.append(report("%s a" % agent.mode, bs, t))
+            nf, nhk = kernel_nodes(gf.raw_cuda_graph()), kernel_nodes(gh.raw_cuda_graph())
+            print(PREFIX + "%s a bs %d: kernel nodes: floor graph %s, hooked graph %s (%d "
+                  "producers): what the hooked model's compiled code runs without its "
+                  "producers is %s kernels" % (agent.mode, bs, nf, nhk, len(att.hook_ids),
+                                              "?" if nf is None or nhk is None else
+                                              nhk - len(att.hook_ids)), flush=True)
     for g in graphs.values():
         g.reset()
     return out
@@ -273,8 +303,32 @@ def bench_c(args, agent, floor, hooked, att, x_all):
             t = time_legs({"floor": floor_step, "off": hooked_step, "on": hooked_step},
                           {"off": "none", "on": "all"}, agent, args.reps, args.n)
             out.append(report("%s c" % agent.mode, bs, t))
+            if args.profile_c:
+                profile_steps("%s c bs %d floor" % (agent.mode, bs), floor_step)
+                agent.set_enabled("none")
+                profile_steps("%s c bs %d off" % (agent.mode, bs), hooked_step)
     torch._dynamo.reset()
     return out
+
+
+def profile_steps(what, fn, n=300):
+    """Where the host time of n steps goes (cProfile, the 18 costliest by own time)."""
+    import cProfile
+    import io
+    import pstats
+    fn()
+    torch.cuda.synchronize()
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(n):
+        fn()
+    pr.disable()
+    torch.cuda.synchronize()
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(18)
+    for ln in buf.getvalue().splitlines():
+        if ln.strip():
+            print(PREFIX + "profile %s: %s" % (what, ln), flush=True)
 
 
 def host_us(fn, n=2000, rounds=15):
@@ -308,9 +362,19 @@ def bench_eager(args, agent, floor, hooked, att, x_all):
         agent.set_enabled(spec)
         agent.step()
         xb = x_all[:8]
-        t_floor = host_us(lambda: floor(xb), n=100, rounds=9)
-        t_hook = host_us(lambda: hooked(xb), n=100, rounds=9)
-        per_hook[spec] = ((t_hook - t_floor) / nh, t_floor, t_hook)
+        # floor and hooked alternate (A B A B ...), one burst each per round: the figure is
+        # the median of the rounds' differences, so a drift of the GPU's or host's speed
+        # between rounds (seen: the floor alone moved 1294 -> 1555 us between two runs)
+        # cancels instead of landing on the hooks
+        tf, th, diff = [], [], []
+        for _ in range(21):
+            a = host_us(lambda: floor(xb), n=50, rounds=1)
+            b = host_us(lambda: hooked(xb), n=50, rounds=1)
+            tf.append(a)
+            th.append(b)
+            diff.append(b - a)
+        per_hook[spec] = (statistics.median(diff) / nh, statistics.median(tf),
+                          statistics.median(th))
     lines = []
     for spec, direct, disp in rows:
         lines.append("eager op call, hook %s: %.2f us direct (attach's hooks), %.2f us through "
@@ -367,6 +431,9 @@ def main(argv=None):
     ap.add_argument("--batches", default="8")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("-n", type=int, default=20, help="back-to-back steps per timing")
+    ap.add_argument("--profile-c", action="store_true",
+                    help="mode c: print where the host time of 300 steps goes (cProfile), "
+                    "floor and all off")
     args = ap.parse_args(argv)
     args.batches = [int(b) for b in args.batches.split(",")]
     args.legs = args.legs.split(",")

@@ -1,0 +1,306 @@
+/*
+ * check_bare_exec.c - the producer-free ("bare") exec on the simulator: what each
+ * launch ran (every kernel records itself, so a launch's log proves that no
+ * producer ran and that every other kernel ran in capture order), the main
+ * exec keeping its node states, rebind, re-instantiation, forget, close,
+ * the per-agent and per-graph off switches, build failures.
+ * The simulator, the agent, kernels that record themselves and the launch
+ * check are the bare suites' fixture (tests/fixture_bare.h).  Split out of
+ * check_bare.c (issue 29).
+ */
+#include "fixture_bare.h"
+
+/* ---- the bare exec runs no producer, every other kernel, in order ------------ */
+
+static const char *const walk[] = {
+	"none", "resid_post:1", "attn_out:*", "mlp_out:0-3,resid_post:7", "none", "all",
+	"attn_out:2", "resid_post:*", "none",
+};
+
+START_TEST(test_bare_runs_no_producer_in_order)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(gs.bare_exec);
+	ck_assert(!gs.bare_running);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2); /* the application's and the bare one */
+	ck_assert_uint_eq(toggle_sim_graph_count(f->sim), 1); /* the clone is gone */
+	uint64_t bare_launches = 0;
+	for (size_t i = 0; i < sizeof(walk) / sizeof(walk[0]); i++) {
+		struct toggle_set s = spec(walk[i]);
+		bool fits = set_fits(&s);
+		uint64_t calls = set_calls(f);
+		step(f, (int64_t)i, &s);
+		uint64_t launches = toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_LAUNCH);
+		for (int rep = 0; rep < 2; rep++)
+			launch_check(f, &s);
+		/* One driver launch per launch, whichever exec; no node set to switch to the bare one. */
+		ck_assert_uint_eq(toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_LAUNCH) - launches, 2);
+		if (fits)
+			ck_assert_uint_eq(set_calls(f) - calls, 0);
+		gs = gstatus(f);
+		ck_assert_msg(gs.bare_running == fits, "set %s: bare_running %d", walk[i],
+			      gs.bare_running);
+		bare_launches += fits ? 2 : 0;
+		ck_assert_uint_eq(gs.bare_replays, bare_launches);
+		ck_assert_uint_eq(gs.replays, 2 * (i + 1));
+	}
+	struct toggle_stats st;
+	toggle_stats_get(f->agent, &st);
+	ck_assert_uint_eq(st.bare_builds, 1);
+	ck_assert_uint_eq(st.bare_build_failures, 0);
+	ck_assert_uint_eq(st.bare_switches, 9); /* every step of the walk flips: bare, main, ... */
+	ck_assert_uint_eq(st.launches, 2 * sizeof(walk) / sizeof(walk[0]));
+	bfx_close(f);
+}
+END_TEST
+
+/* While the bare exec runs, the main exec keeps its nodes: coming back costs only the diff. */
+START_TEST(test_bare_main_keeps_its_state)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	struct toggle_set a = spec("resid_post:0-3"), none = spec("none"), b = spec("resid_post:2-5");
+	step(f, 1, &a);
+	launch_check(f, &a);
+	uint64_t c = set_calls(f);
+	step(f, 2, &none);
+	launch_check(f, &none);
+	ck_assert_uint_eq(set_calls(f) - c, 0);
+	ck_assert(gstatus(f).bare_running);
+	step(f, 3, &b);
+	launch_check(f, &b);
+	/* 0,1 off and 4,5 on: the main exec still held a. */
+	ck_assert_uint_eq(set_calls(f) - c, 4);
+	ck_assert(!gstatus(f).bare_running);
+	bfx_close(f);
+}
+END_TEST
+
+/* ---- rebind, re-instantiation, unbind, forget, close -------------------------- */
+
+START_TEST(test_bare_rebind_and_reinstantiate)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	struct toggle_set none = spec("none"), some = spec("mlp_out:2");
+	step(f, 1, &none);
+	launch_check(f, &none);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
+
+	/* An explicit bind of a new exec: the old bare exec goes, a new one comes. */
+	CUgraphExec old = f->exec;
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&f->exec, f->graph), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3); /* old, new, new bare */
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(gs.bare_exec);
+	ck_assert_uint_eq(gs.bare_replays, 1);
+	launch_check(f, &none);
+	ck_assert(gstatus(f).bare_running);
+	ck_assert_uint_eq(gstatus(f).bare_replays, 2);
+	ck_assert_int_eq(toggle_sim_exec_destroy(old), CUDA_SUCCESS);
+
+	/* Re-instantiated and launched without a bind: rebound through the launch. */
+	old = f->exec;
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&f->exec, f->graph), CUDA_SUCCESS);
+	launch_check(f, &none);
+	ck_assert(gstatus(f).bare_running);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3); /* old, new, new bare */
+	step(f, 2, &some);
+	launch_check(f, &some);
+	ck_assert(!gstatus(f).bare_running);
+	ck_assert_int_eq(toggle_sim_exec_destroy(old), CUDA_SUCCESS);
+
+	struct toggle_stats st;
+	toggle_stats_get(f->agent, &st);
+	ck_assert_uint_eq(st.bare_builds, 3);
+	ck_assert_uint_eq(st.rebinds, 3);
+
+	/* Unbind: the bare exec goes with it, and launches fail closed. */
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, NULL), 0);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1);
+	ck_assert(!gstatus(f).bare_exec);
+	step(f, 3, &none);
+	ck_assert_int_eq(toggle_graph_launch(f->agent, f->graph, f->exec, f->stream),
+			 TOGGLE_EUNBOUND);
+	bfx_close(f);
+}
+END_TEST
+
+START_TEST(test_bare_forget_and_close)
+{
+	struct bfx *f = bfx_open(TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	struct toggle_set none = spec("none");
+	step(f, 1, &none);
+	launch_check(f, &none);
+	ck_assert_int_eq(toggle_graph_forget(f->agent, f->graph), 0);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1);
+	ck_assert_int_eq(toggle_graph_launch(f->agent, f->graph, f->exec, f->stream), TOGGLE_ESTALE);
+	ck_assert_int_eq(toggle_sim_exec_destroy(f->exec), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_destroy(f->graph), CUDA_SUCCESS);
+
+	/* Forgotten inside a capture window: destroyed later, at close. */
+	bfx_capture_bound(f);
+	launch_check(f, &none);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
+	ck_assert_int_eq(toggle_capture_begin(f->agent), 0);
+	ck_assert_int_eq(toggle_graph_forget(f->agent, f->graph), 0);
+	ck_assert_int_eq(toggle_capture_end(f->agent), 0);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
+
+	/* A bound graph with its bare exec at close. */
+	CUgraph g1 = f->graph;
+	CUgraphExec e1 = f->exec;
+	bfx_capture_bound(f);
+	launch_check(f, &none);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 4);
+	toggle_agent_close(f->agent);
+	f->agent = NULL;
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2); /* e1 and f->exec: the application's */
+	ck_assert_int_eq(toggle_sim_exec_destroy(e1), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_destroy(g1), CUDA_SUCCESS);
+	toggle_sim_destroy(f->sim);
+	free(f);
+}
+END_TEST
+
+/* ---- the per-agent off switch; build failures --------------------------------- */
+
+START_TEST(test_bare_off_switch)
+{
+	struct bfx *f = bfx_open_cfg(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY, true);
+	bfx_capture_bound(f);
+	ck_assert(!gstatus(f).bare_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1);
+	struct toggle_set none = spec("none");
+	uint64_t c = set_calls(f);
+	step(f, 1, &none);
+	launch_check(f, &none);
+	ck_assert_uint_eq(set_calls(f) - c, NT_COVERED * NL); /* the main exec's producers, off */
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(!gs.bare_running);
+	ck_assert_uint_eq(gs.bare_replays, 0);
+	struct toggle_stats st;
+	toggle_stats_get(f->agent, &st);
+	ck_assert_uint_eq(st.bare_builds, 0);
+	bfx_close(f);
+}
+END_TEST
+
+/* toggle_graph_set_bare: off before the bind builds nothing; on while bound builds it and the
+ * next all-off launch runs it; off while it runs destroys it and the main exec (re-synced) runs
+ * the step's set; the choice survives a rebind. */
+START_TEST(test_bare_per_graph_switch)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture(f);
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, false), 0);
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
+	ck_assert(!gstatus(f).bare_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1);
+	struct toggle_set none = spec("none"), some = spec("resid_post:1");
+	step(f, 1, &none);
+	launch_check(f, &none);
+	ck_assert(!gstatus(f).bare_running);
+	/* on, while bound, mid-step: built now, run from the next launch */
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, true), 0);
+	ck_assert(gstatus(f).bare_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
+	launch_check(f, &none);
+	ck_assert(gstatus(f).bare_running);
+	ck_assert_uint_eq(gstatus(f).bare_replays, 1);
+	/* off while the bare exec runs: gone, the main exec runs the set that follows */
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, false), 0);
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(!gs.bare_exec);
+	ck_assert(!gs.bare_running);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1);
+	launch_check(f, &none);
+	step(f, 2, &some);
+	launch_check(f, &some);
+	step(f, 3, &none);
+	launch_check(f, &none);
+	ck_assert(!gstatus(f).bare_running);
+	/* the choice survives a rebind */
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
+	ck_assert(!gstatus(f).bare_exec);
+	ck_assert_uint_eq(gstatus(f).bare_replays, 1);
+	/* on again, then a prepare (the caller launches the main exec) at an all-off set:
+	 * set_bare(true) makes the next launch pick the bare exec at the same set */
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, true), 0);
+	ck_assert_int_eq(toggle_graph_prepare(f->agent, f->graph, f->exec, f->stream), 0);
+	ck_assert(!gstatus(f).bare_running);
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, true), 0);
+	launch_check(f, &none);
+	ck_assert(gstatus(f).bare_running);
+	ck_assert_uint_eq(gstatus(f).bare_replays, 2);
+	/* unknown graph, NULL agent */
+	ck_assert_int_eq(toggle_graph_set_bare(f->agent, (CUgraph)&none, true), TOGGLE_ENOENT);
+	ck_assert_int_eq(toggle_graph_set_bare(NULL, f->graph, true), TOGGLE_EINVAL);
+	bfx_close(f);
+}
+END_TEST
+
+static const enum toggle_sim_op build_ops[] = {
+	TOGGLE_SIM_OP_GRAPH_CLONE, TOGGLE_SIM_OP_DESTROY_NODE, TOGGLE_SIM_OP_ADD_DEPENDENCIES,
+	TOGGLE_SIM_OP_INSTANTIATE,
+};
+
+/* A build that fails at any step: the bind succeeds, nothing leaks, the main exec runs. */
+START_TEST(test_bare_build_failure_keeps_main)
+{
+	struct bfx *f = bfx_open(TOGGLE_MODE_LAZY);
+	bfx_capture(f);
+	toggle_sim_fail(f->sim, build_ops[_i], _i == 1 ? 3 : 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
+	ck_assert_ptr_nonnull(strstr(toggle_last_error(f->agent), "no producer-free exec"));
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(gs.bound);
+	ck_assert(!gs.bare_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1);
+	ck_assert_uint_eq(toggle_sim_graph_count(f->sim), 1);
+	struct toggle_stats st;
+	toggle_stats_get(f->agent, &st);
+	ck_assert_uint_eq(st.bare_builds, 0);
+	ck_assert_uint_eq(st.bare_build_failures, 1);
+	struct toggle_set none = spec("none"), one = spec("resid_post:4");
+	step(f, 1, &none);
+	launch_check(f, &none);
+	step(f, 2, &one);
+	launch_check(f, &one);
+	/* The next bind builds it. */
+	CUgraphExec old = f->exec;
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&f->exec, f->graph), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
+	ck_assert(gstatus(f).bare_exec);
+	step(f, 3, &none);
+	launch_check(f, &none);
+	ck_assert(gstatus(f).bare_running);
+	ck_assert_int_eq(toggle_sim_exec_destroy(old), CUDA_SUCCESS);
+	bfx_close(f);
+}
+END_TEST
+
+static Suite *bare_exec_suite(void)
+{
+	Suite *s = suite_create("bare_exec");
+	TCase *tc = tcase_create("core");
+	tcase_add_loop_test(tc, test_bare_runs_no_producer_in_order, 0, 2);
+	tcase_add_loop_test(tc, test_bare_main_keeps_its_state, 0, 2);
+	tcase_add_loop_test(tc, test_bare_rebind_and_reinstantiate, 0, 2);
+	tcase_add_test(tc, test_bare_forget_and_close);
+	tcase_add_loop_test(tc, test_bare_off_switch, 0, 2);
+	tcase_add_loop_test(tc, test_bare_per_graph_switch, 0, 2);
+	tcase_add_loop_test(tc, test_bare_build_failure_keeps_main, 0,
+			    (int)(sizeof(build_ops) / sizeof(build_ops[0])));
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run_suite(bare_exec_suite());
+}
