@@ -3,7 +3,8 @@
  * memory attached), selectors, writing control lanes, reading status lanes,
  * and the desired state copied to the store and restored from it.  What
  * changes in the status lanes becomes events and answered waits in
- * events.c.
+ * events.c.  A join and a departure are reported (report.h), never told to
+ * a module above by name: the cluster, events.c and commit.c subscribe.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +156,27 @@ int td_agents_select(struct td_daemon *d, const struct td_selector *s, struct td
 	return 0;
 }
 
+void td_agent_state_free(struct td_agent_state *st)
+{
+	free(st->plans);
+	memset(st, 0, sizeof(*st));
+}
+
+/* Without memory for the plans, the rest is copied all the same (no plans). */
+int td_agent_state_copy(struct td_agent_state *dst, const struct td_agent *a)
+{
+	struct td_plan_entry *plans = a->n_plans ? malloc(a->n_plans * sizeof(*plans)) : NULL;
+	if (plans)
+		memcpy(plans, a->plans, a->n_plans * sizeof(*plans));
+	free(dst->plans);
+	dst->ctl = a->ctl;
+	dst->has_standing = a->has_standing;
+	dst->next_batch = a->next_batch;
+	dst->n_plans = plans ? a->n_plans : 0;
+	dst->plans = plans;
+	return a->n_plans && !plans ? TOGGLE_ENOMEM : 0;
+}
+
 void td_agent_write_control(struct td_agent *a)
 {
 	toggle_shm_control_write(a->shm.ctl, &a->ctl);
@@ -207,7 +229,6 @@ static int64_t agent_step(const struct td_agent *a)
 void td_agent_persist(struct td_agent *a)
 {
 	struct td_store *s = &a->d->store;
-	td_commit_touch(a);
 	char key[TD_MAX_KEY];
 	/* Looked up once: a store entry stays where it is until the daemon exits. */
 	if (!a->desired && td_store_key(key, sizeof(key), a->name, a->uid) == 0)
@@ -438,13 +459,12 @@ int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, 
 	if (td_agent_state_copy(&a->durable, a) != 0)
 		log_warnx("agent %s: no memory for its durable state copy; a failed save "
 			  "rolls it back to no plans", a->name);
-	td_cluster_agent_joined(a);
+	/* Reported (report.h): the cluster gives it its set, then watchers hear of it. */
+	td_report_change(d, TD_AGENT_JOINED, a);
 	*id = a->id;
 	log_info("agent %s (id %llu, pid %u, uid %u, group '%s') registered: %u hook types x %u layers",
 		 a->name, (unsigned long long)a->id, a->pid, a->uid, a->group, a->cat.n_types,
 		 a->cat.n_layers);
-	td_event(d, a, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_JOINED, a->ctl.version, agent_step(a), NULL);
-	td_timer_update(d);
 	return 0;
 }
 
@@ -452,7 +472,8 @@ void td_agent_gone(struct td_agent *a)
 {
 	struct td_daemon *d = a->d;
 	log_info("agent %s (id %llu) left", a->name, (unsigned long long)a->id);
-	td_event(d, a, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_LEFT, a->ctl.version, agent_step(a), NULL);
+	/* Reported (report.h): watchers hear of it; it leaves the save queues. */
+	td_report_change(d, TD_AGENT_LEFT, a);
 	by_id_remove(d, a);
 	if (a->prev)
 		a->prev->next = a->next;
@@ -463,7 +484,6 @@ void td_agent_gone(struct td_agent *a)
 	d->n_agents--;
 	if (a->peer)
 		a->peer->agent = NULL;
-	td_commit_forget_agent(a);
 	toggle_shm_unmap(&a->shm);
 	agent_free(a);
 }

@@ -27,7 +27,7 @@
 #include "cluster.h"
 #include "etcd.h"
 #include "log.h"
-#include "rpc.h"
+#include "toggled.h"
 #include "util.h"
 
 /* The status is looked at every CL_PUBLISH_MS and put when what it says
@@ -1070,7 +1070,7 @@ static bool names_agent(struct td_cluster *c, const struct cluster_sel *sel, con
  * restarted toggled).  An agent new to the host does not get the relative plans of
  * the past: "+200" meant 200 steps after the agents of that moment.
  */
-void td_cluster_agent_joined(struct td_agent *a)
+static void cluster_agent_joined(struct td_agent *a)
 {
 	struct td_cluster *c = a->d->cluster;
 	if (!c)
@@ -1122,6 +1122,15 @@ void td_cluster_agent_joined(struct td_agent *a)
 		notify_saved(c, true);
 }
 
+/* Agents that join (agents.c reports them, report.h): the cluster's set and
+ * plans for each, before the watchers hear of it (an applier). */
+static void cluster_on_change(void *arg, const struct td_change *ch)
+{
+	(void)arg;
+	if (ch->kind == TD_AGENT_JOINED)
+		cluster_agent_joined(ch->a);
+}
+
 /* ---- status ------------------------------------------------------------- */
 
 static char *b64_of(const ProtobufCMessage *m)
@@ -1156,12 +1165,12 @@ static char *status_json(struct td_cluster *c, bool stable)
 	if (!ai || !ap || !gi || !gp)
 		goto done;
 	for (struct td_agent *a = d->agents; a; a = a->next, i++) {
-		rpc_fill_agent(&ai[i], a); /* refreshes a->st */
+		td_view_agent(&ai[i], a); /* refreshes a->st */
 		ap[i] = &ai[i];
 		if (stable)
 			ai[i].step = 0;
 		for (uint64_t j = 0; j < a->st->n_graphs && k < ng; j++, k++) {
-			rpc_fill_graph(&gi[k], a, &a->st->graphs[j]);
+			td_view_graph(&gi[k], a, &a->st->graphs[j]);
 			gp[k] = &gi[k];
 			if (stable)
 				gi[k].replays = 0, gi[k].last_step = 0;
@@ -1174,7 +1183,7 @@ static char *status_json(struct td_cluster *c, bool stable)
 	lg.n_graphs = k;
 	lg.graphs = gp;
 	Toggle__StatusReply st;
-	rpc_fill_status(&st, d);
+	td_view_status(&st, d);
 	if (stable)
 		st.uptime_ms = 0, st.requests = 0, st.clients = 0;
 	agents = b64_of(&la.base);
@@ -1256,6 +1265,11 @@ int td_cluster_start(struct td_daemon *d, char *err, size_t errlen)
 	if (!cluster_name_ok(cfg->cluster) || !cluster_name_ok(cfg->host_id)) {
 		snprintf(err, errlen, "--etcd needs --cluster NAME and --host-id ID "
 			 "([A-Za-z0-9_.-], 1-%d bytes)", CLUSTER_MAX_NAME - 1);
+		return -1;
+	}
+	/* A no-op until d->cluster is set, below. */
+	if (td_report_subscribe(d, TD_SUB_APPLY, cluster_on_change, NULL) != 0) {
+		snprintf(err, errlen, "cannot subscribe to agent changes");
 		return -1;
 	}
 	struct td_cluster *c = calloc(1, sizeof(*c));

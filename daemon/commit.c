@@ -4,19 +4,22 @@
  *
  * Order: durable before visible.  A write handler checks the command
  * against the accepted state, applies it there (the agent's ctl and plans,
- * and the store's entries); the dispatcher hands its reply here.  The check phase starts
+ * and the store's entries); the dispatcher queues its reply here to wait
+ * (td_commit_wait).  The check phase starts
  * a save of everything accepted so far, one save at a time: the file work
  * (write, fsync, rename, fsync of the directory) runs on libuv's thread pool
  * while the loop keeps serving reads, pushes, accepts and watchers, and the
  * writes accepted meanwhile wait for the next save (group commit).  When a
  * save is done, each agent it holds gets that state on its control lane and
- * the replies leave, in request order per peer (server.c holds their place
- * in the peer's queue).  When it fails, every write not yet durable is
- * answered TOGGLE_EIO with the reason, and the accepted state of every
- * agent and store entry goes back to the durable one: nothing that could
- * not be saved ever reaches an agent.  Code that is not a peer's request
- * (the cluster layer) learns a save's outcome the same way, through a
- * callback queued with the replies (td_commit_notify).
+ * the waits are told, in order: the dispatcher then sends the replies, in
+ * request order per peer (server.c holds their place in the peer's queue).
+ * When it fails, every write not yet durable is answered TOGGLE_EIO with
+ * the reason, and the accepted state of every agent and store entry goes
+ * back to the durable one: nothing that could not be saved ever reaches an
+ * agent.  Code that is not a peer's request (the cluster layer) learns a
+ * save's outcome the same way, through a callback queued with the replies
+ * (td_commit_notify).  commit.c knows no peer: a wait is a function the
+ * layer above gave it.
  *
  * Checkpoints run beside the saves, on the thread pool too (ckpt_work):
  * when a save has rotated the journal, the checkpoint writes the old
@@ -39,40 +42,6 @@
 #define COMMIT_LANES_PER_TURN   32
 #define COMMIT_ANSWERS_PER_TURN 64
 
-struct td_pending {
-	struct td_pending *next;
-	struct td_peer *peer;     /* NULL once the peer left */
-	struct td_out *slot;      /* its place in the peer's queue */
-	uint64_t request_id;
-	uint8_t *reply;           /* the encoded reply, or NULL when a waiter answers */
-	size_t len;
-	struct td_waiter *waiter; /* armed when the save succeeds */
-	td_commit_fn *notify;     /* not a reply: called with the save's outcome */
-	void *notify_arg;
-	uint64_t publish_mark;    /* answered once publish_done reaches it */
-};
-
-void td_agent_state_free(struct td_agent_state *st)
-{
-	free(st->plans);
-	memset(st, 0, sizeof(*st));
-}
-
-/* Without memory for the plans, the rest is copied all the same (no plans). */
-int td_agent_state_copy(struct td_agent_state *dst, const struct td_agent *a)
-{
-	struct td_plan_entry *plans = a->n_plans ? malloc(a->n_plans * sizeof(*plans)) : NULL;
-	if (plans)
-		memcpy(plans, a->plans, a->n_plans * sizeof(*plans));
-	free(dst->plans);
-	dst->ctl = a->ctl;
-	dst->has_standing = a->has_standing;
-	dst->next_batch = a->next_batch;
-	dst->n_plans = plans ? a->n_plans : 0;
-	dst->plans = plans;
-	return a->n_plans && !plans ? TOGGLE_ENOMEM : 0;
-}
-
 /* The accepted state back to the durable one (a->plans holds TD_MAX_PENDING_PLAN). */
 static void agent_rollback(struct td_agent *a)
 {
@@ -89,17 +58,19 @@ static void agent_rollback(struct td_agent *a)
 	a->saving = false;
 }
 
-static void pending_free(struct td_pending *pd)
+static void on_retry(uv_timer_t *t);
+static void commit_forget_agent(struct td_agent *a);
+
+/* An agent leaves (report.h): out of the queue of lanes to write and the list
+ * of changed agents. */
+static void commit_on_change(void *arg, const struct td_change *ch)
 {
-	free(pd->reply);
-	if (pd->waiter)
-		td_waiter_free(pd->waiter);
-	free(pd);
+	(void)arg;
+	if (ch->kind == TD_AGENT_LEFT)
+		commit_forget_agent(ch->a);
 }
 
-static void on_retry(uv_timer_t *t);
-
-void td_commit_init(struct td_daemon *d)
+int td_commit_init(struct td_daemon *d)
 {
 	struct td_commit *c = &d->commit;
 	memset(c, 0, sizeof(*c));
@@ -118,95 +89,47 @@ void td_commit_init(struct td_daemon *d)
 			 d->store.ckpt_reason);
 		uv_timer_start(&c->retry, on_retry, COMMIT_RETRY_MS, 0);
 	}
+	return td_report_subscribe(d, TD_SUB_OBSERVE, commit_on_change, NULL);
 }
 
-void td_commit_reply(struct td_peer *p, uint64_t request_id, uint8_t *reply, size_t len,
-		     struct td_waiter *waiter)
+void td_commit_wait(struct td_daemon *d, struct td_commit_wait *w)
 {
-	struct td_commit *c = &p->d->commit;
-	struct td_pending *pd = calloc(1, sizeof(*pd));
-	if (!pd || p->closing) {
-		/* The state is accepted all the same: the next save holds it. */
-		free(pd);
-		free(reply);
-		if (waiter)
-			td_waiter_free(waiter);
-		if (!p->closing)
-			td_peer_drop(p, "out of memory");
-		return;
-	}
-	pd->peer = p;
-	pd->request_id = request_id;
-	pd->reply = reply;
-	pd->len = len;
-	pd->waiter = waiter;
-	*c->queued_tail = pd;
-	c->queued_tail = &pd->next;
-	pd->slot = td_peer_hold(p, pd);
-	if (!pd->slot)
-		pd->peer = NULL; /* dropped (queue bound, memory): answered to nobody */
+	struct td_commit *c = &d->commit;
+	w->next = NULL;
+	*c->queued_tail = w;
+	c->queued_tail = &w->next;
 }
 
 int td_commit_notify(struct td_daemon *d, td_commit_fn *fn, void *arg)
 {
-	struct td_commit *c = &d->commit;
-	struct td_pending *pd = calloc(1, sizeof(*pd));
-	if (!pd)
+	struct td_commit_wait *w = calloc(1, sizeof(*w));
+	if (!w)
 		return TOGGLE_ENOMEM;
-	pd->notify = fn;
-	pd->notify_arg = arg;
-	*c->queued_tail = pd;
-	c->queued_tail = &pd->next;
+	w->fn = fn;
+	w->arg = arg;
+	w->owned = true;
+	td_commit_wait(d, w);
 	return 0;
 }
 
-void td_pending_detach(struct td_pending *pd)
+/* fn may free the memory w lies in: nothing of w is read after it. */
+static void answer_ok(struct td_daemon *d, struct td_commit_wait *w)
 {
-	pd->peer = NULL;
-	pd->slot = NULL;
+	(void)d;
+	bool owned = w->owned;
+	w->fn(w->arg, 0, NULL);
+	if (owned)
+		free(w);
 }
 
-static void answer_ok(struct td_daemon *d, struct td_pending *pd)
+static void answer_eio(struct td_daemon *d, struct td_commit_wait *w, const char *msg)
 {
-	if (pd->notify) {
-		pd->notify(pd->notify_arg, 0, NULL);
-		pending_free(pd);
-		return;
-	}
-	if (!pd->peer) {
-		pending_free(pd);
-		return;
-	}
-	if (pd->waiter) {
-		struct td_waiter *w = pd->waiter;
-		pd->waiter = NULL;
-		w->next = d->waiters;
-		d->waiters = w;
-		td_peer_fill(pd->peer, pd->slot, NULL, 0);
-	} else {
-		td_peer_fill(pd->peer, pd->slot, pd->reply, pd->len);
-		pd->reply = NULL;
-	}
-	pending_free(pd);
-}
-
-static void answer_eio(struct td_daemon *d, struct td_pending *pd, const char *msg)
-{
-	if (pd->notify) {
-		pd->notify(pd->notify_arg, TOGGLE_EIO, msg);
-		pending_free(pd);
-		return;
-	}
-	d->commit.failed_writes++;
-	if (pd->peer) {
-		uint8_t *buf = NULL;
-		size_t len = 0;
-		d->stats.errors++;
-		if (td_error_frame(pd->request_id, TOGGLE_EIO, msg, NULL, NULL, 0, &buf, &len) != 0)
-			buf = NULL, len = 0; /* the slot is released: the peer times out */
-		td_peer_fill(pd->peer, pd->slot, buf, len);
-	}
-	pending_free(pd);
+	if (w->write)
+		d->commit.failed_writes++;
+	bool owned = w->owned;
+	w->fn(w->arg, TOGGLE_EIO, msg);
+	if (owned)
+		free(w);
 }
 
 static void publish_add(struct td_commit *c, struct td_agent *a)
@@ -221,6 +144,12 @@ static void publish_add(struct td_commit *c, struct td_agent *a)
 		c->publish_head = a;
 	c->publish_tail = a;
 	c->publish_added++;
+}
+
+void td_commit_accept(struct td_agent *a)
+{
+	td_commit_touch(a);
+	td_agent_persist(a);
 }
 
 void td_commit_touch(struct td_agent *a)
@@ -245,7 +174,7 @@ static void touched_remove(struct td_commit *c, struct td_agent *a)
 	a->touched_next = NULL;
 }
 
-void td_commit_forget_agent(struct td_agent *a)
+static void commit_forget_agent(struct td_agent *a)
 {
 	struct td_commit *c = &a->d->commit;
 	if (a->touched)
@@ -288,20 +217,20 @@ bool td_commit_step(struct td_daemon *d)
 		td_agent_write_control(a);
 	}
 	for (int n = 0; n < COMMIT_ANSWERS_PER_TURN && c->answers; n++) {
-		struct td_pending *pd = c->answers;
-		if (pd->publish_mark > c->publish_done)
+		struct td_commit_wait *w = c->answers;
+		if (w->publish_mark > c->publish_done)
 			break;
-		c->answers = pd->next;
+		c->answers = w->next;
 		if (!c->answers)
 			c->answers_tail = &c->answers;
-		answer_ok(d, pd);
+		answer_ok(d, w);
 	}
 	return c->publish_head || c->answers;
 }
 
 /* Durable: the saved agents' state becomes durable and joins the lanes to
  * write; the replies queue behind them (td_commit_step sends both). */
-static void commit_saved(struct td_daemon *d, struct td_pending *list)
+static void commit_saved(struct td_daemon *d, struct td_commit_wait *list)
 {
 	struct td_commit *c = &d->commit;
 	for (struct td_agent **pp = &c->touched, *a; (a = *pp);) {
@@ -320,8 +249,8 @@ static void commit_saved(struct td_daemon *d, struct td_pending *list)
 		a->touched = false;
 		a->touched_next = NULL;
 	}
-	for (struct td_pending *pd = list; pd; pd = pd->next)
-		pd->publish_mark = c->publish_added;
+	for (struct td_commit_wait *w = list; w; w = w->next)
+		w->publish_mark = c->publish_added;
 	if (list) {
 		*c->answers_tail = list;
 		while (*c->answers_tail)
@@ -339,7 +268,7 @@ static void commit_saved(struct td_daemon *d, struct td_pending *list)
 
 /* Every write not yet durable fails, those accepted since the save began too:
  * they were checked against state that is now rolled back. */
-static void commit_failed(struct td_daemon *d, struct td_pending *list, const char *reason)
+static void commit_failed(struct td_daemon *d, struct td_commit_wait *list, const char *reason)
 {
 	struct td_commit *c = &d->commit;
 	c->failures++;
@@ -358,13 +287,13 @@ static void commit_failed(struct td_daemon *d, struct td_pending *list, const ch
 	}
 	c->touched = NULL;
 	td_store_rollback(&d->store);
-	struct td_pending *q = c->queued;
+	struct td_commit_wait *q = c->queued;
 	c->queued = NULL;
 	c->queued_tail = &c->queued;
 	for (int pass = 0; pass < 2; pass++)
-		for (struct td_pending *pd = pass ? q : list, *next; pd; pd = next) {
-			next = pd->next;
-			answer_eio(d, pd, msg);
+		for (struct td_commit_wait *w = pass ? q : list, *next; w; w = next) {
+			next = w->next;
+			answer_eio(d, w, msg);
 		}
 	/* A file the failed save replaced is written back to its saved value later;
 	 * a failed checkpoint is tried again (its timer is not pushed back). */
@@ -375,7 +304,7 @@ static void commit_failed(struct td_daemon *d, struct td_pending *list, const ch
 
 static void commit_done(struct td_daemon *d, int rc, const char *reason)
 {
-	struct td_pending *list = d->commit.inflight;
+	struct td_commit_wait *list = d->commit.inflight;
 	d->commit.inflight = NULL;
 	if (rc == 0)
 		commit_saved(d, list);

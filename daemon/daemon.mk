@@ -36,7 +36,8 @@ TD_STORE_SUITES := $(B)/tests/check_store_save $(B)/tests/check_store_journal \
 	$(B)/tests/check_store_load $(B)/tests/check_store_entries $(B)/tests/check_store_faults \
 	$(B)/tests/check_auth
 TD_STORE_FIXTURES := $(B)/san/tests/fixture_store.o
-TD_UNIT_TESTS := $(TD_STORE_SUITES) $(B)/tests/check_cluster $(B)/tests/check_gzipenc
+TD_UNIT_TESTS := $(TD_STORE_SUITES) $(B)/tests/check_cluster $(B)/tests/check_gzipenc \
+	$(B)/tests/check_report
 $(TD_UNIT_TESTS): $(B)/libtoggled-san.a $(B)/libtgproto-san.a
 $(TD_UNIT_TESTS) $(TD_STORE_FIXTURES): EXTRA_CFLAGS = $(TD_CFLAGS)
 $(TD_UNIT_TESTS): EXTRA_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)
@@ -83,6 +84,16 @@ check-run: check-metrics
 check-cluster: $(B)/toggled-san $(B)/togglectl $(B)/examples/demo_agent
 	@B=$(B) tests/cluster/run.sh
 check-run: check-cluster
+
+# The calls between daemon/'s files run one way, down: the levels are the
+# table in docs/architecture.md ("The daemon's layers"), the calls the
+# objects' symbols (nm).  Fails on a call upward and on a cycle.
+.PHONY: check-layers
+check-layers: $(TD_OBJ) $(B)/daemon/main.o
+	@scripts/layer-check.sh $(B)/daemon docs/architecture.md daemon >$(B)/layer-check.log || \
+	  { cat $(B)/layer-check.log; exit 1; }; tail -n 1 $(B)/layer-check.log
+	@tests/layers/run.sh
+check-run: check-layers
 
 # toggled, togglectl and the wire protocol build without CUDA's headers: every
 # source of theirs compiled with the real build's flags (HOST_CFLAGS: no CUDA

@@ -5,6 +5,9 @@
  * SO_PEERCRED rights), then arguments (the handler).  Each step and each
  * handler fills one struct rpc_reply; only td_dispatch_reply, here, encodes
  * and queues it (to the peer now, or behind the write's save, commit.c).
+ * The waiters of `set --wait` are answered here too, after each full status
+ * poll (events.c reports it).  Below the server: the peer's queue is reached
+ * through what the server registered (report.h), never by name.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,94 +40,130 @@ static const struct td_rpc rpc_table[] = {
 	{TOGGLE__ENVELOPE__BODY_CLEAR_PLAN, "clear_plan", true, rpc_clear_plan},
 };
 
-/* A block of reply memory: one rpc_alloc, or one adopted string (held). */
-struct rpc_mem {
-	struct rpc_mem *next;
-	char *held;
-	max_align_t data[];
+/*
+ * A reply that waits for its save (commit.c): its place in the peer's queue
+ * is held (server.c, through report.h) and filled once the save completed,
+ * with the reply, or nothing while a waiter takes over, or TOGGLE_EIO.
+ */
+struct td_pending {
+	struct td_commit_wait wait;
+	struct td_peer *peer;     /* NULL once the peer left */
+	struct td_out *slot;      /* its place in the peer's queue */
+	uint64_t request_id;
+	uint8_t *reply;           /* the encoded reply, or NULL when a waiter answers */
+	size_t len;
+	struct td_waiter *waiter; /* armed when the save succeeds */
 };
 
-_Static_assert(sizeof(((struct rpc_reply *)0)->text) >= sizeof(((struct td_ctl_err *)0)->msg),
-	       "an rpc_reply holds a td_ctl_err's message whole");
-
-void rpc_reply_init(struct rpc_reply *r)
+int td_error_frame(uint64_t id, int code, const char *msg, const char *const *agents,
+		   const uint64_t *ids, size_t n_agents, uint8_t **buf, size_t *len)
 {
-	memset(r, 0, sizeof(*r));
-	r->outcome = RPC_BODY;
-	r->body = TOGGLE__ENVELOPE__BODY__NOT_SET;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	Toggle__Error err = TOGGLE__ERROR__INIT;
+	env.id = id;
+	env.body_case = TOGGLE__ENVELOPE__BODY_ERROR;
+	env.error = &err;
+	err.code = code;
+	err.message = (char *)(uintptr_t)msg;
+	err.n_agents = n_agents;
+	err.agents = (char **)(uintptr_t)agents;
+	err.n_agent_ids = ids ? n_agents : 0;
+	err.agent_ids = (uint64_t *)(uintptr_t)ids;
+	return tgp_frame_encode(&env, buf, len);
 }
 
-void rpc_reply_free(struct rpc_reply *r)
+void td_dispatch_error(struct td_peer *p, uint64_t id, int code, const char *msg,
+		       const char *const *agents, const uint64_t *ids, size_t n_agents)
 {
-	for (struct rpc_mem *m = r->mem, *next; m; m = next) {
-		next = m->next;
-		free(m->held);
-		free(m);
+	p->d->stats.errors++;
+	p->d->rpc_code = code; /* for --metrics */
+	if (p->closing)
+		return;
+	uint8_t *buf;
+	size_t len;
+	int rc = td_error_frame(id, code, msg, agents, ids, n_agents, &buf, &len);
+	if (rc) {
+		log_warnx("cannot encode an error for peer %llu: %s", (unsigned long long)p->id,
+			  toggle_strerror(rc));
+		return;
 	}
-	r->mem = NULL;
-	if (r->waiter)
-		td_waiter_free(r->waiter);
-	r->waiter = NULL;
-	rpc_skipped_free(&r->skipped);
+	td_report_frame(p, buf, len);
 }
 
-void *rpc_body(struct rpc_reply *r, Toggle__Envelope__BodyCase body)
+static void pending_free(struct td_pending *pd)
 {
-	r->outcome = RPC_BODY;
-	r->body = body;
-	return &r->u;
+	free(pd->reply);
+	if (pd->waiter)
+		td_waiter_free(pd->waiter);
+	free(pd);
 }
 
-int rpc_fail(struct rpc_reply *r, int code, const char *fmt, ...)
+void td_pending_detach(struct td_pending *pd)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(r->text, sizeof(r->text), fmt, ap);
-	va_end(ap);
-	r->outcome = RPC_ERROR;
-	r->code = code;
-	return code;
+	pd->peer = NULL;
+	pd->slot = NULL;
 }
 
-int rpc_fail_ctl(struct rpc_reply *r, const struct td_ctl_err *e)
+/* The save holding the write completed (commit.c): its place is filled. */
+static void pending_done(void *arg, int rc, const char *reason)
 {
-	rpc_fail(r, e->code, "%s", e->msg);
-	snprintf(r->agent, sizeof(r->agent), "%s", e->agent);
-	r->agent_ptr = r->agent;
-	r->agents = &r->agent_ptr;
-	r->agent_id = e->agent_id;
-	r->agent_ids = &r->agent_id;
-	r->n_agents = e->agent[0] ? 1 : 0;
-	return e->code;
-}
-
-void *rpc_alloc(struct rpc_reply *r, size_t n, size_t size)
-{
-	if (n == 0)
-		n = 1;
-	if (size && n > (SIZE_MAX - sizeof(struct rpc_mem)) / size)
-		return NULL;
-	struct rpc_mem *m = calloc(1, sizeof(*m) + n * size);
-	if (!m)
-		return NULL;
-	m->next = r->mem;
-	r->mem = m;
-	return m->data;
-}
-
-char *rpc_adopt(struct rpc_reply *r, char *s)
-{
-	if (!s)
-		return NULL;
-	struct rpc_mem *m = calloc(1, sizeof(*m));
-	if (!m) {
-		free(s);
-		return NULL;
+	struct td_pending *pd = arg;
+	struct td_peer *p = pd->peer;
+	if (!p) {
+		pending_free(pd);
+		return;
 	}
-	m->held = s;
-	m->next = r->mem;
-	r->mem = m;
-	return s;
+	if (rc != 0) {
+		uint8_t *buf = NULL;
+		size_t len = 0;
+		p->d->stats.errors++;
+		if (td_error_frame(pd->request_id, TOGGLE_EIO, reason, NULL, NULL, 0, &buf, &len) != 0)
+			buf = NULL, len = 0; /* the slot is released: the peer times out */
+		td_report_fill(p, pd->slot, buf, len);
+	} else if (pd->waiter) {
+		struct td_waiter *w = pd->waiter;
+		pd->waiter = NULL;
+		w->next = p->d->waiters;
+		p->d->waiters = w;
+		td_report_fill(p, pd->slot, NULL, 0);
+	} else {
+		td_report_fill(p, pd->slot, pd->reply, pd->len);
+		pd->reply = NULL;
+	}
+	pending_free(pd);
+}
+
+/*
+ * A write was accepted (its agents' state changed, td_commit_accept done):
+ * reply (an encoded frame, taken) leaves after the save that holds it, or
+ * waiter is armed then; on a failed save the peer gets TOGGLE_EIO instead.
+ */
+static void reply_wait_save(struct td_peer *p, uint64_t request_id, uint8_t *reply, size_t len,
+			    struct td_waiter *waiter)
+{
+	struct td_pending *pd = calloc(1, sizeof(*pd));
+	if (!pd || p->closing) {
+		/* The state is accepted all the same: the next save holds it. */
+		free(pd);
+		free(reply);
+		if (waiter)
+			td_waiter_free(waiter);
+		if (!p->closing)
+			td_report_drop(p, "out of memory");
+		return;
+	}
+	pd->peer = p;
+	pd->request_id = request_id;
+	pd->reply = reply;
+	pd->len = len;
+	pd->waiter = waiter;
+	pd->wait.fn = pending_done;
+	pd->wait.arg = pd;
+	pd->wait.write = true;
+	td_commit_wait(p->d, &pd->wait);
+	pd->slot = td_report_hold(p, pd);
+	if (!pd->slot)
+		pd->peer = NULL; /* dropped (queue bound, memory): answered to nobody */
 }
 
 /* A write's body, encoded now, leaves once the write is durable (commit.c). */
@@ -139,17 +178,17 @@ static void reply_after_save(struct td_peer *p, uint64_t id, const Toggle__Envel
 		buf = NULL;
 		len = 0;
 	}
-	td_commit_reply(p, id, buf, len, NULL);
+	reply_wait_save(p, id, buf, len, NULL);
 }
 
 void td_dispatch_reply(struct td_peer *p, uint64_t id, struct rpc_reply *r)
 {
 	switch (r->outcome) {
 	case RPC_ERROR:
-		td_peer_send_error_ids(p, id, r->code, r->text, r->agents, r->agent_ids, r->n_agents);
+		td_dispatch_error(p, id, r->code, r->text, r->agents, r->agent_ids, r->n_agents);
 		break;
 	case RPC_DEFERRED:
-		td_commit_reply(p, id, NULL, 0, r->waiter); /* takes the waiter */
+		reply_wait_save(p, id, NULL, 0, r->waiter); /* takes the waiter */
 		r->waiter = NULL;
 		break;
 	case RPC_BODY: {
@@ -160,13 +199,52 @@ void td_dispatch_reply(struct td_peer *p, uint64_t id, struct rpc_reply *r)
 		if (r->after_save)
 			reply_after_save(p, id, &env);
 		else
-			td_peer_send(p, &env);
+			td_report_send(p, &env);
 		break;
 	}
 	}
 	if (r->drop)
-		td_peer_drop(p, r->drop);
+		td_report_drop(p, r->drop);
 	rpc_reply_free(r);
+}
+
+/* Answer a waiter through the dispatcher if its time came; true when answered. */
+static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
+{
+	const char *late[64];
+	uint64_t late_ids[64];
+	struct rpc_reply r;
+	rpc_reply_init(&r);
+	if (!rpc_wait_answer(d, w, now, &r, late, late_ids, 64)) {
+		rpc_reply_free(&r);
+		return false;
+	}
+	td_dispatch_reply(w->peer, w->request_id, &r);
+	return true;
+}
+
+/* After each full status poll (report.h): the waiters whose time came. */
+static void dispatch_on_change(void *arg, const struct td_change *ch)
+{
+	(void)arg;
+	if (ch->kind != TD_AGENTS_POLLED)
+		return;
+	struct td_daemon *d = ch->d;
+	uint64_t now = util_mono_ms();
+	for (struct td_waiter **w = &d->waiters; *w;) {
+		if (waiter_try(d, *w, now)) {
+			struct td_waiter *done = *w;
+			*w = done->next;
+			td_waiter_free(done);
+		} else {
+			w = &(*w)->next;
+		}
+	}
+}
+
+int td_dispatch_init(struct td_daemon *d)
+{
+	return td_report_subscribe(d, TD_SUB_OBSERVE, dispatch_on_change, NULL);
 }
 
 static void dispatch_hello(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
@@ -251,16 +329,11 @@ static void dispatch_request(struct td_peer *p, Toggle__Envelope *req, struct rp
 	rpc->handler(p, req, r);
 }
 
-/* Every request, timed and counted by method and result for --metrics. */
 void td_dispatch(struct td_peer *p, Toggle__Envelope *req)
 {
-	struct td_daemon *d = p->d;
-	uint64_t t0 = d->metrics ? td_mono_ns() : 0;
-	d->rpc_code = 0;
+	p->d->rpc_code = 0;
 	struct rpc_reply r;
 	rpc_reply_init(&r);
 	dispatch_request(p, req, &r);
 	td_dispatch_reply(p, req->id, &r);
-	if (d->metrics)
-		td_metrics_rpc(d, req, d->rpc_code, td_mono_ns() - t0);
 }

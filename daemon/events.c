@@ -1,17 +1,19 @@
 /*
  * events.c - what watchers and waiters learn from the agents: events
  * (joined, left, set applied, plan rejected, anomalies) to every peer that
- * watches a matching selector, and the answers of `set --wait` once each
- * agent applied its version, left, or the deadline passed.  The status
- * timer polls the agents' status lanes for both: fast while someone waits,
- * slowly while agents exist.
+ * watches a matching selector.  The status timer polls the agents' status
+ * lanes: fast while someone waits, slowly while agents exist.  After each
+ * full poll it reports so (report.h): the dispatcher answers the waiters of
+ * `set --wait` whose agents applied their version, left, or whose deadline
+ * passed.  The events go to the watchers through report.h too: events.c is
+ * state, below the server, and calls nothing above it.
  */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rpc.h"
+#include "toggled.h"
 
 void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind kind,
 	      uint64_t version, int64_t step, const char *msg)
@@ -31,8 +33,34 @@ void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind k
 	for (struct td_peer *p = d->peers, *next; p; p = next) {
 		next = p->next; /* sending may drop a slow watcher */
 		if (p->watching && td_selector_match(&p->watch_sel, a))
-			td_peer_send(p, &env);
+			td_report_send(p, &env);
 	}
+}
+
+/* An agent joined or is leaving (agents.c's report): the watchers hear it.  A
+ * joining agent's event comes after the cluster applied its set to it (the
+ * cluster subscribes as an applier): it carries that version. */
+static void events_on_change(void *arg, const struct td_change *ch)
+{
+	(void)arg;
+	struct td_agent *a = ch->a;
+	if (ch->kind == TD_AGENT_JOINED) {
+		td_event(ch->d, a, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_JOINED, a->ctl.version,
+			 a->st->step, NULL);
+		td_timer_update(ch->d);
+	} else if (ch->kind == TD_AGENT_LEFT) {
+		td_event(ch->d, a, TOGGLE__EVENT_KIND__EVENT_KIND_AGENT_LEFT, a->ctl.version,
+			 a->st->step, NULL);
+	}
+}
+
+static void on_status_timer(uv_timer_t *t);
+
+int td_events_init(struct td_daemon *d)
+{
+	uv_timer_init(d->loop, &d->status_timer);
+	d->status_timer.data = d;
+	return td_report_subscribe(d, TD_SUB_OBSERVE, events_on_change, NULL);
 }
 
 /* Compare the fresh status with what watchers were last told: applied
@@ -71,107 +99,6 @@ void td_waiter_free(struct td_waiter *w)
 	free(w->agent_ids);
 	free(w->versions);
 	free(w);
-}
-
-/* Fill r with a waiter's answer: the versions when all applied, an error
- * when an agent left or the deadline passed.  false: not yet. */
-static bool waiter_answer(struct td_daemon *d, const struct td_waiter *w, uint64_t now,
-			  struct rpc_reply *r, const char **late, uint64_t *late_ids, size_t max)
-{
-	size_t n_late = 0, n_named = 0, n_gone = 0, n_refused = 0;
-	for (size_t i = 0; i < w->n; i++) {
-		struct td_agent *a = td_agent_find(d, w->agent_ids[i]);
-		if (a && w->aligned) {
-			/* The refusal words are past the counters the poll reads. */
-			td_agent_refresh(a);
-			if (a->st->aligned_rejected_version == w->versions[i] &&
-			    a->st->aligned_rejected != 0) {
-				if (n_refused == 0)
-					n_named = 0; /* name the agents that refused it */
-				n_refused++;
-				if (n_named < max) {
-					late_ids[n_named] = w->agent_ids[i];
-					late[n_named++] = w->names[i];
-				}
-				continue;
-			}
-		}
-		if (a && !w->aligned && a->st->version_applied >= w->versions[i])
-			continue;
-		if (a && w->aligned && !w->until_applied && a->st->version_seen >= w->versions[i])
-			continue;
-		if (a && w->aligned && w->until_applied && a->st->version_applied >= w->versions[i] &&
-		    a->st->step >= w->aligned_step)
-			continue;
-		n_late++;
-		n_gone += !a;
-		if (n_named < max && !n_refused) {
-			late_ids[n_named] = w->agent_ids[i];
-			late[n_named++] = w->names[i];
-		}
-	}
-	if (n_refused) {
-		r->agents = late;
-		r->agent_ids = late_ids;
-		r->n_agents = n_named;
-		rpc_fail(r, TOGGLE_ELATE,
-			 "aligned set for step %lld refused as late by %zu of %zu agents (they had begun "
-			 "it when they read it); the other agents run it from step %lld",
-			 (long long)w->aligned_step, n_refused, w->n, (long long)w->aligned_step);
-		return true;
-	}
-	r->agents = late;
-	r->agent_ids = late_ids;
-	r->n_agents = n_named;
-	if (n_gone) {
-		/* An agent that left will never apply it: say so now, not at the deadline. */
-		rpc_fail(r, TOGGLE_ENOAGENT, "%zu of %zu agents left before applying the set", n_gone,
-			 w->n);
-		return true;
-	}
-	if (n_late && now < w->deadline_ms)
-		return false;
-	if (n_late && w->aligned) {
-		rpc_fail(r, TOGGLE_ETIMEDOUT,
-			 "%zu of %zu agents did not %s the aligned set for step %lld in time (stalled?); "
-			 "it stays in their control lane for step %lld", n_late, w->n,
-			 w->until_applied ? "run" : "take", (long long)w->aligned_step,
-			 (long long)w->aligned_step);
-		return true;
-	}
-	if (n_late) {
-		rpc_fail(r, TOGGLE_ETIMEDOUT, "%zu of %zu agents did not apply the set at a replay in time",
-			 n_late, w->n);
-		return true;
-	}
-	Toggle__AgentVersion **vp = rpc_set_reply(r, w->n, w->skipped, w->n_skipped);
-	if (!vp) {
-		rpc_fail(r, TOGGLE_ENOMEM, "out of memory");
-		r->n_agents = 0;
-		return true;
-	}
-	for (size_t i = 0; i < w->n; i++) {
-		vp[i]->agent_id = w->agent_ids[i];
-		vp[i]->version = w->versions[i];
-	}
-	if (w->aligned)
-		r->u.set.aligned_step = w->aligned_step;
-	return true;
-}
-
-/* Answer a waiter through the dispatcher if its time came; true when answered. */
-static bool waiter_try(struct td_daemon *d, struct td_waiter *w, uint64_t now)
-{
-	const char *late[64];
-	uint64_t late_ids[64];
-	struct rpc_reply r;
-	rpc_reply_init(&r);
-	if (!waiter_answer(d, w, now, &r, late, late_ids, 64)) {
-		rpc_reply_free(&r);
-		return false;
-	}
-	td_dispatch_reply(w->peer, w->request_id, &r);
-	return true;
 }
 
 /* The counters only: the set and graph records are read by queries. */
@@ -222,16 +149,8 @@ void td_agents_poll(struct td_daemon *d)
 {
 	for (struct td_agent *a = d->agents; a; a = a->next)
 		agent_poll(a);
-	uint64_t now = util_mono_ms();
-	for (struct td_waiter **w = &d->waiters; *w;) {
-		if (waiter_try(d, *w, now)) {
-			struct td_waiter *done = *w;
-			*w = done->next;
-			td_waiter_free(done);
-		} else {
-			w = &(*w)->next;
-		}
-	}
+	/* The waiters whose time came are answered (dispatch.c). */
+	td_report_change(d, TD_AGENTS_POLLED, NULL);
 	td_timer_update(d);
 }
 

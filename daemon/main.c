@@ -320,9 +320,10 @@ int main(int argc, char **argv)
 	fd_limit_fit(&d->cfg);
 	d->loop = uv_default_loop();
 	d->start_ms = util_mono_ms();
-	td_commit_init(d);
-	uv_timer_init(d->loop, &d->status_timer);
-	d->status_timer.data = d;
+	/* The layers below report up through report.h: each subscribes here, before
+	 * any agent can join (the cluster, an applier, is called before them all). */
+	if (td_commit_init(d) != 0 || td_events_init(d) != 0 || td_dispatch_init(d) != 0)
+		fatalx("cannot subscribe the daemon's modules to agent changes");
 	if (td_server_listen(d, activated_fd()) != 0)
 		fatalx("cannot listen on %s", d->cfg.socket_path);
 	uv_signal_t *sigs[] = {&d->sig_term, &d->sig_int, &d->sig_hup};

@@ -8,8 +8,9 @@
  * (an atomic pointer exchange: no lock, so the loop never waits on the
  * lower-priority HTTP thread), then posts a semaphore.  The HTTP thread
  * exchanges the shared one with its own and renders.
- * Counters the dispatcher and the store feed (td_metrics_rpc, td_hist_add)
- * live in loop-owned memory and are copied by the loop into the snapshot.
+ * Counters the server and the store feed (td_metrics_rpc; td_hist_add,
+ * hist.c) live in loop-owned memory and are copied by the loop into the
+ * snapshot.
  *
  * /metrics is for Prometheus, never a lever on the daemon (issue 30):
  *  - one thread polls every connection (libmicrohttpd's internal polling
@@ -65,11 +66,6 @@
 #define METRICS_NICE 10       /* the HTTP thread's nice value above the loop's */
 #define METRICS_RATE 10       /* /metrics answers a second, past the burst */
 #define METRICS_BURST 10      /* answers at once after a quiet time */
-
-/* Histogram upper bounds, seconds (TD_HIST_BUCKETS of them, then +Inf). */
-static const double hist_le[TD_HIST_BUCKETS] = {25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
-						1e-3,  2.5e-3, 5e-3,  10e-3, 25e-3,
-						50e-3, 100e-3, 250e-3, 1.0};
 
 /* Method label per request type; TD_RPC_OTHER for the rest. */
 static const struct {
@@ -185,23 +181,6 @@ struct td_metrics {
 	pthread_t pacer;
 };
 
-uint64_t td_mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-void td_hist_add(struct td_hist *h, uint64_t ns)
-{
-	size_t i = 0;
-	while (i < TD_HIST_BUCKETS && (double)ns > hist_le[i] * 1e9)
-		i++;
-	h->bucket[i]++;
-	h->count++;
-	h->sum_ns += ns;
-}
-
 void td_metrics_rpc(struct td_daemon *d, const Toggle__Envelope *req, int code, uint64_t ns)
 {
 	struct td_metrics *m = d->metrics;
@@ -313,7 +292,7 @@ static void put_hist(FILE *f, const char *name, const char *labels, const struct
 	uint64_t cum = 0;
 	for (size_t i = 0; i < TD_HIST_BUCKETS; i++) {
 		cum += h->bucket[i];
-		fprintf(f, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels, hist_le[i],
+		fprintf(f, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels, td_hist_le[i],
 			(unsigned long long)cum);
 	}
 	cum += h->bucket[TD_HIST_BUCKETS];

@@ -4,8 +4,9 @@
  * it never encodes or sends: the dispatcher (dispatch.c) does, once the
  * handler returned, as chrony's handlers fill a reply that only its
  * dispatcher writes.  rpc_query.c: read-only requests; rpc_control.c:
- * registration and the requests that change the desired state;
- * rpc_target.c: the default target of those.
+ * registration and the requests that change the desired state (their core
+ * is ctl.c's, below); rpc_target.c: the targets and the default target of
+ * those; rpc_reply.c: filling a reply.
  */
 #ifndef TD_RPC_H
 #define TD_RPC_H
@@ -61,7 +62,7 @@ typedef void td_handler_fn(struct td_peer *p, const Toggle__Envelope *req, struc
 td_handler_fn rpc_register_agent, rpc_list_agents, rpc_list_graphs, rpc_status, rpc_hooks,
 	rpc_show_plan, rpc_watch, rpc_set_enabled, rpc_submit_plan, rpc_clear_plan;
 
-/* dispatch.c: filling a reply. */
+/* rpc_reply.c: filling a reply. */
 void rpc_reply_init(struct rpc_reply *r);
 void rpc_reply_free(struct rpc_reply *r);
 /* Answer with a body: u's member for it, which the caller initialises and fills. */
@@ -73,17 +74,20 @@ int rpc_fail(struct rpc_reply *r, int code, const char *fmt, ...)
 void *rpc_alloc(struct rpc_reply *r, size_t n, size_t size);
 /* s (malloc'd, or NULL) is freed with the reply; NULL when out of memory (s freed). */
 char *rpc_adopt(struct rpc_reply *r, char *s);
+void rpc_skipped_free(struct rpc_skipped *sk);
+/* Answer with *e as an Error (naming its agent, if any); returns its code. */
+int rpc_fail_ctl(struct rpc_reply *r, const struct td_ctl_err *e);
 /*
- * Encode and queue r to p as the reply to request id, then free it: the
- * one place a reply is sent, for the dispatcher and for the replies that
- * were deferred (a waiter's, events.c).
+ * dispatch.c: encode and queue r to p as the reply to request id, then free
+ * it: the one place a reply is sent, for the dispatcher and for the replies
+ * that were deferred (a waiter's).
  */
 void td_dispatch_reply(struct td_peer *p, uint64_t id, struct rpc_reply *r);
 
-/* Parse the request's selector and select agents; on error fills r and returns it. */
+/* rpc_target.c: parse the request's selector and select agents; on error fills r
+ * and returns it. */
 int rpc_targets(struct td_peer *p, struct rpc_reply *r, const Toggle__Selector *sel,
 		struct td_agent ***agents, size_t *n);
-void rpc_skipped_free(struct rpc_skipped *sk);
 /*
  * Default target only (no selector, or all): drop from v the agents whose
  * catalog refuses one of specs, naming them in r->skipped (rpc_target.c).
@@ -92,46 +96,21 @@ void rpc_skipped_free(struct rpc_skipped *sk);
  */
 int rpc_default_filter(struct td_peer *p, struct rpc_reply *r, const Toggle__Selector *sel,
 		       struct td_agent **v, size_t *n, const char *const *specs, size_t n_specs);
-/* Format a set of an agent as spec text into a malloc'd string (NULL on ENOMEM). */
-char *rpc_spec(const struct td_agent *a, const uint64_t *words);
-
-/* Fill one reply element as the query handlers do (also for the cluster's
- * published status).  AgentInfo.enabled is malloc'd: free it. */
-void rpc_fill_agent(Toggle__AgentInfo *m, struct td_agent *a);
-void rpc_fill_graph(Toggle__GraphInfo *m, const struct td_agent *a, const struct toggle_shm_graph *r);
-void rpc_fill_status(Toggle__StatusReply *rep, const struct td_daemon *d);
-
-/* An error from td_ctl_set/td_ctl_plan: code, message, the agent it names ("" for none)
- * and that agent's id (Error.agent_ids). */
-struct td_ctl_err {
-	int code;
-	char msg[400];
-	char agent[TGP_MAX_NAME];
-	uint64_t agent_id;
-};
-
-/*
- * The validate-then-apply core of SetEnabled and SubmitPlan (rpc_control.c),
- * shared by the RPC handlers and the cluster layer: all targets or none,
- * applied to the accepted state and marked for the next save; the control
- * lanes are written by commit.c once that save succeeded.  Default-target
- * filtering (rpc_default_filter) stays with the handlers.  td_ctl_plan
- * with no targets checks the entries only.  0, or a TOGGLE_E* code with
- * *e filled.
- */
-int td_ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op,
-	       struct td_ctl_err *e);
-int td_ctl_plan(struct td_agent **v, size_t n, const Toggle__SubmitPlanRequest *m,
-		struct td_ctl_err *e);
 /*
  * Fill r with a SetEnabledReply of n versions that names the skipped agents
  * (not copied: they outlive the reply); the caller fills each version's
  * agent_id and version.  NULL when out of memory.  Also for the waiters'
- * replies (events.c).
+ * replies (rpc_wait_answer).
  */
 Toggle__AgentVersion **rpc_set_reply(struct rpc_reply *r, size_t n, char **skipped,
 				     size_t n_skipped);
-/* Answer with *e as an Error (naming its agent, if any); returns its code. */
-int rpc_fail_ctl(struct rpc_reply *r, const struct td_ctl_err *e);
+/*
+ * Fill r with a waiter's answer (set --wait, an aligned set): the versions
+ * when all applied, an error when an agent left or refused it, or the
+ * deadline passed; late/late_ids (max) hold the agents it names.  false:
+ * not yet.  The dispatcher sends it after each full status poll.
+ */
+bool rpc_wait_answer(struct td_daemon *d, const struct td_waiter *w, uint64_t now,
+		     struct rpc_reply *r, const char **late, uint64_t *late_ids, size_t max);
 
 #endif

@@ -11,83 +11,12 @@
 
 #include "rpc.h"
 
-int rpc_targets(struct td_peer *p, struct rpc_reply *r, const Toggle__Selector *sel,
-		struct td_agent ***agents, size_t *n)
-{
-	struct td_selector s;
-	char err[160];
-	int rc = td_selector_parse(sel, &s, err, sizeof(err));
-	if (!rc)
-		rc = td_agents_select(p->d, &s, agents, n);
-	if (rc == TOGGLE_ENOAGENT)
-		snprintf(err, sizeof(err), "no agent matches the target (agents connected: %zu)",
-			 p->d->n_agents);
-	else if (rc == TOGGLE_ENOMEM)
-		snprintf(err, sizeof(err), "out of memory");
-	if (rc)
-		rpc_fail(r, rc, "%s", err);
-	return rc;
-}
-
-char *rpc_spec(const struct td_agent *a, const uint64_t *words)
-{
-	struct toggle_set s;
-	memcpy(s.bits, words, sizeof(s.bits));
-	int n = toggle_set_format(&a->cat, &s, NULL, 0);
-	if (n < 0)
-		return strdup("(outside the catalog)");
-	char *buf = malloc((size_t)n + 1);
-	if (buf)
-		toggle_set_format(&a->cat, &s, buf, (size_t)n + 1);
-	return buf;
-}
-
 /* A default target ("all") with no agent is answered with an empty list;
  * a named target must exist. */
 static bool none_to_list(const struct td_peer *p, const Toggle__Selector *sel)
 {
 	return (!sel || sel->sel_case == TOGGLE__SELECTOR__SEL__NOT_SET ||
 		sel->sel_case == TOGGLE__SELECTOR__SEL_ALL) && !p->d->n_agents;
-}
-
-static uint64_t anomalies_sum(const struct td_agent *a)
-{
-	uint64_t sum = 0;
-	for (int i = 0; i < TOGGLE_SHM_AN_COUNT; i++)
-		sum += a->st->anomalies[i];
-	return sum;
-}
-
-void rpc_fill_agent(Toggle__AgentInfo *m, struct td_agent *a)
-{
-	toggle__agent_info__init(m);
-	td_agent_refresh(a);
-	m->agent_id = a->id;
-	m->name = a->name;
-	m->group = a->group;
-	m->pid = a->pid;
-	m->uid = a->uid;
-	m->mode = a->mode;
-	m->driver_version = a->driver_version;
-	m->connected_unix_ms = a->connected_ms;
-	m->step = a->st->step;
-	m->control_version = a->ctl.version;
-	m->applied_version = a->st->version_applied;
-	m->graphs = (uint32_t)a->st->total_graphs;
-	m->anomalies = anomalies_sum(a);
-	/* Without a daemon-set standing set, show what the agent runs now. */
-	m->enabled = rpc_spec(a, a->has_standing ? a->ctl.standing : a->st->current);
-	m->n_hook_types = a->cat.n_types;
-	m->hook_types = (char **)(uintptr_t)a->cat.type_names;
-	m->n_layers = a->cat.n_layers;
-	uint32_t pending = 0;
-	for (size_t i = 0; i < a->n_plans; i++)
-		pending += a->plans[i].step > m->step;
-	m->pending_plan = pending;
-	if (a->st->tainted_launches) {
-		m->tainted_launches = a->st->tainted_launches;
-		m->tainted_step = a->st->tainted_step;
-	}
 }
 
 void rpc_list_agents(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
@@ -103,7 +32,7 @@ void rpc_list_agents(struct td_peer *p, const Toggle__Envelope *req, struct rpc_
 	Toggle__AgentInfo **ptrs = rpc_alloc(r, n, sizeof(*ptrs));
 	if (infos && ptrs) {
 		for (size_t i = 0; i < n; i++) {
-			rpc_fill_agent(&infos[i], v[i]);
+			td_view_agent(&infos[i], v[i]);
 			infos[i].enabled = rpc_adopt(r, infos[i].enabled);
 			ptrs[i] = &infos[i];
 		}
@@ -113,25 +42,6 @@ void rpc_list_agents(struct td_peer *p, const Toggle__Envelope *req, struct rpc_
 		rpc_fail(r, TOGGLE_ENOMEM, "out of memory");
 	}
 	free(v);
-}
-
-void rpc_fill_graph(Toggle__GraphInfo *m, const struct td_agent *a, const struct toggle_shm_graph *r)
-{
-	toggle__graph_info__init(m);
-	m->agent_id = a->id;
-	m->graph = r->graph;
-	m->exec = r->exec;
-	m->nodes = (uint32_t)r->nodes;
-	m->hooks_covered = (uint32_t)r->hooks_covered;
-	m->applied_version = r->applied_version;
-	m->replays = r->replays;
-	m->last_step = r->last_step;
-	m->bound = (r->flags & TOGGLE_SHM_GRAPH_BOUND) != 0;
-	m->stale = (r->flags & TOGGLE_SHM_GRAPH_STALE) != 0;
-	m->tainted = (r->flags & TOGGLE_SHM_GRAPH_TAINTED) != 0;
-	m->blocked = (r->flags & TOGGLE_SHM_GRAPH_BLOCKED) != 0;
-	m->bare_exec = (r->flags & TOGGLE_SHM_GRAPH_BARE) != 0;
-	m->bare_running = (r->flags & TOGGLE_SHM_GRAPH_BARE_RUNNING) != 0;
 }
 
 void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
@@ -160,7 +70,7 @@ void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req, struct rpc_
 			if (a->st->total_graphs > a->st->n_graphs)
 				trunc[rep->n_truncated_agents++] = a->id;
 			for (uint64_t j = 0; j < a->st->n_graphs; j++, k++) {
-				rpc_fill_graph(&g[k], a, &a->st->graphs[j]);
+				td_view_graph(&g[k], a, &a->st->graphs[j]);
 				gp[k] = &g[k];
 			}
 		}
@@ -171,37 +81,10 @@ void rpc_list_graphs(struct td_peer *p, const Toggle__Envelope *req, struct rpc_
 	free(v);
 }
 
-void rpc_fill_status(Toggle__StatusReply *rep, const struct td_daemon *d)
-{
-	toggle__status_reply__init(rep);
-	rep->daemon_version = (char *)TD_VERSION;
-	rep->protocol_version = TGP_PROTOCOL_VERSION;
-	rep->uptime_ms = util_mono_ms() - d->start_ms;
-	rep->agents = (uint32_t)d->n_agents;
-	rep->clients = (uint32_t)(d->n_peers - d->n_agents);
-	rep->requests = d->stats.requests;
-	rep->errors = d->stats.errors;
-	rep->denied = d->stats.denied;
-	rep->dropped_peers = d->stats.dropped_peers;
-	rep->socket = (char *)(uintptr_t)d->cfg.socket_path;
-	rep->state_dir = (char *)(uintptr_t)d->cfg.state_dir;
-	rep->save_errors = d->commit.failures;
-	if (d->commit.failing)
-		rep->save_error = (char *)(uintptr_t)d->commit.reason;
-	const struct td_cluster_view *cv = &d->cluster_view;
-	if (cv->on) {
-		rep->etcd_member = (char *)(uintptr_t)cv->member;
-		rep->etcd_connected = cv->connected;
-		rep->etcd_since_unix_ms = cv->since_unix_ms;
-		rep->etcd_failovers = cv->failovers;
-		rep->etcd_last_error = (char *)(uintptr_t)cv->last_error;
-	}
-}
-
 void rpc_status(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
 {
 	(void)req;
-	rpc_fill_status(rpc_body(r, TOGGLE__ENVELOPE__BODY_STATUS_REPLY), p->d);
+	td_view_status(rpc_body(r, TOGGLE__ENVELOPE__BODY_STATUS_REPLY), p->d);
 }
 
 void rpc_hooks(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)
@@ -225,9 +108,9 @@ void rpc_hooks(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply 
 			h[i].n_hook_types = a->cat.n_types;
 			h[i].hook_types = (char **)(uintptr_t)a->cat.type_names;
 			h[i].n_layers = a->cat.n_layers;
-			h[i].enabled = rpc_adopt(r, rpc_spec(a, a->has_standing ? a->ctl.standing
-										 : a->st->current));
-			h[i].current = rpc_adopt(r, rpc_spec(a, a->st->current));
+			h[i].enabled = rpc_adopt(r, td_view_spec(a, a->has_standing ? a->ctl.standing
+										     : a->st->current));
+			h[i].current = rpc_adopt(r, td_view_spec(a, a->st->current));
 			hp[i] = &h[i];
 		}
 		rep->n_agents = n;
@@ -253,7 +136,7 @@ static void plan_fill(struct rpc_reply *r, Toggle__AgentPlan *ap, struct td_agen
 		Toggle__PlanEntry *en = &e[ap->n_entries];
 		toggle__plan_entry__init(en);
 		en->step = a->plans[j].step;
-		en->spec = rpc_adopt(r, rpc_spec(a, a->plans[j].set.bits));
+		en->spec = rpc_adopt(r, td_view_spec(a, a->plans[j].set.bits));
 		ep[ap->n_entries++] = en;
 	}
 }

@@ -5,7 +5,8 @@
  * operator's default command fail for everyone (issue 11 item 5): such
  * agents are left out, named in the reply and in the log, and the command
  * applies to the others.  It fails only when no agent accepts it.  An
- * explicit selector (agent, pid, group) stays all-or-nothing.
+ * explicit selector (agent, pid, group) stays all-or-nothing.  And the
+ * targets of every command that names agents (rpc_targets).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,13 +15,22 @@
 #include "log.h"
 #include "rpc.h"
 
-void rpc_skipped_free(struct rpc_skipped *sk)
+int rpc_targets(struct td_peer *p, struct rpc_reply *r, const Toggle__Selector *sel,
+		struct td_agent ***agents, size_t *n)
 {
-	for (size_t i = 0; i < sk->n; i++)
-		free(sk->v[i]);
-	free(sk->v);
-	sk->v = NULL;
-	sk->n = 0;
+	struct td_selector s;
+	char err[160];
+	int rc = td_selector_parse(sel, &s, err, sizeof(err));
+	if (!rc)
+		rc = td_agents_select(p->d, &s, agents, n);
+	if (rc == TOGGLE_ENOAGENT)
+		snprintf(err, sizeof(err), "no agent matches the target (agents connected: %zu)",
+			 p->d->n_agents);
+	else if (rc == TOGGLE_ENOMEM)
+		snprintf(err, sizeof(err), "out of memory");
+	if (rc)
+		rpc_fail(r, rc, "%s", err);
+	return rc;
 }
 
 static bool target_is_default(const Toggle__Selector *sel)

@@ -4,8 +4,9 @@
  *
  * Sockets are driven with uv_poll on non-blocking fds rather than uv_pipe,
  * because agents pass a memfd with their registration frame and we want the
- * plain recvmsg semantics for it.  Replies are queued by the dispatcher and written
- * in the loop's check phase.  A reply to a write holds its place in the queue
+ * plain recvmsg semantics for it.  Replies are queued by the dispatcher
+ * (through report.h: the layers below reach a peer only through the write
+ * queue registered here) and written in the loop's check phase.  A reply to a write holds its place in the queue
  * until its save is done (commit.c): a command is never acknowledged before
  * it is durable, and a peer gets its replies in request order.  A peer whose
  * queue grows over its bound is dropped: a slow or stuck peer never blocks
@@ -47,6 +48,7 @@
 static void peer_on_io(uv_poll_t *h, int status, int events);
 static void queue_remove(struct td_peer *p);
 static void flush_remove(struct td_peer *p);
+static void td_peer_drop(struct td_peer *p, const char *why);
 
 /* true when a repeated warning may be logged now; *suppressed says how many were not. */
 static bool ratelog_ok(struct td_ratelog *r, uint64_t *suppressed)
@@ -103,7 +105,7 @@ static void peer_out_free(struct td_peer *p)
 	p->out_bytes = 0;
 }
 
-void td_peer_drop(struct td_peer *p, const char *why)
+static void td_peer_drop(struct td_peer *p, const char *why)
 {
 	if (p->closing)
 		return;
@@ -176,6 +178,10 @@ static void flush_remove(struct td_peer *p)
 /* Queue an encoded frame (taken) behind the peer's other replies. */
 static void peer_queue(struct td_peer *p, uint8_t *buf, size_t len)
 {
+	if (p->closing) {
+		free(buf);
+		return;
+	}
 	if (p->out_bytes + len > p->d->cfg.max_queue) {
 		free(buf);
 		p->d->stats.dropped_peers++;
@@ -199,39 +205,7 @@ static void peer_queue(struct td_peer *p, uint8_t *buf, size_t len)
 	flush_add(p);
 }
 
-void td_peer_send(struct td_peer *p, const Toggle__Envelope *env)
-{
-	if (p->closing)
-		return;
-	uint8_t *buf;
-	size_t len;
-	int rc = tgp_frame_encode(env, &buf, &len);
-	if (rc) {
-		log_warnx("cannot encode a reply for peer %llu: %s", (unsigned long long)p->id,
-			  toggle_strerror(rc));
-		return;
-	}
-	peer_queue(p, buf, len);
-}
-
-int td_error_frame(uint64_t id, int code, const char *msg, const char *const *agents,
-		   const uint64_t *ids, size_t n_agents, uint8_t **buf, size_t *len)
-{
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	Toggle__Error err = TOGGLE__ERROR__INIT;
-	env.id = id;
-	env.body_case = TOGGLE__ENVELOPE__BODY_ERROR;
-	env.error = &err;
-	err.code = code;
-	err.message = (char *)(uintptr_t)msg;
-	err.n_agents = n_agents;
-	err.agents = (char **)(uintptr_t)agents;
-	err.n_agent_ids = ids ? n_agents : 0;
-	err.agent_ids = (uint64_t *)(uintptr_t)ids;
-	return tgp_frame_encode(&env, buf, len);
-}
-
-struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend)
+static struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend)
 {
 	if (p->closing)
 		return NULL;
@@ -257,7 +231,7 @@ struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend)
 	return o;
 }
 
-void td_peer_fill(struct td_peer *p, struct td_out *slot, uint8_t *data, size_t len)
+static void td_peer_fill(struct td_peer *p, struct td_out *slot, uint8_t *data, size_t len)
 {
 	p->out_bytes -= slot->len;
 	p->held--;
@@ -267,30 +241,6 @@ void td_peer_fill(struct td_peer *p, struct td_out *slot, uint8_t *data, size_t 
 	slot->off = 0;
 	p->out_bytes += slot->len;
 	flush_add(p);
-}
-
-void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
-			const char *const *agents, size_t n_agents)
-{
-	td_peer_send_error_ids(p, id, code, msg, agents, NULL, n_agents);
-}
-
-void td_peer_send_error_ids(struct td_peer *p, uint64_t id, int code, const char *msg,
-			    const char *const *agents, const uint64_t *ids, size_t n_agents)
-{
-	p->d->stats.errors++;
-	p->d->rpc_code = code; /* for --metrics */
-	if (p->closing)
-		return;
-	uint8_t *buf;
-	size_t len;
-	int rc = td_error_frame(id, code, msg, agents, ids, n_agents, &buf, &len);
-	if (rc) {
-		log_warnx("cannot encode an error for peer %llu: %s", (unsigned long long)p->id,
-			  toggle_strerror(rc));
-		return;
-	}
-	peer_queue(p, buf, len);
 }
 
 /* Write what can be written now; 0, or -1 if the peer was dropped. */
@@ -455,6 +405,17 @@ static void queue_remove(struct td_peer *p)
 	p->queue_next = NULL;
 }
 
+/* Every request, timed and counted by method and result for --metrics (the
+ * code is the one the dispatcher left in rpc_code). */
+static void dispatch_counted(struct td_peer *p, Toggle__Envelope *env)
+{
+	struct td_daemon *d = p->d;
+	uint64_t t0 = d->metrics ? td_mono_ns() : 0;
+	td_dispatch(p, env);
+	if (d->metrics)
+		td_metrics_rpc(d, env, d->rpc_code, td_mono_ns() - t0);
+}
+
 /* Handle the peer's next buffered frame (there is one, or the stream's error). */
 static void peer_frame(struct td_peer *p)
 {
@@ -475,11 +436,11 @@ static void peer_frame(struct td_peer *p)
 	 * NUL: "a\0/../x" would act as "a".  Such a frame re-packs shorter. */
 	if (toggle__envelope__get_packed_size(env) != flen) {
 		p->d->stats.frames_refused++;
-		td_peer_send_error(p, env->id, TOGGLE_EINVAL,
-				   "request refused: a string holds a NUL byte, or a field is "
-				   "repeated or not canonically encoded", NULL, 0);
+		td_dispatch_error(p, env->id, TOGGLE_EINVAL,
+				  "request refused: a string holds a NUL byte, or a field is "
+				  "repeated or not canonically encoded", NULL, NULL, 0);
 	} else {
-		td_dispatch(p, env);
+		dispatch_counted(p, env);
 	}
 	toggle__envelope__free_unpacked(env, NULL);
 	/* An fd belongs to the frame it came with (a stream read never spans
@@ -933,8 +894,17 @@ static int listen_bind(struct td_daemon *d)
 	return fd;
 }
 
+/* The lower layers' way to a peer (report.h): these write queues. */
+static const struct td_report_io server_io = {
+	.frame = peer_queue,
+	.hold = td_peer_hold,
+	.fill = td_peer_fill,
+	.drop = td_peer_drop,
+};
+
 int td_server_listen(struct td_daemon *d, int activated_fd)
 {
+	td_report_io(d, &server_io);
 	if (activated_fd >= 0) {
 		d->listen_fd = activated_fd;
 		int fl = fcntl(activated_fd, F_GETFL);

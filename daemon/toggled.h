@@ -1,14 +1,22 @@
 /*
  * toggled.h - the daemon's shared types: configuration, peers (connections),
  * agents, the desired-state store, waiters, and the functions each module
- * offers the others.  Modules: main.c (start-up, signals), server.c
- * (listener, peers, framing, write queues), dispatch.c (validation order,
- * permission, routing, and the one place replies are encoded and sent),
- * rpc_query.c, rpc_control.c and rpc_target.c (handlers: they fill a reply,
- * rpc.h), agents.c (registry, shared memory), events.c (status polling,
- * events to watchers, answers to waiters), store.c (persistence),
- * auth.c (SO_PEERCRED and the operator group), metrics.c (Prometheus
- * /metrics on its own thread).
+ * offers the others.  The modules are layers that call one way, down
+ * (docs/architecture.md, "The daemon's layers"; scripts/layer-check.sh):
+ *   main.c (start-up, signals, wiring the layers together);
+ *   server.c (listener, peers, framing, turns, write queues) and metrics.c
+ *     (Prometheus /metrics on its own thread);
+ *   dispatch.c (validation order, permission, routing, and the one place
+ *     replies are encoded and sent, those that wait for a save too);
+ *   rpc_query.c, rpc_control.c, rpc_target.c, rpc_reply.c (handlers: they
+ *     fill a reply, rpc.h) and cluster.c (etcd's desired state);
+ *   the state: ctl.c (validate-then-apply of a write), view.c (agents and
+ *     status as reply messages), commit.c (saves, durable before visible),
+ *     events.c (status polling, events to watchers), agents.c (registry,
+ *     shared memory), store.c (persistence), report.c (the one way up:
+ *     report.h);
+ *   helpers: auth.c (SO_PEERCRED and the operator group), hist.c, log.c,
+ *     paths.c, config.c, netcheck.c, gzipenc.c, etcd.c, cluster_key.c.
  */
 #ifndef TOGGLED_H
 #define TOGGLED_H
@@ -22,6 +30,7 @@
 
 #include "cluster.h"
 #include "frame.h"
+#include "report.h"
 #include "toggle_hooks.h"
 #include "toggle_shm.h"
 
@@ -270,7 +279,7 @@ struct td_desired {
 	char **saved_specs;
 };
 
-/* A latency histogram (metrics.c): counts per bucket, the last one +Inf. */
+/* A latency histogram (hist.c; metrics.c renders it): counts per bucket, the last one +Inf. */
 #define TD_HIST_BUCKETS 14
 struct td_hist {
 	uint64_t bucket[TD_HIST_BUCKETS + 1];
@@ -320,6 +329,25 @@ struct td_store {
 
 struct td_store_job;
 
+/*
+ * td_commit_notify, td_commit_wait: fn(arg, rc, reason) once the save that
+ * holds everything accepted so far completes: rc 0 once it is durable (after
+ * the control lanes are written), TOGGLE_EIO when it failed and was rolled
+ * back (reason says why).
+ */
+typedef void td_commit_fn(void *arg, int rc, const char *reason);
+
+/* One wait for a save, queued in commit.c; its memory is the waiter's (owned:
+ * td_commit_notify's, freed by commit.c once fn returned). */
+struct td_commit_wait {
+	struct td_commit_wait *next;
+	td_commit_fn *fn;
+	void *arg;
+	bool write;            /* a peer's write: counted in failed_writes when it fails */
+	bool owned;
+	uint64_t publish_mark; /* answered once publish_done reaches it */
+};
+
 /* Saves off the loop (commit.c): one in flight, the writes accepted meanwhile wait for the next. */
 struct td_commit {
 	uv_work_t work;
@@ -327,8 +355,8 @@ struct td_commit {
 	struct td_store_job *job;     /* in flight, or NULL */
 	uv_work_t ckpt_work;          /* a checkpoint, beside the saves (store.c) */
 	struct td_store_job *ckpt;    /* in flight, or NULL */
-	struct td_pending *inflight;  /* replies that wait for the job in flight */
-	struct td_pending *queued, **queued_tail; /* replies that wait for the next one */
+	struct td_commit_wait *inflight;  /* replies that wait for the job in flight */
+	struct td_commit_wait *queued, **queued_tail; /* replies that wait for the next one */
 	/* A finished save is made visible a few agents and replies per turn
 	 * (td_commit_step): agents whose lane waits for their durable state,
 	 * oldest first, and replies that wait for the agents queued before them. */
@@ -337,7 +365,7 @@ struct td_commit {
 	 * save visits these, not every agent. */
 	struct td_agent *touched;
 	uint64_t publish_added, publish_done; /* agents that joined, and left, the queue */
-	struct td_pending *answers, **answers_tail;
+	struct td_commit_wait *answers, **answers_tail;
 	bool failing;                 /* the last save (or checkpoint) failed */
 	bool stopping;
 	char reason[256];             /* why the last save failed */
@@ -400,6 +428,7 @@ struct td_daemon {
 	struct td_metrics *metrics; /* NULL without --metrics */
 	int rpc_code;               /* result of the request being dispatched */
 	struct td_cluster *cluster; /* NULL: not in a cluster */
+	struct td_report report;    /* what the upper layers registered (report.h) */
 	/* What cluster.c reports of its watch, for the Status reply and
 	 * /metrics (data written by cluster.c, read by the layers that show
 	 * it; no call between them). */
@@ -415,29 +444,25 @@ struct td_daemon {
 };
 
 
-/* server.c */
+/* server.c: the listener and the peers; registers its write queues as the
+ * lower layers' way to a peer (report.h) when it starts listening. */
 int td_server_listen(struct td_daemon *d, int activated_fd);
 void td_server_close(struct td_daemon *d);
-/* Queue an envelope to a peer (written in the loop's check phase). */
-void td_peer_send(struct td_peer *p, const Toggle__Envelope *env);
-/* The one place an Error frame is built: encoded into *buf (malloc'd); 0 or a TOGGLE_E*. */
-int td_error_frame(uint64_t id, int code, const char *msg, const char *const *agents,
-		   const uint64_t *ids, size_t n_agents, uint8_t **buf, size_t *len);
-void td_peer_send_error(struct td_peer *p, uint64_t id, int code, const char *msg,
-			const char *const *agents, size_t n_agents);
-/* The same, naming the agents concerned by id too (ids[i] is agents[i]'s). */
-void td_peer_send_error_ids(struct td_peer *p, uint64_t id, int code, const char *msg,
-			    const char *const *agents, const uint64_t *ids, size_t n_agents);
-void td_peer_drop(struct td_peer *p, const char *why);
-/* Hold a place in the peer's queue for a reply that waits (NULL: the peer was dropped). */
-struct td_out *td_peer_hold(struct td_peer *p, struct td_pending *pend);
-/* Put the reply (taken; NULL: none) in its place; what is behind it may leave. */
-void td_peer_fill(struct td_peer *p, struct td_out *slot, uint8_t *data, size_t len);
 /* Apply changed limits and timeouts (after a configuration reload). */
 void td_server_reconfigure(struct td_daemon *d);
 
 /* dispatch.c */
+/* At start-up: the waiters' answers after each full status poll (report.h). */
+int td_dispatch_init(struct td_daemon *d);
 void td_dispatch(struct td_peer *p, Toggle__Envelope *req);
+/* The one place an Error frame is built: encoded into *buf (malloc'd); 0 or a TOGGLE_E*. */
+int td_error_frame(uint64_t id, int code, const char *msg, const char *const *agents,
+		   const uint64_t *ids, size_t n_agents, uint8_t **buf, size_t *len);
+/* Queue an Error to p, naming the agents concerned (ids[i] is agents[i]'s; ids may be NULL). */
+void td_dispatch_error(struct td_peer *p, uint64_t id, int code, const char *msg,
+		       const char *const *agents, const uint64_t *ids, size_t n_agents);
+/* The peer of a reply waiting for its save left (server.c, when it frees the queue). */
+void td_pending_detach(struct td_pending *pd);
 
 /* paths.c: directories that must be ours (owned by us or root, not writable by
  * others; ancestors may be sticky like /tmp, the leaf only if sticky_leaf_ok). */
@@ -455,6 +480,8 @@ int td_path_socket_claim(const char *path, bool *replaced, char *err, size_t err
 int td_metrics_start(struct td_daemon *d, const char *address, char *err, size_t errlen);
 void td_metrics_stop(struct td_daemon *d);
 void td_metrics_rpc(struct td_daemon *d, const Toggle__Envelope *req, int code, uint64_t ns);
+/* hist.c: the histograms' upper bounds (seconds; then +Inf), and CLOCK_MONOTONIC in ns. */
+extern const double td_hist_le[TD_HIST_BUCKETS];
 void td_hist_add(struct td_hist *h, uint64_t ns);
 uint64_t td_mono_ns(void);
 
@@ -465,7 +492,8 @@ void td_auth_reload(struct td_daemon *d);
 const char *td_auth_group_denied(const struct td_daemon *d, const char *group, uint32_t uid,
 				 uint32_t gid, uint32_t pid, char *why, size_t len);
 
-/* agents.c */
+/* agents.c: the registry.  A join and a departure are reported (report.h):
+ * the cluster, events.c and commit.c subscribe. */
 int td_agent_register(struct td_peer *p, const Toggle__RegisterAgentRequest *m, uint64_t *id,
 		      char *err, size_t errlen);
 void td_agent_gone(struct td_agent *a);
@@ -482,10 +510,18 @@ void td_agent_refresh(struct td_agent *a);
 /* Sample its step rate (td_agent.steps_per_s) from the last status read. */
 void td_agent_rate_sample(struct td_agent *a, uint64_t now_ms);           /* read its status lane */
 void td_agent_write_control(struct td_agent *a);     /* publish a->ctl */
-void td_agent_persist(struct td_agent *a);           /* copy desired state to the store */
+/* Copy desired state to the store (td_commit_accept: and mark it for the next save). */
+void td_agent_persist(struct td_agent *a);
+/* Free a state copy's plans. */
+void td_agent_state_free(struct td_agent_state *st);
+/* Agent state: copy the accepted state into dst (plans allocated); TOGGLE_ENOMEM. */
+int td_agent_state_copy(struct td_agent_state *dst, const struct td_agent *a);
 
 /* events.c */
-void td_agents_poll(struct td_daemon *d);            /* status lanes -> events, waiters */
+/* At start-up: the status timer, and events for agents that join and leave. */
+int td_events_init(struct td_daemon *d);
+/* Status lanes -> events; then reported (TD_AGENTS_POLLED: the waiters are answered). */
+void td_agents_poll(struct td_daemon *d);
 /* An event to every peer watching a selector that matches a. */
 void td_event(struct td_daemon *d, const struct td_agent *a, Toggle__EventKind kind,
 	      uint64_t version, int64_t step, const char *msg);
@@ -493,43 +529,73 @@ void td_timer_update(struct td_daemon *d);           /* the status timer's perio
 void td_waiter_free(struct td_waiter *w);
 
 /* commit.c: saves on the thread pool, group commit, replies after durability. */
-void td_commit_init(struct td_daemon *d);
+/* At start-up (subscribes to agents that leave); 0 or TOGGLE_ELIMIT. */
+int td_commit_init(struct td_daemon *d);
 /* Check phase: start a save when writes wait and none is in flight. */
 void td_commit_kick(struct td_daemon *d);
 /* Check phase: a bounded share of a finished save's lanes and replies; true if more wait. */
 bool td_commit_step(struct td_daemon *d);
-/* An agent leaves: out of the queue of lanes to write and the list of changed agents. */
-void td_commit_forget_agent(struct td_agent *a);
 /* The agent's accepted state changed: the next save holds it. */
 void td_commit_touch(struct td_agent *a);
+/* A write applied to the agent's accepted state: copied to the store (td_agent_persist)
+ * and marked for the next save. */
+void td_commit_accept(struct td_agent *a);
 /*
- * A write was accepted (its agents' state changed, td_agent_persist done):
- * reply (an encoded frame, taken) leaves after the save that holds it, or
- * waiter is armed then; on a failed save the peer gets TOGGLE_EIO instead.
+ * w (fn and arg set; its memory the caller's until fn is called) waits for
+ * the save that holds everything accepted so far: queued like every other
+ * wait, in order (a save starts at the next td_commit_kick; at shutdown
+ * td_commit_drain completes it).  A write's reply waits this way
+ * (dispatch.c).
  */
-void td_commit_reply(struct td_peer *p, uint64_t request_id, uint8_t *reply, size_t len,
-		     struct td_waiter *waiter);
-/*
- * Call fn(arg, rc, reason) when the save that holds everything accepted so
- * far completes: rc 0 once it is durable (after the control lanes are
- * written), TOGGLE_EIO when it failed and was rolled back.  Queued like a
- * write's reply (a save starts at the next td_commit_kick); at shutdown
- * td_commit_drain completes it.  0 or TOGGLE_ENOMEM (fn never called).
- */
-typedef void td_commit_fn(void *arg, int rc, const char *reason);
+void td_commit_wait(struct td_daemon *d, struct td_commit_wait *w);
+/* The same for code that is not a peer's write (the cluster): 0 or TOGGLE_ENOMEM
+ * (fn never called). */
 int td_commit_notify(struct td_daemon *d, td_commit_fn *fn, void *arg);
-/* The peer of a waiting reply left (server.c, when it frees the queue). */
-void td_pending_detach(struct td_pending *pd);
 /* Shutdown: wait for the save in flight, save the rest, answer every write. */
 void td_commit_drain(struct td_daemon *d);
-/* Free a state copy's plans. */
-void td_agent_state_free(struct td_agent_state *st);
-/* Agent state: copy the accepted state into dst (plans allocated); TOGGLE_ENOMEM. */
-int td_agent_state_copy(struct td_agent_state *dst, const struct td_agent *a);
+
+/* ctl.c: the validate-then-apply core of SetEnabled, SubmitPlan and ClearPlan,
+ * shared by the RPC handlers and the cluster layer. */
+/* An error from td_ctl_*: code, message, the agent it names ("" for none)
+ * and that agent's id (Error.agent_ids). */
+struct td_ctl_err {
+	int code;
+	char msg[400];
+	char agent[TGP_MAX_NAME];
+	uint64_t agent_id;
+};
+/*
+ * All targets or none, applied to the accepted state and marked for the
+ * next save; the control lanes are written by commit.c once that save
+ * succeeded.  Default-target filtering (rpc_default_filter) stays with the
+ * handlers.  td_ctl_plan with no targets checks the entries only.  0, or a
+ * TOGGLE_E* code with *e filled.
+ */
+int td_ctl_set(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op,
+	       struct td_ctl_err *e);
+/* An aligned set: the step every target switches at (td_ctl_align). */
+int td_ctl_set_aligned(struct td_agent **v, size_t n, const char *spec, Toggle__SetOp op,
+		       int64_t step, struct td_ctl_err *e);
+/* The step of an aligned set that no target has begun, checked against every
+ * target (margin_req 0: from their step rates); the margin used in *margin_out. */
+int td_ctl_align(struct td_agent **v, size_t n, uint32_t margin_req, int64_t *out,
+		 uint32_t *margin_out, struct td_ctl_err *e);
+int td_ctl_plan(struct td_agent **v, size_t n, const Toggle__SubmitPlanRequest *m,
+		struct td_ctl_err *e);
+/* Every pending plan entry of the targets cleared. */
+void td_ctl_clear(struct td_agent **v, size_t n);
+
+/* view.c: agents and the daemon as reply messages, for the query handlers and
+ * the cluster's published status.  AgentInfo.enabled is malloc'd: free it. */
+void td_view_agent(Toggle__AgentInfo *m, struct td_agent *a); /* refreshes a->st */
+void td_view_graph(Toggle__GraphInfo *m, const struct td_agent *a, const struct toggle_shm_graph *r);
+void td_view_status(Toggle__StatusReply *rep, const struct td_daemon *d);
+/* A set of an agent as spec text, malloc'd (NULL on ENOMEM). */
+char *td_view_spec(const struct td_agent *a, const uint64_t *words);
+
 /* cluster.c: watch etcd, apply, publish (no-op without cfg.etcd). */
 int td_cluster_start(struct td_daemon *d, char *err, size_t errlen);
 void td_cluster_stop(struct td_daemon *d);
-void td_cluster_agent_joined(struct td_agent *a); /* the cluster's set for a new agent */
 
 /* store.c: one file per agent name under <dir>/agents/, and the journal. */
 #include "store.h"
