@@ -35,6 +35,7 @@ $(TGC_TESTS): $(B)/libtgclient-san.a
 $(TGC_TESTS): TGC_TEST_LIBS = $(B)/libtgclient-san.a
 
 CTL_SRC := client/togglectl.c client/ctl_cmds.c client/ctl_output.c client/ctl_cluster.c \
+	client/ctl_record.c client/safetensors.c \
 	client/ctl_host.c
 CTL_OBJ := $(CTL_SRC:%.c=$(B)/%.o)
 # --etcd (ctl_cluster.c) uses the daemon's etcd client and key layout.

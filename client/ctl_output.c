@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -537,6 +538,26 @@ static void human_error(const struct ctl_error *e)
 	fprintf(stderr, "%s\n", e->n_agents ? ")" : "");
 }
 
+/* One line, rewritten in place on a terminal; the last one stays. */
+static void human_record(const struct ctl_record_stats *s)
+{
+	bool tty = isatty(STDERR_FILENO);
+	if (!s->final && !tty)
+		return; /* a log gets the summary only */
+	double mib = (double)s->bytes / (1024.0 * 1024.0);
+	double secs = (double)s->elapsed_ms / 1000.0;
+	fprintf(stderr, "%srecord: %llu records, %.1f MiB (%.1f MiB/s), %llu files, %llu dropped, "
+		"%zu/%zu agents done%s%s%s",
+		tty ? "\r\033[K" : "", (unsigned long long)s->records, mib,
+		secs > 0 ? mib / secs : 0.0, (unsigned long long)s->files,
+		(unsigned long long)s->dropped, s->agents_ended, s->agents,
+		s->final ? (s->complete ? ", complete" : ", stopped") : "",
+		s->final && s->stopped ? ": " : "", s->final && s->stopped ? s->stopped : "");
+	if (s->final)
+		fprintf(stderr, "\n");
+	fflush(stderr);
+}
+
 const struct ctl_output ctl_output_human = {
 	.status = human_status,
 	.agents = human_agents,
@@ -548,6 +569,7 @@ const struct ctl_output ctl_output_human = {
 	.plan_cleared = human_plan_cleared,
 	.event = human_event,
 	.error = human_error,
+	.record = human_record,
 };
 
 /* ---- JSON printers ------------------------------------------------------ */
@@ -813,6 +835,19 @@ static void json_error(const struct ctl_error *e)
 	      e->stream);
 }
 
+static void json_record(const struct ctl_record_stats *s)
+{
+	jemit(json_pack("{s:{s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:b, s:b, s:o}}",
+			s->final ? "recorded" : "progress",
+			"records", ju64(s->records), "bytes", ju64(s->bytes),
+			"dropped", ju64(s->dropped), "files", ju64(s->files),
+			"steps", ju64(s->steps), "agents", (json_int_t)s->agents,
+			"agents_ended", (json_int_t)s->agents_ended,
+			"elapsed_ms", ju64(s->elapsed_ms), "final", s->final,
+			"complete", s->complete, "stopped", jstr_or_null(s->stopped)),
+	      true);
+}
+
 const struct ctl_output ctl_output_json = {
 	.status = json_status,
 	.agents = json_agents,
@@ -824,6 +859,7 @@ const struct ctl_output ctl_output_json = {
 	.plan_cleared = json_plan_cleared,
 	.event = json_event,
 	.error = json_error,
+	.record = json_record,
 };
 
 /* ---- errors ------------------------------------------------------------- */
