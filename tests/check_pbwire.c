@@ -41,6 +41,15 @@ START_TEST(test_register_decodes_in_protobuf_c)
 	ck_assert_uint_eq(m->shm_size, 123456789);
 	toggle__envelope__free_unpacked(env, NULL);
 
+	/* The data ring's registration (toggle_ring.h), right after it. */
+	n = pbw_frame_register_ring(buf, sizeof(buf), 43, 4096 + (1ull << 34));
+	env = toggle__envelope__unpack(NULL, (size_t)n - 4, buf + 4);
+	ck_assert_ptr_nonnull(env);
+	ck_assert_uint_eq(env->id, 43);
+	ck_assert_int_eq(env->body_case, TOGGLE__ENVELOPE__BODY_REGISTER_RING);
+	ck_assert_uint_eq(env->register_ring->ring_size, 4096 + (1ull << 34));
+	toggle__envelope__free_unpacked(env, NULL);
+
 	n = pbw_frame_hello(buf, sizeof(buf), 1, TGP_PROTOCOL_VERSION, "libtoggle");
 	env = toggle__envelope__unpack(NULL, (size_t)n - 4, buf + 4);
 	ck_assert_ptr_nonnull(env);

@@ -108,6 +108,14 @@ long pbw_frame_register(uint8_t *buf, size_t cap, uint64_t id, const struct pbw_
 	return pbw_frame(buf, cap, id, PBW_ENV_REGISTER, &b);
 }
 
+long pbw_frame_register_ring(uint8_t *buf, size_t cap, uint64_t id, uint64_t ring_size)
+{
+	uint8_t tmp[16];
+	struct pbw_buf b = {.p = tmp, .cap = sizeof(tmp)};
+	pbw_varint_nz(&b, PBW_REGISTER_RING_SIZE, ring_size);
+	return pbw_frame(buf, cap, id, PBW_ENV_REGISTER_RING, &b);
+}
+
 /* ---- decoding ---- */
 
 struct pbw_in {

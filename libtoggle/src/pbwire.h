@@ -26,6 +26,8 @@
 	X(ENV_ERROR, envelope, error, MESSAGE, 12)                             \
 	X(ENV_REGISTER, envelope, register_agent, MESSAGE, 20)                 \
 	X(ENV_REGISTER_REPLY, envelope, register_reply, MESSAGE, 21)           \
+	X(ENV_REGISTER_RING, envelope, register_ring, MESSAGE, 22)             \
+	X(ENV_REGISTER_RING_REPLY, envelope, register_ring_reply, MESSAGE, 23) \
 	X(HELLO_PROTOCOL_VERSION, hello_request, protocol_version, UINT32, 1)  \
 	X(HELLO_CLIENT, hello_request, client, STRING, 2)                      \
 	X(HELLO_REPLY_PROTOCOL_VERSION, hello_reply, protocol_version, UINT32, 1) \
@@ -38,7 +40,8 @@
 	X(REGISTER_MODE, register_agent_request, mode, UINT32, 5)              \
 	X(REGISTER_DRIVER_VERSION, register_agent_request, driver_version, INT32, 6) \
 	X(REGISTER_SHM_SIZE, register_agent_request, shm_size, UINT64, 7)      \
-	X(REGISTER_REPLY_AGENT_ID, register_agent_reply, agent_id, UINT64, 1)
+	X(REGISTER_REPLY_AGENT_ID, register_agent_reply, agent_id, UINT64, 1)  \
+	X(REGISTER_RING_SIZE, register_ring_request, ring_size, UINT64, 1)
 
 /* PBW_ENV_HELLO, PBW_REGISTER_NAME, ... */
 enum pbw_field {
@@ -69,6 +72,8 @@ struct pbw_register {
 /* A whole frame (4-byte length + Envelope) into buf; returns its length or -1. */
 long pbw_frame_hello(uint8_t *buf, size_t cap, uint64_t id, uint32_t version, const char *client);
 long pbw_frame_register(uint8_t *buf, size_t cap, uint64_t id, const struct pbw_register *r);
+/* RegisterRingRequest (toggle_ring.h): the data ring's size; its fd goes with the frame. */
+long pbw_frame_register_ring(uint8_t *buf, size_t cap, uint64_t id, uint64_t ring_size);
 
 /* What libtoggle needs from a reply Envelope. */
 struct pbw_reply {
