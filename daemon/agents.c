@@ -464,6 +464,7 @@ void td_agent_gone(struct td_agent *a)
 	if (a->peer)
 		a->peer->agent = NULL;
 	td_commit_forget_agent(a);
+	td_record_agent_gone(a);
 	toggle_shm_unmap(&a->shm);
 	agent_free(a);
 }

@@ -37,13 +37,16 @@ $(TD_UNIT_TESTS): EXTRA_CFLAGS = $(TD_CFLAGS)
 $(TD_UNIT_TESTS): EXTRA_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)
 
 # End-to-end tests run the real daemon (ASan build) and agents on the simulator.
-TD_E2E_TESTS := $(B)/tests/check_daemon $(B)/tests/check_store_daemon
+TD_E2E_TESTS := $(B)/tests/check_daemon $(B)/tests/check_store_daemon $(B)/tests/check_record_daemon
 $(TD_E2E_TESTS): $(B)/toggled-san $(B)/libtgproto-san.a
 $(TD_E2E_TESTS): EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\"
 $(TD_E2E_TESTS): EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
 # The store's end-to-end suite talks through the client library too (client.mk's TGC_TESTS).
 $(B)/tests/check_store_daemon: $(B)/libtgclient-san.a
 $(B)/tests/check_store_daemon: TGC_TEST_LIBS = $(B)/libtgclient-san.a
+# Recordings end to end (record.c): fake agents write their data rings by hand.
+$(B)/tests/check_record_daemon: $(B)/libtgclient-san.a
+$(B)/tests/check_record_daemon: TGC_TEST_LIBS = $(B)/libtgclient-san.a
 
 # libtoggle's hand-written protobuf, cross-checked against protobuf-c.
 $(B)/tests/check_pbwire: $(B)/libtgproto-san.a

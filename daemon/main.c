@@ -348,6 +348,7 @@ int main(int argc, char **argv)
 	/* Shutdown: stop the cluster's watch (its batch saves are in the queue), finish
 	 * the save in flight, save the rest, answer those writes, close. */
 	td_cluster_stop(d);
+	td_record_stop(d); /* the hooks recordings added are removed before the last save */
 	td_commit_drain(d);
 	td_metrics_stop(d);
 	td_server_close(d);
@@ -362,6 +363,7 @@ int main(int argc, char **argv)
 		uv_close((uv_handle_t *)sigs[i], NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 	uv_loop_close(d->loop);
+	td_record_free(d);
 	td_store_free(&d->store);
 	free(d->by_id);
 	log_info("stopped");
