@@ -61,6 +61,13 @@ check-cli: $(B)/togglectl $(B)/toggled $(B)/examples/demo_agent
 
 check-run: check-cli
 
+# togglectl record end to end: toggled, an agent that writes its data ring by
+# hand (tests/record/ring_agent.c), the files read back with graphtoggle.recording.
+.PHONY: check-record
+check-record: $(B)/togglectl $(B)/toggled $(B)/tests/record_ring_agent
+	@B=$(B) tests/cli/record.sh
+check-run: check-record
+
 # The man pages render without a groff warning (needs groff; not in check).
 .PHONY: check-man
 check-man:

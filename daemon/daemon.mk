@@ -48,6 +48,14 @@ $(B)/tests/check_store_daemon: TGC_TEST_LIBS = $(B)/libtgclient-san.a
 $(B)/tests/check_record_daemon: $(B)/libtgclient-san.a
 $(B)/tests/check_record_daemon: TGC_TEST_LIBS = $(B)/libtgclient-san.a
 
+# A stand-in agent that writes its data ring by hand (tests/cli/record.sh, pytest).
+all: $(B)/tests/record_ring_agent
+$(B)/tests/record_ring_agent: tests/record/ring_agent.c $(B)/libtgproto.a $(B)/libtoggle.a \
+		$(B)/libtgutil.a $(TGP_GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(HOST_CFLAGS) $(TGP_CFLAGS) -o $@ $< $(B)/libtgproto.a $(B)/libtoggle.a \
+	    $(B)/libtgutil.a $(TGP_LIBS) $(LIB_LIBS)
+
 # libtoggle's hand-written protobuf, cross-checked against protobuf-c.
 $(B)/tests/check_pbwire: $(B)/libtgproto-san.a
 $(B)/tests/check_pbwire: EXTRA_CFLAGS = $(TGP_CFLAGS)
