@@ -177,6 +177,7 @@ install: deps
 	install -m 644 libtoggle/include/toggle.h libtoggle/include/toggle_error.h \
 	    libtoggle/include/toggle_hooks.h libtoggle/include/toggle_sim.h \
 	    libtoggle/include/toggle_shm.h libtoggle/include/toggle_version.h \
+	    libtoggle/include/toggle_ring.h libtoggle/include/toggle_record.h \
 	    $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(TOGGLE_VERSION)|' \
 	    -e 's|@CUDA_INCLUDEDIR@|$(CUDA_HOME)/include|' libtoggle/libtoggle.pc.in \

@@ -269,6 +269,25 @@ CUresult toggle_sim_event_create(struct toggle_sim *sim, CUevent *out);
 CUresult toggle_sim_event_destroy(CUevent event);
 CUresult toggle_sim_event_record(CUevent event, CUstream stream);
 CUresult toggle_sim_stream_wait_event(CUstream stream, CUevent event, unsigned flags);
+/* cuEventQuery: CUDA_SUCCESS once every record submitted so far has run
+ * (never recorded: success too), else CUDA_ERROR_NOT_READY.  Never runs work. */
+CUresult toggle_sim_event_query(CUevent event);
+
+/*
+ * Page-locked host memory and copies from the device in stream order (the
+ * data ring's, libtoggle/include/toggle_ring.h).  cuMemHostRegister (flags 0
+ * or CU_MEMHOSTREGISTER_PORTABLE; an overlap with a registered range is
+ * CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) and cuMemHostUnregister (after
+ * the queued work, like a free).  cuMemcpyDtoHAsync reads the device memory
+ * when the copy runs in its stream (after the work queued before it), not at
+ * the call.  Stricter than the driver: its destination must lie in a
+ * registered range (the driver takes pageable memory too, but then the copy
+ * is staged and the host may wait: exactly what the recorder must not do).
+ */
+CUresult toggle_sim_mem_host_register(struct toggle_sim *sim, void *p, size_t bytes, unsigned flags);
+CUresult toggle_sim_mem_host_unregister(struct toggle_sim *sim, void *p);
+size_t toggle_sim_host_registered(const struct toggle_sim *sim); /* bytes registered (leak checks) */
+CUresult toggle_sim_memcpy_dtoh_async(void *dst, CUdeviceptr src, size_t bytes, CUstream stream);
 
 /*
  * Deferred execution (off by default).  Turning it off runs what is queued.
@@ -304,6 +323,9 @@ enum toggle_sim_op {
 	TOGGLE_SIM_OP_USER_OBJECT_CREATE,
 	TOGGLE_SIM_OP_GRAPH_RETAIN_USER_OBJECT,
 	TOGGLE_SIM_OP_GRAPH_RELEASE_USER_OBJECT,
+	TOGGLE_SIM_OP_MEMCPY_DTOH_ASYNC,
+	TOGGLE_SIM_OP_EVENT_QUERY,
+	TOGGLE_SIM_OP_HOST_REGISTER,
 	TOGGLE_SIM_OP_COUNT
 };
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "agent_impl.h"
+#include "record_impl.h"
 
 int tg_fail(struct toggle_agent *a, int code, const char *fmt, ...)
 {
@@ -138,6 +139,7 @@ void toggle_agent_close(struct toggle_agent *a)
 	if (!a)
 		return;
 	tg_control_close(a);
+	tg_record_close(a); /* after the connection thread that passes its fd */
 	tg_region_close(a);
 	tg_copyout_close(a);
 	tg_device_close(a);
@@ -299,6 +301,8 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 	if (a->shm.ctl)
 		tg_control_poll(a); /* the daemon's latest word, before resolving */
 	tg_life_sweep(a); /* graphs and execs the driver destroyed since the last look */
+	if (a->rec)
+		tg_record_step(a); /* the last step's copies that completed: published */
 	if (a->aligned_pending && step == a->aligned_step) {
 		/* An aligned change's step: its set is the standing set from here on. */
 		a->standing = a->aligned_set;

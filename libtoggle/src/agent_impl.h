@@ -14,6 +14,7 @@
 #include "toggle_shm.h"
 
 struct tg_conn;
+struct tg_rec;
 struct tg_life;
 struct tg_life_hub;
 
@@ -263,6 +264,9 @@ struct toggle_agent {
 	/* Lifetime (life.c): NULL when the driver has no user objects. */
 	struct tg_life_hub *life;
 	uint64_t deaths_seen;        /* destructors seen run at the last sweep */
+
+	/* The recorder (record.c): NULL until a buffer is declared or a ring opened. */
+	struct tg_rec *rec;
 
 	struct toggle_anomalies anomalies;
 	struct toggle_taint taint;   /* device mode's tainted launches, all graphs */

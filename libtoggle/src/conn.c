@@ -46,7 +46,13 @@ struct tg_conn {
 	const char *type_ptrs[TOGGLE_MAX_HOOK_TYPES];
 	struct pbw_register reg;
 
-	pthread_mutex_t lock; /* guards st */
+	pthread_mutex_t lock; /* guards st and the ring fields */
+	/* The data ring (tg_conn_ring): offered after each registration, and
+	 * at once when it comes during a session (ring_wake pokes the thread). */
+	int ring_fd;
+	uint64_t ring_size;
+	int ring_wake[2];
+	bool ring_sent; /* this session's daemon has it (the thread's own) */
 	struct toggle_conn_info st;
 	struct toggle_shm_conn lane; /* mirror of st's numbers, atomic words */
 	uint64_t next_id;
@@ -227,11 +233,39 @@ static int conn_reply_ok(struct tg_conn *c, const struct pbw_reply *rep, uint32_
 	return -1;
 }
 
-/* Hello + RegisterAgent on a fresh connection; 0 when registered. */
+/*
+ * RegisterRing with the ring's fd, if the agent has one (toggle_ring.h).
+ * A daemon that refuses it (one without rings: UNIMPLEMENTED or PROTO) is
+ * no failure: the agent stays registered, recording nothing.  -1 only when
+ * the connection itself failed.
+ */
+static int conn_register_ring(struct tg_conn *c, int fd)
+{
+	pthread_mutex_lock(&c->lock);
+	int ring_fd = c->ring_fd;
+	uint64_t size = c->ring_size;
+	pthread_mutex_unlock(&c->lock);
+	if (ring_fd < 0 || c->ring_sent)
+		return 0;
+	uint8_t frame[64];
+	struct pbw_reply rep;
+	long len = pbw_frame_register_ring(frame, sizeof(frame), ++c->next_id, size);
+	if (len < 0 || conn_exchange(c, fd, frame, (size_t)len, ring_fd, &rep))
+		return -1;
+	c->ring_sent = true;
+	if (rep.body == PBW_ENV_ERROR)
+		conn_note(c, false, "the daemon took no data ring", rep.error_message);
+	else if (rep.body != PBW_ENV_REGISTER_RING_REPLY)
+		conn_note(c, false, "unexpected reply to the data ring", NULL);
+	return 0;
+}
+
+/* Hello + RegisterAgent (+ RegisterRing) on a fresh connection; 0 when registered. */
 static int conn_register(struct tg_conn *c, int fd)
 {
 	uint8_t frame[8192];
 	struct pbw_reply rep;
+	c->ring_sent = false;
 	long len = pbw_frame_hello(frame, sizeof(frame), ++c->next_id, TGP_PROTOCOL_VERSION,
 				   "libtoggle");
 	if (len < 0 || conn_exchange(c, fd, frame, (size_t)len, -1, &rep) ||
@@ -246,20 +280,30 @@ static int conn_register(struct tg_conn *c, int fd)
 	c->st.sessions++;
 	conn_enter(c, TOGGLE_CONN_CONNECTED);
 	pthread_mutex_unlock(&c->lock);
-	return 0;
+	return conn_register_ring(c, fd);
 }
 
 /* Registered: wait until the daemon goes away or we are stopped. 1 = stop. */
 static int conn_session(struct tg_conn *c, int fd)
 {
-	struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = c->wake[0], .events = POLLIN}};
+	struct pollfd p[3] = {{.fd = fd, .events = POLLIN},
+			      {.fd = c->wake[0], .events = POLLIN},
+			      {.fd = c->ring_wake[0], .events = POLLIN}};
 	uint8_t sink[512];
 	for (;;) {
-		int r = poll(p, 2, -1);
+		int r = poll(p, 3, -1);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 || p[1].revents)
 			return 1;
+		if (p[2].revents) {
+			/* A ring came after the registration: offered now. */
+			while (read(c->ring_wake[0], sink, sizeof(sink)) > 0)
+				;
+			if (conn_register_ring(c, fd) != 0)
+				return 0;
+			continue;
+		}
 		/* The daemon sends nothing after registration: data or EOF both end it. */
 		ssize_t n = read(fd, sink, sizeof(sink));
 		if (n < 0 && errno == EINTR)
@@ -335,11 +379,19 @@ int tg_conn_start(const char *path, int shm_fd, const struct pbw_register *reg,
 		snprintf(c->trust, sizeof(c->trust), "%s", trust);
 	}
 	c->shm_fd = shm_fd;
+	c->ring_fd = -1;
 	c->st.state = TOGGLE_CONN_CONNECTING;
 	c->st.since_unix_ms = conn_now_ms();
 	conn_mirror(c);
 	if (pipe2(c->wake, O_CLOEXEC) != 0) {
 		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		free(c);
+		return TOGGLE_EIO;
+	}
+	if (pipe2(c->ring_wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		close(c->wake[0]);
+		close(c->wake[1]);
 		free(c);
 		return TOGGLE_EIO;
 	}
@@ -354,6 +406,8 @@ int tg_conn_start(const char *path, int shm_fd, const struct pbw_register *reg,
 		snprintf(err, errlen, "pthread_create: %s", strerror(rc));
 		close(c->wake[0]);
 		close(c->wake[1]);
+		close(c->ring_wake[0]);
+		close(c->ring_wake[1]);
 		pthread_mutex_destroy(&c->lock);
 		free(c);
 		return TOGGLE_EIO;
@@ -369,6 +423,8 @@ void tg_conn_stop(struct tg_conn *c)
 	close(c->wake[1]); /* POLLHUP on wake[0] wakes every poll of the thread */
 	pthread_join(c->thread, NULL);
 	close(c->wake[0]);
+	close(c->ring_wake[0]);
+	close(c->ring_wake[1]);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -386,4 +442,15 @@ void tg_conn_lane(const struct tg_conn *c, struct toggle_shm_conn *out)
 	out->sessions = __atomic_load_n(&c->lane.sessions, __ATOMIC_RELAXED);
 	out->failures = __atomic_load_n(&c->lane.failures, __ATOMIC_RELAXED);
 	out->since_unix_ms = __atomic_load_n(&c->lane.since_unix_ms, __ATOMIC_RELAXED);
+}
+
+void tg_conn_ring(struct tg_conn *c, int fd, uint64_t size)
+{
+	pthread_mutex_lock(&c->lock);
+	c->ring_fd = fd;
+	c->ring_size = size;
+	pthread_mutex_unlock(&c->lock);
+	/* Non-blocking: a full pipe already says "look". */
+	ssize_t n = write(c->ring_wake[1], "r", 1);
+	(void)n;
 }

@@ -23,6 +23,10 @@ struct tg_conn;
 int tg_conn_start(const char *path, int shm_fd, const struct pbw_register *reg,
 		  struct tg_conn **out, char *err, size_t errlen);
 void tg_conn_stop(struct tg_conn *c);
+/* The agent's data ring (toggle_ring.h): sent with RegisterRingRequest after
+ * every registration, and now if registered.  fd stays the caller's, open
+ * until tg_conn_stop() returns. */
+void tg_conn_ring(struct tg_conn *c, int fd, uint64_t size);
 
 /* What toggle_conn_get() reports (under the connection's lock). */
 void tg_conn_info(struct tg_conn *c, struct toggle_conn_info *out);

@@ -83,6 +83,12 @@ struct tg_cu {
 	CUresult (*graph_retain_user_object)(CUgraph, CUuserObject, unsigned, unsigned);
 	CUresult (*graph_release_user_object)(CUgraph, CUuserObject, unsigned);
 	CUresult (*user_object_release)(CUuserObject, unsigned);
+	/* The data ring (record.c): NULL makes only recording unavailable
+	 * (tg_cu_record_ready).  cuMemHostRegister is handle-less. */
+	CUresult (*memcpy_dtoh_async)(void *, CUdeviceptr, size_t, CUstream);
+	CUresult (*event_query)(CUevent);
+	CUresult (*mem_host_register)(void *, size_t, unsigned);
+	CUresult (*mem_host_unregister)(void *);
 	/* Reached through the helpers below only. */
 	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
 	CUresult (*mem_free)(CUdeviceptr);
@@ -121,6 +127,8 @@ bool tg_cu_device_ready(const struct tg_cu *cu, const char **missing);
 bool tg_cu_bare_ready(const struct tg_cu *cu);
 /* Whether user objects are there (life.c): create, retain and release by graphs, release. */
 bool tg_cu_has_user_objects(const struct tg_cu *cu);
+/* Whether the data ring's entry points are there (record.c); *missing names one that is not. */
+bool tg_cu_record_ready(const struct tg_cu *cu, const char **missing);
 
 /* Handle-less entry points: the simulator gets its instance, the driver the current context. */
 CUresult tg_cu_mem_alloc(const struct tg_cu *cu, CUdeviceptr *p, size_t n);
@@ -138,6 +146,9 @@ CUresult tg_cu_mem_host_free(const struct tg_cu *cu, void *host);
 /* cuUserObjectCreate (flags CU_USER_OBJECT_NO_DESTRUCTOR_SYNC, the only one defined). */
 CUresult tg_cu_user_object_create(const struct tg_cu *cu, CUuserObject *out, void *ptr,
 				  CUhostFn destroy, unsigned refs);
+/* Page-lock [p, p + n) for the device's copies (cuMemHostRegister, portable). */
+CUresult tg_cu_mem_host_register(const struct tg_cu *cu, void *p, size_t n);
+CUresult tg_cu_mem_host_unregister(const struct tg_cu *cu, void *p);
 /* Wait for all work of the context (the simulator: run everything queued). */
 CUresult tg_cu_ctx_synchronize(const struct tg_cu *cu);
 /* 64-bit stream memory operations on the current device (always for the simulator). */

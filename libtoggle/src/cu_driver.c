@@ -160,6 +160,11 @@ int tg_cu_load_driver(struct tg_cu *cu, char *err, size_t errlen)
 		{"cuUserObjectRelease", (void **)&cu->user_object_release},
 		{"cuGraphRetainUserObject", (void **)&cu->graph_retain_user_object},
 		{"cuGraphReleaseUserObject", (void **)&cu->graph_release_user_object},
+		/* The data ring (record.c); cuMemHostRegister the _v2 form. */
+		{"cuMemcpyDtoHAsync", (void **)&cu->memcpy_dtoh_async},
+		{"cuEventQuery", (void **)&cu->event_query},
+		{"cuMemHostRegister", (void **)&cu->mem_host_register},
+		{"cuMemHostUnregister", (void **)&cu->mem_host_unregister},
 	};
 	for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
 		(void)tg_resolve(&rs, opt[i].name, opt[i].slot);
@@ -245,6 +250,24 @@ bool tg_cu_has_user_objects(const struct tg_cu *cu)
 {
 	return cu->graph_retain_user_object && cu->graph_release_user_object &&
 	       cu->user_object_release && (cu->sim || cu->user_object_create);
+}
+
+bool tg_cu_record_ready(const struct tg_cu *cu, const char **missing)
+{
+	const struct tg_cu_need direct[] = {
+		{"cuMemcpyDtoHAsync", TG_FN(cu->memcpy_dtoh_async)},
+		{"cuEventQuery", TG_FN(cu->event_query)},
+		{"cuEventRecord", TG_FN(cu->event_record)},
+	};
+	const struct tg_cu_need helpers[] = {
+		{"cuMemHostRegister", TG_FN(cu->mem_host_register)},
+		{"cuMemHostUnregister", TG_FN(cu->mem_host_unregister)},
+		{"cuEventCreate", TG_FN(cu->event_create)},
+		{"cuEventDestroy", TG_FN(cu->event_destroy)},
+		{"cuCtxSynchronize", TG_FN(cu->ctx_synchronize)},
+	};
+	return tg_cu_check(direct, sizeof(direct) / sizeof(direct[0]), missing) &&
+	       (cu->sim || tg_cu_check(helpers, sizeof(helpers) / sizeof(helpers[0]), missing));
 }
 
 void tg_cu_unload(struct tg_cu *cu)
@@ -364,6 +387,17 @@ CUresult tg_cu_mem_host_free(const struct tg_cu *cu, void *host)
 {
 	return cu->sim ? toggle_sim_mem_free(cu->sim, (CUdeviceptr)(uintptr_t)host)
 		       : cu->mem_free_host(host);
+}
+
+CUresult tg_cu_mem_host_register(const struct tg_cu *cu, void *p, size_t n)
+{
+	return cu->sim ? toggle_sim_mem_host_register(cu->sim, p, n, CU_MEMHOSTREGISTER_PORTABLE)
+		       : cu->mem_host_register(p, n, CU_MEMHOSTREGISTER_PORTABLE);
+}
+
+CUresult tg_cu_mem_host_unregister(const struct tg_cu *cu, void *p)
+{
+	return cu->sim ? toggle_sim_mem_host_unregister(cu->sim, p) : cu->mem_host_unregister(p);
 }
 
 CUresult tg_cu_ctx_synchronize(const struct tg_cu *cu)

@@ -209,6 +209,13 @@ struct sim_dtor {
 	void *ptr;
 };
 
+/* A range of host memory registered with cuMemHostRegister. */
+struct sim_hostreg {
+	struct sim_hostreg *next;
+	unsigned char *base;
+	size_t bytes;
+};
+
 /* One allocation of device memory. */
 struct sim_alloc {
 	struct sim_alloc *next;
@@ -223,6 +230,7 @@ enum sim_work_kind {
 	SIM_W_UPLOAD,    /* a graph upload */
 	SIM_W_WRITE64,   /* one 64-bit write of a batch */
 	SIM_W_COPY,      /* an async host-to-device copy */
+	SIM_W_DTOH,      /* an async device-to-host copy: reads the source when it runs */
 	SIM_W_RECORD,    /* an event record */
 	SIM_W_WAIT,      /* a wait for an event record */
 };
@@ -238,7 +246,8 @@ struct sim_work {
 	unsigned char *data;                    /* KERNEL_EX params, GRAPH enable snapshot, COPY */
 	unsigned char *dst;                     /* WRITE64, COPY */
 	uint64_t value;                         /* WRITE64 */
-	size_t bytes;                           /* COPY */
+	size_t bytes;                           /* COPY, DTOH */
+	const unsigned char *src;               /* DTOH: device memory, read when it runs */
 	struct sim_event *event;                /* RECORD, WAIT */
 };
 
@@ -257,6 +266,7 @@ struct toggle_sim {
 	int driver_version;
 	struct sim_alloc *allocs;
 	size_t mem_in_use;
+	struct sim_hostreg *hostregs; /* cuMemHostRegister'ed ranges */
 	bool deferred;
 	uint64_t rng;             /* deferred mode's order */
 	struct sim_exec *running; /* exec whose launch is running, for device-side calls */
@@ -978,6 +988,9 @@ static void sim_work_exec(struct sim_work *w)
 	case SIM_W_COPY:
 		memcpy(w->dst, w->data, w->bytes);
 		break;
+	case SIM_W_DTOH:
+		memcpy(w->dst, w->src, w->bytes);
+		break;
 	case SIM_W_RECORD:
 		if (w->event->reached < w->seq)
 			w->event->reached = w->seq;
@@ -1173,6 +1186,11 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 		pthread_join(sim->dt_thread, NULL);
 	pthread_cond_destroy(&sim->dt_cv);
 	pthread_mutex_destroy(&sim->dt_mu);
+	while (sim->hostregs != NULL) {
+		struct sim_hostreg *hr = sim->hostregs;
+		sim->hostregs = hr->next;
+		free(hr);
+	}
 	while (sim->allocs != NULL) {
 		struct sim_alloc *al = sim->allocs;
 		sim->allocs = al->next;
@@ -1879,6 +1897,91 @@ CUresult toggle_sim_memcpy_dtoh(struct toggle_sim *sim, void *dst, CUdeviceptr s
 	return CUDA_SUCCESS;
 }
 
+/* ---- page-locked host memory and device-to-host copies in stream order ------------ */
+
+static const struct sim_hostreg *sim_hostreg_at(const struct toggle_sim *sim, const void *p,
+						size_t bytes)
+{
+	const unsigned char *q = p;
+	for (const struct sim_hostreg *hr = sim->hostregs; hr != NULL; hr = hr->next)
+		if (q >= hr->base && (size_t)(q - hr->base) <= hr->bytes &&
+		    bytes <= hr->bytes - (size_t)(q - hr->base))
+			return hr;
+	return NULL;
+}
+
+CUresult toggle_sim_mem_host_register(struct toggle_sim *sim, void *p, size_t bytes, unsigned flags)
+{
+	if (sim == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult check = p == NULL || bytes == 0 || (flags & ~(unsigned)CU_MEMHOSTREGISTER_PORTABLE)
+				 ? CUDA_ERROR_INVALID_VALUE
+			 : sim_hostreg_at(sim, p, 1) || sim_hostreg_at(sim, (unsigned char *)p + bytes - 1, 1)
+				 ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+				 : CUDA_SUCCESS;
+	CUresult r = sim_gate(sim, TOGGLE_SIM_OP_HOST_REGISTER, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_hostreg *hr = calloc(1, sizeof(*hr));
+	if (hr == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	hr->base = p;
+	hr->bytes = bytes;
+	hr->next = sim->hostregs;
+	sim->hostregs = hr;
+	return CUDA_SUCCESS;
+}
+
+/* Like the driver's, after the queued work that may still write the range. */
+CUresult toggle_sim_mem_host_unregister(struct toggle_sim *sim, void *p)
+{
+	if (sim == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (struct sim_hostreg **pp = &sim->hostregs; *pp != NULL; pp = &(*pp)->next) {
+		struct sim_hostreg *hr = *pp;
+		if (hr->base != p)
+			continue;
+		sim_run(sim, NULL);
+		*pp = hr->next;
+		free(hr);
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
+size_t toggle_sim_host_registered(const struct toggle_sim *sim)
+{
+	size_t n = 0;
+	for (const struct sim_hostreg *hr = sim ? sim->hostregs : NULL; hr != NULL; hr = hr->next)
+		n += hr->bytes;
+	return n;
+}
+
+CUresult toggle_sim_memcpy_dtoh_async(void *dst, CUdeviceptr src, size_t bytes, CUstream stream)
+{
+	struct sim_stream *st = sim_stream_of(stream);
+
+	if (st == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct toggle_sim *sim = st->obj.hdr.sim;
+	const unsigned char *from = sim_mem_at(sim, src, bytes);
+	CUresult check = from == NULL || dst == NULL || bytes == 0 ? CUDA_ERROR_INVALID_VALUE
+			 : sim_hostreg_at(sim, dst, bytes) == NULL ? CUDA_ERROR_INVALID_VALUE
+			 : st->capture != NULL ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+					       : CUDA_SUCCESS;
+	CUresult r = sim_gate(sim, TOGGLE_SIM_OP_MEMCPY_DTOH_ASYNC, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_work *w = sim_work_new(SIM_W_DTOH);
+	if (w == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	w->dst = dst;
+	w->src = from;
+	w->bytes = bytes;
+	sim_submit(st, w);
+	return CUDA_SUCCESS;
+}
+
 CUresult toggle_sim_stream_batch_mem_op(CUstream stream, unsigned count,
 					CUstreamBatchMemOpParams *ops, unsigned flags)
 {
@@ -2134,6 +2237,18 @@ CUresult toggle_sim_event_destroy(CUevent event)
 	free(ev->cap_front);
 	free(ev);
 	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_event_query(CUevent event)
+{
+	struct sim_event *ev = sim_event_of(event);
+
+	if (ev == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = sim_gate(ev->obj.hdr.sim, TOGGLE_SIM_OP_EVENT_QUERY, CUDA_SUCCESS);
+	if (r != CUDA_SUCCESS)
+		return r;
+	return ev->reached >= ev->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult toggle_sim_event_record(CUevent event, CUstream stream)
@@ -2609,6 +2724,8 @@ void tg_cu_load_sim(struct tg_cu *cu, struct toggle_sim *sim)
 	cu->memcpy_htod_async = toggle_sim_memcpy_htod_async;
 	cu->stream_synchronize = toggle_sim_stream_synchronize;
 	cu->event_record = toggle_sim_event_record;
+	cu->event_query = toggle_sim_event_query;
+	cu->memcpy_dtoh_async = toggle_sim_memcpy_dtoh_async;
 	cu->stream_wait_event = toggle_sim_stream_wait_event;
 	cu->graph_instantiate = toggle_sim_graph_instantiate_with_flags;
 	cu->graph_node_get_dependent_nodes = toggle_sim_graph_node_get_dependent_nodes;

@@ -1,0 +1,548 @@
+/*
+ * record.c - the recorder (toggle_record.h): monitor buffers after a
+ * replay, copied in stream order into the page-locked data ring
+ * (toggle_ring.h, positions and checks in ring.c), published once the
+ * event after the copies has completed.  Never waits on the launch path.
+ *
+ * A launch's records form a batch: the ring range [start, end) reserved
+ * for them (pads included) and the event recorded after their copies.
+ * Batches complete in the order they were laid out only per stream, but
+ * the ring is published in position order: poll publishes the oldest
+ * batches whose events have completed and stops at the first that has not.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent_impl.h"
+#include "conn.h"
+#include "record_impl.h"
+#include "toggle_record.h"
+
+#define REC_SLOTS (2 * TOGGLE_RECORD_MAX_BUFFERS) /* open addressing, load <= 1/2 */
+
+struct rec_buf {
+	CUgraph graph;  /* NULL: every graph */
+	uint32_t hook;  /* hook index + 1; 0: empty slot, UINT32_MAX: removed */
+	struct toggle_record_buffer b;
+};
+
+struct rec_batch {
+	uint64_t start, end; /* ring positions */
+	uint64_t n_data;     /* DATA records in it that were not voided */
+	uint64_t bytes;      /* their payload bytes */
+	CUstream stream;
+	bool has_event;      /* false: the event record failed; a later one on stream covers it */
+};
+
+struct tg_rec {
+	struct toggle_ring_map map;
+	struct toggle_ring_writer w;
+	bool host_registered;
+	/* The request, as last read. */
+	uint64_t req_seq;
+	uint64_t session;
+	struct toggle_set want;
+	/* Declared buffers. */
+	struct rec_buf bufs[REC_SLOTS];
+	uint32_t n_bufs;
+	/* Batches in flight: a ring of TOGGLE_RECORD_MAX_PENDING, events one per slot. */
+	struct rec_batch batch[TOGGLE_RECORD_MAX_PENDING];
+	CUevent ev[TOGGLE_RECORD_MAX_PENDING];
+	uint64_t b_head, b_tail; /* batches ever opened / ever published */
+	uint64_t bytes;          /* payload bytes published */
+	uint64_t eager_runs;     /* the `launch` tag of eager records */
+};
+
+/* The declared buffers live in the agent before a ring exists: a small
+ * side allocation made at the first declaration. */
+static struct tg_rec *rec_get(struct toggle_agent *a)
+{
+	if (!a->rec) {
+		a->rec = calloc(1, sizeof(*a->rec));
+		if (a->rec) {
+			a->rec->map.fd = -1;
+			a->rec->req_seq = UINT64_MAX; /* read at the first look */
+		}
+	}
+	return a->rec;
+}
+
+static bool rec_ring(const struct tg_rec *r)
+{
+	return r && r->map.base;
+}
+
+/* ---- declared buffers ---------------------------------------------------- */
+
+static size_t rec_hash(CUgraph graph, uint32_t hook)
+{
+	uint64_t k = (uint64_t)(uintptr_t)graph * 0x9e3779b97f4a7c15ull ^ (uint64_t)hook * 0xbf58476d1ce4e5b9ull;
+	return (size_t)(k >> 40) & (REC_SLOTS - 1);
+}
+
+/* The slot of (graph, hook), or with insert the first free one on its probe path. */
+static struct rec_buf *rec_slot(struct tg_rec *r, CUgraph graph, uint32_t hook, bool insert)
+{
+	struct rec_buf *free_slot = NULL;
+	for (size_t i = rec_hash(graph, hook), n = 0; n < REC_SLOTS; i = (i + 1) & (REC_SLOTS - 1), n++) {
+		struct rec_buf *s = &r->bufs[i];
+		if (s->hook == 0)
+			return insert ? (free_slot ? free_slot : s) : NULL;
+		if (s->hook == UINT32_MAX) {
+			if (!free_slot)
+				free_slot = s;
+			continue;
+		}
+		if (s->graph == graph && s->hook == hook + 1)
+			return s;
+	}
+	return insert ? free_slot : NULL;
+}
+
+static const struct toggle_record_buffer *rec_lookup(struct tg_rec *r, CUgraph graph, uint32_t hook)
+{
+	struct rec_buf *s = graph ? rec_slot(r, graph, hook, false) : NULL;
+	if (!s)
+		s = rec_slot(r, NULL, hook, false);
+	return s ? &s->b : NULL;
+}
+
+static int rec_check_buffer(struct toggle_agent *a, const struct toggle_record_buffer *b)
+{
+	unsigned esize = toggle_dtype_size(b->dtype);
+	if (!b->ptr || !esize || b->ndim > TOGGLE_RING_MAX_DIMS || b->bytes == 0)
+		return tg_fail(a, TOGGLE_EINVAL,
+			       "monitor buffer: pointer %#llx, dtype %u, %u dims, %llu bytes: needs a "
+			       "pointer, a known dtype (enum toggle_dtype), at most %d dims and bytes",
+			       (unsigned long long)b->ptr, b->dtype, b->ndim,
+			       (unsigned long long)b->bytes, TOGGLE_RING_MAX_DIMS);
+	uint64_t n = esize;
+	for (unsigned i = 0; i < TOGGLE_RING_MAX_DIMS; i++) {
+		if (i >= b->ndim ? b->shape[i] != 0
+				 : (b->shape[i] == 0 || n > b->bytes / b->shape[i]))
+			return tg_fail(a, TOGGLE_EINVAL,
+				       "monitor buffer: dim %u is %llu: dims must be > 0 within ndim, "
+				       "0 beyond it, and their product fit the bytes", i,
+				       (unsigned long long)b->shape[i]);
+		if (i < b->ndim)
+			n *= b->shape[i];
+	}
+	if (n != b->bytes)
+		return tg_fail(a, TOGGLE_EINVAL,
+			       "monitor buffer: its shape holds %llu bytes of dtype %s, not %llu",
+			       (unsigned long long)n, toggle_dtype_name(b->dtype),
+			       (unsigned long long)b->bytes);
+	if (rec_ring(a->rec) && toggle_ring_record_length(b->bytes) > a->rec->map.capacity)
+		return tg_fail(a, TOGGLE_ELIMIT, "monitor buffer of %llu bytes: larger than the ring",
+			       (unsigned long long)b->bytes);
+	return 0;
+}
+
+int toggle_record_buffer(struct toggle_agent *a, CUgraph graph, struct toggle_hook hook,
+			 const struct toggle_record_buffer *buf)
+{
+	if (!a)
+		return TOGGLE_EINVAL;
+	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers)
+		return tg_fail(a, TOGGLE_ERANGE, "monitor buffer for hook %u:%u: outside the catalog",
+			       hook.type, hook.layer);
+	int rc = buf ? rec_check_buffer(a, buf) : 0;
+	if (rc)
+		return rc;
+	struct tg_rec *r = rec_get(a);
+	if (!r)
+		return tg_fail(a, TOGGLE_ENOMEM, "recorder: out of memory");
+	uint32_t h = tg_hook_index(hook);
+	struct rec_buf *s = rec_slot(r, graph, h, buf != NULL);
+	if (!buf) {
+		if (s) {
+			s->hook = UINT32_MAX;
+			r->n_bufs--;
+		}
+		return 0;
+	}
+	if (s && s->hook == h + 1) {
+		s->b = *buf;
+		return 0;
+	}
+	if (!s || r->n_bufs >= TOGGLE_RECORD_MAX_BUFFERS)
+		return tg_fail(a, TOGGLE_ELIMIT, "monitor buffers: at most %d per agent",
+			       TOGGLE_RECORD_MAX_BUFFERS);
+	s->graph = graph;
+	s->hook = h + 1;
+	s->b = *buf;
+	r->n_bufs++;
+	return 0;
+}
+
+/* ---- the ring ------------------------------------------------------------ */
+
+static void rec_ring_close(struct toggle_agent *a, struct tg_rec *r);
+
+int toggle_record_open(struct toggle_agent *a, uint64_t capacity, int *fd)
+{
+	if (!a)
+		return TOGGLE_EINVAL;
+	const char *missing = NULL;
+	if (!tg_cu_record_ready(&a->cu, &missing))
+		return tg_fail(a, TOGGLE_ENOTSUP, "recording needs the driver's %s", missing);
+	struct tg_rec *r = rec_get(a);
+	if (!r)
+		return tg_fail(a, TOGGLE_ENOMEM, "recorder: out of memory");
+	if (rec_ring(r))
+		return tg_fail(a, TOGGLE_EINVAL, "the agent has a ring already");
+	int rc = toggle_ring_create(capacity, &r->map, a->err, sizeof(a->err));
+	if (rc)
+		return rc;
+	CUresult cr = tg_cu_mem_host_register(&a->cu, r->map.base, r->map.size);
+	if (cr != CUDA_SUCCESS) {
+		toggle_ring_unmap(&r->map);
+		return tg_fail(a, TOGGLE_ECUDA, "cuMemHostRegister of the %zu-byte ring: %s",
+			       r->map.size, tg_cu_errstr(&a->cu, cr));
+	}
+	r->host_registered = true;
+	for (unsigned i = 0; i < TOGGLE_RECORD_MAX_PENDING; i++) {
+		cr = tg_cu_event_create(&a->cu, &r->ev[i]);
+		if (cr != CUDA_SUCCESS) {
+			rec_ring_close(a, r);
+			return tg_fail(a, TOGGLE_ECUDA, "cuEventCreate for the recorder: %s",
+				       tg_cu_errstr(&a->cu, cr));
+		}
+	}
+	toggle_ring_writer_init(&r->w, &r->map);
+	/* Buffers declared before the ring: bigger ones are refused now. */
+	for (size_t i = 0; i < REC_SLOTS; i++) {
+		struct rec_buf *s = &r->bufs[i];
+		if (s->hook && s->hook != UINT32_MAX &&
+		    toggle_ring_record_length(s->b.bytes) > r->map.capacity) {
+			s->hook = UINT32_MAX;
+			r->n_bufs--;
+		}
+	}
+	if (a->conn)
+		tg_conn_ring(a->conn, r->map.fd, r->map.size);
+	if (fd)
+		*fd = r->map.fd;
+	return 0;
+}
+
+int toggle_record_set(struct toggle_agent *a, uint64_t session, const struct toggle_set *set)
+{
+	if (!a)
+		return TOGGLE_EINVAL;
+	if (!rec_ring(a->rec))
+		return tg_fail(a, TOGGLE_EINVAL, "no ring: call toggle_record_open first");
+	if (a->shm.ctl)
+		return tg_fail(a, TOGGLE_EBUSY, "the daemon owns this agent's recording requests");
+	struct toggle_set all;
+	if (!set) {
+		memset(&all, 0xff, sizeof(all));
+		set = &all;
+	}
+	toggle_ring_request_write(a->rec->map.req, session, set);
+	return 0;
+}
+
+/* The request, when its seq moved.  Never waits: a daemon stuck mid-write
+ * leaves the previous request in force until the next look. */
+static void rec_request(struct tg_rec *r)
+{
+	uint64_t seq = toggle_ring_request_seq(r->map.req);
+	if (__builtin_expect(seq == r->req_seq, 1))
+		return;
+	uint64_t session;
+	struct toggle_set want;
+	if (toggle_ring_request_read(r->map.req, &session, &want) != 0)
+		return;
+	r->req_seq = seq;
+	r->session = session;
+	r->want = want;
+	__atomic_store_n(&r->map.prod->session, session, __ATOMIC_RELAXED);
+}
+
+static void rec_count(uint64_t *word, uint64_t n)
+{
+	__atomic_store_n(word, __atomic_load_n(word, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+}
+
+/* ---- publishing ------------------------------------------------------------ */
+
+static struct toggle_ring_record *rec_at(struct tg_rec *r, uint64_t pos)
+{
+	return (struct toggle_ring_record *)(void *)(r->map.data + (pos & (r->map.capacity - 1)));
+}
+
+/* Every DATA record of b becomes a PAD: its bytes are not known good. */
+static void rec_void_batch(struct tg_rec *r, struct rec_batch *b)
+{
+	for (uint64_t pos = b->start; pos < b->end;) {
+		struct toggle_ring_record *h = rec_at(r, pos);
+		uint64_t len = h->length;
+		if (h->kind == TOGGLE_RING_REC_DATA)
+			toggle_ring_writer_void(&r->w, pos);
+		pos += len;
+	}
+	b->n_data = 0;
+	b->bytes = 0;
+}
+
+/* 1 when b's copies are known complete (or failed: voided), 0 not yet. */
+static int rec_batch_done(struct toggle_agent *a, struct tg_rec *r, uint64_t i)
+{
+	struct rec_batch *b = &r->batch[i % TOGGLE_RECORD_MAX_PENDING];
+	if (!b->has_event) {
+		/* Covered by a later event on its stream, once that one completed. */
+		for (uint64_t j = i + 1; j < r->b_head; j++) {
+			struct rec_batch *c = &r->batch[j % TOGGLE_RECORD_MAX_PENDING];
+			if (c->has_event && c->stream == b->stream)
+				return a->cu.event_query(r->ev[j % TOGGLE_RECORD_MAX_PENDING]) ==
+				       CUDA_SUCCESS;
+		}
+		return 0;
+	}
+	CUresult q = a->cu.event_query(r->ev[i % TOGGLE_RECORD_MAX_PENDING]);
+	if (q == CUDA_ERROR_NOT_READY)
+		return 0;
+	if (q != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		rec_void_batch(r, b);
+	}
+	return 1;
+}
+
+static void rec_poll(struct toggle_agent *a, struct tg_rec *r)
+{
+	while (r->b_tail != r->b_head && rec_batch_done(a, r, r->b_tail)) {
+		struct rec_batch *b = &r->batch[r->b_tail % TOGGLE_RECORD_MAX_PENDING];
+		toggle_ring_writer_publish(&r->w, b->end, b->n_data);
+		r->bytes += b->bytes;
+		r->b_tail++;
+	}
+}
+
+int toggle_record_poll(struct toggle_agent *a)
+{
+	if (!a || !rec_ring(a->rec))
+		return 0;
+	rec_request(a->rec);
+	rec_poll(a, a->rec);
+	return (int)(a->rec->b_head - a->rec->b_tail);
+}
+
+void tg_record_step(struct toggle_agent *a)
+{
+	(void)toggle_record_poll(a);
+}
+
+int toggle_record_flush(struct toggle_agent *a)
+{
+	if (!a || !rec_ring(a->rec))
+		return 0;
+	if (a->rec->b_head != a->rec->b_tail) {
+		CUresult cr = tg_cu_ctx_synchronize(&a->cu);
+		if (cr != CUDA_SUCCESS)
+			a->anomalies.driver_errors++;
+	}
+	rec_poll(a, a->rec);
+	/* What is still not done (an eventless batch with no later event):
+	 * the copies ran, the context being synchronized. */
+	while (a->rec->b_tail != a->rec->b_head) {
+		struct rec_batch *b = &a->rec->batch[a->rec->b_tail % TOGGLE_RECORD_MAX_PENDING];
+		toggle_ring_writer_publish(&a->rec->w, b->end, b->n_data);
+		a->rec->bytes += b->bytes;
+		a->rec->b_tail++;
+	}
+	return 0;
+}
+
+/* ---- recording ------------------------------------------------------------- */
+
+/* A record counted as dropped without being laid out (too many in flight). */
+static void rec_drop(struct tg_rec *r, uint64_t bytes)
+{
+	rec_count(&r->map.prod->dropped, 1);
+	rec_count(&r->map.prod->dropped_bytes, toggle_ring_record_length(bytes));
+}
+
+/* Lay out and copy one record into batch b (a full ring drops it, counted). */
+static void rec_one(struct toggle_agent *a, struct tg_rec *r, struct rec_batch *b, uint32_t hook,
+		    const struct toggle_record_buffer *buf, CUgraph graph, uint64_t launch,
+		    unsigned flags, CUstream stream)
+{
+	uint64_t pos;
+	struct toggle_ring_record *h = toggle_ring_writer_reserve(&r->w, buf->bytes, &pos);
+	if (!h)
+		return; /* ring full: counted by the writer */
+	h->session = r->session;
+	h->step = a->step;
+	h->graph = (uint64_t)(uintptr_t)graph;
+	h->launch = launch;
+	h->hook_type = (uint16_t)(hook / TOGGLE_MAX_LAYERS);
+	h->layer = (uint16_t)(hook % TOGGLE_MAX_LAYERS);
+	h->dtype = (uint8_t)buf->dtype;
+	h->ndim = (uint8_t)buf->ndim;
+	h->flags = (uint16_t)flags;
+	for (unsigned i = 0; i < TOGGLE_RING_MAX_DIMS; i++)
+		h->shape[i] = buf->shape[i];
+	toggle_ring_record_seal(h);
+	CUresult cr = a->cu.memcpy_dtoh_async(h + 1, buf->ptr, buf->bytes, stream);
+	b->end = r->w.reserve;
+	if (cr != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		toggle_ring_writer_void(&r->w, pos);
+		return;
+	}
+	b->n_data++;
+	b->bytes += buf->bytes;
+}
+
+/* Open a batch on stream (NULL: too many in flight, every record dropped). */
+static struct rec_batch *rec_batch_open(struct toggle_agent *a, struct tg_rec *r, CUstream stream)
+{
+	rec_poll(a, r);
+	if (r->b_head - r->b_tail >= TOGGLE_RECORD_MAX_PENDING)
+		return NULL;
+	struct rec_batch *b = &r->batch[r->b_head % TOGGLE_RECORD_MAX_PENDING];
+	memset(b, 0, sizeof(*b));
+	b->start = b->end = r->w.reserve;
+	b->stream = stream;
+	return b;
+}
+
+/* Close it: the event after its copies, or nothing when it holds nothing. */
+static void rec_batch_close(struct toggle_agent *a, struct tg_rec *r, struct rec_batch *b)
+{
+	if (b->end == b->start)
+		return; /* every record dropped: no space was taken */
+	unsigned slot = (unsigned)(r->b_head % TOGGLE_RECORD_MAX_PENDING);
+	CUresult cr = a->cu.event_record(r->ev[slot], b->stream);
+	b->has_event = cr == CUDA_SUCCESS;
+	if (!b->has_event)
+		a->anomalies.driver_errors++;
+	r->b_head++;
+}
+
+/* The hooks to record after a replay of g: the step's, g's, the request's. */
+static void rec_graph(struct toggle_agent *a, struct tg_rec *r, struct tg_graph *g, CUstream stream)
+{
+	struct rec_batch *b = NULL;
+	bool any = false;
+	for (uint32_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++) {
+		uint64_t bits = a->current.bits[w] & g->covered.bits[w] & r->want.bits[w];
+		while (bits) {
+			uint32_t hook = w * 64 + (uint32_t)__builtin_ctzll(bits);
+			bits &= bits - 1;
+			const struct toggle_record_buffer *buf = rec_lookup(r, g->graph, hook);
+			if (!buf)
+				continue;
+			if (!any) {
+				any = true;
+				b = rec_batch_open(a, r, stream);
+			}
+			if (!b)
+				rec_drop(r, buf->bytes);
+			else
+				rec_one(a, r, b, hook, buf, g->graph, g->replays, 0, stream);
+		}
+	}
+	if (b)
+		rec_batch_close(a, r, b);
+}
+
+void tg_record_launch(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
+{
+	struct tg_rec *r = a->rec;
+	if (!rec_ring(r))
+		return;
+	rec_request(r);
+	if (__builtin_expect(r->session == 0, 1)) {
+		if (r->b_head != r->b_tail)
+			rec_poll(a, r);
+		return;
+	}
+	rec_graph(a, r, g, stream);
+}
+
+int toggle_record_after(struct toggle_agent *a, CUgraph graph, CUstream stream)
+{
+	if (!a)
+		return TOGGLE_EINVAL;
+	struct tg_graph *g = tg_graph_find(a, graph);
+	if (!g || !g->bound || g->stale || g->late || !g->n_nodes)
+		return 0; /* unrelated, or not launched through the guard: nothing ran of ours */
+	tg_record_launch(a, g, stream);
+	return 0;
+}
+
+int toggle_record_eager(struct toggle_agent *a, struct toggle_hook hook,
+			const struct toggle_record_buffer *buf, CUstream stream)
+{
+	if (!a || !buf)
+		return TOGGLE_EINVAL;
+	struct tg_rec *r = a->rec;
+	if (!rec_ring(r))
+		return 0;
+	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers)
+		return tg_fail(a, TOGGLE_ERANGE, "eager record of hook %u:%u: outside the catalog",
+			       hook.type, hook.layer);
+	int rc = rec_check_buffer(a, buf);
+	if (rc)
+		return rc;
+	rec_request(r);
+	uint32_t h = tg_hook_index(hook);
+	if (r->session == 0 || !tg_set_has(&a->current, h) || !tg_set_has(&r->want, h))
+		return 0;
+	struct rec_batch *b = rec_batch_open(a, r, stream);
+	if (!b) {
+		rec_drop(r, buf->bytes);
+		return 0;
+	}
+	rec_one(a, r, b, h, buf, NULL, ++r->eager_runs, TOGGLE_RING_REC_EAGER, stream);
+	rec_batch_close(a, r, b);
+	return 0;
+}
+
+void toggle_record_stats_get(const struct toggle_agent *a, struct toggle_record_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	const struct tg_rec *r = a ? a->rec : NULL;
+	if (!rec_ring(r))
+		return;
+	const struct toggle_ring_producer *p = r->map.prod;
+	out->records = __atomic_load_n(&p->records, __ATOMIC_RELAXED);
+	out->dropped = __atomic_load_n(&p->dropped, __ATOMIC_RELAXED);
+	out->errors = __atomic_load_n(&p->errors, __ATOMIC_RELAXED);
+	out->bytes = r->bytes;
+	out->pending = r->b_head - r->b_tail;
+	out->session = r->session;
+	out->capacity = r->map.capacity;
+}
+
+/* The ring's part of the recorder; the declared buffers stay. */
+static void rec_ring_close(struct toggle_agent *a, struct tg_rec *r)
+{
+	if (!rec_ring(r))
+		return;
+	/* The DMA must be done with the ring before it is unregistered. */
+	if (r->b_head != r->b_tail)
+		(void)tg_cu_ctx_synchronize(&a->cu);
+	for (unsigned i = 0; i < TOGGLE_RECORD_MAX_PENDING; i++)
+		if (r->ev[i])
+			(void)tg_cu_event_destroy(&a->cu, r->ev[i]);
+	memset(r->ev, 0, sizeof(r->ev));
+	if (r->host_registered)
+		(void)tg_cu_mem_host_unregister(&a->cu, r->map.base);
+	r->host_registered = false;
+	toggle_ring_unmap(&r->map);
+	r->b_head = r->b_tail = 0;
+}
+
+void tg_record_close(struct toggle_agent *a)
+{
+	struct tg_rec *r = a->rec;
+	if (!r)
+		return;
+	rec_ring_close(a, r);
+	free(r);
+	a->rec = NULL;
+}
