@@ -16,7 +16,10 @@
  *     who may not write sets;
  *   - a client that stops reading: toggled keeps serving, the agent's ring
  *     fills (it drops, never waits); the client leaves: hooks restored and
- *     the agent told to stop recording.
+ *     the agent told to stop recording;
+ *   - the whole path with libtoggle's own recorder (toggle_record.h) on the
+ *     simulator: every record toggled forwards equals what the producer of
+ *     its step and hook wrote, and only hooks the recording asked for.
  * toggled must exit 0 at every test's end (sanitizer reports fail it).
  */
 #include <errno.h>
@@ -40,9 +43,12 @@
 #include "frame.h"
 #include "testutil.h"
 #include "tgclient.h"
+#include "toggle.h"
 #include "toggle_hooks.h"
+#include "toggle_record.h"
 #include "toggle_ring.h"
 #include "toggle_shm.h"
+#include "toggle_sim.h"
 
 #ifndef TOGGLED_BIN
 #error "TOGGLED_BIN must name the daemon binary (daemon/daemon.mk passes it)"
@@ -913,6 +919,148 @@ START_TEST(test_record_agent_leaves)
 }
 END_TEST
 
+/* ---- libtoggle's recorder on the simulator, end to end ---------------------- */
+
+struct lt;
+struct lt_prod {
+	struct lt *lt;
+	unsigned h;                  /* the producer's buffer: type * NL + layer */
+};
+
+struct lt {
+	struct toggle_sim *sim;
+	CUstream stream;
+	struct toggle_agent *agent;
+	CUdeviceptr buf[NT * NL];
+	uint32_t runs;               /* graph runs (head kernel) */
+	int64_t run_step[4096];      /* the step of each run */
+	struct lt_prod prod[NT * NL];
+	CUgraph graph;
+	CUgraphExec exec;
+};
+
+static float lt_pattern(uint32_t run, unsigned h, unsigned i)
+{
+	return (float)(run * 1000u + h * 20u + i);
+}
+
+static void lt_head(void *arg)
+{
+	((struct lt *)arg)->runs++;
+}
+
+/* What ran: the run that executes (the head kernel counted it) and the hook. */
+static void lt_producer(void *arg)
+{
+	const struct lt_prod *p = arg;
+	float *b = (float *)(uintptr_t)p->lt->buf[p->h];
+	for (unsigned i = 0; i < 16; i++)
+		b[i] = lt_pattern(p->lt->runs - 1, p->h, i);
+}
+
+START_TEST(test_record_libtoggle)
+{
+	struct env e;
+	env_setup(&e);
+	static struct lt lt;
+	memset(&lt, 0, sizeof(lt));
+	ASSERT(toggle_sim_create(&lt.sim) == 0, "sim");
+	ASSERT(toggle_sim_stream_create(lt.sim, &lt.stream) == CUDA_SUCCESS, "stream");
+	struct toggle_config cfg = {.name = "lt", .catalog = {.type_names = type_names,
+							      .n_types = NT, .n_layers = NL},
+				    .mode = TOGGLE_MODE_LAZY, .backend = TOGGLE_BACKEND_SIM,
+				    .sim = lt.sim, .socket_path = e.sock};
+	ASSERT(toggle_agent_open(&cfg, &lt.agent) == 0, "agent open");
+	ASSERT(toggle_capture_begin(lt.agent) == 0, "capture");
+	ASSERT(toggle_sim_stream_begin_capture(lt.stream) == CUDA_SUCCESS, "capture");
+	ASSERT(toggle_sim_launch_kernel(lt.stream, lt_head, &lt) == CUDA_SUCCESS, "head");
+	for (unsigned t = 0; t < NT; t++)
+		for (unsigned l = 0; l < NL; l++) {
+			unsigned h = t * NL + l;
+			ASSERT(toggle_sim_mem_alloc(lt.sim, &lt.buf[h], 64) == CUDA_SUCCESS, "alloc");
+			lt.prod[h].lt = &lt;
+			lt.prod[h].h = h;
+			ASSERT(toggle_sim_launch_kernel(lt.stream, lt_producer, &lt.prod[h]) ==
+			       CUDA_SUCCESS, "producer");
+			struct toggle_hook hk = {(uint16_t)t, (uint16_t)l};
+			ASSERT(toggle_record_producer(lt.agent, lt.stream, hk) == 0, "record producer");
+			struct toggle_record_buffer b = {.ptr = lt.buf[h], .bytes = 64,
+							 .dtype = TOGGLE_DTYPE_F32, .ndim = 2,
+							 .shape = {4, 4}};
+			ASSERT(toggle_record_buffer(lt.agent, NULL, hk, &b) == 0, "buffer");
+		}
+	ASSERT(toggle_sim_stream_end_capture(lt.stream, &lt.graph) == CUDA_SUCCESS, "end capture");
+	ASSERT(toggle_capture_end(lt.agent) == 0, "capture end");
+	ASSERT(toggle_sim_graph_instantiate(&lt.exec, lt.graph) == CUDA_SUCCESS, "instantiate");
+	ASSERT(toggle_graph_bind(lt.agent, lt.graph, lt.exec) == 0, "bind");
+	ASSERT(toggle_record_open(lt.agent, 1u << 20, NULL) == 0, "record open");
+
+	/* Steps go on while the client asks: the agent and the client share this thread. */
+	struct tgc *c = client(&e);
+	int64_t step = 0;
+	struct toggle_set eff;
+	Toggle__Envelope *rep = NULL;
+	uint64_t id = 0;
+	char err[ERRLEN];
+	int rc = TOGGLE_ENOAGENT;
+	uint64_t end = now_ms() + WAIT_MS;
+	while (rc) { /* until the agent and its ring are registered */
+		ASSERT(toggle_step_begin(lt.agent, ++step, &eff) == 0, "step");
+		ASSERT(now_ms() < end, "the agent's ring never reached toggled: %s", err);
+		rc = record_start(c, NULL, "resid_post:1,attn_out:2", 3, &rep, &id, err);
+		ASSERT(rc == 0 || rc == TOGGLE_ENOAGENT || rc == TOGGLE_ENOTSUP, "record: %s", err);
+		if (rep)
+			toggle__envelope__free_unpacked(rep, NULL);
+		rep = NULL;
+		sleep_ms(5);
+	}
+	unsigned got = 0, ends = 0;
+	end = now_ms() + WAIT_MS;
+	while (ends < 2) {
+		ASSERT(now_ms() < end, "the recording did not end (%u records)", got);
+		ASSERT(toggle_step_begin(lt.agent, ++step, &eff) == 0, "step");
+		ASSERT(lt.runs < 4096, "runs");
+		lt.run_step[lt.runs] = step;
+		ASSERT(toggle_graph_launch(lt.agent, lt.graph, lt.exec, lt.stream) == 0, "launch: %s",
+		       toggle_last_error(lt.agent));
+		toggle_record_poll(lt.agent);
+		for (;;) {
+			Toggle__Envelope *env = NULL;
+			if (tgc_recv(c, &env, 2) != 1)
+				break;
+			if (env->id == id && env->body_case == TOGGLE__ENVELOPE__BODY_RECORD_END) {
+				ASSERT(env->record_end->code == 0, "end: %s", env->record_end->message);
+				ends++;
+			} else if (env->id == id && env->body_case == TOGGLE__ENVELOPE__BODY_RECORD_DATA) {
+				const Toggle__RecordData *m = env->record_data;
+				ASSERT(!strcmp(m->hook, "resid_post:1") || !strcmp(m->hook, "attn_out:2"),
+				       "a record of %s, not asked for", m->hook);
+				ASSERT(m->size == 64 && m->data.len == 64 && !strcmp(m->dtype, "F32") &&
+				       m->n_shape == 2, "record shape");
+				unsigned h = m->hook[0] == 'r' ? 1 : NL + 2;
+				float v[16];
+				memcpy(v, m->data.data, 64);
+				uint32_t run = (uint32_t)(v[0] / 1000.0f);
+				ASSERT(run < lt.runs && lt.run_step[run] == m->step,
+				       "record of step %lld names run %u", (long long)m->step, run);
+				for (unsigned i = 0; i < 16; i++)
+					ASSERT(v[i] == lt_pattern(run, h, i), "%s step %lld word %u: %g",
+					       m->hook, (long long)m->step, i, v[i]);
+				ASSERT(m->graph == (uint64_t)(uintptr_t)lt.graph, "graph");
+				got++;
+			}
+			toggle__envelope__free_unpacked(env, NULL);
+		}
+	}
+	ASSERT(got == 6, "%u records for 3 steps of 2 hooks", got);
+	enabled_wait(c, 1, "none");
+	tgc_close(c);
+	toggle_agent_close(lt.agent);
+	toggle_sim_destroy(lt.sim);
+	env_teardown(&e);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("record_daemon");
@@ -924,6 +1072,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_record_perm);
 	tcase_add_test(t, test_record_client_stops);
 	tcase_add_test(t, test_record_agent_leaves);
+	tcase_add_test(t, test_record_libtoggle);
 	suite_add_tcase(s, t);
 	return s;
 }
