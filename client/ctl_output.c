@@ -271,14 +271,18 @@ static void human_agents(const Toggle__ListAgentsReply *r)
 {
 	static const char *const head[] = {"ID", "NAME", "GROUP", "PID", "MODE", "DRIVER", "STEP",
 					   "VERSION", "APPLIED", "GRAPHS", "ANOMALIES", "QUEUED",
-					   "ENABLED", "CONNECTED"};
+					   "ENABLED", "CONNECTED", "RING"};
 	if (r->n_agents == 0) {
 		printf("no agents connected\n");
 		return;
 	}
+	/* The RING column (its size and drops) only when an agent shares a data ring. */
+	bool rings = false;
+	for (size_t i = 0; i < r->n_agents; i++)
+		rings = rings || r->agents[i]->ring_bytes;
 	uint64_t now = util_unix_ms();
 	struct ctl_table t;
-	ctl_table_init(&t, sizeof(head) / sizeof(head[0]), head);
+	ctl_table_init(&t, sizeof(head) / sizeof(head[0]) - !rings, head);
 	for (size_t i = 0; i < r->n_agents; i++) {
 		const Toggle__AgentInfo *a = r->agents[i];
 		char drv[16], ago[48];
@@ -306,6 +310,11 @@ static void human_agents(const Toggle__ListAgentsReply *r)
 		ctl_table_add(&t, "%u", a->pending_plan);
 		ctl_table_add(&t, "%s", a->enabled);
 		ctl_table_add(&t, "%s", ago);
+		if (rings && a->ring_bytes)
+			ctl_table_add(&t, "%llu KiB, %llu dropped", (unsigned long long)(a->ring_bytes >> 10),
+				      (unsigned long long)a->ring_dropped);
+		else if (rings)
+			ctl_table_add(&t, "-");
 	}
 	ctl_table_print(&t);
 }
@@ -631,8 +640,14 @@ static void jemit(json_t *root, bool stream)
 
 static json_t *json_of_agent(const Toggle__AgentInfo *a)
 {
+	/* Its data ring (docs/recording.md), null without one: the agent's counters. */
+	json_t *ring = a->ring_bytes ? json_pack("{s:o, s:o, s:o, s:o}", "bytes", ju64(a->ring_bytes),
+						 "records", ju64(a->ring_records),
+						 "dropped", ju64(a->ring_dropped),
+						 "errors", ju64(a->ring_errors))
+				     : json_null();
 	return json_pack("{s:o, s:o, s:o, s:I, s:I, s:s, s:i, s:o, s:o, s:o, s:o, s:I, s:o, s:o, "
-			 "s:o, s:I, s:I, s:o, s:o}",
+			 "s:o, s:I, s:I, s:o, s:o, s:o}",
 			 "agent_id", ju64(a->agent_id),
 			 "name", jstr(a->name),
 			 "group", jstr_or_null(a->group),
@@ -652,7 +667,8 @@ static json_t *json_of_agent(const Toggle__AgentInfo *a)
 			 "pending_plan", (json_int_t)a->pending_plan,
 			 "tainted_launches", ju64(a->tainted_launches),
 			 /* proto3: the step means something only once a launch was tainted */
-			 "tainted_step", ji64(a->tainted_launches ? a->tainted_step : -1));
+			 "tainted_step", ji64(a->tainted_launches ? a->tainted_step : -1),
+			 "ring", ring);
 }
 
 json_t *ctl_json_status(const Toggle__StatusReply *r, bool may_write)

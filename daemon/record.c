@@ -141,6 +141,19 @@ void rpc_register_ring(struct td_peer *p, const Toggle__Envelope *req, struct rp
 	toggle__register_ring_reply__init(rpc_body(r, TOGGLE__ENVELOPE__BODY_REGISTER_RING_REPLY));
 }
 
+void td_record_fill_agent(Toggle__AgentInfo *m, const struct td_agent *a)
+{
+	const struct td_ring *g = a->ring;
+	if (!g)
+		return;
+	/* The agent's word, shown as it is: never a size or an index here. */
+	const struct toggle_ring_producer *pr = g->map.prod;
+	m->ring_bytes = g->map.capacity;
+	m->ring_records = __atomic_load_n(&pr->records, __ATOMIC_RELAXED);
+	m->ring_dropped = __atomic_load_n(&pr->dropped, __ATOMIC_RELAXED);
+	m->ring_errors = __atomic_load_n(&pr->errors, __ATOMIC_RELAXED);
+}
+
 /* ---- ending -------------------------------------------------------------- */
 
 static void rec_timer_update(struct td_daemon *d);

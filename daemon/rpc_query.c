@@ -88,6 +88,7 @@ void rpc_fill_agent(Toggle__AgentInfo *m, struct td_agent *a)
 		m->tainted_launches = a->st->tainted_launches;
 		m->tainted_step = a->st->tainted_step;
 	}
+	td_record_fill_agent(m, a);
 }
 
 void rpc_list_agents(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r)

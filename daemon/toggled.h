@@ -515,6 +515,8 @@ void td_record_agent_gone(struct td_agent *a);
 void td_record_peer_gone(struct td_peer *p);
 void td_record_stop(struct td_daemon *d);
 void td_record_free(struct td_daemon *d);
+/* AgentInfo's ring fields: the ring's size and its producer's counters. */
+void td_record_fill_agent(Toggle__AgentInfo *m, const struct td_agent *a);
 /* cluster.c: watch etcd, apply, publish (no-op without cfg.etcd). */
 int td_cluster_start(struct td_daemon *d, char *err, size_t errlen);
 void td_cluster_stop(struct td_daemon *d);
