@@ -12,7 +12,7 @@ FUZZ_FLAGS = -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-Ilibtoggle/include -Ilibtoggle/src -Iproto -Iclient -Iutil -I$(B)/gen \
 	-isystem $(CUDA_HOME)/include
 FUZZ_NAMES := fuzz_frame fuzz_spec fuzz_pbwire fuzz_shm fuzz_cluster fuzz_store fuzz_config \
-	      fuzz_plan fuzz_hosts fuzz_gzip fuzz_cluster_stream
+	      fuzz_plan fuzz_hosts fuzz_gzip fuzz_cluster_stream fuzz_ring
 FUZZ_TARGETS := $(FUZZ_NAMES:%=$(B)/fuzz/%)
 
 $(B)/fuzz/fuzz_frame: fuzz/fuzz_frame.c proto/frame.c $(TGP_GEN_C) $(TGP_GEN_H)
@@ -31,6 +31,11 @@ $(B)/fuzz/fuzz_pbwire: fuzz/fuzz_pbwire.c libtoggle/src/pbwire.c
 $(B)/fuzz/fuzz_shm: fuzz/fuzz_shm.c libtoggle/src/shm.c libtoggle/src/hookset.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -pthread -o $@ $^
+
+# An agent's data ring as toggled reads it (libtoggle/src/ring.c).
+$(B)/fuzz/fuzz_ring: fuzz/fuzz_ring.c libtoggle/src/ring.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $^
 
 # What a toggled in a cluster reads from etcd (keys, selectors, values, base64).
 $(B)/fuzz/fuzz_cluster: fuzz/fuzz_cluster.c daemon/cluster_key.c daemon/etcd.c daemon/log.c util/util.c
@@ -105,6 +110,7 @@ $(B)/fuzz/replay/fuzz_gzip: FZ_CFLAGS = -Idaemon
 $(B)/fuzz/replay/fuzz_gzip: FZ_LIBS = $(B)/libtoggled-san.a $$(pkg-config --libs zlib)
 $(B)/fuzz/replay/fuzz_spec $(B)/fuzz/replay/fuzz_pbwire: FZ_LIBS =
 $(B)/fuzz/replay/fuzz_shm: FZ_LIBS = -pthread
+$(B)/fuzz/replay/fuzz_ring: FZ_LIBS =
 FZ_TD_REPLAYS := $(B)/fuzz/replay/fuzz_cluster $(B)/fuzz/replay/fuzz_cluster_stream \
 	$(B)/fuzz/replay/fuzz_store $(B)/fuzz/replay/fuzz_config
 $(FZ_TD_REPLAYS): $(B)/libtoggled-san.a $(B)/libtgproto-san.a

@@ -18,6 +18,10 @@
 #               eager runs), lazy and device (python/tests/gpu/torch_compile_proof.py;
 #               ~20-60 s, most of it torch.compile)
 #   torch_engine_lazy, torch_engine_device  examples/torch_engine.py standalone
+#   record_proof  issue #24: the example engine recorded into the agent's data ring
+#               (lazy, device): every record equals its step's and hook's monitor
+#               buffer, none outside the step's set, the ring forced full: drops
+#               counted, nothing wrong recorded (python/tests/gpu/record_proof.py)
 #   piecewise_proof, piecewise_proof_standin  issue #23: torch.compile with
 #               graphtoggle.piecewise (split at the attention op, inductor pieces,
 #               per size every piece captured into one pool, FULL graphs, eager
@@ -50,7 +54,8 @@
 # TORCH_COMPILE_PROOF_ARGS (e.g. "--modes lazy --steps 2000") for torch_compile_proof,
 # TORCH_DECODE_BENCH=1 (and TORCH_DECODE_BENCH_ARGS, e.g. "--batches 1,4,8"),
 # TORCH_COMPILE_BENCH=1 (and TORCH_COMPILE_BENCH_ARGS, e.g. "--batches 1,8 --modes lazy"),
-# PIECEWISE_PROOF_ARGS (e.g. "--steps 2000"), PIECEWISE_BENCH_ARGS (e.g. "--reps 11").
+# PIECEWISE_PROOF_ARGS (e.g. "--steps 2000"), PIECEWISE_BENCH_ARGS (e.g. "--reps 11"),
+# RECORD_PROOF_ARGS (e.g. "--steps 2000 --modes lazy").
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
 # GPU_LEGS="gpu_check torch_proof ..." runs only the legs named (the rest are
 # not listed); unset, every leg runs.  The device's 10-minute limit per call is
@@ -165,6 +170,10 @@ for mode in lazy device; do
 		--check-every 1 --change-every 100
 done
 
+# issue #24: the recorder (the agent side), on the example engine
+# shellcheck disable=SC2086 # RECORD_PROOF_ARGS is a list of words
+run_py_leg record_proof python/tests/gpu/record_proof.py ${RECORD_PROOF_ARGS:-}
+
 # issue #23: graphtoggle under torch.compile, piecewise (graphtoggle.piecewise)
 # shellcheck disable=SC2086 # PIECEWISE_PROOF_ARGS is a list of words
 run_py_leg piecewise_proof python/tests/gpu/piecewise_proof.py ${PIECEWISE_PROOF_ARGS:-}
@@ -190,6 +199,7 @@ fi
 printf '%s\n' "$results" | sed '/^$/d'
 # the producer-free exec's figures again, for pasting
 grep -h '^gpu-bare: figures:' "$B/gpu_bare.log" 2>/dev/null || true
+grep -h '^record-proof: \[' "$B/record_proof.log" 2>/dev/null || true
 grep -h '^piecewise-bench: table:' "$B/piecewise_bench.log" 2>/dev/null || true
 # and the lifetime leg's reuse counts (issue #28)
 grep -h '^gpu-lifetime: leg=stranger' "$B/gpu_lifetime.log" 2>/dev/null || true

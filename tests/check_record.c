@@ -11,6 +11,7 @@
  * (run k is the k-th launch submitted, one stream), and each producer
  * writes a pattern of (run, hook) into its buffer when it runs.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "testutil.h"
@@ -564,6 +565,67 @@ START_TEST(test_buffers)
 }
 END_TEST
 
+/* Declared in a capture: that graph's buffer, for that capture only (a new
+ * graph that gets the handle later records nothing from it). */
+static struct toggle_graph_status capture_one(struct fx *f, CUgraph *g, CUgraphExec *e, bool declare)
+{
+	struct toggle_hook h = {1, 0};
+	ck_assert_int_eq(toggle_capture_begin(f->agent), 0);
+	ck_assert_int_eq(toggle_sim_stream_begin_capture(f->stream), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, head_fn, f), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, producer_fn, &f->prod[0][buf_of(1, 0)]),
+			 CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_record_producer(f->agent, f->stream, h), 0);
+	struct toggle_record_buffer b = buf_desc(f, buf_of(1, 0));
+	if (declare)
+		ck_assert_int_eq(toggle_record_buffer_in_capture(f->agent, f->stream, h, &b), 0);
+	ck_assert_int_eq(toggle_sim_stream_end_capture(f->stream, g), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_capture_end(f->agent), 0);
+	ck_assert_int_eq(toggle_sim_graph_instantiate(e, *g), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_graph_bind(f->agent, *g, *e), 0);
+	struct toggle_graph_status st;
+	ck_assert_int_eq(toggle_graph_status(f->agent, *g, &st), 0);
+	return st;
+}
+
+START_TEST(test_buffer_in_capture)
+{
+	struct fx f;
+	fx_open(&f, 1u << 20, false);
+	toggle_sim_set_handle_reuse(f.sim, true);
+	struct toggle_record_buffer b = buf_desc(&f, 0);
+	ck_assert_int_eq(toggle_record_buffer_in_capture(f.agent, f.stream, (struct toggle_hook){0, 0}, &b),
+			 TOGGLE_ECAPTURE);
+	ck_assert_int_eq(toggle_record_set(f.agent, 1, NULL), 0);
+	struct toggle_set set = {{0}};
+	toggle_set_add(&set, (struct toggle_hook){1, 0});
+	CUgraph g;
+	CUgraphExec e;
+	capture_one(&f, &g, &e, true);
+	fx_step(&f, &set);
+	f.sub[f.n_sub++] = (struct submitted){.g = 0, .step = f.step, .set = f.set};
+	f.graph[0] = g; /* fx_drain checks the record's graph against graph[sub.g] */
+	ck_assert_int_eq(toggle_graph_launch(f.agent, g, e, f.stream), 0);
+	ck_assert_int_eq(toggle_record_flush(f.agent), 0);
+	fx_drain(&f, NULL);
+	ck_assert_uint_eq(f.got, 1);
+	/* The graph and its exec destroyed; the next capture reuses the handle. */
+	ck_assert_int_eq(toggle_sim_exec_destroy(e), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_destroy(g), CUDA_SUCCESS);
+	CUgraph g2;
+	CUgraphExec e2;
+	capture_one(&f, &g2, &e2, false);
+	ck_assert_ptr_eq(g2, g);
+	fx_step(&f, &set);
+	f.sub[f.n_sub++] = (struct submitted){.g = 0, .step = f.step, .set = f.set};
+	ck_assert_int_eq(toggle_graph_launch(f.agent, g2, e2, f.stream), 0);
+	ck_assert_int_eq(toggle_record_flush(f.agent), 0);
+	fx_drain(&f, NULL);
+	ck_assert_uint_eq(f.got, 1); /* nothing declared for this capture */
+	fx_close(&f);
+}
+END_TEST
+
 /* No ring: launches are untouched, the stats all zero. */
 START_TEST(test_off)
 {
@@ -584,6 +646,39 @@ START_TEST(test_off)
 }
 END_TEST
 
+/* toggle_record_layout is the compiler's own offsetof/sizeof, every field. */
+START_TEST(test_layout)
+{
+	size_t n = 0;
+	const struct toggle_layout_entry *e = toggle_record_layout(&n);
+	ck_assert_uint_eq(n, 14); /* 2 structs, 5 + 7 fields */
+#define WANT(T, f, sz, off)                                                        \
+	do {                                                                       \
+		bool hit = false;                                                  \
+		for (size_t i = 0; i < n; i++)                                     \
+			hit |= strcmp(e[i].type, #T) == 0 && e[i].field &&         \
+			       strcmp(e[i].field, #f) == 0 && e[i].size == (sz) && \
+			       e[i].offset == (off);                               \
+		ck_assert_msg(hit, #T "." #f);                                     \
+	} while (0)
+#define WF(T, f) WANT(T, f, sizeof(((struct T *)0)->f), offsetof(struct T, f))
+	WF(toggle_record_buffer, ptr);
+	WF(toggle_record_buffer, bytes);
+	WF(toggle_record_buffer, dtype);
+	WF(toggle_record_buffer, ndim);
+	WF(toggle_record_buffer, shape);
+	WF(toggle_record_stats, records);
+	WF(toggle_record_stats, bytes);
+	WF(toggle_record_stats, dropped);
+	WF(toggle_record_stats, errors);
+	WF(toggle_record_stats, pending);
+	WF(toggle_record_stats, session);
+	WF(toggle_record_stats, capacity);
+	ck_assert_uint_eq(e[0].size, sizeof(struct toggle_record_buffer));
+	ck_assert_ptr_null(e[0].field);
+}
+END_TEST
+
 static Suite *record_suite(void)
 {
 	Suite *s = suite_create("record");
@@ -597,6 +692,8 @@ static Suite *record_suite(void)
 	tcase_add_test(tc, test_record_after_prepare);
 	tcase_add_test(tc, test_eager);
 	tcase_add_test(tc, test_buffers);
+	tcase_add_test(tc, test_buffer_in_capture);
+	tcase_add_test(tc, test_layout);
 	tcase_add_test(tc, test_off);
 	suite_add_tcase(s, tc);
 	return s;

@@ -78,6 +78,15 @@ int toggle_record_buffer(struct toggle_agent *agent, CUgraph graph, struct toggl
 			 const struct toggle_record_buffer *buf);
 
 /*
+ * The same for the graph being captured on stream, for this capture only
+ * (the buffer its producer of hook writes, declared while it is recorded):
+ * a new capture that gets the graph's handle later does not inherit it.
+ * TOGGLE_ECAPTURE when stream is not capturing.
+ */
+int toggle_record_buffer_in_capture(struct toggle_agent *agent, CUstream stream,
+				    struct toggle_hook hook, const struct toggle_record_buffer *buf);
+
+/*
  * Ask for a recording without a daemon: what toggled writes into the
  * ring's request area.  session 0 stops; set NULL: every hook.  With a
  * daemon the request area is the daemon's (it is its only writer): this
@@ -115,6 +124,11 @@ struct toggle_record_stats {
 	uint64_t capacity;      /* the ring's data bytes (0: no ring) */
 };
 void toggle_record_stats_get(const struct toggle_agent *agent, struct toggle_record_stats *out);
+
+/* The layout of toggle_record_buffer and toggle_record_stats, as
+ * toggle_layout() describes the other public structs (a binding checks its
+ * mirrors against both tables). */
+const struct toggle_layout_entry *toggle_record_layout(size_t *count);
 
 #ifdef __cplusplus
 }

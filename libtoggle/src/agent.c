@@ -301,7 +301,7 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 	if (a->shm.ctl)
 		tg_control_poll(a); /* the daemon's latest word, before resolving */
 	tg_life_sweep(a); /* graphs and execs the driver destroyed since the last look */
-	if (a->rec)
+	if (a->rec_on)
 		tg_record_step(a); /* the last step's copies that completed: published */
 	if (a->aligned_pending && step == a->aligned_step) {
 		/* An aligned change's step: its set is the standing set from here on. */

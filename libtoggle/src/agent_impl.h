@@ -265,8 +265,11 @@ struct toggle_agent {
 	struct tg_life_hub *life;
 	uint64_t deaths_seen;        /* destructors seen run at the last sweep */
 
-	/* The recorder (record.c): NULL until a buffer is declared or a ring opened. */
+	/* The recorder (record.c): NULL until a buffer is declared or a ring
+	 * opened; rec_on is rec once a ring is open, NULL before: what the
+	 * launch path tests (declared buffers alone cost it nothing). */
 	struct tg_rec *rec;
+	struct tg_rec *rec_on;
 
 	struct toggle_anomalies anomalies;
 	struct toggle_taint taint;   /* device mode's tainted launches, all graphs */

@@ -10,6 +10,7 @@
  * the ring is published in position order: poll publishes the oldest
  * batches whose events have completed and stops at the first that has not.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +22,10 @@
 #define REC_SLOTS (2 * TOGGLE_RECORD_MAX_BUFFERS) /* open addressing, load <= 1/2 */
 
 struct rec_buf {
-	CUgraph graph;  /* NULL: every graph */
-	uint32_t hook;  /* hook index + 1; 0: empty slot, UINT32_MAX: removed */
+	CUgraph graph;       /* NULL: every graph */
+	uint32_t hook;       /* hook index + 1; 0: empty slot, UINT32_MAX: removed */
+	uint64_t capture_id; /* declared in this capture of graph (0: any): a later
+			      * capture behind a reused handle does not see it */
 	struct toggle_record_buffer b;
 };
 
@@ -99,9 +102,12 @@ static struct rec_buf *rec_slot(struct tg_rec *r, CUgraph graph, uint32_t hook, 
 	return insert ? free_slot : NULL;
 }
 
-static const struct toggle_record_buffer *rec_lookup(struct tg_rec *r, CUgraph graph, uint32_t hook)
+static const struct toggle_record_buffer *rec_lookup(struct tg_rec *r, const struct tg_graph *g,
+						     uint32_t hook)
 {
-	struct rec_buf *s = graph ? rec_slot(r, graph, hook, false) : NULL;
+	struct rec_buf *s = rec_slot(r, g->graph, hook, false);
+	if (s && s->capture_id && s->capture_id != g->capture_id)
+		s = NULL; /* a buffer of an earlier graph that had this handle */
 	if (!s)
 		s = rec_slot(r, NULL, hook, false);
 	return s ? &s->b : NULL;
@@ -138,11 +144,9 @@ static int rec_check_buffer(struct toggle_agent *a, const struct toggle_record_b
 	return 0;
 }
 
-int toggle_record_buffer(struct toggle_agent *a, CUgraph graph, struct toggle_hook hook,
-			 const struct toggle_record_buffer *buf)
+static int rec_declare(struct toggle_agent *a, CUgraph graph, uint64_t capture_id,
+		       struct toggle_hook hook, const struct toggle_record_buffer *buf)
 {
-	if (!a)
-		return TOGGLE_EINVAL;
 	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers)
 		return tg_fail(a, TOGGLE_ERANGE, "monitor buffer for hook %u:%u: outside the catalog",
 			       hook.type, hook.layer);
@@ -162,6 +166,7 @@ int toggle_record_buffer(struct toggle_agent *a, CUgraph graph, struct toggle_ho
 		return 0;
 	}
 	if (s && s->hook == h + 1) {
+		s->capture_id = capture_id;
 		s->b = *buf;
 		return 0;
 	}
@@ -170,9 +175,34 @@ int toggle_record_buffer(struct toggle_agent *a, CUgraph graph, struct toggle_ho
 			       TOGGLE_RECORD_MAX_BUFFERS);
 	s->graph = graph;
 	s->hook = h + 1;
+	s->capture_id = capture_id;
 	s->b = *buf;
 	r->n_bufs++;
 	return 0;
+}
+
+int toggle_record_buffer(struct toggle_agent *a, CUgraph graph, struct toggle_hook hook,
+			 const struct toggle_record_buffer *buf)
+{
+	if (!a)
+		return TOGGLE_EINVAL;
+	return rec_declare(a, graph, 0, hook, buf);
+}
+
+int toggle_record_buffer_in_capture(struct toggle_agent *a, CUstream stream, struct toggle_hook hook,
+				    const struct toggle_record_buffer *buf)
+{
+	if (!a || !buf)
+		return TOGGLE_EINVAL;
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	cuuint64_t id = 0;
+	CUgraph graph = NULL;
+	CUresult cr = a->cu.stream_get_capture_info(stream, &st, &id, &graph, NULL, NULL, NULL);
+	if (cr != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_ACTIVE || !graph)
+		return tg_fail(a, TOGGLE_ECAPTURE,
+			       "monitor buffer for hook %u:%u in a capture: stream %p is not capturing",
+			       hook.type, hook.layer, (void *)stream);
+	return rec_declare(a, graph, id, hook, buf);
 }
 
 /* ---- the ring ------------------------------------------------------------ */
@@ -223,6 +253,7 @@ int toggle_record_open(struct toggle_agent *a, uint64_t capacity, int *fd)
 		tg_conn_ring(a->conn, r->map.fd, r->map.size);
 	if (fd)
 		*fd = r->map.fd;
+	a->rec_on = r;
 	return 0;
 }
 
@@ -320,18 +351,27 @@ static void rec_poll(struct toggle_agent *a, struct tg_rec *r)
 	}
 }
 
+/* The request re-read, what completed published; the launches still in flight. */
+static int rec_look(struct toggle_agent *a, struct tg_rec *r)
+{
+	rec_request(r);
+	rec_poll(a, r);
+	return (int)(r->b_head - r->b_tail);
+}
+
 int toggle_record_poll(struct toggle_agent *a)
 {
 	if (!a || !rec_ring(a->rec))
 		return 0;
-	rec_request(a->rec);
-	rec_poll(a, a->rec);
-	return (int)(a->rec->b_head - a->rec->b_tail);
+	return rec_look(a, a->rec);
 }
 
+/* No public entry point is called from inside the library: the step's
+ * look goes through the same static core as toggle_record_poll. */
 void tg_record_step(struct toggle_agent *a)
 {
-	(void)toggle_record_poll(a);
+	if (rec_ring(a->rec))
+		(void)rec_look(a, a->rec);
 }
 
 int toggle_record_flush(struct toggle_agent *a)
@@ -432,7 +472,7 @@ static void rec_graph(struct toggle_agent *a, struct tg_rec *r, struct tg_graph 
 		while (bits) {
 			uint32_t hook = w * 64 + (uint32_t)__builtin_ctzll(bits);
 			bits &= bits - 1;
-			const struct toggle_record_buffer *buf = rec_lookup(r, g->graph, hook);
+			const struct toggle_record_buffer *buf = rec_lookup(r, g, hook);
 			if (!buf)
 				continue;
 			if (!any) {
@@ -518,6 +558,33 @@ void toggle_record_stats_get(const struct toggle_agent *a, struct toggle_record_
 	out->capacity = r->map.capacity;
 }
 
+#define REC_TYPE(T) {#T, NULL, sizeof(struct T), 0}
+#define REC_FIELD(T, f) {#T, #f, sizeof(((struct T *)0)->f), offsetof(struct T, f)}
+
+static const struct toggle_layout_entry rec_layout[] = {
+	REC_TYPE(toggle_record_buffer),
+	REC_FIELD(toggle_record_buffer, ptr),
+	REC_FIELD(toggle_record_buffer, bytes),
+	REC_FIELD(toggle_record_buffer, dtype),
+	REC_FIELD(toggle_record_buffer, ndim),
+	REC_FIELD(toggle_record_buffer, shape),
+	REC_TYPE(toggle_record_stats),
+	REC_FIELD(toggle_record_stats, records),
+	REC_FIELD(toggle_record_stats, bytes),
+	REC_FIELD(toggle_record_stats, dropped),
+	REC_FIELD(toggle_record_stats, errors),
+	REC_FIELD(toggle_record_stats, pending),
+	REC_FIELD(toggle_record_stats, session),
+	REC_FIELD(toggle_record_stats, capacity),
+};
+
+const struct toggle_layout_entry *toggle_record_layout(size_t *count)
+{
+	if (count)
+		*count = sizeof(rec_layout) / sizeof(rec_layout[0]);
+	return rec_layout;
+}
+
 /* The ring's part of the recorder; the declared buffers stay. */
 static void rec_ring_close(struct toggle_agent *a, struct tg_rec *r)
 {
@@ -535,6 +602,7 @@ static void rec_ring_close(struct toggle_agent *a, struct tg_rec *r)
 	r->host_registered = false;
 	toggle_ring_unmap(&r->map);
 	r->b_head = r->b_tail = 0;
+	a->rec_on = NULL;
 }
 
 void tg_record_close(struct toggle_agent *a)

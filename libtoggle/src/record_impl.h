@@ -1,9 +1,8 @@
 /*
  * record_impl.h - what the rest of libtoggle calls of the recorder
  * (record.c, toggle_record.h): one call after a launch, one at each step,
- * one at close.  agent->rec is NULL until a buffer is declared or a ring
- * opened, so the launch path's only cost without a recorder is the test
- * of that pointer.
+ * one at close.  agent->rec_on is NULL until a ring is open, so the
+ * launch path's only cost without one is the test of that pointer.
  */
 #ifndef TG_RECORD_IMPL_H
 #define TG_RECORD_IMPL_H

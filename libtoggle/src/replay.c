@@ -386,7 +386,7 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 		g->prep_version = 0;
 	}
 	replay_account(a, g, stream);
-	if (launch && a->rec)
+	if (launch && a->rec_on)
 		tg_record_launch(a, g, stream); /* the monitor buffers after it, on its stream */
 	if (a->shm.ctl)
 		launch_control_after(a);
@@ -410,7 +410,7 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 	if (__builtin_expect(r != CUDA_SUCCESS, 0))
 		return launch_failed(a, g->graph, g->run, r); /* from g: fewer live registers */
 	replay_account(a, g, stream); /* device mode orders its next mask write after it */
-	if (__builtin_expect(a->rec != NULL, 0))
+	if (__builtin_expect(a->rec_on != NULL, 0))
 		tg_record_launch(a, g, stream); /* the recorder (record.c): one branch when off */
 	return 0;
 }

@@ -141,6 +141,17 @@ class ConnInfo(Structure):
                 ("last_error", c_char * 256)]
 
 
+class RecordBuffer(Structure):
+    """struct toggle_record_buffer (toggle_record.h): a hook's monitor buffer."""
+    _fields_ = [("ptr", c_uint64), ("bytes", c_uint64), ("dtype", c_uint32), ("ndim", c_uint32),
+                ("shape", c_uint64 * 4)]
+
+
+class RecordStats(Structure):
+    _fields_ = [(n, c_uint64) for n in (
+        "records", "bytes", "dropped", "errors", "pending", "session", "capacity")]
+
+
 class LayoutEntry(Structure):
     _fields_ = [("type", c_char_p), ("field", c_char_p), ("size", c_uint32), ("offset", c_uint32)]
 
@@ -165,6 +176,9 @@ MIRRORS = {
     "toggle_taint": Taint,
     "toggle_conn_info": ConnInfo,
     "toggle_limit": Limit,
+    # described by toggle_record_layout() (toggle_record.h)
+    "toggle_record_buffer": RecordBuffer,
+    "toggle_record_stats": RecordStats,
 }
 
 SIM_KERNEL = ctypes.CFUNCTYPE(None, c_void_p)
@@ -217,6 +231,17 @@ _PROTOS = {
     "toggle_producer_end": (c_int, [P, P, Hook, POINTER(c_size_t)]),
     "toggle_producer_abort": (None, [P, P]),
     "toggle_copy_out": (c_int, [P, P, Hook, POINTER(Copy)]),
+    # the recorder (toggle_record.h)
+    "toggle_record_layout": (POINTER(LayoutEntry), [POINTER(c_size_t)]),
+    "toggle_record_open": (c_int, [P, c_uint64, POINTER(c_int)]),
+    "toggle_record_buffer": (c_int, [P, P, Hook, POINTER(RecordBuffer)]),
+    "toggle_record_buffer_in_capture": (c_int, [P, P, Hook, POINTER(RecordBuffer)]),
+    "toggle_record_set": (c_int, [P, c_uint64, POINTER(Set)]),
+    "toggle_record_after": (c_int, [P, P, P]),
+    "toggle_record_eager": (c_int, [P, Hook, POINTER(RecordBuffer), P]),
+    "toggle_record_poll": (c_int, [P]),
+    "toggle_record_flush": (c_int, [P]),
+    "toggle_record_stats_get": (None, [P, POINTER(RecordStats)]),
     # the simulator (toggle_sim.h): CUresult returns
     "toggle_sim_create": (c_int, [POINTER(P)]),
     "toggle_sim_destroy": (None, [P]),
@@ -315,10 +340,14 @@ def check_layout(lib):
         raise LibraryError("libtoggle reports no struct layout (toggle_layout); the library "
                            "is too old for this package: rebuild it (make python)")
     seen = {}
-    for i in range(n.value):
-        e = table[i]
-        seen.setdefault(e.type.decode(), {})[e.field.decode() if e.field else None] = (
-            e.size, e.offset)
+    total = 0
+    for fn in (lib.toggle_layout, lib.toggle_record_layout):
+        table = fn(ctypes.byref(n))
+        total += n.value
+        for i in range(n.value):
+            e = table[i]
+            seen.setdefault(e.type.decode(), {})[e.field.decode() if e.field else None] = (
+                e.size, e.offset)
     errs = []
     limits = library_limits(lib)
     for cname, value in LIMITS.items():
@@ -347,7 +376,7 @@ def check_layout(lib):
     if errs:
         raise LibraryError("libtoggle's struct layout differs from this package's mirrors: "
                            + "; ".join(errs) + " (rebuild the library and the package together)")
-    return n.value
+    return total
 
 
 _lock = threading.Lock()

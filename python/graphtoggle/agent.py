@@ -106,6 +106,9 @@ class Agent:
         # graphtoggle.torch: a check due at the next step (a capture under the patch while
         # hooks are attached recorded no producer: docs/python.md, Never a silent loss)
         self._gt_check = None
+        # graphtoggle.record.Recorder once recorder() opened the ring: graphtoggle.torch
+        # and the op test it (one attribute load) before recording behind torch's replay
+        self._rec = None
         # the per-step path: bound functions and a prebuilt reference, no lookups
         self._launch = lib.toggle_graph_launch
         self._prepare = lib.toggle_graph_prepare
@@ -117,6 +120,7 @@ class Agent:
     def close(self):
         """Close the agent (after the launches made through it completed)."""
         if self._h:
+            self._rec = None
             self._lib.toggle_agent_close(self._h)
             self._h = None
         if self._own_sim:
@@ -397,6 +401,15 @@ class Agent:
         """Producers on nn.Module forward hooks: graphtoggle.torch.attach(self, ...)."""
         from .torch import attach
         return attach(self, modules, **kwargs)
+
+    def recorder(self, capacity=64 << 20):
+        """The agent's data ring (graphtoggle.record.Recorder; toggle_record_open the first
+        time, with capacity data bytes, a power of two): the enabled hooks' monitor buffers
+        after each replay, for toggled's `togglectl record` or a local reader."""
+        if self._rec is None:
+            from .record import Recorder
+            self._rec = Recorder(self, capacity)
+        return self._rec
 
     def has_producers(self, graph):
         """True if this agent recorded producers for graph (and did not forget it)."""

@@ -27,6 +27,7 @@ import torch
 
 from . import torch as _gtt
 from .errors import CaptureError, InvalidArgumentError
+from .record import declare_in_capture
 
 # hook id layout: bits 0-12 the hook (type * 256 + layer, libtoggle's bit index), bit 13
 # copy_out (else torch.mul in a producer region), bits 14 and up the agent's slot (>= 1)
@@ -143,7 +144,10 @@ def tap(x, buf, hook):
     if raw[f >> 3] >> (f & 7) & 1:
         check(x, buf, hook)  # contiguity and device too, before the copy
         with _no_grad():  # a monitor buffer is never part of autograd's graph
-            buf.view(-1)[: x.numel()].view(x.shape).copy_(x)
+            dst = buf.view(-1)[: x.numel()].view(x.shape)
+            dst.copy_(x)
+        if a._rec is not None and dst.is_cuda:  # recording: the eager output, after the copy
+            a._rec.eager(f, dst, _gtt._current_stream(dst.device.index))
     return None
 
 
@@ -157,6 +161,9 @@ def _record(a, x, buf, hook):
     try:
         with _no_grad():  # torch.mul(out=) refuses inputs that require grad
             _record_copy(a, x, dst, h, hook)
+        # what this graph's producer of the hook writes, for the recorder (its replays
+        # copy it to the ring when their step enables the hook and a recording runs)
+        declare_in_capture(a, _gtt._current_stream(dst.device.index), hook & HOOK_MASK, dst)
     except CaptureError as e:
         raise CaptureError(
             "graphtoggle::tap: %s was refused in this CUDA graph capture, nothing recorded "

@@ -241,7 +241,10 @@ def _replay(st, g, random_ops):
         rc = a._prepare(a._h or a._agent(), st.graph, st.exec, stream)
         if rc:
             a._raise(rc, "prepare")
-        return _torch_replay(st, g)
+        _torch_replay(st, g)
+        if a._rec is not None:
+            a._rec.after(st.graph, stream)  # the monitor buffers after torch's own launch
+        return None
     return _probe(st, lambda: _torch_replay(st, g), stream, strict=random_ops is False)
 
 
@@ -274,6 +277,8 @@ def _probe(st, torch_replay, stream, strict=True):
     if rc:
         a._raise(rc, "prepare")
     torch_replay()
+    if a._rec is not None:
+        a._rec.after(st.graph, stream)
     after = _gen_offset(st.device)
     if before is not None and after != before:
         st.random_used = True
@@ -583,11 +588,14 @@ def _make_methods(orig):
             self.instantiate()
         a = st.agent
         # the agent's prepare inlined (one Python frame less on the hot path)
-        rc = a._prepare(a._h or a._agent(), st.graph, st.exec,
-                        (_raw_stream or _stream_fn())(st.device))
+        stream = (_raw_stream or _stream_fn())(st.device)
+        rc = a._prepare(a._h or a._agent(), st.graph, st.exec, stream)
         if rc:
             a._raise(rc, "prepare")
-        return o_replay(self)
+        r = o_replay(self)
+        if a._rec is not None:
+            a._rec.after(st.graph, stream)  # recording: after torch's launch, on its stream
+        return r
 
     def reset(self):
         st = _owner_of(self)
