@@ -35,6 +35,7 @@ $(TGC_TESTS): $(B)/libtgclient-san.a
 $(TGC_TESTS): TGC_TEST_LIBS = $(B)/libtgclient-san.a
 
 CTL_SRC := client/togglectl.c client/ctl_cmds.c client/ctl_output.c client/ctl_cluster.c \
+	client/ctl_record.c client/safetensors.c \
 	client/ctl_host.c
 CTL_OBJ := $(CTL_SRC:%.c=$(B)/%.o)
 # --etcd (ctl_cluster.c) uses the daemon's etcd client and key layout.
@@ -59,6 +60,13 @@ check-cli: $(B)/togglectl $(B)/toggled $(B)/examples/demo_agent
 	B=$(B) tests/cli/run.sh
 
 check-run: check-cli
+
+# togglectl record end to end: toggled, an agent that writes its data ring by
+# hand (tests/record/ring_agent.c), the files read back with graphtoggle.recording.
+.PHONY: check-record
+check-record: $(B)/togglectl $(B)/toggled $(B)/tests/record_ring_agent
+	@B=$(B) tests/cli/record.sh
+check-run: check-record
 
 # The man pages render without a groff warning (needs groff; not in check).
 .PHONY: check-man

@@ -22,6 +22,7 @@
 #define CTL_DEFAULT_WAIT_MS    5000        /* --wait without a value */
 #define CTL_MAX_DURATION_MS    600000      /* longest --timeout or --wait (TGP_MAX_WAIT_MS) */
 #define CTL_MAX_PLAN_FILE      (1u << 20)  /* bytes of a plan file */
+#define CTL_MAX_RECORD_STEPS   TGP_MAX_RECORD_STEPS /* --steps */
 
 /* Exit codes (docs/cli.md, togglectl(1)). */
 enum ctl_exit {
@@ -36,6 +37,7 @@ enum ctl_exit {
 #define CTL_F_TARGET 0x1u /* --target */
 #define CTL_F_SELARG 0x2u /* an optional SELECTOR argument (same as --target) */
 #define CTL_F_WAIT   0x4u /* --wait */
+#define CTL_F_RECORD 0x8u /* -o, --steps, --until-interrupt, --agents */
 
 struct ctl_ctx;
 typedef int ctl_handler_fn(struct ctl_ctx *ctx, int argc, char **argv);
@@ -69,6 +71,10 @@ struct ctl_opts {
 	int64_t plan_ttl_s;      /* --plan-ttl: a cluster plan's lease; 0: CTL_PLAN_TTL_DEFAULT */
 	bool aligned;            /* --aligned: one step for every target */
 	uint32_t aligned_margin; /* --aligned=+N; 0: the daemon's */
+	/* record (ctl_record.c) */
+	const char *output_dir;  /* -o, --output DIR */
+	uint64_t steps;          /* --steps N; 0: none given */
+	bool until_interrupt;    /* --until-interrupt */
 };
 
 /* A cluster plan's key lives under a lease of this many seconds (--plan-ttl). */
@@ -120,6 +126,18 @@ void ctl_plan_free(struct ctl_plan *pl);
 int ctl_cluster_run(struct ctl_ctx *ctx, int argc, char **argv);
 /* Parse a cluster selector (all, host:H, group:G, agent:H/ID, pid:H/PID). */
 int ctl_cluster_target(const char *text, struct ctl_opts *opt, char *err, size_t errlen);
+
+/* ctl_cmds.c: what the handlers of other files share.  The request's
+ * target (NULL: the default), an envelope of one body, and a call (connect
+ * first if need be): 0 with *rep of type want, or the exit code after
+ * reporting. */
+const Toggle__Selector *ctl_target(const struct ctl_ctx *ctx);
+Toggle__Envelope ctl_envelope(Toggle__Envelope__BodyCase body, void *msg);
+int ctl_request(struct ctl_ctx *ctx, Toggle__Envelope *req, Toggle__Envelope__BodyCase want,
+		Toggle__Envelope **rep);
+
+/* ctl_record.c: togglectl record. */
+ctl_handler_fn ctl_cmd_record;
 
 /* ctl_cmds.c: the handlers. */
 ctl_handler_fn ctl_cmd_status, ctl_cmd_agents, ctl_cmd_graphs, ctl_cmd_hooks, ctl_cmd_enable,

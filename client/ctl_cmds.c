@@ -36,7 +36,7 @@ static int ctl_connect(struct ctl_ctx *ctx)
 			"toggled at %s: %s", ctx->opt.socket, err);
 }
 
-static const Toggle__Selector *ctl_target(const struct ctl_ctx *ctx)
+const Toggle__Selector *ctl_target(const struct ctl_ctx *ctx)
 {
 	return ctx->opt.have_target ? &ctx->opt.target : NULL;
 }
@@ -98,14 +98,14 @@ static int ctl_call(struct ctl_ctx *ctx, Toggle__Envelope *req, Toggle__Envelope
 }
 
 /* Connect, then call: the common case of every command. */
-static int ctl_request(struct ctl_ctx *ctx, Toggle__Envelope *req, Toggle__Envelope__BodyCase want,
+int ctl_request(struct ctl_ctx *ctx, Toggle__Envelope *req, Toggle__Envelope__BodyCase want,
 		       Toggle__Envelope **rep)
 {
 	int rc = ctx->conn ? 0 : ctl_connect(ctx);
 	return rc ? rc : ctl_call(ctx, req, want, ctx->opt.timeout_ms, rep);
 }
 
-static Toggle__Envelope ctl_envelope(Toggle__Envelope__BodyCase body, void *msg)
+Toggle__Envelope ctl_envelope(Toggle__Envelope__BodyCase body, void *msg)
 {
 	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
 	env.body_case = body;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -282,14 +283,18 @@ static void human_agents(const Toggle__ListAgentsReply *r)
 {
 	static const char *const head[] = {"ID", "NAME", "GROUP", "PID", "MODE", "DRIVER", "STEP",
 					   "VERSION", "APPLIED", "GRAPHS", "ANOMALIES", "QUEUED",
-					   "ENABLED", "CONNECTED"};
+					   "ENABLED", "CONNECTED", "RING"};
 	if (r->n_agents == 0) {
 		printf("no agents connected\n");
 		return;
 	}
+	/* The RING column (its size and drops) only when an agent shares a data ring. */
+	bool rings = false;
+	for (size_t i = 0; i < r->n_agents; i++)
+		rings = rings || r->agents[i]->ring_bytes;
 	uint64_t now = util_unix_ms();
 	struct ctl_table t;
-	ctl_table_init(&t, sizeof(head) / sizeof(head[0]), head);
+	ctl_table_init(&t, sizeof(head) / sizeof(head[0]) - !rings, head);
 	for (size_t i = 0; i < r->n_agents; i++) {
 		const Toggle__AgentInfo *a = r->agents[i];
 		char drv[16], ago[48];
@@ -317,6 +322,11 @@ static void human_agents(const Toggle__ListAgentsReply *r)
 		ctl_table_add(&t, "%u", a->pending_plan);
 		ctl_table_add(&t, "%s", a->enabled);
 		ctl_table_add(&t, "%s", ago);
+		if (rings && a->ring_bytes)
+			ctl_table_add(&t, "%llu KiB, %llu dropped", (unsigned long long)(a->ring_bytes >> 10),
+				      (unsigned long long)a->ring_dropped);
+		else if (rings)
+			ctl_table_add(&t, "-");
 	}
 	ctl_table_print(&t);
 }
@@ -549,6 +559,26 @@ static void human_error(const struct ctl_error *e)
 	fprintf(stderr, "%s\n", e->n_agents ? ")" : "");
 }
 
+/* One line, rewritten in place on a terminal; the last one stays. */
+static void human_record(const struct ctl_record_stats *s)
+{
+	bool tty = isatty(STDERR_FILENO);
+	if (!s->final && !tty)
+		return; /* a log gets the summary only */
+	double mib = (double)s->bytes / (1024.0 * 1024.0);
+	double secs = (double)s->elapsed_ms / 1000.0;
+	fprintf(stderr, "%srecord: %llu records, %.1f MiB (%.1f MiB/s), %llu files, %llu dropped, "
+		"%zu/%zu agents done%s%s%s",
+		tty ? "\r\033[K" : "", (unsigned long long)s->records, mib,
+		secs > 0 ? mib / secs : 0.0, (unsigned long long)s->files,
+		(unsigned long long)s->dropped, s->agents_ended, s->agents,
+		s->final ? (s->complete ? ", complete" : ", stopped") : "",
+		s->final && s->stopped ? ": " : "", s->final && s->stopped ? s->stopped : "");
+	if (s->final)
+		fprintf(stderr, "\n");
+	fflush(stderr);
+}
+
 const struct ctl_output ctl_output_human = {
 	.status = human_status,
 	.agents = human_agents,
@@ -560,6 +590,7 @@ const struct ctl_output ctl_output_human = {
 	.plan_cleared = human_plan_cleared,
 	.event = human_event,
 	.error = human_error,
+	.record = human_record,
 };
 
 /* ---- JSON printers ------------------------------------------------------ */
@@ -621,8 +652,14 @@ static void jemit(json_t *root, bool stream)
 
 static json_t *json_of_agent(const Toggle__AgentInfo *a)
 {
+	/* Its data ring (docs/recording.md), null without one: the agent's counters. */
+	json_t *ring = a->ring_bytes ? json_pack("{s:o, s:o, s:o, s:o}", "bytes", ju64(a->ring_bytes),
+						 "records", ju64(a->ring_records),
+						 "dropped", ju64(a->ring_dropped),
+						 "errors", ju64(a->ring_errors))
+				     : json_null();
 	return json_pack("{s:o, s:o, s:o, s:I, s:I, s:s, s:i, s:o, s:o, s:o, s:o, s:I, s:o, s:o, "
-			 "s:o, s:I, s:I, s:o, s:o}",
+			 "s:o, s:I, s:I, s:o, s:o, s:o}",
 			 "agent_id", ju64(a->agent_id),
 			 "name", jstr(a->name),
 			 "group", jstr_or_null(a->group),
@@ -642,7 +679,8 @@ static json_t *json_of_agent(const Toggle__AgentInfo *a)
 			 "pending_plan", (json_int_t)a->pending_plan,
 			 "tainted_launches", ju64(a->tainted_launches),
 			 /* proto3: the step means something only once a launch was tainted */
-			 "tainted_step", ji64(a->tainted_launches ? a->tainted_step : -1));
+			 "tainted_step", ji64(a->tainted_launches ? a->tainted_step : -1),
+			 "ring", ring);
 }
 
 json_t *ctl_json_status(const Toggle__StatusReply *r, bool may_write)
@@ -832,6 +870,19 @@ static void json_error(const struct ctl_error *e)
 	      e->stream);
 }
 
+static void json_record(const struct ctl_record_stats *s)
+{
+	jemit(json_pack("{s:{s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:b, s:b, s:o}}",
+			s->final ? "recorded" : "progress",
+			"records", ju64(s->records), "bytes", ju64(s->bytes),
+			"dropped", ju64(s->dropped), "files", ju64(s->files),
+			"steps", ju64(s->steps), "agents", (json_int_t)s->agents,
+			"agents_ended", (json_int_t)s->agents_ended,
+			"elapsed_ms", ju64(s->elapsed_ms), "final", s->final,
+			"complete", s->complete, "stopped", jstr_or_null(s->stopped)),
+	      true);
+}
+
 const struct ctl_output ctl_output_json = {
 	.status = json_status,
 	.agents = json_agents,
@@ -843,6 +894,7 @@ const struct ctl_output ctl_output_json = {
 	.plan_cleared = json_plan_cleared,
 	.event = json_event,
 	.error = json_error,
+	.record = json_record,
 };
 
 /* ---- errors ------------------------------------------------------------- */

@@ -33,6 +33,17 @@ struct ctl_set_result {
 	const Toggle__SetEnabledReply *reply;
 };
 
+/* Where a recording stands (togglectl record, ctl_record.c). */
+struct ctl_record_stats {
+	const char *dir;
+	uint64_t records, bytes, dropped, files, steps;
+	size_t agents, agents_ended;
+	uint64_t elapsed_ms;
+	bool final;               /* the last report: the recording ended */
+	bool complete;            /* every agent's part ended as asked (--steps done) */
+	const char *stopped;      /* why it ended early (interrupted, an error), or NULL */
+};
+
 struct ctl_output {
 	void (*status)(const Toggle__StatusReply *r, bool may_write);
 	void (*agents)(const Toggle__ListAgentsReply *r);
@@ -45,6 +56,8 @@ struct ctl_output {
 	void (*plan_cleared)(void);
 	void (*event)(const Toggle__Event *e);
 	void (*error)(const struct ctl_error *e);
+	/* A recording's progress (about once a second) and its last report. */
+	void (*record)(const struct ctl_record_stats *s);
 };
 
 extern const struct ctl_output ctl_output_human;

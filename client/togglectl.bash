@@ -42,12 +42,13 @@ _togglectl() {
 	local cur prev words cword
 	cur=${COMP_WORDS[COMP_CWORD]}
 	prev=${COMP_WORDS[COMP_CWORD - 1]}
-	local cmds="status agents graphs hooks enable disable set plan watch help"
-	local opts="--socket --target --json --wait --wait= --aligned --aligned= --timeout --etcd --cluster --help --version"
+	local cmds="status agents graphs hooks enable disable set plan watch record help"
+	local opts="--socket --target --json --wait --wait= --aligned --aligned= --timeout --etcd --cluster --output --steps --until-interrupt --agents --help --version"
 	case $prev in
 	-s | --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-	-t | --target) COMPREPLY=($(compgen -W "$(_togglectl_selectors)" -- "$cur")); return ;;
-	--timeout | --etcd | --cluster) COMPREPLY=(); return ;;
+	-t | --target | --agents) COMPREPLY=($(compgen -W "$(_togglectl_selectors)" -- "$cur")); return ;;
+	-o | --output) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+	--timeout | --etcd | --cluster | --steps) COMPREPLY=(); return ;;
 	esac
 	if [[ $cur == --wait=* ]]; then
 		COMPREPLY=($(compgen -W "--wait=500ms --wait=2s --wait=10s --wait=1m" -- "$cur"))
@@ -61,7 +62,7 @@ _togglectl() {
 	local i cmd="" sub=""
 	for ((i = 1; i < COMP_CWORD; i++)); do
 		case ${COMP_WORDS[i]} in
-		-s | --socket | -t | --target | --timeout | --etcd | --cluster) ((i++)) ;;
+		-s | --socket | -t | --target | --timeout | --etcd | --cluster | -o | --output | --steps | --agents) ((i++)) ;;
 		-*) ;;
 		*) if [ -z "$cmd" ]; then cmd=${COMP_WORDS[i]}; elif [ -z "$sub" ]; then sub=${COMP_WORDS[i]}; fi ;;
 		esac
@@ -72,7 +73,7 @@ _togglectl() {
 		if [ -z "$sub" ]; then COMPREPLY=($(compgen -W "submit show clear" -- "$cur"))
 		elif [ "$sub" = submit ]; then COMPREPLY=($(compgen -f -- "$cur") -); fi ;;
 	graphs | hooks) [ -z "$sub" ] && COMPREPLY=($(compgen -W "$(_togglectl_selectors)" -- "$cur")) ;;
-	enable | disable | set) COMPREPLY=($(compgen -W "$(_togglectl_specs)" -- "$cur")) ;;
+	enable | disable | set | record) COMPREPLY=($(compgen -W "$(_togglectl_specs)" -- "$cur")) ;;
 	*) COMPREPLY=() ;;
 	esac
 }

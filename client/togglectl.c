@@ -40,13 +40,15 @@ const struct ctl_cmd ctl_commands[] = {
 	 ctl_cmd_plan_clear},
 	{"watch", NULL, 0, 0, CTL_F_TARGET, "", "live events, one line each, until interrupted",
 	 ctl_cmd_watch},
+	{"record", NULL, 1, -1, CTL_F_TARGET | CTL_F_RECORD, "SPEC... -o DIR",
+	 "record the hooks' activations into safetensors files", ctl_cmd_record},
 };
 const size_t ctl_n_commands = sizeof(ctl_commands) / sizeof(ctl_commands[0]);
 
 #define CTL_SELECTOR_FORMS "all, agent:ID, name:NAME, pid:PID, group:NAME, or a bare agent ID"
 
 enum { OPT_WAIT = 256, OPT_TIMEOUT, OPT_ETCD, OPT_CLUSTER, OPT_ETCD_CREDENTIALS, OPT_ALIGNED,
-       OPT_PLAN_TTL };
+       OPT_PLAN_TTL, OPT_STEPS, OPT_UNTIL_INTERRUPT, OPT_AGENTS };
 
 static const struct option ctl_long_opts[] = {
 	{"socket", required_argument, NULL, 's'},
@@ -59,6 +61,10 @@ static const struct option ctl_long_opts[] = {
 	{"cluster", required_argument, NULL, OPT_CLUSTER},
 	{"etcd-credentials", required_argument, NULL, OPT_ETCD_CREDENTIALS},
 	{"plan-ttl", required_argument, NULL, OPT_PLAN_TTL},
+	{"output", required_argument, NULL, 'o'},
+	{"steps", required_argument, NULL, OPT_STEPS},
+	{"until-interrupt", no_argument, NULL, OPT_UNTIL_INTERRUPT},
+	{"agents", required_argument, NULL, OPT_AGENTS},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -96,6 +102,11 @@ static void ctl_usage(FILE *f)
 		"                           one step none has begun (the highest step + N; N\n"
 		"                           measured by toggled when not given); not with --etcd\n"
 		"      --timeout TIMEOUT    connect and request timeout (default 5s)\n"
+		"  -o, --output DIR         record: the directory of the files (made if missing;\n"
+		"                           one that holds a recording is refused)\n"
+		"      --steps N            record: N steps of each agent, then stop\n"
+		"      --until-interrupt    record: until interrupted (the default)\n"
+		"      --agents SELECTOR    record: which agents (as --target)\n"
 		"      --etcd URL[,URL...]  with --cluster NAME: the whole cluster through etcd\n"
 		"                           (set, plan submit, agents, graphs, status; targets\n"
 		"                           all, host:H, group:G, agent:H/ID, pid:H/PID)\n"
@@ -260,10 +271,22 @@ static int ctl_parse_options(struct ctl_ctx *ctx, int argc, char **argv)
 	const char *target = NULL;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":s:t:jhV", ctl_long_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":s:t:o:jhV", ctl_long_opts, NULL)) != -1) {
 		switch (c) {
 		case 's': o->socket = optarg; break;
 		case 't': target = optarg; break;
+		case OPT_AGENTS:
+			if (target)
+				return ctl_usage_error(ctx, NULL, "give the agents once: --agents or --target");
+			target = optarg;
+			break;
+		case 'o': o->output_dir = optarg; break;
+		case OPT_STEPS:
+			if (!ctl_parse_u64(optarg, CTL_MAX_RECORD_STEPS, &o->steps) || o->steps == 0)
+				return ctl_usage_error(ctx, NULL, "bad --steps value '%s': expected 1 to %llu",
+						       optarg, (unsigned long long)CTL_MAX_RECORD_STEPS);
+			break;
+		case OPT_UNTIL_INTERRUPT: o->until_interrupt = true; break;
 		case 'j': o->json = true; break;
 		case OPT_WAIT:
 			o->wait = true;
@@ -359,7 +382,7 @@ static const struct ctl_cmd *ctl_find(const struct ctl_ctx *ctx, int argc, char 
 				      argc > 1 ? "')" : "");
 	else
 		*rc = ctl_usage_error(ctx, NULL, "unknown command '%s' (commands: status, agents, graphs, "
-				      "hooks, enable, disable, set, plan, watch, help)", argv[0]);
+				      "hooks, enable, disable, set, plan, watch, record, help)", argv[0]);
 	return NULL;
 }
 
@@ -387,6 +410,15 @@ static int ctl_check_args(struct ctl_ctx *ctx, const struct ctl_cmd *c, int *arg
 				       c->name);
 	if (ctx->opt.wait && !(c->flags & CTL_F_WAIT))
 		return ctl_usage_error(ctx, c, "--wait applies to enable, disable and set only");
+	if ((ctx->opt.output_dir || ctx->opt.steps || ctx->opt.until_interrupt) &&
+	    !(c->flags & CTL_F_RECORD))
+		return ctl_usage_error(ctx, c, "-o, --steps and --until-interrupt apply to record only");
+	if ((c->flags & CTL_F_RECORD) && !ctx->opt.output_dir)
+		return ctl_usage_error(ctx, c, "record needs -o DIR, the directory of the files");
+	if (ctx->opt.steps && ctx->opt.until_interrupt)
+		return ctl_usage_error(ctx, c, "--steps N and --until-interrupt exclude each other");
+	if ((c->flags & CTL_F_RECORD) && ctx->opt.etcd)
+		return ctl_usage_error(ctx, c, "record talks to one host's toggled (--socket), not --etcd");
 	if (ctx->opt.aligned && !(c->flags & CTL_F_WAIT))
 		return ctl_usage_error(ctx, c, "--aligned applies to enable, disable and set only");
 	for (int i = 0; ctl_wait_bare && i < *argc; i++) {

@@ -50,7 +50,7 @@ $(TD_STORE_SUITES): TEST_FIXTURES = $(TD_STORE_FIXTURES)
 # environment and agent children (fixture_daemon.c), the RPCs (fixture_rpc.c).
 TD_DAEMON_SUITES := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/check_daemon_*.c))
 TD_DAEMON_FIXTURES := $(B)/san/tests/fixture_daemon.o $(B)/san/tests/fixture_rpc.o
-TD_E2E_TESTS := $(TD_DAEMON_SUITES) $(B)/tests/check_store_daemon
+TD_E2E_TESTS := $(TD_DAEMON_SUITES) $(B)/tests/check_store_daemon $(B)/tests/check_record_daemon
 $(TD_E2E_TESTS): $(B)/toggled-san $(B)/libtgproto-san.a
 $(TD_E2E_TESTS) $(TD_DAEMON_FIXTURES): EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\"
 $(TD_E2E_TESTS): EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
@@ -60,6 +60,17 @@ $(TD_DAEMON_SUITES): TEST_FIXTURES = $(TD_DAEMON_FIXTURES)
 # The store's end-to-end suite talks through the client library too (client.mk's TGC_TESTS).
 $(B)/tests/check_store_daemon: $(B)/libtgclient-san.a
 $(B)/tests/check_store_daemon: TGC_TEST_LIBS = $(B)/libtgclient-san.a
+# Recordings end to end (record.c): fake agents write their data rings by hand.
+$(B)/tests/check_record_daemon: $(B)/libtgclient-san.a
+$(B)/tests/check_record_daemon: TGC_TEST_LIBS = $(B)/libtgclient-san.a
+
+# A stand-in agent that writes its data ring by hand (tests/cli/record.sh, pytest).
+all: $(B)/tests/record_ring_agent
+$(B)/tests/record_ring_agent: tests/record/ring_agent.c $(B)/libtgproto.a $(B)/libtoggle.a \
+		$(B)/libtgutil.a $(TGP_GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(HOST_CFLAGS) $(TGP_CFLAGS) -o $@ $< $(B)/libtgproto.a $(B)/libtoggle.a \
+	    $(B)/libtgutil.a $(TGP_LIBS) $(LIB_LIBS)
 
 # libtoggle's hand-written protobuf, cross-checked against protobuf-c.
 $(B)/tests/check_pbwire: $(B)/libtgproto-san.a

@@ -38,6 +38,9 @@ static const struct td_rpc rpc_table[] = {
 	{TOGGLE__ENVELOPE__BODY_SET_ENABLED, "set_enabled", true, rpc_set_enabled},
 	{TOGGLE__ENVELOPE__BODY_SUBMIT_PLAN, "submit_plan", true, rpc_submit_plan},
 	{TOGGLE__ENVELOPE__BODY_CLEAR_PLAN, "clear_plan", true, rpc_clear_plan},
+	{TOGGLE__ENVELOPE__BODY_REGISTER_RING, "register_ring", false, rpc_register_ring},
+	/* Mutating: it adds hooks to the standing set, so only writers record. */
+	{TOGGLE__ENVELOPE__BODY_RECORD, "record", true, rpc_record},
 };
 
 /*

@@ -322,7 +322,8 @@ int main(int argc, char **argv)
 	d->start_ms = util_mono_ms();
 	/* The layers below report up through report.h: each subscribes here, before
 	 * any agent can join (the cluster, an applier, is called before them all). */
-	if (td_commit_init(d) != 0 || td_events_init(d) != 0 || td_dispatch_init(d) != 0)
+	if (td_commit_init(d) != 0 || td_events_init(d) != 0 || td_dispatch_init(d) != 0 ||
+	    td_record_init(d) != 0)
 		fatalx("cannot subscribe the daemon's modules to agent changes");
 	if (td_server_listen(d, activated_fd()) != 0)
 		fatalx("cannot listen on %s", d->cfg.socket_path);
@@ -349,6 +350,7 @@ int main(int argc, char **argv)
 	/* Shutdown: stop the cluster's watch (its batch saves are in the queue), finish
 	 * the save in flight, save the rest, answer those writes, close. */
 	td_cluster_stop(d);
+	td_record_stop(d); /* the hooks recordings added are removed before the last save */
 	td_commit_drain(d);
 	td_metrics_stop(d);
 	td_server_close(d);
@@ -363,6 +365,7 @@ int main(int argc, char **argv)
 		uv_close((uv_handle_t *)sigs[i], NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 	uv_loop_close(d->loop);
+	td_record_free(d);
 	td_store_free(&d->store);
 	free(d->by_id);
 	log_info("stopped");

@@ -60,7 +60,8 @@ struct rpc_reply {
 typedef void td_handler_fn(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply *r);
 
 td_handler_fn rpc_register_agent, rpc_list_agents, rpc_list_graphs, rpc_status, rpc_hooks,
-	rpc_show_plan, rpc_watch, rpc_set_enabled, rpc_submit_plan, rpc_clear_plan;
+	rpc_show_plan, rpc_watch, rpc_set_enabled, rpc_submit_plan, rpc_clear_plan,
+	rpc_register_ring, rpc_record; /* record.c */
 
 /* rpc_reply.c: filling a reply. */
 void rpc_reply_init(struct rpc_reply *r);

@@ -33,6 +33,7 @@ void rpc_list_agents(struct td_peer *p, const Toggle__Envelope *req, struct rpc_
 	if (infos && ptrs) {
 		for (size_t i = 0; i < n; i++) {
 			td_view_agent(&infos[i], v[i]);
+			td_record_fill_agent(&infos[i], v[i]); /* its data ring, if it shared one */
 			infos[i].enabled = rpc_adopt(r, infos[i].enabled);
 			ptrs[i] = &infos[i];
 		}

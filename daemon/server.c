@@ -116,6 +116,7 @@ static void td_peer_drop(struct td_peer *p, const char *why)
 			 p->uid, why);
 	if (p->agent)
 		td_agent_gone(p->agent);
+	td_record_peer_gone(p);
 	/* Waiters of this peer die with it. */
 	for (struct td_waiter **w = &d->waiters; *w;) {
 		if ((*w)->peer == p) {
@@ -722,7 +723,7 @@ static void on_peer_timer(uv_timer_t *t)
 		const char *why = NULL;
 		if (!p->said_hello && c->hello_timeout_ms && now - p->connected_ms >= c->hello_timeout_ms)
 			why = "no hello within hello_timeout_ms";
-		else if (p->said_hello && c->idle_timeout_ms && !p->agent && !p->watching &&
+		else if (p->said_hello && c->idle_timeout_ms && !p->agent && !p->watching && !p->recording &&
 			 now - p->active_ms >= c->idle_timeout_ms && !peer_waits(p))
 			why = "idle for idle_timeout_ms";
 		if (why) {

@@ -16,7 +16,8 @@
  *     shared memory), store.c (persistence), report.c (the one way up:
  *     report.h);
  *   helpers: auth.c (SO_PEERCRED and the operator group), hist.c, log.c,
- *     paths.c, config.c, netcheck.c, gzipenc.c, etcd.c, cluster_key.c.
+ *     paths.c, config.c, netcheck.c, gzipenc.c, etcd.c, cluster_key.c;
+ *   record.c (data rings, recordings), beside the handlers.
  */
 #ifndef TOGGLED_H
 #define TOGGLED_H
@@ -44,7 +45,7 @@
 #define TD_MAX_PEERS_PER_UID 256        /* default max_peers_per_uid (root and us exempt) */
 #define TD_HELLO_TIMEOUT_MS 5000        /* default hello_timeout_ms */
 #define TD_IDLE_TIMEOUT_MS  300000      /* default idle_timeout_ms (not agents, not watchers) */
-#define TD_FDS_PER_PEER     3           /* socket, a passed fd in flight, an agent's memfd */
+#define TD_FDS_PER_PEER     4           /* socket, a passed fd in flight, an agent's memfd, its data ring */
 #define TD_FDS_SPARE        64          /* state files, /proc reads, the reserve fd */
 #define TD_MAX_GROUP_RULES  32          /* agent_group lines in toggled.conf */
 #define TD_UNIX_GROUP_MAX   64          /* unix group names (operator_group, @group), NUL included */
@@ -162,6 +163,7 @@ struct td_peer {
 	bool watching;
 	struct td_selector watch_sel;
 	struct td_agent *agent; /* the agent this connection registered */
+	bool recording;         /* a recording streams to it (record.c): never idle */
 	/* Waiting for a turn (server.c): complete frames are buffered, and the
 	 * socket is not read again until they are handled. */
 	enum td_peer_queue_id queued;
@@ -232,6 +234,7 @@ struct td_agent {
 	uint64_t rate_ms;
 	uint64_t steps_per_s;
 	bool rate_known;     /* a whole sample window has passed since it registered */
+	struct td_ring *ring; /* its data ring (record.c), or NULL */
 };
 
 struct td_waiter {
@@ -441,6 +444,7 @@ struct td_daemon {
 		uint64_t lost;          /* watches that ended */
 		char last_error[256];   /* why the last one ended (cleaned) */
 	} cluster_view;
+	struct td_rec *rec;         /* recordings (record.c); NULL until the first */
 };
 
 
@@ -593,6 +597,20 @@ void td_view_status(Toggle__StatusReply *rep, const struct td_daemon *d);
 /* A set of an agent as spec text, malloc'd (NULL on ENOMEM). */
 char *td_view_spec(const struct td_agent *a, const uint64_t *words);
 
+/* Free a state copy's plans. */
+void td_agent_state_free(struct td_agent_state *st);
+/* Agent state: copy the accepted state into dst (plans allocated); TOGGLE_ENOMEM. */
+int td_agent_state_copy(struct td_agent_state *dst, const struct td_agent *a);
+/* record.c: data rings and recordings (docs/recording.md).  An agent or a
+ * peer leaves: its recording ends (hooks restored); the daemon stops: every
+ * recording ends, then (after the loop's last run) its memory is freed. */
+/* Subscribes to agent changes (report.h): 0, or TOGGLE_ELIMIT. */
+int td_record_init(struct td_daemon *d);
+void td_record_peer_gone(struct td_peer *p);
+void td_record_stop(struct td_daemon *d);
+void td_record_free(struct td_daemon *d);
+/* AgentInfo's ring fields: the ring's size and its producer's counters. */
+void td_record_fill_agent(Toggle__AgentInfo *m, const struct td_agent *a);
 /* cluster.c: watch etcd, apply, publish (no-op without cfg.etcd). */
 int td_cluster_start(struct td_daemon *d, char *err, size_t errlen);
 void td_cluster_stop(struct td_daemon *d);

@@ -329,8 +329,8 @@ END_TEST
 START_TEST(test_unknown_request_unimplemented)
 {
 	struct tgc *c = client();
-	/* Envelope{id 8, field 60 (no such body), empty}. */
-	const uint8_t unknown[] = {0x08, 0x08, 0xe2, 0x03, 0x00};
+	/* Envelope{id 8, field 99 (no such body; 60 is RecordRequest now), empty}. */
+	const uint8_t unknown[] = {0x08, 0x08, 0x9a, 0x06, 0x00};
 	uint8_t buf[32];
 	ck_assert_int_eq(tgc_send_raw(c, buf, frame(buf, unknown, sizeof(unknown))), 0);
 	Toggle__Envelope *rep = NULL;
@@ -339,7 +339,7 @@ START_TEST(test_unknown_request_unimplemented)
 	ck_assert_int_eq(rep->body_case, TOGGLE__ENVELOPE__BODY_ERROR);
 	ck_assert_int_eq(rep->error->code, TOGGLE__ERROR_CODE__ERROR_CODE_UNIMPLEMENTED);
 	ck_assert_int_eq((int)rep->error->code, TOGGLE_EUNIMPLEMENTED);
-	ck_assert_ptr_nonnull(strstr(rep->error->message, "field 60"));
+	ck_assert_ptr_nonnull(strstr(rep->error->message, "field 99"));
 	toggle__envelope__free_unpacked(rep, NULL);
 	/* The same connection keeps serving. */
 	Toggle__StatusRequest st = TOGGLE__STATUS_REQUEST__INIT;

@@ -18,7 +18,9 @@
  *   2 - contract v1: package graphtoggle.v1, proto3, *_UNSPECIFIED enum
  *       zero values, ErrorCode enum, version range in Hello,
  *       ERROR_CODE_UNIMPLEMENTED for unknown requests (what each version
- *       changed: the head of toggle.proto).
+ *       changed: the head of toggle.proto).  Added compatibly since:
+ *       RecordRequest and its stream (RecordReply, RecordData, RecordEnd),
+ *       docs/recording.md; a daemon without them answers UNIMPLEMENTED.
  */
 #ifndef TOGGLE_PROTO_H
 #define TOGGLE_PROTO_H
@@ -36,5 +38,8 @@
 #define TGP_MAX_WAIT_MS      600000u      /* longest SetEnabled wait */
 #define TGP_MAX_ALIGN_MARGIN 1000000u     /* largest SetEnabledRequest.aligned_margin */
 #define TGP_MAX_NAME         TOGGLE_MAX_NAME /* agent, group, hook type names (NUL included) */
+#define TGP_MAX_RECORD_STEPS 1000000000ull /* RecordRequest.steps */
+#define TGP_RECORD_CHUNK     (256u << 10) /* RecordData.data bytes at most */
+#define TGP_RECORD_MAX_DIMS  8            /* RecordData.shape entries at most */
 
 #endif /* TOGGLE_PROTO_H */

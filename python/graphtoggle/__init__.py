@@ -32,7 +32,7 @@ def library_path():
 def __getattr__(name):
     # graphtoggle.torch and graphtoggle.ops without importing them first (PEP 562); the
     # import binds the attribute, so this runs once per name
-    if name in ("torch", "ops"):
+    if name in ("torch", "ops", "recording"):
         import importlib
         return importlib.import_module("." + name, __name__)
     raise AttributeError("module %r has no attribute %r" % (__name__, name))

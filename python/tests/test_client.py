@@ -244,8 +244,9 @@ def test_plan_limit_error_names_agent_id(daemon, c):
 
 
 def test_unknown_request_is_unimplemented(daemon, c):
-    # Envelope{id 77, field 60 (a body this daemon lacks)}: what a newer client sends.
-    body = b"\x08\x4d\xe2\x03\x00"
+    # Envelope{id 77, field 99 (a body this daemon lacks; 60 is RecordRequest now)}:
+    # what a newer client sends.
+    body = b"\x08\x4d\x9a\x06\x00"
     c._sock.sendall(struct.pack("!I", len(body)) + body)
     rep = c._reader.next(10)
     assert rep.id == 77 and rep.WhichOneof("body") == "error"

@@ -9,6 +9,9 @@
         with c.watch() as w:
             for ev in w:
                 print(ev)
+        with c.record("resid_post:12", steps=100) as sub:   # the activations, live
+            for r in sub:
+                print(r.step, r.hook, r.tensor.shape)
 
 Messages are the classes generated from proto/graphtoggle/v1/toggle.proto (graphtoggle.client.pb);
 errors are graphtoggle's exception classes, one per error code (SpecError,
@@ -17,9 +20,9 @@ libtoggle, only the protobuf runtime.
 """
 
 from ._wire import PROTOCOL_VERSION, pb
-from .client import (MAX_PLAN_ENTRIES, Client, Event, SetResult, Watch, default_socket_path,
-                     selector)
+from .client import (MAX_PLAN_ENTRIES, Client, Event, SetResult, Subscription, Watch,
+                     default_socket_path, selector)
 from .errors import ClientProtocolError, UnimplementedError
 
-__all__ = ["Client", "Watch", "Event", "SetResult", "selector", "default_socket_path", "pb",
+__all__ = ["Client", "Watch", "Subscription", "Event", "SetResult", "selector", "default_socket_path", "pb",
            "PROTOCOL_VERSION", "MAX_PLAN_ENTRIES", "UnimplementedError", "ClientProtocolError"]

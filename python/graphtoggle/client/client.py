@@ -30,7 +30,10 @@ _UCRED = struct.Struct("iII")    # struct ucred: pid_t pid, uid_t uid, gid_t gid
 
 # Requests that change state: a reply that never came leaves unknown
 # whether toggled applied them.
-_MUTATING = ("set_enabled", "submit_plan", "clear_plan")
+_MUTATING = ("set_enabled", "submit_plan", "clear_plan", "record")
+MAX_RECORD_STEPS = 1000000000  # TGP_MAX_RECORD_STEPS
+RECORD_CHUNK = 256 << 10       # TGP_RECORD_CHUNK: RecordData.data bytes at most
+MAX_RECORD = 1 << 32           # bytes of one record this client reassembles (togglectl's bound)
 
 _OPS = {"replace": pb.SET_OP_REPLACE, "add": pb.SET_OP_ADD, "remove": pb.SET_OP_REMOVE}
 
@@ -464,6 +467,17 @@ class Client:
         """A Watch on a connection of its own: iterate it for Events."""
         return Watch(self.path, target, self.timeout)
 
+    # ---- recordings ----
+
+    def record(self, spec, target=None, steps=None, as_=None):
+        """A Subscription to the activations of the hooks of spec (docs/recording.md),
+        on a connection of its own: iterate it for graphtoggle.recording.Record
+        objects, (step, hook, tensor) with .agent, .graph, .batch, ...  toggled adds
+        spec to the targets' standing sets for the recording and removes what it
+        added when the subscription is closed (or steps steps of each agent were
+        recorded).  as_: "numpy", "torch" or "bytes" (the default: numpy if there)."""
+        return Subscription(self.path, spec, target, steps, as_, self.timeout)
+
 
 class Watch:
     """Events of the agents a target names, from their own connection.
@@ -520,5 +534,126 @@ class Watch:
         self.close()
 
 
-__all__ = ["Client", "Watch", "Event", "SetResult", "selector", "default_socket_path",
+class Subscription:
+    """The records of a recording, live (Client.record).
+
+        with client.record("resid_post:12", target={"group": "decode"}) as sub:
+            for r in sub:                     # blocks; ends when every agent's part did
+                probe(r.step, r.tensor)
+            sub.next(timeout=0.5)             # None on timeout
+
+    .agents: {agent_id: RecordAgent} of the reply; .skipped: agents left out;
+    .ended: {agent_id: (code, message)} of the parts that ended (code 0: steps done);
+    .records, .bytes, .dropped (what the agents dropped, their ring full).  Every
+    chunk is checked (order, size, dtype, shape) before it is kept: a bad one raises
+    ClientProtocolError.  close() ends the recording."""
+
+    def __init__(self, socket_path, spec, target=None, steps=None, as_=None, timeout=10.0):
+        from .. import recording as _rec
+        self._rec = _rec
+        if steps is not None and not 0 < int(steps) <= MAX_RECORD_STEPS:
+            raise errors._errors.error_for(-1, "steps must be 1 to %d" % MAX_RECORD_STEPS)
+        self.as_ = as_
+        self._client = Client(socket_path, timeout, name="graphtoggle.client record")
+        try:
+            rep = self._client._call("record", pb.RecordRequest(
+                target=selector(target), spec=spec, steps=int(steps or 0)), "record_reply")
+        except BaseException:
+            self._client.close()
+            raise
+        self._id = self._client._next_id
+        self.agents = {a.agent_id: a for a in rep.agents}
+        self.skipped = list(rep.skipped)
+        self.ended = {}
+        self.records = self.bytes = self.dropped = 0
+        self._open = {}   # agent_id -> [header message, bytearray]
+        self._done = False
+
+    def _bad(self, why):
+        raise self._client._broken("recording: " + why)
+
+    def _data(self, m):
+        if m.agent_id not in self.agents or m.agent_id in self.ended:
+            self._bad("a record of agent %d, not recorded" % m.agent_id)
+        cur = self._open.get(m.agent_id)
+        if m.offset == 0 and cur is None:
+            if m.dtype not in self._rec.DTYPES or len(m.shape) > 8 or m.size > MAX_RECORD:
+                self._bad("a record of dtype %r, %d dims, %d bytes" % (m.dtype, len(m.shape), m.size))
+            n = self._rec.DTYPES[m.dtype][0]
+            for d in m.shape:
+                n *= d
+            if n != m.size:
+                self._bad("a record of %d bytes for shape %s of %s" % (m.size, list(m.shape), m.dtype))
+            cur = self._open[m.agent_id] = [m, bytearray()]
+        elif cur is None or m.offset != len(cur[1]) or m.seq != cur[0].seq or m.size != cur[0].size:
+            self._bad("a chunk of agent %d out of order" % m.agent_id)
+        if len(m.data) > RECORD_CHUNK or len(cur[1]) + len(m.data) > m.size or (
+                not m.data and m.size):
+            self._bad("a chunk of %d bytes where %d were left" % (len(m.data), m.size - len(cur[1])))
+        cur[1] += m.data
+        self.bytes += len(m.data)
+        self.dropped = m.dropped
+        if len(cur[1]) < m.size:
+            return None
+        del self._open[m.agent_id]
+        h = cur[0]
+        self.records += 1
+        a = self.agents[h.agent_id]
+        return self._rec._make(h.step, h.hook, self._rec.tensor_from_bytes(
+            bytes(cur[1]), h.dtype, list(h.shape), self.as_), agent=a.name,
+            agent_id=h.agent_id, graph=h.graph, name=h.hook, dtype=h.dtype,
+            shape=tuple(h.shape), batch=h.shape[0] if h.shape else 1, seq=h.seq, file=None)
+
+    def next(self, timeout=None):
+        """The next Record, None after timeout seconds (None: wait), StopIteration
+        once every agent's part ended."""
+        if self._done:
+            raise StopIteration
+        c = self._client
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                env = c._reader.next(left)
+            except ConnectionError as e:
+                raise c._broken(str(e)) from None
+            if env is None:
+                if deadline is not None:
+                    return None
+                continue
+            body = env.WhichOneof("body")
+            if env.id != self._id:
+                continue  # an event, a late reply
+            if body == "record_data":
+                r = self._data(env.record_data)
+                if r is not None:
+                    return r
+            elif body == "record_end":
+                m = env.record_end
+                if m.agent_id == 0:
+                    self._done = True
+                    raise StopIteration
+                self._open.pop(m.agent_id, None)
+                self.ended[m.agent_id] = (m.code, m.message)
+            elif body == "error":
+                raise errors.from_reply(env.error)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.next(None)
+
+    def close(self):
+        """End the recording: toggled removes the hooks it added."""
+        self._client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+__all__ = ["Client", "Watch", "Subscription", "Event", "SetResult", "selector", "default_socket_path",
            "peer_check", "trust_listed", "MAX_PLAN_ENTRIES", "MAX_FRAME"]
