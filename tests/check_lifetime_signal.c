@@ -32,6 +32,26 @@ static CUresult count_release(CUgraph g, CUuserObject o, unsigned n)
 	return toggle_sim_graph_release_user_object(g, o, n);
 }
 
+/* Device mode's graph: the planner, then NP device-updatable producers. */
+static CUgraph capture_ours_device(struct lfx *f)
+{
+	CUgraph g;
+	ck_assert_int_eq(toggle_capture_begin(f->agent), 0);
+	ck_assert_int_eq(toggle_sim_stream_begin_capture(f->s), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_capture_planner(f->agent, f->s), 0);
+	for (int h = 0; h < NP; h++) {
+		void *fp = f;
+		int hk = h;
+		void *params[] = {&fp, &hk};
+		CUlaunchConfig c = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
+				    .blockDimY = 1, .blockDimZ = 1, .hStream = f->s};
+		ck_assert_int_eq(toggle_launch_producer(f->agent, &c, f->produce, params, hook_of(h)), 0);
+	}
+	ck_assert_int_eq(toggle_sim_stream_end_capture(f->s, &g), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_capture_end(f->agent), 0);
+	return g;
+}
+
 /*
  * The graph destroyed before its exec (the driver keeps the exec; its
  * handle goes to the next graph while the exec lives, 299 of 300 on the
@@ -49,25 +69,7 @@ START_TEST(test_graph_dies_before_exec)
 	enum toggle_mode mode = modes[_i];
 	bool dev = mode == TOGGLE_MODE_DEVICE;
 	lfx_open(&f, mode, 0);
-	CUgraph g;
-	if (dev) {
-		ck_assert_int_eq(toggle_capture_begin(f.agent), 0);
-		ck_assert_int_eq(toggle_sim_stream_begin_capture(f.s), CUDA_SUCCESS);
-		ck_assert_int_eq(toggle_capture_planner(f.agent, f.s), 0);
-		for (int h = 0; h < NP; h++) {
-			void *fp = &f;
-			int hk = h;
-			void *params[] = {&fp, &hk};
-			CUlaunchConfig c = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
-					    .blockDimY = 1, .blockDimZ = 1, .hStream = f.s};
-			ck_assert_int_eq(toggle_launch_producer(f.agent, &c, f.produce, params, hook_of(h)),
-					 0);
-		}
-		ck_assert_int_eq(toggle_sim_stream_end_capture(f.s, &g), CUDA_SUCCESS);
-		ck_assert_int_eq(toggle_capture_end(f.agent), 0);
-	} else {
-		g = capture_ours(&f, NULL);
-	}
+	CUgraph g = dev ? capture_ours_device(&f) : capture_ours(&f, NULL);
 	CUgraphExec e;
 	ck_assert_int_eq(toggle_graph_instantiate(f.agent, g, &e), 0);
 	step(&f, 0, 0x0f);
@@ -145,25 +147,7 @@ START_TEST(test_graph_dies_before_exec_raw_stranger)
 	struct lfx f;
 	bool dev = _i == 1;
 	lfx_open(&f, dev ? TOGGLE_MODE_DEVICE : TOGGLE_MODE_LAZY, 0);
-	CUgraph g;
-	if (dev) {
-		ck_assert_int_eq(toggle_capture_begin(f.agent), 0);
-		ck_assert_int_eq(toggle_sim_stream_begin_capture(f.s), CUDA_SUCCESS);
-		ck_assert_int_eq(toggle_capture_planner(f.agent, f.s), 0);
-		for (int h = 0; h < NP; h++) {
-			void *fp = &f;
-			int hk = h;
-			void *params[] = {&fp, &hk};
-			CUlaunchConfig c = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
-					    .blockDimY = 1, .blockDimZ = 1, .hStream = f.s};
-			ck_assert_int_eq(toggle_launch_producer(f.agent, &c, f.produce, params, hook_of(h)),
-					 0);
-		}
-		ck_assert_int_eq(toggle_sim_stream_end_capture(f.s, &g), CUDA_SUCCESS);
-		ck_assert_int_eq(toggle_capture_end(f.agent), 0);
-	} else {
-		g = capture_ours(&f, NULL);
-	}
+	CUgraph g = dev ? capture_ours_device(&f) : capture_ours(&f, NULL);
 	CUgraphExec e;
 	ck_assert_int_eq(toggle_graph_instantiate(f.agent, g, &e), 0);
 	step(&f, 0, 0x0f);
