@@ -120,8 +120,16 @@ START_TEST(test_graph_dies_before_exec)
 	}
 	ck_assert_int_eq(launch(&f, s, se), 0);
 	ck_assert_uint_eq(f.others, NS);
+	/* Back at the set the exec holds (the H200's gpu_lifetime leg: 0x0f,
+	 * 0xf0, 0x0f, refused on the code before): it runs as it is. */
+	step(&f, 3, 0x0f);
+	ck_assert_msg(launch(&f, g, e) == 0, "back at its set: %s", toggle_last_error(f.agent));
+	ck_assert_uint_eq(f.ran, 0x0f);
+	ck_assert_int_eq(launch(&f, s, se), 0);
+	ck_assert_uint_eq(f.others, NS);
+	ck_assert_uint_eq(f.ran, 0);
 	toggle_stats_get(f.agent, &st1);
-	ck_assert_uint_eq(st1.launches_unrelated, st0.launches_unrelated + 2);
+	ck_assert_uint_eq(st1.launches_unrelated, st0.launches_unrelated + 3);
 	/* The exec goes too: nothing of the record is left. */
 	ck_assert_int_eq(toggle_sim_exec_destroy(e), CUDA_SUCCESS);
 	ck_assert_int_eq(launch(&f, s, se), 0);

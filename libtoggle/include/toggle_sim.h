@@ -169,6 +169,13 @@ enum toggle_sim_destructors {
 	TOGGLE_SIM_DESTRUCTORS_ASYNC = 1,
 	/* Queued until toggle_sim_run_destructors: a test places each exactly. */
 	TOGGLE_SIM_DESTRUCTORS_HELD = 2,
+	/* What driver 580 does (examples/probe_userobj.cu on the H200): a
+	 * reference a graph drops (cuGraphDestroy, a release) runs its
+	 * destructor inside the call, as WAIT; one an exec drops
+	 * (cuGraphExecDestroy) only after the call returned (0 of 400 inside
+	 * it), held here until toggle_sim_run_destructors places it: a new exec
+	 * may get the dead one's handle meanwhile. */
+	TOGGLE_SIM_DESTRUCTORS_EXEC_LATE = 3,
 };
 void toggle_sim_set_destructors(struct toggle_sim *sim, enum toggle_sim_destructors how);
 /* Run the held destructors and wait until the thread has run every one queued so far. */

@@ -69,6 +69,24 @@ bool tg_life_take_deaths(struct toggle_agent *a);
 /* Prune g's objects the destructors marked; true when that says its bound exec
  * is destroyed and the record does not know it yet (tg_registry_sweep acts). */
 bool tg_life_look(struct tg_graph *g);
+/*
+ * A record whose graph is destroyed (gone) and whose exec handle is launched
+ * at a set that exec does not hold: it is ours (refused) or a stranger's
+ * exec that got the handle while the driver had not yet run our exec's
+ * destructor (it runs on a driver thread after cudaGraphExecDestroy
+ * returns).  Waits, at most a->settle_us, for that destructor: true when
+ * it ran (the caller sweeps: the record goes, the launch is a stranger's).
+ * Only on that path, which refused before: no other launch waits.
+ */
+bool tg_life_settle(struct toggle_agent *a, const struct tg_graph *g);
+/*
+ * toggle_graph_instantiate made exec, so whatever had its handle before is
+ * destroyed: an older exec of g's handle (foreign) or the bound exec of a
+ * record whose graph is gone is dead (true: the caller drops the record).
+ */
+bool tg_life_exec_reused(struct tg_graph *g, CUgraphExec exec);
+/* For traces (gpu_lifetime): the record's lifetime objects in words. */
+int tg_life_describe(const struct tg_graph *g, char *buf, size_t len);
 
 /* ---- bare.c: the producer-free exec, built at bind, picked when the set changes ---- */
 void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g);  /* (re)build for g->exec */

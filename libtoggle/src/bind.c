@@ -155,6 +155,11 @@ int toggle_graph_instantiate(struct toggle_agent *a, CUgraph graph, CUgraphExec 
 		return tg_fail(a, TOGGLE_ECUDA, "instantiating graph %p: %s", (void *)graph,
 			       tg_cu_errstr(&a->cu, r));
 	}
+	/* The exec made here is new whatever its handle: an exec that had that
+	 * handle is destroyed, though the driver may not have run its
+	 * destructor yet (it does so after cudaGraphExecDestroy returns). */
+	if (g && tg_life_exec_reused(g, *exec))
+		tg_graph_drop(a, g); /* kept for that exec alone: nothing is left */
 	if (!known)
 		return 0;
 	/* A new exec, whatever its address (an old one may have been freed): upload it. */

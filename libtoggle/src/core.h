@@ -268,6 +268,7 @@ struct toggle_agent {
 	/* Lifetime (life.c): NULL when the driver has no user objects. */
 	struct tg_life_hub *life;
 	uint64_t deaths_seen;        /* destructors seen run at the last sweep */
+	uint32_t settle_us;          /* tg_life_settle's bound (TOGGLE_LIFE_SETTLE_US) */
 
 	/* The recorder (record.c): NULL until a buffer is declared or a ring
 	 * opened; rec_on is rec once a ring is open, NULL before: what the

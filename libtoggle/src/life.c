@@ -41,6 +41,7 @@
  * its store (a few instructions).
  */
 #include <sched.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,15 @@
 
 #include "agent_impl.h"
 #include "life_hub.h"
+
+/*
+ * How long tg_life_settle waits for an exec's destructor.  On the H200
+ * (driver 580, examples/probe_userobj.cu) the reference an exec holds goes
+ * on a driver thread after cudaGraphExecDestroy returns, never inside it
+ * (0 of 400), and a new exec got the dead one's handle in that window.
+ */
+#define TG_LIFE_SETTLE_US     5000u
+#define TG_LIFE_SETTLE_MAX_US 1000000u
 
 struct tg_life {
 	atomic_uint refs;       /* the destructor's, and the agent's (one per pointer it keeps) */
@@ -109,6 +119,14 @@ void tg_life_open(struct toggle_agent *a)
 	atomic_init(&h->agent, a);
 	atomic_init(&h->busy, 0);
 	a->life = h;
+	a->settle_us = TG_LIFE_SETTLE_US;
+	const char *env = getenv("TOGGLE_LIFE_SETTLE_US");
+	if (env && *env) {
+		char *end;
+		unsigned long v = strtoul(env, &end, 10);
+		if (!*end && v <= TG_LIFE_SETTLE_MAX_US)
+			a->settle_us = (uint32_t)v; /* otherwise the default: never unbounded */
+	}
 }
 
 void tg_life_close(struct toggle_agent *a)
@@ -237,12 +255,42 @@ static bool life_exec_dead(const struct tg_graph *g)
 	return g->exec_life ? life_dead(g->exec_life) : g->n_held == 0;
 }
 
+static uint64_t life_now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/*
+ * Waits, at most a->settle_us, until every object of v is dead: the driver
+ * drops an exec's references after cudaGraphExecDestroy returned (see
+ * TG_LIFE_SETTLE_US), and a new exec may have the dead one's handle by
+ * then.  Only where the agent would refuse otherwise; true when all died.
+ */
+static bool life_wait_all(const struct toggle_agent *a, struct tg_life *const *v, uint32_t n)
+{
+	uint64_t end = life_now_us() + a->settle_us;
+	for (;;) {
+		uint32_t alive = 0;
+		for (uint32_t i = 0; i < n; i++)
+			alive += !life_dead(v[i]);
+		if (!alive)
+			return true;
+		if (life_now_us() >= end)
+			return false;
+		sched_yield();
+	}
+}
+
 bool tg_life_foreign(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 {
 	(void)a;
 	if (!g->foreign || exec != g->foreign)
 		return false;
 	g->n_foreign = life_prune(g->foreign_life, g->n_foreign);
+	if (g->n_foreign && life_wait_all(a, g->foreign_life, g->n_foreign))
+		g->n_foreign = life_prune(g->foreign_life, g->n_foreign);
 	if (g->n_foreign == 0) {
 		foreign_clear(g); /* destroyed: a new exec may have its handle */
 		return false;
@@ -370,5 +418,52 @@ bool tg_life_take_deaths(struct toggle_agent *a)
 	if (d == a->deaths_seen)
 		return false;
 	a->deaths_seen = d; /* a destructor that runs from here on counts for the next sweep */
+	return true;
+}
+
+int tg_life_describe(const struct tg_graph *g, char *buf, size_t len)
+{
+	int k = snprintf(buf, len, "graph object %s, exec %s (%s), held", !g->life ? "none"
+			 : life_dead(g->life) ? "dead" : "alive", !g->exec_tracked ? "untracked"
+			 : g->exec_life ? "own object" : "by held[]", !g->exec_life ? "-"
+			 : life_dead(g->exec_life) ? "dead" : "alive");
+	for (uint32_t i = 0; i < g->n_held && k > 0 && (size_t)k < len; i++)
+		k += snprintf(buf + k, len - (size_t)k, " %s", life_dead(g->held[i]) ? "dead" : "alive");
+	return k;
+}
+
+/* Whether every object the bound exec may hold is dead (no pruning: a look only). */
+static bool life_exec_gone(const struct tg_graph *g)
+{
+	if (g->exec_life)
+		return life_dead(g->exec_life);
+	for (uint32_t i = 0; i < g->n_held; i++)
+		if (!life_dead(g->held[i]))
+			return false;
+	return true;
+}
+
+bool tg_life_settle(struct toggle_agent *a, const struct tg_graph *g)
+{
+	if (!a->life || !g->bound || !g->exec_tracked || g->exec_dead)
+		return false;
+	uint64_t end = life_now_us() + a->settle_us;
+	/* Dead, and counted: the sweep the caller runs then looks (the
+	 * destructor marks its object before it counts the death). */
+	while (!life_exec_gone(g) || !tg_life_pending(a)) {
+		if (life_now_us() >= end)
+			return false;
+		sched_yield();
+	}
+	return true;
+}
+
+bool tg_life_exec_reused(struct tg_graph *g, CUgraphExec exec)
+{
+	if (g->foreign == exec)
+		foreign_clear(g);
+	if (!g->gone || g->exec != exec || g->exec_dead)
+		return false;
+	g->exec_dead = true; /* the record was kept for that exec alone */
 	return true;
 }

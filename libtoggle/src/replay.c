@@ -140,9 +140,28 @@ static int sync_changed(struct toggle_agent *a, struct tg_graph *g, const struct
 	return 0;
 }
 
+/* Whether every node of g's exec holds what want asks of its hook: the
+ * exec was last synced to a set that agrees with want on g's hooks. */
+static bool synced_to(const struct tg_graph *g, const struct toggle_set *want)
+{
+	if (!g->synced_valid)
+		return false;
+	for (uint32_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++)
+		if ((want->bits[w] ^ g->synced.bits[w]) & g->covered.bits[w])
+			return false;
+	return true;
+}
+
 int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g)
 {
 	const struct toggle_set *want = &a->current;
+	if (g->gone && synced_to(g, want)) {
+		/* Destroyed while its exec is bound, and the set is back at what
+		 * that exec holds (on the H200: 0x0f, 0xf0, 0x0f): it runs as it
+		 * is, no node is touched. */
+		g->applied_version = a->version;
+		return 0;
+	}
 	if (g->gone) {
 		/* The driver refuses node handles of a destroyed graph, and the
 		 * handles may name another graph's nodes by now: never passed on. */
@@ -221,6 +240,12 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 	if (g->gone && exec == g->exec && tg_exec_replaced(a, g)) {
 		g->exec_dead = true; /* a new exec behind that handle (13.1 ids): nothing is ours */
 		tg_graph_drop(a, g);
+	}
+	if (g->gone && exec == g->exec && g->dev != TG_DEV_ACTIVE &&
+	    g->applied_version != a->version && !synced_to(g, &a->current) &&
+	    tg_life_settle(a, g)) {
+		/* Our exec was destroyed too: the one behind its handle is a stranger's. */
+		tg_registry_sweep(a);
 	}
 	if (!tg_graph_related(g))
 		return TG_LAUNCH_UNRELATED;

@@ -567,7 +567,7 @@ static void sim_dtor_give(struct toggle_sim *sim, struct sim_dtor *first, struct
 }
 
 /* The last reference is gone: the destructor runs as toggle_sim_set_destructors says. */
-static void sim_dtor_queue(struct toggle_sim *sim, CUhostFn fn, void *ptr)
+static void sim_dtor_queue(struct toggle_sim *sim, CUhostFn fn, void *ptr, bool by_exec)
 {
 	struct sim_dtor *d = calloc(1, sizeof(*d));
 
@@ -578,20 +578,22 @@ static void sim_dtor_queue(struct toggle_sim *sim, CUhostFn fn, void *ptr)
 	d->fn = fn;
 	d->ptr = ptr;
 	pthread_mutex_lock(&sim->dt_mu);
-	if (sim->dt_mode == TOGGLE_SIM_DESTRUCTORS_HELD) {
+	bool held = sim->dt_mode == TOGGLE_SIM_DESTRUCTORS_HELD ||
+		    (sim->dt_mode == TOGGLE_SIM_DESTRUCTORS_EXEC_LATE && by_exec);
+	if (held) {
 		if (sim->held_tail != NULL)
 			sim->held_tail->next = d;
 		else
 			sim->held_head = d;
 		sim->held_tail = d;
 	} else {
-		sim_dtor_give(sim, d, d, 1, sim->dt_mode == TOGGLE_SIM_DESTRUCTORS_WAIT);
+		sim_dtor_give(sim, d, d, 1, sim->dt_mode != TOGGLE_SIM_DESTRUCTORS_ASYNC);
 	}
 	pthread_mutex_unlock(&sim->dt_mu);
 }
 
 /* Drop n references of o (the caller checked it has them); the last one destroys it. */
-static void sim_uobj_release(struct sim_uobj *o, uint64_t n)
+static void sim_uobj_release(struct sim_uobj *o, uint64_t n, bool by_exec)
 {
 	o->refs -= n;
 	if (o->refs > 0)
@@ -601,7 +603,7 @@ static void sim_uobj_release(struct sim_uobj *o, uint64_t n)
 	void *ptr = o->ptr;
 	sim_obj_kill(&o->obj);
 	free(o);
-	sim_dtor_queue(sim, fn, ptr);
+	sim_dtor_queue(sim, fn, ptr, by_exec);
 }
 
 /* The count of o in r, or NULL. */
@@ -643,15 +645,15 @@ static bool sim_urefs_copy(struct sim_urefs *dst, const struct sim_urefs *src)
 	return true;
 }
 
-/* Every reference r owns goes (its graph or exec is destroyed). */
-static void sim_urefs_drop(struct sim_urefs *r)
+/* Every reference r owns goes (its graph or exec, by_exec, is destroyed). */
+static void sim_urefs_drop(struct sim_urefs *r, bool by_exec)
 {
 	struct sim_uref *v = r->v;
 	unsigned n = r->n;
 
 	*r = (struct sim_urefs){0};
 	for (unsigned i = 0; i < n; i++)
-		sim_uobj_release(v[i].obj, v[i].count);
+		sim_uobj_release(v[i].obj, v[i].count, by_exec);
 	free(v);
 }
 
@@ -701,7 +703,7 @@ CUresult toggle_sim_user_object_release(CUuserObject object, unsigned count)
 	if (count == 0 || count > INT32_MAX || count > o->user)
 		return CUDA_ERROR_INVALID_VALUE;
 	o->user -= count;
-	sim_uobj_release(o, count);
+	sim_uobj_release(o, count, false);
 	return CUDA_SUCCESS;
 }
 
@@ -751,13 +753,13 @@ CUresult toggle_sim_graph_release_user_object(CUgraph graph, CUuserObject object
 	have->count -= count;
 	if (have->count == 0)
 		*have = g->urefs.v[--g->urefs.n];
-	sim_uobj_release(o, count);
+	sim_uobj_release(o, count, false);
 	return CUDA_SUCCESS;
 }
 
 void toggle_sim_set_destructors(struct toggle_sim *sim, enum toggle_sim_destructors how)
 {
-	if (sim == NULL || (unsigned)how > TOGGLE_SIM_DESTRUCTORS_HELD)
+	if (sim == NULL || (unsigned)how > TOGGLE_SIM_DESTRUCTORS_EXEC_LATE)
 		return;
 	pthread_mutex_lock(&sim->dt_mu);
 	sim->dt_mode = how;
@@ -844,7 +846,7 @@ static void sim_graph_free(struct sim_graph *g)
 	struct toggle_sim *sim = g->obj.hdr.sim;
 	sim_obj_kill(&g->obj);
 	sim_nodeset_put(g->nodes);
-	sim_urefs_drop(&g->urefs); /* its user objects' last references may go */
+	sim_urefs_drop(&g->urefs, false); /* its user objects' last references may go */
 	sim_obj_release(sim, g, (void **)&sim->spare_graph);
 }
 
@@ -877,7 +879,7 @@ static struct sim_exec *sim_exec_new(struct sim_graph *g)
 	/* The driver: an instantiated exec retains a copy of every reference the
 	 * graph owns (CUDA C++ Programming Guide, "CUDA User Objects"). */
 	if (!sim_urefs_copy(&ex->urefs, &g->urefs)) {
-		sim_urefs_drop(&ex->urefs);
+		sim_urefs_drop(&ex->urefs, true);
 		free(ex->enabled);
 		free(ex->dev_enabled);
 		free(ex);
@@ -899,7 +901,7 @@ static void sim_exec_free(struct sim_exec *ex)
 	sim_nodeset_put(ex->nodes);
 	free(ex->enabled);
 	free(ex->dev_enabled);
-	sim_urefs_drop(&ex->urefs); /* after its queued launches ran (toggle_sim_exec_destroy) */
+	sim_urefs_drop(&ex->urefs, true); /* after its queued launches ran (toggle_sim_exec_destroy) */
 	sim_obj_release(sim, ex, (void **)&sim->spare_exec);
 }
 
@@ -1175,7 +1177,7 @@ void toggle_sim_destroy(struct toggle_sim *sim)
 	 * teardown); then every destructor queued or held runs, and the thread ends. */
 	while (sim->uobjs.next != &sim->uobjs) {
 		struct sim_uobj *o = (struct sim_uobj *)sim->uobjs.next;
-		sim_uobj_release(o, o->refs);
+		sim_uobj_release(o, o->refs, false);
 	}
 	toggle_sim_run_destructors(sim);
 	pthread_mutex_lock(&sim->dt_mu);
