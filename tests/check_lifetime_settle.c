@@ -33,6 +33,40 @@ static void *late_main(void *arg)
 	return NULL;
 }
 
+/* The lifetime fixture with driver 580's late exec destructors and a settle bound. */
+static void settle_open(struct lfx *f, const char *settle_us)
+{
+	setenv("TOGGLE_LIFE_SETTLE_US", settle_us, 1);
+	lfx_sim(f, 13000);
+	toggle_sim_set_destructors(f->sim, TOGGLE_SIM_DESTRUCTORS_EXEC_LATE);
+	f->agent = lfx_agent(f, TOGGLE_MODE_LAZY);
+}
+
+static void settle_close(struct lfx *f)
+{
+	lfx_close(f);
+	unsetenv("TOGGLE_LIFE_SETTLE_US");
+}
+
+/* Our graph, instantiated by the agent, launched at 0x0f (step 0), drained. */
+static CUgraph ours_launched(struct lfx *f, CUgraphExec *e)
+{
+	CUgraph g = capture_ours(f, NULL);
+	ck_assert_int_eq(toggle_graph_instantiate(f->agent, g, e), 0);
+	step(f, 0, 0x0f);
+	ck_assert_int_eq(launch(f, g, *e), 0);
+	ck_assert_uint_eq(f->ran, 0x0f);
+	toggle_sim_synchronize(f->sim);
+	return g;
+}
+
+/* The driver thread places the held destructors 2 ms after this call. */
+static void late_start(struct late *l, pthread_t *t, struct lfx *f)
+{
+	*l = (struct late){f->sim, 2000};
+	ck_assert_int_eq(pthread_create(t, NULL, late_main, l), 0);
+}
+
 /*
  * _i / 2: the graph destroyed first (0) or the exec first (1), as the H200
  * leg's rounds; _i % 2: the stranger's exec from toggle_graph_instantiate
@@ -42,17 +76,9 @@ START_TEST(test_stranger_behind_dead_exec_handle)
 {
 	bool exec_first = _i / 2, via_agent = _i % 2;
 	struct lfx f;
-	setenv("TOGGLE_LIFE_SETTLE_US", "1000000", 1); /* the test's thread is never that late */
-	lfx_sim(&f, 13000);
-	toggle_sim_set_destructors(f.sim, TOGGLE_SIM_DESTRUCTORS_EXEC_LATE);
-	f.agent = lfx_agent(&f, TOGGLE_MODE_LAZY);
-	CUgraph g = capture_ours(&f, NULL);
+	settle_open(&f, "1000000"); /* the test's thread is never that late */
 	CUgraphExec e;
-	ck_assert_int_eq(toggle_graph_instantiate(f.agent, g, &e), 0);
-	step(&f, 0, 0x0f);
-	ck_assert_int_eq(launch(&f, g, e), 0);
-	ck_assert_uint_eq(f.ran, 0x0f);
-	toggle_sim_synchronize(f.sim);
+	CUgraph g = ours_launched(&f, &e);
 	if (exec_first) {
 		ck_assert_int_eq(toggle_sim_exec_destroy(e), CUDA_SUCCESS);
 		ck_assert_int_eq(toggle_sim_graph_destroy(g), CUDA_SUCCESS);
@@ -70,9 +96,9 @@ START_TEST(test_stranger_behind_dead_exec_handle)
 	ck_assert_ptr_eq(se, e); /* and the dead exec's, its destructor not run yet */
 	step(&f, 1, 0x30);       /* a set the dead exec does not hold */
 
-	struct late l = {f.sim, 2000};
+	struct late l;
 	pthread_t t;
-	ck_assert_int_eq(pthread_create(&t, NULL, late_main, &l), 0);
+	late_start(&l, &t, &f);
 	int rc = launch(&f, s, se);
 	pthread_join(t, NULL);
 	ck_assert_msg(rc == 0, "the stranger's launch: rc %d: %s", rc, toggle_last_error(f.agent));
@@ -85,8 +111,7 @@ START_TEST(test_stranger_behind_dead_exec_handle)
 	ck_assert_uint_eq(f.ran, 0);
 	ck_assert_int_eq(toggle_sim_exec_destroy(se), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_sim_graph_destroy(s), CUDA_SUCCESS);
-	lfx_close(&f);
-	unsetenv("TOGGLE_LIFE_SETTLE_US");
+	settle_close(&f);
 }
 END_TEST
 
@@ -98,15 +123,9 @@ END_TEST
 START_TEST(test_own_exec_still_refused)
 {
 	struct lfx f;
-	setenv("TOGGLE_LIFE_SETTLE_US", "1000", 1);
-	lfx_sim(&f, 13000);
-	toggle_sim_set_destructors(f.sim, TOGGLE_SIM_DESTRUCTORS_EXEC_LATE);
-	f.agent = lfx_agent(&f, TOGGLE_MODE_LAZY);
-	CUgraph g = capture_ours(&f, NULL);
+	settle_open(&f, "1000");
 	CUgraphExec e;
-	ck_assert_int_eq(toggle_graph_instantiate(f.agent, g, &e), 0);
-	step(&f, 0, 0x0f);
-	ck_assert_int_eq(launch(&f, g, e), 0);
+	CUgraph g = ours_launched(&f, &e);
 	ck_assert_int_eq(toggle_sim_graph_destroy(g), CUDA_SUCCESS);
 	step(&f, 1, 0xf0);
 	ck_assert_int_eq(launch(&f, g, e), TOGGLE_ESTALE);
@@ -116,8 +135,7 @@ START_TEST(test_own_exec_still_refused)
 	ck_assert_int_eq(launch(&f, g, e), 0);
 	ck_assert_uint_eq(f.ran, 0x0f);
 	ck_assert_int_eq(toggle_sim_exec_destroy(e), CUDA_SUCCESS);
-	lfx_close(&f);
-	unsetenv("TOGGLE_LIFE_SETTLE_US");
+	settle_close(&f);
 }
 END_TEST
 
@@ -135,16 +153,9 @@ START_TEST(test_recapture_gets_dead_exec_handle)
 {
 	bool via_bind = _i;
 	struct lfx f;
-	setenv("TOGGLE_LIFE_SETTLE_US", "1000000", 1);
-	lfx_sim(&f, 13000);
-	toggle_sim_set_destructors(f.sim, TOGGLE_SIM_DESTRUCTORS_EXEC_LATE);
-	f.agent = lfx_agent(&f, TOGGLE_MODE_LAZY);
-	CUgraph g = capture_ours(&f, NULL);
+	settle_open(&f, "1000000");
 	CUgraphExec e;
-	ck_assert_int_eq(toggle_graph_instantiate(f.agent, g, &e), 0);
-	step(&f, 0, 0x0f);
-	ck_assert_int_eq(launch(&f, g, e), 0);
-	toggle_sim_synchronize(f.sim);
+	CUgraph g = ours_launched(&f, &e);
 	ck_assert_int_eq(toggle_sim_exec_destroy(e), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_sim_graph_destroy(g), CUDA_SUCCESS);
 
@@ -155,9 +166,9 @@ START_TEST(test_recapture_gets_dead_exec_handle)
 	if (via_bind) {
 		ck_assert_int_eq(toggle_sim_graph_instantiate(&e2, g2), CUDA_SUCCESS);
 		ck_assert_ptr_eq(e2, e);
-		struct late l = {f.sim, 2000};
+		struct late l;
 		pthread_t t;
-		ck_assert_int_eq(pthread_create(&t, NULL, late_main, &l), 0);
+		late_start(&l, &t, &f);
 		rc = toggle_graph_bind(f.agent, g2, e2);
 		pthread_join(t, NULL);
 	} else {
@@ -174,8 +185,7 @@ START_TEST(test_recapture_gets_dead_exec_handle)
 	ck_assert_uint_eq(f.ran, 0x81);
 	ck_assert_int_eq(toggle_sim_exec_destroy(e2), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_sim_graph_destroy(g2), CUDA_SUCCESS);
-	lfx_close(&f);
-	unsetenv("TOGGLE_LIFE_SETTLE_US");
+	settle_close(&f);
 }
 END_TEST
 
