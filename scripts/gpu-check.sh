@@ -22,6 +22,15 @@
 #               (lazy, device): every record equals its step's and hook's monitor
 #               buffer, none outside the step's set, the ring forced full: drops
 #               counted, nothing wrong recorded (python/tests/gpu/record_proof.py)
+#   record_daemon_proof  issue #24 through toggled: the example engine connected to a
+#               toggled, `togglectl record SPEC --steps N -o DIR` (plans turning SPEC's
+#               hooks off at some steps), DIR read with graphtoggle.recording.open:
+#               every record equals its step's and hook's monitor buffer, none for a
+#               hook its step did not enable, none lost, the replays exact, lazy and
+#               device (python/tests/gpu/record_daemon_proof.py).  toggled and togglectl
+#               come from scripts/bench-daemon-bundle.sh's bundle (.gpu/benchd: the
+#               machine has no -dev packages; carry it), else $TOGGLED/$TOGGLECTL,
+#               else build/; SKIPPED without them
 #   piecewise_proof, piecewise_proof_standin  issue #23: torch.compile with
 #               graphtoggle.piecewise (split at the attention op, inductor pieces,
 #               per size every piece captured into one pool, FULL graphs, eager
@@ -55,7 +64,8 @@
 # TORCH_DECODE_BENCH=1 (and TORCH_DECODE_BENCH_ARGS, e.g. "--batches 1,4,8"),
 # TORCH_COMPILE_BENCH=1 (and TORCH_COMPILE_BENCH_ARGS, e.g. "--batches 1,8 --modes lazy"),
 # PIECEWISE_PROOF_ARGS (e.g. "--steps 2000"), PIECEWISE_BENCH_ARGS (e.g. "--reps 11"),
-# RECORD_PROOF_ARGS (e.g. "--steps 2000 --modes lazy").
+# RECORD_PROOF_ARGS (e.g. "--steps 2000 --modes lazy"),
+# RECORD_DAEMON_PROOF_ARGS (e.g. "--record-steps 1000 --modes lazy").
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
 # GPU_LEGS="gpu_check torch_proof ..." runs only the legs named (the rest are
 # not listed); unset, every leg runs.  The device's 10-minute limit per call is
@@ -173,6 +183,10 @@ done
 # issue #24: the recorder (the agent side), on the example engine
 # shellcheck disable=SC2086 # RECORD_PROOF_ARGS is a list of words
 run_py_leg record_proof python/tests/gpu/record_proof.py ${RECORD_PROOF_ARGS:-}
+# and the whole path through toggled and togglectl record (the bundle's binaries)
+# shellcheck disable=SC2086 # RECORD_DAEMON_PROOF_ARGS is a list of words
+run_py_leg record_daemon_proof python/tests/gpu/record_daemon_proof.py --engine cuda \
+	${RECORD_DAEMON_PROOF_ARGS:-}
 
 # issue #23: graphtoggle under torch.compile, piecewise (graphtoggle.piecewise)
 # shellcheck disable=SC2086 # PIECEWISE_PROOF_ARGS is a list of words
@@ -200,6 +214,7 @@ printf '%s\n' "$results" | sed '/^$/d'
 # the producer-free exec's figures again, for pasting
 grep -h '^gpu-bare: figures:' "$B/gpu_bare.log" 2>/dev/null || true
 grep -h '^record-proof: \[' "$B/record_proof.log" 2>/dev/null || true
+grep -h '^record-daemon-proof: \[' "$B/record_daemon_proof.log" 2>/dev/null || true
 grep -h '^piecewise-bench: table:' "$B/piecewise_bench.log" 2>/dev/null || true
 # and the lifetime leg's reuse counts (issue #28)
 grep -h '^gpu-lifetime: leg=stranger' "$B/gpu_lifetime.log" 2>/dev/null || true
