@@ -55,7 +55,9 @@ def run_prove(m, engine_cls, mode="lazy"):
 
 
 def test_sim_proof_passes():
-    env = dict(PROG_ENV, TOGGLED=TOGGLED, TOGGLECTL=TOGGLECTL)
+    # the script's own python as this one runs (LD_PRELOAD kept: libtoggle may be the
+    # sanitized build); it hands toggled and togglectl an environment without it
+    env = dict(os.environ, TOGGLED=TOGGLED, TOGGLECTL=TOGGLECTL)
     r = subprocess.run([sys.executable, SCRIPT, "--engine", "sim", "--modes",
                         "lazy,eager,device", "--record-steps", "60"],
                        capture_output=True, text=True, timeout=300, env=env)

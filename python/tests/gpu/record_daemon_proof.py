@@ -60,8 +60,9 @@ TAG = "record-daemon-proof"
 
 
 def find_daemon():
-    """(toggled, togglectl, environment for both), or None."""
-    env = dict(os.environ)
+    """(toggled, togglectl, environment for both), or None.  The engine's process may
+    run with sanitizer runtimes preloaded (make check's pytest.sh): the tools get none."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     if os.environ.get("TOGGLED") and os.environ.get("TOGGLECTL"):
         return os.environ["TOGGLED"], os.environ["TOGGLECTL"], env
     bundle = os.path.join(REPO, ".gpu", "benchd")
