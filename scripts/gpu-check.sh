@@ -49,6 +49,12 @@
 #               op under torch.compile (modes a and c) against the same compiled model
 #               without graphtoggle, and the op's eager cost
 #               (python/tests/gpu/torch_compile_bench.py; ~30-60 s)
+#   record_bench  only with RECORD_BENCH=1: issue #24's targets, 32 hooks of 128 KiB a
+#               step recorded at the example engine's full rate: step time against the
+#               producers on and nothing recorded, bytes/s to disk and to a Python
+#               subscriber against a pinned D2H copy (bench/record_bench.py; ~1-2 min;
+#               the bundle as for record_daemon_proof, and graphtoggle.client's
+#               toggle_pb2.py carried for the subscriber)
 # Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check); the
 # Python legs need a python3 with torch (they print SKIPPED without torch or
 # a GPU) and use $B/libtoggle.so and the package in python/.
@@ -65,7 +71,8 @@
 # TORCH_COMPILE_BENCH=1 (and TORCH_COMPILE_BENCH_ARGS, e.g. "--batches 1,8 --modes lazy"),
 # PIECEWISE_PROOF_ARGS (e.g. "--steps 2000"), PIECEWISE_BENCH_ARGS (e.g. "--reps 11"),
 # RECORD_PROOF_ARGS (e.g. "--steps 2000 --modes lazy"),
-# RECORD_DAEMON_PROOF_ARGS (e.g. "--record-steps 1000 --modes lazy").
+# RECORD_DAEMON_PROOF_ARGS (e.g. "--record-steps 1000 --modes lazy"),
+# RECORD_BENCH=1 (and RECORD_BENCH_ARGS, e.g. "--rounds 7 --block-seconds 6").
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
 # GPU_LEGS="gpu_check torch_proof ..." runs only the legs named (the rest are
 # not listed); unset, every leg runs.  The device's 10-minute limit per call is
@@ -204,6 +211,11 @@ if [ "${TORCH_DECODE_BENCH:-0}" = 1 ]; then
 		${TORCH_DECODE_BENCH_ARGS:-}
 fi
 
+if [ "${RECORD_BENCH:-0}" = 1 ]; then
+	# shellcheck disable=SC2086 # RECORD_BENCH_ARGS is a list of words
+	run_py_leg record_bench bench/record_bench.py ${RECORD_BENCH_ARGS:-}
+fi
+
 if [ "${TORCH_COMPILE_BENCH:-0}" = 1 ]; then
 	# shellcheck disable=SC2086 # TORCH_COMPILE_BENCH_ARGS is a list of words
 	run_py_leg torch_compile_bench python/tests/gpu/torch_compile_bench.py \
@@ -220,6 +232,8 @@ grep -h '^piecewise-bench: table:' "$B/piecewise_bench.log" 2>/dev/null || true
 grep -h '^gpu-lifetime: leg=stranger' "$B/gpu_lifetime.log" 2>/dev/null || true
 [ "${TORCH_DECODE_BENCH:-0}" = 1 ] &&
 	grep -h '^torch-decode-bench: table:' "$B/torch_decode_bench.log" 2>/dev/null || true
+[ "${RECORD_BENCH:-0}" = 1 ] &&
+	grep -h '^record-bench: ' "$B/record_bench.log" 2>/dev/null || true
 [ "${TORCH_COMPILE_BENCH:-0}" = 1 ] &&
 	grep -h '^torch-compile-bench: table:' "$B/torch_compile_bench.log" 2>/dev/null || true
 if [ "$status" -eq 0 ]; then
