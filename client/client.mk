@@ -64,8 +64,9 @@ check-run: check-cli
 # togglectl record end to end: toggled, an agent that writes its data ring by
 # hand (tests/record/ring_agent.c), the files read back with graphtoggle.recording.
 .PHONY: check-record
-check-record: $(B)/togglectl $(B)/toggled $(B)/tests/record_ring_agent
+check-record: $(B)/togglectl $(B)/toggled $(B)/tests/record_ring_agent $(B)/examples/demo_agent
 	@B=$(B) tests/cli/record.sh
+	@B=$(B) tests/cli/record_agents.sh
 check-run: check-record
 
 # The man pages render without a groff warning (needs groff; not in check).

@@ -283,18 +283,22 @@ static void human_agents(const Toggle__ListAgentsReply *r)
 {
 	static const char *const head[] = {"ID", "NAME", "GROUP", "PID", "MODE", "DRIVER", "STEP",
 					   "VERSION", "APPLIED", "GRAPHS", "ANOMALIES", "QUEUED",
-					   "ENABLED", "CONNECTED", "RING"};
+					   "ENABLED", "CONNECTED", "RING", "RECORDS", "DROPPED",
+					   "FORWARDED"};
+	enum { RING_COLS = 4 };
 	if (r->n_agents == 0) {
 		printf("no agents connected\n");
 		return;
 	}
-	/* The RING column (its size and drops) only when an agent shares a data ring. */
+	/* The RING columns (its size, the agent's records and drops, what toggled
+	 * forwarded) only when an agent shares a data ring: the table stays as it
+	 * was for everyone else. */
 	bool rings = false;
 	for (size_t i = 0; i < r->n_agents; i++)
 		rings = rings || r->agents[i]->ring_bytes;
 	uint64_t now = util_unix_ms();
 	struct ctl_table t;
-	ctl_table_init(&t, sizeof(head) / sizeof(head[0]) - !rings, head);
+	ctl_table_init(&t, sizeof(head) / sizeof(head[0]) - (rings ? 0 : RING_COLS), head);
 	for (size_t i = 0; i < r->n_agents; i++) {
 		const Toggle__AgentInfo *a = r->agents[i];
 		char drv[16], ago[48];
@@ -322,11 +326,16 @@ static void human_agents(const Toggle__ListAgentsReply *r)
 		ctl_table_add(&t, "%u", a->pending_plan);
 		ctl_table_add(&t, "%s", a->enabled);
 		ctl_table_add(&t, "%s", ago);
-		if (rings && a->ring_bytes)
-			ctl_table_add(&t, "%llu KiB, %llu dropped", (unsigned long long)(a->ring_bytes >> 10),
-				      (unsigned long long)a->ring_dropped);
-		else if (rings)
-			ctl_table_add(&t, "-");
+		if (rings && a->ring_bytes) {
+			ctl_table_add(&t, "%llu KiB", (unsigned long long)(a->ring_bytes >> 10));
+			ctl_table_add(&t, "%llu", (unsigned long long)a->ring_records);
+			ctl_table_add(&t, "%llu", (unsigned long long)a->ring_dropped);
+			ctl_table_add(&t, "%llu (%.1f MiB)", (unsigned long long)a->ring_forwarded_records,
+				      (double)a->ring_forwarded_bytes / (1024.0 * 1024.0));
+		} else if (rings) {
+			for (int k = 0; k < RING_COLS; k++)
+				ctl_table_add(&t, "-");
+		}
 	}
 	ctl_table_print(&t);
 }
@@ -652,12 +661,17 @@ static void jemit(json_t *root, bool stream)
 
 static json_t *json_of_agent(const Toggle__AgentInfo *a)
 {
-	/* Its data ring (docs/recording.md), null without one: the agent's counters. */
-	json_t *ring = a->ring_bytes ? json_pack("{s:o, s:o, s:o, s:o}", "bytes", ju64(a->ring_bytes),
-						 "records", ju64(a->ring_records),
-						 "dropped", ju64(a->ring_dropped),
-						 "errors", ju64(a->ring_errors))
-				     : json_null();
+	/* Its data ring (docs/recording.md), null without one: the agent's counters
+	 * as toggled shows them (never back, at most 2^53) and what toggled forwarded. */
+	json_t *ring = a->ring_bytes
+			       ? json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "bytes",
+					   ju64(a->ring_bytes), "records", ju64(a->ring_records),
+					   "dropped", ju64(a->ring_dropped), "errors",
+					   ju64(a->ring_errors), "forwarded_records",
+					   ju64(a->ring_forwarded_records), "forwarded_bytes",
+					   ju64(a->ring_forwarded_bytes), "counter_faults",
+					   ju64(a->ring_counter_faults))
+			       : json_null();
 	return json_pack("{s:o, s:o, s:o, s:I, s:I, s:s, s:i, s:o, s:o, s:o, s:o, s:I, s:o, s:o, "
 			 "s:o, s:I, s:I, s:o, s:o, s:o}",
 			 "agent_id", ju64(a->agent_id),

@@ -50,7 +50,8 @@ $(TD_STORE_SUITES): TEST_FIXTURES = $(TD_STORE_FIXTURES)
 # environment and agent children (fixture_daemon.c), the RPCs (fixture_rpc.c).
 TD_DAEMON_SUITES := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/check_daemon_*.c))
 TD_DAEMON_FIXTURES := $(B)/san/tests/fixture_daemon.o $(B)/san/tests/fixture_rpc.o
-TD_E2E_TESTS := $(TD_DAEMON_SUITES) $(B)/tests/check_store_daemon $(B)/tests/check_record_daemon
+TD_E2E_TESTS := $(TD_DAEMON_SUITES) $(B)/tests/check_store_daemon $(B)/tests/check_record_daemon \
+	$(B)/tests/check_record_drops
 $(TD_E2E_TESTS): $(B)/toggled-san $(B)/libtgproto-san.a
 $(TD_E2E_TESTS) $(TD_DAEMON_FIXTURES): EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\"
 $(TD_E2E_TESTS): EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
@@ -63,6 +64,9 @@ $(B)/tests/check_store_daemon: TGC_TEST_LIBS = $(B)/libtgclient-san.a
 # Recordings end to end (record.c): fake agents write their data rings by hand.
 $(B)/tests/check_record_daemon: $(B)/libtgclient-san.a
 $(B)/tests/check_record_daemon: TGC_TEST_LIBS = $(B)/libtgclient-san.a
+# A data ring's counters in ListAgents and /metrics, under a hostile agent (record.c's fold).
+$(B)/tests/check_record_drops: $(B)/libtgclient-san.a
+$(B)/tests/check_record_drops: TGC_TEST_LIBS = $(B)/libtgclient-san.a
 
 # A stand-in agent that writes its data ring by hand (tests/cli/record.sh, pytest).
 all: $(B)/tests/record_ring_agent
@@ -86,7 +90,7 @@ check-run: check-daemon-proc
 # --metrics end to end: scraped with prometheus_client's parser, checked
 # against togglectl --json.
 .PHONY: check-metrics
-check-metrics: $(B)/toggled-san $(B)/togglectl $(B)/examples/demo_agent
+check-metrics: $(B)/toggled-san $(B)/togglectl $(B)/examples/demo_agent $(B)/tests/record_ring_agent
 	@B=$(B) tests/metrics/run.sh
 check-run: check-metrics
 # The cluster layer end to end: a real etcd, three toggled, simulator agents

@@ -114,6 +114,7 @@ struct snap_agent {
 	uint64_t control_version, applied_version, replays, plan_rejected, graphs;
 	uint64_t anomalies[TOGGLE_SHM_AN_COUNT];
 	struct toggle_shm_conn conn; /* the agent's own view of its connection (agent-written) */
+	struct td_ring_counters ring; /* its data ring as record.c shows it (capacity 0: none) */
 };
 
 struct snapshot {
@@ -244,6 +245,7 @@ static int snap_fill(struct td_metrics *m, struct snapshot *s)
 		o->graphs = st->total_graphs;
 		memcpy(o->anomalies, st->anomalies, sizeof(o->anomalies));
 		o->conn = st->conn;
+		td_record_ring_counters(a, &o->ring);
 	}
 	s->n_agents = n;
 	return 0;
@@ -523,6 +525,48 @@ static void render_agent_conn(FILE *f, const struct snapshot *s)
 	}
 }
 
+/* One metric: HELP, TYPE and a series per agent that shares a data ring. */
+#define RING_SERIES(f, s, name, type, help, field)                                  \
+	do {                                                                         \
+		put_help(f, name, type, help);                                       \
+		for (size_t _i = 0; _i < (s)->n_agents; _i++) {                      \
+			const struct snap_agent *_a = &(s)->agents[_i];              \
+			if (!_a->ring.capacity)                                      \
+				continue;                                            \
+			fputs(name, f);                                              \
+			agent_labels(f, _a);                                         \
+			fprintf(f, "} %llu\n", (unsigned long long)_a->ring.field); \
+		}                                                                    \
+	} while (0)
+
+/*
+ * Data rings (docs/recording.md): the agent's counters as toggled shows
+ * them (record.c's fold: never back, at most 2^53, so a hostile agent
+ * cannot reset or overflow these counters), and toggled's own count of
+ * what it forwarded.  Agents without a ring have no series.
+ */
+static void render_rings(FILE *f, const struct snapshot *s)
+{
+	RING_SERIES(f, s, "graphtoggle_agent_ring_size_bytes", "gauge",
+		    "Bytes of the agent's data ring (its data area)", capacity);
+	RING_SERIES(f, s, "graphtoggle_agent_ring_records_total", "counter",
+		    "Records the agent published into its data ring, as it reports them", records);
+	RING_SERIES(f, s, "graphtoggle_agent_ring_dropped_total", "counter",
+		    "Records the agent dropped because its data ring was full (the consumer was "
+		    "slower), as it reports them", dropped);
+	RING_SERIES(f, s, "graphtoggle_agent_ring_errors_total", "counter",
+		    "Records the agent turned into pads (a copy or its event failed), as it reports "
+		    "them", errors);
+	RING_SERIES(f, s, "graphtoggle_agent_ring_counter_faults_total", "counter",
+		    "Reads of the agent's ring counters that toggled refused: a value lower than "
+		    "before or past 2^53", counter_faults);
+	RING_SERIES(f, s, "graphtoggle_agent_ring_forwarded_records_total", "counter",
+		    "Records toggled read from the agent's ring, validated and forwarded to a "
+		    "recording", forwarded_records);
+	RING_SERIES(f, s, "graphtoggle_agent_ring_forwarded_bytes_total", "counter",
+		    "Payload bytes of those records", forwarded_bytes);
+}
+
 static void render(FILE *f, const struct snapshot *s, const struct td_metrics *m)
 {
 	render_daemon(f, s, m);
@@ -531,6 +575,7 @@ static void render(FILE *f, const struct snapshot *s, const struct td_metrics *m
 	render_cluster(f, s);
 	render_agents(f, s);
 	render_agent_conn(f, s);
+	render_rings(f, s);
 }
 
 static enum MHD_Result respond_text(struct MHD_Connection *c, unsigned status, const char *text)

@@ -40,7 +40,26 @@ struct td_ring {
 	struct toggle_ring_reader rd;
 	bool dead;                 /* it faulted: never read again */
 	struct rec_part *part;     /* the recording reading it, or NULL */
+	/* What is shown of the agent's counters (ring_fold): never back, never past RING_SHOWN_MAX. */
+	uint64_t shown_records, shown_dropped, shown_errors;
+	uint64_t counter_faults;   /* observations ring_fold refused a value of */
+	/* toggled's own count of what it read, validated and forwarded from this ring. */
+	uint64_t fwd_records, fwd_bytes;
 };
+
+/*
+ * The agent's counters are its word, in memory it may rewrite at any
+ * moment: a drop counter that goes back (a hostile or broken agent) would
+ * make a Prometheus counter reset and rate() read a huge spike, one near
+ * 2^64 would overflow whoever sums it.  So toggled shows a folded copy,
+ * per ring: each observation loads each word once; a value below what was
+ * shown is refused (the shown value stays), a value above RING_SHOWN_MAX
+ * counts as RING_SHOWN_MAX (2^53: exact in the double Prometheus stores,
+ * and no real ring publishes or drops that many records: 10^9 a second
+ * for 104 days); either counts one counter fault.  The shown values are
+ * for display only: nothing sizes, indexes or ends anything with them.
+ */
+#define RING_SHOWN_MAX (1ull << 53)
 
 struct td_recording;
 
@@ -142,17 +161,70 @@ void rpc_register_ring(struct td_peer *p, const Toggle__Envelope *req, struct rp
 	toggle__register_ring_reply__init(rpc_body(r, TOGGLE__ENVELOPE__BODY_REGISTER_RING_REPLY));
 }
 
-void td_record_fill_agent(Toggle__AgentInfo *m, const struct td_agent *a)
+/* One counter's observation: false when v was refused or cut (see RING_SHOWN_MAX). */
+static bool shown_fold(uint64_t *shown, uint64_t v)
 {
-	const struct td_ring *g = a->ring;
+	bool ok = true;
+	if (v > RING_SHOWN_MAX) {
+		v = RING_SHOWN_MAX;
+		ok = false;
+	}
+	if (v < *shown)
+		return false;
+	*shown = v;
+	return ok;
+}
+
+/* Observe the agent's counters once (each word loaded once) into the shown copy. */
+static void ring_fold(struct td_agent *a)
+{
+	struct td_ring *g = a->ring;
+	const struct toggle_ring_producer *pr = g->map.prod;
+	uint64_t records = __atomic_load_n(&pr->records, __ATOMIC_RELAXED);
+	uint64_t dropped = __atomic_load_n(&pr->dropped, __ATOMIC_RELAXED);
+	uint64_t errors = __atomic_load_n(&pr->errors, __ATOMIC_RELAXED);
+	bool ok = shown_fold(&g->shown_records, records);
+	ok = shown_fold(&g->shown_dropped, dropped) && ok;
+	ok = shown_fold(&g->shown_errors, errors) && ok;
+	if (ok)
+		return;
+	/* Logged at the first fault only: the agent decides how often it lies. */
+	if (g->counter_faults++ == 0)
+		log_warnx("agent %s (id %llu): its data ring's counters went back or past 2^53 "
+			  "(records %llu, dropped %llu, errors %llu): shown as before",
+			  a->name, (unsigned long long)a->id, (unsigned long long)records,
+			  (unsigned long long)dropped, (unsigned long long)errors);
+}
+
+void td_record_ring_counters(struct td_agent *a, struct td_ring_counters *out)
+{
+	memset(out, 0, sizeof(*out));
+	struct td_ring *g = a->ring;
 	if (!g)
 		return;
-	/* The agent's word, shown as it is: never a size or an index here. */
-	const struct toggle_ring_producer *pr = g->map.prod;
-	m->ring_bytes = g->map.capacity;
-	m->ring_records = __atomic_load_n(&pr->records, __ATOMIC_RELAXED);
-	m->ring_dropped = __atomic_load_n(&pr->dropped, __ATOMIC_RELAXED);
-	m->ring_errors = __atomic_load_n(&pr->errors, __ATOMIC_RELAXED);
+	ring_fold(a);
+	out->capacity = g->map.capacity;
+	out->records = g->shown_records;
+	out->dropped = g->shown_dropped;
+	out->errors = g->shown_errors;
+	out->counter_faults = g->counter_faults;
+	out->forwarded_records = g->fwd_records;
+	out->forwarded_bytes = g->fwd_bytes;
+}
+
+void td_record_fill_agent(Toggle__AgentInfo *m, struct td_agent *a)
+{
+	struct td_ring_counters k;
+	td_record_ring_counters(a, &k);
+	if (!k.capacity)
+		return;
+	m->ring_bytes = k.capacity;
+	m->ring_records = k.records;
+	m->ring_dropped = k.dropped;
+	m->ring_errors = k.errors;
+	m->ring_forwarded_records = k.forwarded_records;
+	m->ring_forwarded_bytes = k.forwarded_bytes;
+	m->ring_counter_faults = k.counter_faults;
 }
 
 /* ---- ending -------------------------------------------------------------- */
@@ -404,8 +476,9 @@ static int part_next(struct rec_part *pt)
 			pt->have_step = true;
 			pt->last_step = c->step;
 		}
-		/* The drop count is the agent's word: shown, never used as a size. */
-		pt->dropped = c->dropped >= pt->dropped0 ? c->dropped - pt->dropped0 : 0;
+		/* The drop count is the agent's word, folded (ring_fold): shown, never used as a size. */
+		ring_fold(a);
+		pt->dropped = g->shown_dropped - pt->dropped0;
 		pt->payload = payload;
 		pt->off = 0;
 		pt->have = true;
@@ -449,10 +522,12 @@ static uint64_t part_send_chunk(struct rec_part *pt)
 		return len ? len : 1; /* the send dropped the client: the part ended inside it */
 	pt->off += len;
 	pt->bytes += len;
+	a->ring->fwd_bytes += len;
 	if (pt->off == c->payload_len) {
 		toggle_ring_reader_release(&a->ring->rd, c);
 		pt->have = false;
 		pt->records++;
+		a->ring->fwd_records++;
 	}
 	return len ? len : 1;
 }
@@ -698,7 +773,8 @@ void rpc_record(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply
 		snprintf(pt->name, sizeof(pt->name), "%s", a->name);
 		a->ring->part = pt;
 		toggle_ring_reader_open(&a->ring->rd, &a->ring->map);
-		pt->dropped0 = __atomic_load_n(&a->ring->map.prod->dropped, __ATOMIC_RELAXED);
+		ring_fold(a);
+		pt->dropped0 = a->ring->shown_dropped;
 		toggle_ring_request_write(a->ring->map.req, rec->session, &pt->want);
 	}
 	p->recording = true;

@@ -609,8 +609,22 @@ int td_record_init(struct td_daemon *d);
 void td_record_peer_gone(struct td_peer *p);
 void td_record_stop(struct td_daemon *d);
 void td_record_free(struct td_daemon *d);
-/* AgentInfo's ring fields: the ring's size and its producer's counters. */
-void td_record_fill_agent(Toggle__AgentInfo *m, const struct td_agent *a);
+/*
+ * An agent's data ring as toggled shows it (AgentInfo.ring_*, /metrics):
+ * its size; the agent's own counters, folded so that they never go back
+ * and never pass 2^53 whatever the agent writes (counter_faults: the
+ * observations that refused a value); and toggled's own count of the
+ * records and payload bytes it forwarded from the ring.  All zero without
+ * a ring.  Observing folds, hence not const.
+ */
+struct td_ring_counters {
+	uint64_t capacity;
+	uint64_t records, dropped, errors, counter_faults;
+	uint64_t forwarded_records, forwarded_bytes;
+};
+void td_record_ring_counters(struct td_agent *a, struct td_ring_counters *out);
+/* AgentInfo's ring fields, from td_record_ring_counters. */
+void td_record_fill_agent(Toggle__AgentInfo *m, struct td_agent *a);
 /* cluster.c: watch etcd, apply, publish (no-op without cfg.etcd). */
 int td_cluster_start(struct td_daemon *d, char *err, size_t errlen);
 void td_cluster_stop(struct td_daemon *d);

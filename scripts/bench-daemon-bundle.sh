@@ -1,9 +1,10 @@
 #!/bin/sh
-# bench-daemon-bundle.sh [OLD_REV] - toggled and bench_daemon with every
+# bench-daemon-bundle.sh [OLD_REV] - toggled, togglectl and bench_daemon with every
 # shared library they load, in .gpu/benchd/ (ignored), for a machine that
 # has none of our -dev packages (the GPU host: a quiet 16-core machine,
 # where the daemon's own work is what the reads-under-load row shows).
-#   new/  this checkout's build
+#   new/  this checkout's build (togglectl too: gpu-check.sh's record_daemon_proof and
+#         bench/record_bench.py find toggled and togglectl here)
 #   old/  OLD_REV's build (a temporary git worktree), if given
 #   lib/  the libraries ldd names, but the C library's own
 #   run.sh  interleaved runs: ROUNDS (3), RUNS ("old:8 new:4": BUILD:frames_per_turn),
@@ -21,8 +22,8 @@ cd "$(dirname "$0")/.."
 D=.gpu/benchd
 B=${B:-build}
 mkdir -p "$D/new" "$D/lib"
-make -s "$B/toggled" "$B/bench/bench_daemon"
-cp "$B/toggled" "$B/bench/bench_daemon" "$D/new/"
+make -s "$B/toggled" "$B/togglectl" "$B/bench/bench_daemon"
+cp "$B/toggled" "$B/togglectl" "$B/bench/bench_daemon" "$D/new/"
 if [ $# -ge 1 ]; then
 	wt=$(mktemp -d /tmp/benchd-old.XXXXXX)
 	git worktree add -q --detach "$wt" "$1"
@@ -31,7 +32,8 @@ if [ $# -ge 1 ]; then
 	cp "$wt/build/toggled" "$wt/build/bench/bench_daemon" "$D/old/"
 	git worktree remove --force "$wt"
 fi
-for bin in "$D"/*/toggled "$D"/*/bench_daemon; do
+for bin in "$D"/*/toggled "$D"/*/togglectl "$D"/*/bench_daemon; do
+	[ -x "$bin" ] || continue # old/ has no togglectl
 	ldd "$bin" | awk '$3 ~ /^\// { print $3 }'
 done | sort -u | grep -v -E '/(libc|libm|libresolv|libpthread|libdl|ld-linux[^/]*)\.so' |
 	while read -r lib; do cp -L "$lib" "$D/lib/"; done

@@ -22,6 +22,15 @@
 #               (lazy, device): every record equals its step's and hook's monitor
 #               buffer, none outside the step's set, the ring forced full: drops
 #               counted, nothing wrong recorded (python/tests/gpu/record_proof.py)
+#   record_daemon_proof  issue #24 through toggled: the example engine connected to a
+#               toggled, `togglectl record SPEC --steps N -o DIR` (plans turning SPEC's
+#               hooks off at some steps), DIR read with graphtoggle.recording.open:
+#               every record equals its step's and hook's monitor buffer, none for a
+#               hook its step did not enable, none lost, the replays exact, lazy and
+#               device (python/tests/gpu/record_daemon_proof.py).  toggled and togglectl
+#               come from scripts/bench-daemon-bundle.sh's bundle (.gpu/benchd: the
+#               machine has no -dev packages; carry it), else $TOGGLED/$TOGGLECTL,
+#               else build/; SKIPPED without them
 #   piecewise_proof, piecewise_proof_standin  issue #23: torch.compile with
 #               graphtoggle.piecewise (split at the attention op, inductor pieces,
 #               per size every piece captured into one pool, FULL graphs, eager
@@ -40,6 +49,12 @@
 #               op under torch.compile (modes a and c) against the same compiled model
 #               without graphtoggle, and the op's eager cost
 #               (python/tests/gpu/torch_compile_bench.py; ~30-60 s)
+#   record_bench  only with RECORD_BENCH=1: issue #24's targets, 32 hooks of 128 KiB a
+#               step recorded at the example engine's full rate: step time against the
+#               producers on and nothing recorded, bytes/s to disk and to a Python
+#               subscriber against a pinned D2H copy (bench/record_bench.py; ~1-2 min;
+#               the bundle as for record_daemon_proof, and graphtoggle.client's
+#               toggle_pb2.py carried for the subscriber)
 # Needs only libc, pthreads and CUDA (no libuv, protobuf-c or Check); the
 # Python legs need a python3 with torch (they print SKIPPED without torch or
 # a GPU) and use $B/libtoggle.so and the package in python/.
@@ -55,7 +70,9 @@
 # TORCH_DECODE_BENCH=1 (and TORCH_DECODE_BENCH_ARGS, e.g. "--batches 1,4,8"),
 # TORCH_COMPILE_BENCH=1 (and TORCH_COMPILE_BENCH_ARGS, e.g. "--batches 1,8 --modes lazy"),
 # PIECEWISE_PROOF_ARGS (e.g. "--steps 2000"), PIECEWISE_BENCH_ARGS (e.g. "--reps 11"),
-# RECORD_PROOF_ARGS (e.g. "--steps 2000 --modes lazy").
+# RECORD_PROOF_ARGS (e.g. "--steps 2000 --modes lazy"),
+# RECORD_DAEMON_PROOF_ARGS (e.g. "--record-steps 1000 --modes lazy"),
+# RECORD_BENCH=1 (and RECORD_BENCH_ARGS, e.g. "--rounds 7 --block-seconds 6").
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
 # GPU_LEGS="gpu_check torch_proof ..." runs only the legs named (the rest are
 # not listed); unset, every leg runs.  The device's 10-minute limit per call is
@@ -173,6 +190,10 @@ done
 # issue #24: the recorder (the agent side), on the example engine
 # shellcheck disable=SC2086 # RECORD_PROOF_ARGS is a list of words
 run_py_leg record_proof python/tests/gpu/record_proof.py ${RECORD_PROOF_ARGS:-}
+# and the whole path through toggled and togglectl record (the bundle's binaries)
+# shellcheck disable=SC2086 # RECORD_DAEMON_PROOF_ARGS is a list of words
+run_py_leg record_daemon_proof python/tests/gpu/record_daemon_proof.py --engine cuda \
+	${RECORD_DAEMON_PROOF_ARGS:-}
 
 # issue #23: graphtoggle under torch.compile, piecewise (graphtoggle.piecewise)
 # shellcheck disable=SC2086 # PIECEWISE_PROOF_ARGS is a list of words
@@ -190,6 +211,11 @@ if [ "${TORCH_DECODE_BENCH:-0}" = 1 ]; then
 		${TORCH_DECODE_BENCH_ARGS:-}
 fi
 
+if [ "${RECORD_BENCH:-0}" = 1 ]; then
+	# shellcheck disable=SC2086 # RECORD_BENCH_ARGS is a list of words
+	run_py_leg record_bench bench/record_bench.py ${RECORD_BENCH_ARGS:-}
+fi
+
 if [ "${TORCH_COMPILE_BENCH:-0}" = 1 ]; then
 	# shellcheck disable=SC2086 # TORCH_COMPILE_BENCH_ARGS is a list of words
 	run_py_leg torch_compile_bench python/tests/gpu/torch_compile_bench.py \
@@ -200,11 +226,14 @@ printf '%s\n' "$results" | sed '/^$/d'
 # the producer-free exec's figures again, for pasting
 grep -h '^gpu-bare: figures:' "$B/gpu_bare.log" 2>/dev/null || true
 grep -h '^record-proof: \[' "$B/record_proof.log" 2>/dev/null || true
+grep -h '^record-daemon-proof: \[' "$B/record_daemon_proof.log" 2>/dev/null || true
 grep -h '^piecewise-bench: table:' "$B/piecewise_bench.log" 2>/dev/null || true
 # and the lifetime leg's reuse counts (issue #28)
 grep -h '^gpu-lifetime: leg=stranger' "$B/gpu_lifetime.log" 2>/dev/null || true
 [ "${TORCH_DECODE_BENCH:-0}" = 1 ] &&
 	grep -h '^torch-decode-bench: table:' "$B/torch_decode_bench.log" 2>/dev/null || true
+[ "${RECORD_BENCH:-0}" = 1 ] &&
+	grep -h '^record-bench: ' "$B/record_bench.log" 2>/dev/null || true
 [ "${TORCH_COMPILE_BENCH:-0}" = 1 ] &&
 	grep -h '^torch-compile-bench: table:' "$B/torch_compile_bench.log" 2>/dev/null || true
 if [ "$status" -eq 0 ]; then
