@@ -134,3 +134,43 @@ def test_legacy_buffers_keep_layers_tag_safe():
         hooked(x)  # the eager run that makes the buffers
         assert _tag_safe_layers(_guards(fwd_legacy, x)) == list(range(L))
         att.detach()
+
+
+def test_detach_and_reattach_after_compile_are_seen():
+    """The fast path skips a layer's guards only while its dicts are unchanged: removing
+    the hooks (detach) changes _forward_hooks, so the compiled code is not reused with
+    the hooks gone; attached again, after the torch.compiler.reset() attach() asks for,
+    they run again and follow the step's set."""
+    torch.manual_seed(0)
+    m = Model().eval()
+    x = torch.randn(4, H)
+    c = torch.compile(m, fullgraph=True, dynamic=False, backend="eager")
+    with Agent("guards-detach", hooks={"resid_post": L}, backend="sim") as agent:
+        def written(att):
+            return sum(not bool(torch.isnan(b).all()) for b in att.buffers.values())
+
+        def run(att):
+            for b in att.buffers.values():
+                b.fill_(float("nan"))
+            out = c(x)
+            n = written(att)  # by the compiled code alone, before the eager reference
+            assert torch.allclose(out, m(x))
+            return n
+        agent.set_enabled("all")
+        agent.step()
+        att = agent.attach({"resid_post": m.layers}, max_tokens=4, width=H, device="cpu")
+        assert run(att) == L
+        att.detach()
+        assert run(att) == 0  # the same buffers: nothing wrote them without the hooks
+        # attaching to a model compiled without hooks is not seen by dynamo (torch's
+        # skip_nnmodule_hook_guards, as before the guard fix): attach() warns and names
+        # the remedy, torch.compiler.reset()
+        with pytest.warns(UserWarning, match="torch.compiler.reset"):
+            att2 = agent.attach({"resid_post": m.layers}, max_tokens=4, width=H,
+                                device="cpu")
+        torch.compiler.reset()
+        assert run(att2) == L
+        agent.set_enabled("none")
+        agent.step()
+        assert run(att2) == 0
+        att2.detach()
