@@ -127,7 +127,8 @@ def _closed(op, tap, compiling, buf, hid):
     return fn
 
 
-def median_us(fn, n, reps_out, key):
+def sample_us(fn, n, reps_out, key):
+    """One round: the mean us per call of n calls, appended to reps_out[key]."""
     t = time.perf_counter()
     for _ in range(n):
         fn()
@@ -185,8 +186,8 @@ def bench_guards(args, agent):
     g, call = {k: [] for k in legs}, {k: [] for k in legs}
     for _ in range(args.reps):
         for name, (c, gm, _, _) in legs.items():
-            median_us(lambda: gm.check(loc), 500, g, name)
-            median_us(lambda: c(x), 50, call, name)
+            sample_us(lambda: gm.check(loc), 500, g, name)
+            sample_us(lambda: c(x), 50, call, name)
     st = torch._dynamo.utils.counters["stats"]
     print("guards: backend %s, %d layers, hidden %d, %d hooks, %d tokens; medians of %d rounds"
           % (args.backend, args.layers, args.hidden, 3 * args.layers, args.tokens, args.reps))
@@ -217,9 +218,9 @@ def bench_op(args, agent):
         agent.step()
         r = {k: [] for k in ("direct", "dispatch", "noop")}
         for _ in range(args.reps):
-            median_us(lambda: ops.tap(x, buf, hid), 5000, r, "direct")
-            median_us(lambda: op(x, buf, hid), 5000, r, "dispatch")
-            median_us(lambda: noop(x, buf, hid), 5000, r, "noop")
+            sample_us(lambda: ops.tap(x, buf, hid), 5000, r, "direct")
+            sample_us(lambda: op(x, buf, hid), 5000, r, "dispatch")
+            sample_us(lambda: noop(x, buf, hid), 5000, r, "noop")
         m = {k: statistics.median(v) for k, v in r.items()}
         print("op: hook %-8s direct %.2f us, through the dispatcher %.2f us (the dispatcher's "
               "floor, a no-op kernel: %.2f us)" % (what, m["direct"], m["dispatch"], m["noop"]))

@@ -741,6 +741,9 @@ class Attachment:
         for h in self._handles:
             h.remove()
         self._handles = []
+        ops = sys.modules.get(__package__ + ".ops")
+        if ops is not None:
+            ops.forget(self.hook_ids.values())  # the op's cached views hold our buffers
         if self._watched:
             self._watched = False
             w = _watch_of(self.agent)
