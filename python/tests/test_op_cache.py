@@ -107,3 +107,16 @@ def test_grad_mode_keeps_the_buffer_out_of_autograd(setup):
     with torch.no_grad():
         ops.tap(torch.full((2, 2), 4.0), buf, hid)
     assert buf.eq(4.0).all()
+
+
+@real_only
+def test_a_buffer_restrided_in_place_is_refused(setup):
+    """set_ on the same storage and offset keeps the address; made non-contiguous the
+    buffer is refused as the uncached path refuses it."""
+    a, ops, hid = setup
+    buf = torch.zeros(4, 2)
+    ops.tap(torch.ones(2, 2), buf, hid)
+    buf.set_(buf.untyped_storage(), 0, (2, 2), (1, 2))  # a transposed view of the start
+    assert not buf.is_contiguous()
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="not contiguous"):
+        ops.tap(torch.ones(2, 2), buf, hid)
