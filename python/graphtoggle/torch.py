@@ -741,6 +741,9 @@ class Attachment:
         for h in self._handles:
             h.remove()
         self._handles = []
+        ops = sys.modules.get(__package__ + ".ops")
+        if ops is not None:
+            ops.forget(self.hook_ids.values())  # the op's cached views hold our buffers
         if self._watched:
             self._watched = False
             w = _watch_of(self.agent)
@@ -946,8 +949,21 @@ def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens
     return att
 
 
+# torch.ops.graphtoggle.tap.default, set by the first _forward_hook.  The hooks call the op
+# through this module global, not a closure cell: dynamo guards every closure cell a traced
+# hook reads, and an op object in a cell (neither immutable nor a dict, module or function)
+# makes the hook, hence its module and every module above it, unsafe for dynamo's
+# recursive dict-tag fast path: each call then ran all ~40 guards of every hooked module
+# (the hook's code, each cell, the hook dict's keys) instead of one tag check per layer
+# (issue 23, mode c: +120 to +180 us of host time per call on the H200).  A global is
+# guarded once for all hooks, outside the modules' subtrees (bench/torch_compile_host.py).
+_TAP_OP = None
+
+
 def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
-    op = torch.ops.graphtoggle.tap
+    global _TAP_OP
+    if _TAP_OP is None:
+        _TAP_OP = torch.ops.graphtoggle.tap.default
     tap = ops.tap
     compiling = torch.compiler.is_compiling
     shapes = {}  # without a declared buffer: (shape, dtype) -> buffer
@@ -982,7 +998,7 @@ def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
             # not trace)
             if b is None:
                 b = shapes.get((tuple(x.shape), x.dtype), missing)
-            op(x, b, hid)
+            _TAP_OP(x, b, hid)  # a global: see _TAP_OP
             return None
         if b is None:
             b = shapes.get((tuple(x.shape), x.dtype))

@@ -343,6 +343,9 @@ def host_us(fn, n=2000, rounds=15):
     return statistics.median(res)
 
 
+_NOOP_LIB = None
+
+
 def bench_eager(args, agent, floor, hooked, att, x_all):
     """The op's eager cost (host time per call)."""
     ops = gtt._ops()
@@ -356,6 +359,17 @@ def bench_eager(args, agent, floor, hooked, att, x_all):
         direct = host_us(lambda: ops.tap(x, buf, hid))
         disp = host_us(lambda: torch.ops.graphtoggle.tap.default(x, buf, hid))
         rows.append((spec, direct, disp))
+    # where a dispatcher call's time goes: the same schema with a Python kernel that does
+    # nothing, registered the same way (the floor of any Python kernel behind the
+    # dispatcher), and the capture query every CUDA call of the op makes
+    global _NOOP_LIB
+    if _NOOP_LIB is None:
+        _NOOP_LIB = torch.library.Library("graphtoggle_bench", "DEF")
+        _NOOP_LIB.define("noop(Tensor x, Tensor(a!) buf, int hook) -> ()")
+        _NOOP_LIB.impl("noop", lambda x, b, h: None, "CompositeExplicitAutograd")
+    noop = torch.ops.graphtoggle_bench.noop.default
+    floor_us = host_us(lambda: noop(x, buf, hid))
+    query_us = host_us(torch._C._cuda_isCurrentStreamCapturing)
     nh = len(att.hook_ids)
     per_hook = {}
     for spec in ("none", "all"):
@@ -380,6 +394,9 @@ def bench_eager(args, agent, floor, hooked, att, x_all):
         lines.append("eager op call, hook %s: %.2f us direct (attach's hooks), %.2f us through "
                      "the dispatcher (compiled code without a graph)"
                      % ("disabled" if spec == "none" else "enabled", direct, disp))
+    lines.append("eager op call, where it goes: %.2f us a no-op Python kernel of the same "
+                 "schema through the dispatcher (the floor of a Python kernel), %.2f us the "
+                 "capture query (torch._C._cuda_isCurrentStreamCapturing)" % (floor_us, query_us))
     for spec, (ph, tf, th) in per_hook.items():
         lines.append("eager forward, every hook %s: +%.2f us per hook (%d hooks: %.1f us per "
                      "forward against %.1f us without hooks)"

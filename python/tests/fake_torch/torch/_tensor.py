@@ -64,6 +64,11 @@ class Tensor:
     def element_size(self):
         return 4
 
+    def data_ptr(self):
+        """An address-like int: views of one storage at one offset share it (the storage
+        is a Python list here, never a device address)."""
+        return id(self._store) * 64 + self._off * self.element_size()
+
     def numel(self):
         return math.prod(self.shape)
 
