@@ -310,7 +310,15 @@ static inline void replay_account(struct toggle_agent *a, struct tg_graph *g, CU
 {
 	g->replays++;
 	g->last_step = a->step;
-	g->last_stream = stream;
+	g->last_bare = g->run != g->exec;
+	g->last_any = stream;
+	if (g->run == g->exec) {
+		/* Device mode counts and orders only what runs its planner: the bare
+		 * exec (bare.c) reads no mask, so a mask write waits for the device
+		 * exec's last launch, not for a bare one on another stream. */
+		g->dev_runs++;
+		g->last_stream = stream;
+	}
 }
 
 /*
@@ -374,6 +382,16 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 		}
 		a->stats.launches_unrelated++;
 		return 0;
+	}
+	if (launch && g->dev == TG_DEV_ACTIVE && g->last_any && g->last_any != stream &&
+	    g->last_bare != (g->run != g->exec)) {
+		/* Device mode, the first launch after a switch between the device
+		 * exec and the bare one, on another stream: the driver serialises
+		 * launches of one exec, not of two, so this one waits for the last
+		 * (an event), as launches of the one exec did before the switch. */
+		int rc = tg_device_order(a, g, g->last_any, stream);
+		if (rc)
+			return launch_refuse(a, rc);
 	}
 	if (launch) {
 		r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
