@@ -73,10 +73,9 @@ static void bare_stop(struct tg_graph *g)
 
 bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 {
-	/* Device mode: what the planners reported first; a strict agent refuses
-	 * a blocked graph's launches (tg_device_sync), the bare exec's too. */
-	if (g->bare.exec && g->dev == TG_DEV_ACTIVE)
-		tg_device_poll(a, g);
+	/* Device mode: a strict agent refuses a blocked graph's launches
+	 * (tg_device_sync), the bare exec's too; the caller polled the
+	 * planner's report first (replay.c). */
 	bool bare = g->bare.exec && !g->blocked && bare_fits(a, g);
 	if (bare == tg_bare_running(g)) {
 		/* no switch */

@@ -258,6 +258,8 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 	}
 	if (own_exec)
 		tg_bare_leave(a, g); /* the caller launches exec itself: never the bare one */
+	else if (g->dev == TG_DEV_ACTIVE && g->bare.exec && g->applied_version != a->version)
+		tg_device_poll(a, g); /* a taint that blocks it blocks the bare exec too */
 	if (g->applied_version != a->version && (own_exec || !tg_bare_pick(a, g))) {
 		int rc = g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream) : tg_graph_sync(a, g);
 		if (rc && !g->gone && tg_graph_replaced(a, g)) {
