@@ -356,6 +356,38 @@ START_TEST(fork_join_edges_bypassed)
 }
 END_TEST
 
+/* toggle_graph_set_bare on a device-mode graph: off destroys it (all off runs
+ * the device exec and its planner), on assembles it again. */
+START_TEST(set_bare_off_and_on)
+{
+	struct bx *b = bx_open(false);
+	struct toggle_sim *sim = b->f->sim;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	size_t at = 0;
+	bx_set(b, 0, 0);
+	launch(b, 0);
+	ck_assert_int_eq(toggle_graph_set_bare(b->f->agent, b->graph, false), 0);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 1);
+	uint64_t c0 = toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED);
+	launch(b, 1);
+	toggle_sim_synchronize(sim);
+	ck_assert(!bstatus(b).bare_running);
+	/* The device exec's first launch: its planner disables every producer. */
+	ck_assert_uint_eq(toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), c0 + BL);
+	ck_assert_int_eq(toggle_graph_set_bare(b->f->agent, b->graph, true), 0);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 2);
+	launch(b, 0);
+	toggle_sim_synchronize(sim);
+	ck_assert(bstatus(b).bare_running);
+	ck_assert_uint_eq(toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), c0 + BL);
+	for (unsigned k = 0; k < 3; k++)
+		check_launch(&at, 0, k);
+	ck_assert_uint_eq(at, nklog);
+	bx_close(b);
+}
+END_TEST
+
 /* ---- no bare exec: the device path as before ------------------------------------ */
 
 /* A node no getter reads back (a memory allocation node): no bare exec, never a wrong one. */
@@ -608,6 +640,7 @@ static Suite *device_bare_suite(void)
 	tcase_add_test(tc, planner_calls_only_changed);
 	tcase_add_loop_test(tc, alternating_exact, 0, 4);
 	tcase_add_test(tc, fork_join_edges_bypassed);
+	tcase_add_test(tc, set_bare_off_and_on);
 	tcase_add_test(tc, uncopyable_node_no_bare_exec);
 	tcase_add_loop_test(tc, faults_leave_nothing, 0, (int)(sizeof(faults) / sizeof(faults[0])));
 	tcase_add_loop_test(tc, lifetime_drops_bare_exec, 0, 3);
