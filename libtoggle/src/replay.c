@@ -385,12 +385,13 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 		a->stats.launches_unrelated++;
 		return 0;
 	}
-	if (launch && g->dev == TG_DEV_ACTIVE && g->last_any && g->last_any != stream &&
+	if (g->dev == TG_DEV_ACTIVE && g->last_any && g->last_any != stream &&
 	    g->last_bare != (g->run != g->exec)) {
 		/* Device mode, the first launch after a switch between the device
 		 * exec and the bare one, on another stream: the driver serialises
 		 * launches of one exec, not of two, so this one waits for the last
-		 * (an event), as launches of the one exec did before the switch. */
+		 * (an event), as launches of the one exec did before the switch.
+		 * A prepare too: the caller launches the device exec right after. */
 		int rc = tg_device_order(a, g, g->last_any, stream);
 		if (rc)
 			return launch_refuse(a, rc);
