@@ -41,8 +41,8 @@
  *     producers, instantiate; median of rebinds), its device memory
  *     (cudaMemGetInfo) and host memory (resident set) after its first launch,
  *     host µs of the launch that switches to it and back, device mode's
- *     all-off replay (what it would save there, were device-updatable nodes
- *     removable), and whether a small cache of execs for frequent non-empty
+ *     all-off replay without a bare exec and with the assembled one (issue
+ *     31: no clone, built node by node), and whether a small cache of execs for frequent non-empty
  *     sets would pay (item 5's figures: replay of an exec without the
  *     disabled producers against the lazy one, against the build cost).
  *
@@ -277,8 +277,10 @@ struct bench {
 	int n_build;
 	double dev_kib, host_kib;  /* memory after its first launch */
 	double sw_bare[MAX_REPS], sw_main[MAX_REPS]; /* host µs of the switching launch */
-	double dev_off[MAX_REPS];  /* device mode, all off: µs per replay */
+	double dev_off[MAX_REPS];  /* device mode, all off, no bare exec: µs per replay */
 	int n_dev_off;
+	double dev_bare[MAX_REPS]; /* device mode, all off, its assembled bare exec (issue 31) */
+	int n_dev_bare;
 };
 
 /* A libtoggle failure: fatal for the lazy agent; for device mode it marks
@@ -618,8 +620,10 @@ static bool meth_setup(struct bench *b, struct meth *m, const bool *en)
 			return false;
 		}
 		snprintf(name, sizeof name, "gpu_bench_%s_%d", meth_keys[m->kind], b->L);
+		/* Device mode with its bare exec (issue 31): item 5's sets are half on,
+		 * so it never runs there; item 6 times all off with it and without. */
 		r = open_agent(b, m->kind == M_LAZY ? TOGGLE_MODE_LAZY : TOGGLE_MODE_DEVICE, name,
-			       &m->agent, false);
+			       &m->agent, m->kind == M_DEVICE);
 		if (r != TOGGLE_OK) {
 			m->agent = NULL;
 			tg_ok(m, r, "toggle_agent_open");
@@ -908,19 +912,41 @@ static void run_item6(struct bench *b)
 	b->bare.checks++;
 	if (!dv->available)
 		return;
+	/* Interleaved: all off without the bare exec (the planner and the
+	 * disabled device-updatable producers), then with it (issue 31). */
 	for (int rep = 0; rep < b->reps; rep++) {
 		double us;
 
-		CUDA_CHECK(cudaStreamSynchronize(b->s));
-		if (!agent_set(dv, none, b->L) || !launch(b, dv))
-			return;
-		us = time_replays(b, dv);
-		if (us < 0)
-			return;
-		b->dev_off[b->n_dev_off++] = us;
+		for (int with = 0; with < 2; with++) {
+			CUDA_CHECK(cudaStreamSynchronize(b->s));
+			if (!tg_ok(dv, toggle_graph_set_bare(dv->agent, dv->graph, with != 0),
+				   "toggle_graph_set_bare"))
+				return;
+			if (with) {
+				struct toggle_graph_status gs;
+
+				if (!tg_ok(dv, toggle_graph_status(dv->agent, dv->graph, &gs),
+					   "toggle_graph_status"))
+					return;
+				if (!gs.bare_exec) { /* not built: no row, never the device exec's */
+					snprintf(dv->note, sizeof dv->note, "no bare exec: %s",
+						 toggle_last_error(dv->agent));
+					continue;
+				}
+			}
+			if (!agent_set(dv, none, b->L) || !launch(b, dv))
+				return;
+			us = time_replays(b, dv);
+			if (us < 0)
+				return;
+			if (with)
+				b->dev_bare[b->n_dev_bare++] = us;
+			else
+				b->dev_off[b->n_dev_off++] = us;
+			dv->bad += check_ran(b, dv, none);
+			dv->checks++;
+		}
 	}
-	dv->bad += check_ran(b, dv, none);
-	dv->checks++;
 }
 
 /* ---- item 5 ------------------------------------------------------------------ */
@@ -1076,6 +1102,9 @@ static void write_csv(struct bench *b)
 		if (b->n_dev_off)
 			csv_row(b->L, "bare", "device_mode_all_off", "us_per_replay",
 				summarize(b->dev_off, b->n_dev_off));
+		if (b->n_dev_bare)
+			csv_row(b->L, "bare", "device_mode_all_off_bare_exec", "us_per_replay",
+				summarize(b->dev_bare, b->n_dev_bare));
 		raw_rows(b->L, "bare", "build", "host_us_bind_with_build", b->build_us, b->n_build);
 	}
 }
@@ -1196,8 +1225,8 @@ static void print_item6(struct bench *const *bs, int nb)
 		       summarize(b->sw_bare, b->reps).med, summarize(b->sw_main, b->reps).med, chk);
 	}
 	printf("   bind us: the lazy method's bind, without a bare exec\n");
-	printf("\n   device mode, all off (planner + disabled device-updatable producers): what a "
-	       "bare exec would save there\n");
+	printf("\n   device mode, all off: without a bare exec (planner + disabled "
+	       "device-updatable producers) and with the assembled one (issue 31)\n");
 	for (int i = 0; i < nb; i++) {
 		const struct bench *b = bs[i];
 		double floor_us = summarize(b->cfg_us[C_FLOOR], b->reps).med;
@@ -1212,6 +1241,14 @@ static void print_item6(struct bench *const *bs, int nb)
 			printf("%-5d device all off %.2f us/replay = %.3fx floor; lazy with bare exec "
 			       "%.3fx\n", b->L, d, d / floor_us,
 			       summarize(b->cfg_us[C_BARE], b->reps).med / floor_us);
+			if (b->n_dev_bare) {
+				double db = summarize(b->dev_bare, b->n_dev_bare).med;
+				printf("%-5d device all off, bare exec %.2f us/replay = %.3fx floor\n",
+				       b->L, db, db / floor_us);
+			} else {
+				printf("%-5d device all off, bare exec: none (%s)\n", b->L,
+				       b->m[M_DEVICE].note[0] ? b->m[M_DEVICE].note : "not built");
+			}
 		}
 	}
 	printf("\n   a cache of execs for frequent non-empty sets (from item 5, sets half on): an "

@@ -229,6 +229,9 @@ int main(void)
 	cfg.mode = TOGGLE_MODE_DEVICE;
 	cfg.strict = true;
 	cfg.backend = TOGGLE_BACKEND_CUDA;
+	/* The injection needs the device exec's first launch on the empty set:
+	 * with a producer-free exec that step would run it (gpu_devbare's leg). */
+	cfg.no_bare_exec = true;
 	{
 		int r = toggle_agent_open(&cfg, &c.agent);
 

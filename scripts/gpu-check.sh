@@ -5,6 +5,8 @@
 #   gpu_region  producer regions and toggle_copy_out (lazy, eager, device)
 #   gpu_devtaint device mode's injected device-side failure: tainted launch
 #               reported, 0 mismatches otherwise
+#   gpu_devbare issue #31: device mode's producer-free exec (assembled, no
+#               clone): all off runs no producer, mixed steps exact, figures
 #   gpu_guard   issue #10: a failed upload, late producers, reused handles
 #   gpu_lifetime issue #28: recorded graphs destroyed, strangers captured until
 #               the driver reuses their handles and node handles (how often is
@@ -172,6 +174,7 @@ run_leg gpu_check "$@"
 # shellcheck disable=SC2086 # GPU_REGION_ARGS is a list of words
 run_leg gpu_region ${GPU_REGION_ARGS:-}
 run_leg gpu_devtaint
+run_leg gpu_devbare
 run_leg gpu_guard
 run_leg gpu_lifetime
 run_leg gpu_bare

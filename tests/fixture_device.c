@@ -57,6 +57,10 @@ struct toggle_config dfx_config(struct dfx *f, enum toggle_mode mode, bool stric
 		.strict = strict,
 		.backend = TOGGLE_BACKEND_SIM,
 		.sim = f->sim,
+		/* These suites test the device exec and its planner at every launch
+		 * (planner runs, device calls, uploads, instantiations counted); the
+		 * bare exec that all-off steps switch to is check_device_bare.c's. */
+		.no_bare_exec = true,
 	};
 }
 

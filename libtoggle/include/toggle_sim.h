@@ -204,6 +204,37 @@ CUresult toggle_sim_graph_destroy_node(CUgraphNode node);
 CUresult toggle_sim_graph_add_dependencies(CUgraph graph, const CUgraphNode *from,
 					   const CUgraphNode *to, const CUgraphEdgeData *edges,
 					   size_t n);
+/*
+ * Graphs built node by node (what libtoggle's device-mode bare exec uses: a
+ * graph holding a device-updatable node cannot be cloned, a driver rule the
+ * simulator keeps, CUDA_ERROR_NOT_SUPPORTED).  cuGraphCreate (flags 0), the
+ * getters of kernel, memset and memcpy nodes and cuGraphAddKernelNode,
+ * cuGraphAddMemsetNode, cuGraphAddMemcpyNode, cuGraphAddEmptyNode,
+ * cuGraphKernelNodeCopyAttributes (refused to or from a device-updatable
+ * node, as the driver documents).  A created graph has explicit edges and
+ * the model limits of a clone.  A node of toggle_sim_launch_kernel reads
+ * back as a kernel of one CUfunction of the simulator's own whose
+ * kernelParams are {&fn, &arg}; cuGraphAddKernelNode with it adds such a
+ * node again.  Memset and memcpy nodes keep the parameters they were added
+ * with (zero for captured ones); ctx is not looked at (no contexts here).
+ */
+CUresult toggle_sim_graph_create(struct toggle_sim *sim, CUgraph *out, unsigned flags);
+CUresult toggle_sim_graph_kernel_node_get_params(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *p);
+CUresult toggle_sim_graph_add_kernel_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
+					  size_t n, const CUDA_KERNEL_NODE_PARAMS *p);
+CUresult toggle_sim_graph_kernel_node_copy_attributes(CUgraphNode dst, CUgraphNode src);
+CUresult toggle_sim_graph_memset_node_get_params(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS *p);
+CUresult toggle_sim_graph_memcpy_node_get_params(CUgraphNode node, CUDA_MEMCPY3D *p);
+CUresult toggle_sim_graph_add_memset_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
+					  size_t n, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx);
+CUresult toggle_sim_graph_add_memcpy_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
+					  size_t n, const CUDA_MEMCPY3D *p, CUcontext ctx);
+CUresult toggle_sim_graph_add_empty_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
+					 size_t n);
+/* Capture a node of another type than kernel (a no-op when it runs): a
+ * memory-allocation or conditional node, say, that no getter reads back. */
+CUresult toggle_sim_capture_node(CUstream stream, CUgraphNodeType type);
+
 /* Graphs and execs alive in this simulator (leak checks). */
 unsigned toggle_sim_graph_count(const struct toggle_sim *sim);
 unsigned toggle_sim_exec_count(const struct toggle_sim *sim);
@@ -333,6 +364,9 @@ enum toggle_sim_op {
 	TOGGLE_SIM_OP_MEMCPY_DTOH_ASYNC,
 	TOGGLE_SIM_OP_EVENT_QUERY,
 	TOGGLE_SIM_OP_HOST_REGISTER,
+	TOGGLE_SIM_OP_GRAPH_CREATE,    /* cuGraphCreate */
+	TOGGLE_SIM_OP_ADD_NODE,        /* every cuGraphAdd*Node */
+	TOGGLE_SIM_OP_NODE_GET_PARAMS, /* the node getters and cuGraphKernelNodeCopyAttributes */
 	TOGGLE_SIM_OP_COUNT
 };
 

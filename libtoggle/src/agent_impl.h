@@ -177,9 +177,13 @@ void tg_device_close(struct toggle_agent *a);
 int tg_device_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec);
 /* Enqueue the current set's mask for g on stream, before its launch. */
 int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream);
+/* Make stream `to` wait for the work enqueued on `from` so far (an event). */
+int tg_device_order(struct toggle_agent *a, struct tg_graph *g, CUstream from, CUstream to);
 void tg_device_graph_free(struct toggle_agent *a, struct tg_graph *g);
 /* At step_begin (the step already moved): read the planners' reports, note the step. */
 void tg_device_step(struct toggle_agent *a);
+/* Take what g's planner reported since the last look (plain loads; a device-mode graph). */
+void tg_device_poll(struct toggle_agent *a, struct tg_graph *g);
 /* toggle_launch_producer for a non-NULL agent (copyout.c launches through it). */
 int tg_launch_producer(struct toggle_agent *a, const CUlaunchConfig *config, CUfunction fn,
 		       void **params, struct toggle_hook hook);

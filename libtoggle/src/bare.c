@@ -18,9 +18,21 @@
  * node states (and g->synced) while the bare one runs; the usual sync brings
  * it to the current set when it is picked again.
  *
- * Not built for a graph its planner toggles (device mode): device-updatable
- * nodes cannot be destroyed (a driver rule, cuda.h), and such a graph has
- * one exec at a time.
+ * A graph its planner toggles (device mode) cannot be cloned (the driver
+ * refuses cuGraphClone of a graph with a device-updatable node), nor can
+ * such a node be destroyed: its bare exec is assembled instead
+ * (bare_assemble): a new graph, node by node, of every node that is neither
+ * a producer nor the planner, each of the same type with the parameters the
+ * driver's getter gives (and a kernel's launch attributes), and the
+ * original's edges with the removed nodes bypassed.  A node of a type that
+ * cannot be copied so (no getter: memory allocation, conditional, batch
+ * memory operation nodes...; or a device-updatable kernel that is not a
+ * producer) means no bare exec: the device exec runs every step.  The bare
+ * exec holds no device-updatable node, so the planner's mask and its
+ * record of node states stay what the device exec's last launch left: the
+ * first launch of the device exec after bare ones gets the mask words that
+ * differ from them, in stream order, like any launch after a set change
+ * (device.c).  Uploaded once, at the build.
  *
  * toggle_graph_set_bare(), the switch over it, is bind.c's.
  */
@@ -61,7 +73,10 @@ static void bare_stop(struct tg_graph *g)
 
 bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 {
-	bool bare = g->bare.exec && bare_fits(a, g);
+	/* Device mode: a strict agent refuses a blocked graph's launches
+	 * (tg_device_sync), the bare exec's too; the caller polled the
+	 * planner's report first (replay.c). */
+	bool bare = g->bare.exec && !g->blocked && bare_fits(a, g);
 	if (bare == tg_bare_running(g)) {
 		/* no switch */
 	} else if (bare) {
@@ -123,9 +138,10 @@ void tg_bare_free(struct toggle_agent *a, struct tg_graph *g)
 	bare_destroy(a, &g->bare.parked);
 }
 
-/* The dependencies (deps) or dependents of node, in a new array. */
-static int bare_edges(struct toggle_agent *a, CUgraphNode node, bool deps, CUgraphNode **out,
-		      size_t *n)
+/* The dependencies (deps) or dependents of node, in a new array; with
+ * edata, their edge data too (else dropped). */
+static int bare_edges_data(struct toggle_agent *a, CUgraphNode node, bool deps, CUgraphNode **out,
+			   CUgraphEdgeData **edata, size_t *n)
 {
 	CUresult (*get)(CUgraphNode, CUgraphNode *, CUgraphEdgeData *, size_t *) =
 		deps ? a->cu.graph_node_get_dependencies : a->cu.graph_node_get_dependent_nodes;
@@ -150,15 +166,25 @@ static int bare_edges(struct toggle_agent *a, CUgraphNode node, bool deps, CUgra
 	}
 	size_t got = count;
 	r = count ? get(node, v, e, &got) : CUDA_SUCCESS;
-	free(e);
 	if (r != CUDA_SUCCESS || got > count) {
 		free(v);
+		free(e);
 		return tg_fail(a, TOGGLE_ECUDA, "%s: %s", what,
 			       r != CUDA_SUCCESS ? tg_cu_errstr(&a->cu, r) : "count grew");
 	}
+	if (edata)
+		*edata = e;
+	else
+		free(e);
 	*out = v;
 	*n = got;
 	return 0;
+}
+
+static int bare_edges(struct toggle_agent *a, CUgraphNode node, bool deps, CUgraphNode **out,
+		      size_t *n)
+{
+	return bare_edges_data(a, node, deps, out, NULL, n);
 }
 
 static bool bare_has(const CUgraphNode *v, size_t n, CUgraphNode x)
@@ -247,11 +273,384 @@ static int bare_build(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *o
 	return rc;
 }
 
-/* Whether g gets a bare exec: host-toggled, with producers, agent and graph not opted out. */
+/* ---- device mode: the bare exec assembled node by node ---------------------- */
+
+/* Most nodes of a graph the assembly accepts from the driver. */
+#define TG_BARE_MAX_NODES (1u << 20)
+
+/* One node of the recorded graph: its copy, or why it has none. */
+struct bare_map {
+	CUgraphNode orig;
+	CUgraphNode copy; /* NULL: removed (a producer or the planner) */
+	uint32_t seen;    /* stamp of the last kept node whose dependencies reached it */
+	uint32_t edge;    /* the edge added for that node, when this one is kept */
+	bool drop;
+};
+
+static int bare_map_cmp(const void *x, const void *y)
+{
+	uintptr_t a = (uintptr_t)((const struct bare_map *)x)->orig;
+	uintptr_t b = (uintptr_t)((const struct bare_map *)y)->orig;
+	return (a > b) - (a < b);
+}
+
+static struct bare_map *bare_map_find(struct bare_map *m, size_t n, CUgraphNode node)
+{
+	struct bare_map key = {.orig = node};
+	return bsearch(&key, m, n, sizeof(*m), bare_map_cmp);
+}
+
+/* The edges of the assembled graph, added in one call at the end. */
+struct bare_edgelist {
+	CUgraphNode *from, *to;
+	CUgraphEdgeData *data;
+	size_t n, cap;
+	bool special; /* some edge keeps non-default data */
+};
+
+static int bare_edge_add(struct toggle_agent *a, struct bare_edgelist *l, struct bare_map *from,
+			 CUgraphNode to, uint32_t stamp, const CUgraphEdgeData *data)
+{
+	static const CUgraphEdgeData zero;
+	if (from->seen == stamp) {
+		/* Reached twice (directly and around a removed node, say): one
+		 * default edge, the strictest order of the two. */
+		l->data[from->edge] = zero;
+		return 0;
+	}
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		if (cap > TG_BARE_MAX_EDGES)
+			return tg_fail(a, TOGGLE_ELIMIT, "more than %u edges", TG_BARE_MAX_EDGES);
+		CUgraphNode *f = realloc(l->from, cap * sizeof(*f));
+		if (f)
+			l->from = f;
+		CUgraphNode *t = f ? realloc(l->to, cap * sizeof(*t)) : NULL;
+		if (t)
+			l->to = t;
+		CUgraphEdgeData *d = t ? realloc(l->data, cap * sizeof(*d)) : NULL;
+		if (!d)
+			return tg_fail(a, TOGGLE_ENOMEM, "out of memory");
+		l->data = d;
+		l->cap = cap;
+	}
+	from->seen = stamp;
+	from->edge = (uint32_t)l->n;
+	l->from[l->n] = from->copy;
+	l->to[l->n] = to;
+	l->data[l->n] = data ? *data : zero;
+	l->n++;
+	return 0;
+}
+
+/*
+ * The edges into kept node m (stamp: its own): each dependency that is kept,
+ * with its edge data; through each one removed, the kept nodes it depends
+ * on, transitively (default edges: nothing that followed a producer may
+ * start earlier than before).
+ */
+static int bare_edges_into(struct toggle_agent *a, struct bare_map *map, size_t n,
+			   struct bare_map *m, uint32_t stamp, struct bare_edgelist *l)
+{
+	CUgraphNode *stack = NULL;
+	size_t sn = 0, scap = 0;
+	CUgraphNode node = m->orig;
+	bool direct = true;
+	int rc = 0;
+	for (;;) {
+		CUgraphNode *deps = NULL;
+		CUgraphEdgeData *ed = NULL;
+		size_t nd = 0;
+		rc = bare_edges_data(a, node, true, &deps, &ed, &nd);
+		for (size_t k = 0; !rc && k < nd; k++) {
+			struct bare_map *d = bare_map_find(map, n, deps[k]);
+			if (!d) {
+				rc = tg_fail(a, TOGGLE_ECUDA, "a dependency outside the graph");
+			} else if (!d->drop) {
+				rc = bare_edge_add(a, l, d, m->copy, stamp, direct ? &ed[k] : NULL);
+				l->special |= direct && d->seen == stamp &&
+					      memcmp(&l->data[d->edge], &(CUgraphEdgeData){0},
+						     sizeof(CUgraphEdgeData)) != 0;
+			} else if (d->seen != stamp) {
+				d->seen = stamp; /* each removed node walked once per kept node */
+				if (sn == scap) {
+					size_t cap = scap ? 2 * scap : 16;
+					CUgraphNode *t = cap <= TG_BARE_MAX_NODES
+							 ? realloc(stack, cap * sizeof(*t)) : NULL;
+					if (!t) {
+						rc = tg_fail(a, TOGGLE_ENOMEM, "out of memory");
+						break;
+					}
+					stack = t;
+					scap = cap;
+				}
+				stack[sn++] = d->orig;
+			}
+		}
+		free(deps);
+		free(ed);
+		if (rc || sn == 0)
+			break;
+		node = stack[--sn];
+		direct = false;
+	}
+	free(stack);
+	return rc;
+}
+
+/* Add a copy of node (of type t) to graph: *copy, or an error (ENOTSUP: not copyable). */
+static int bare_copy_node(struct toggle_agent *a, CUgraph graph, CUgraphNode node,
+			  CUgraphNodeType t, CUcontext *ctx, bool *have_ctx, CUgraphNode *copy)
+{
+	const struct tg_cu *cu = &a->cu;
+	CUresult r = CUDA_SUCCESS;
+	const char *what = "?";
+	*copy = NULL;
+	if ((t == CU_GRAPH_NODE_TYPE_MEMSET || t == CU_GRAPH_NODE_TYPE_MEMCPY) && !*have_ctx) {
+		if (!cu->ctx_get_current)
+			goto unsupported;
+		if ((r = cu->ctx_get_current(ctx)) != CUDA_SUCCESS)
+			return tg_fail(a, TOGGLE_ECUDA, "cuCtxGetCurrent: %s", tg_cu_errstr(cu, r));
+		*have_ctx = true;
+	}
+	switch (t) {
+	case CU_GRAPH_NODE_TYPE_KERNEL: {
+		if (!cu->kernel_node_get_params || !cu->add_kernel_node ||
+		    !cu->kernel_node_copy_attributes)
+			goto unsupported;
+		CUDA_KERNEL_NODE_PARAMS p;
+		memset(&p, 0, sizeof(p));
+		what = "cuGraphKernelNodeGetParams";
+		r = cu->kernel_node_get_params(node, &p);
+		if (r == CUDA_SUCCESS) {
+			what = "cuGraphAddKernelNode";
+			r = cu->add_kernel_node(copy, graph, NULL, 0, &p);
+		}
+		if (r == CUDA_SUCCESS) {
+			/* Launch attributes (priority, cluster shape, access policy...);
+			 * refused for a device-updatable node: not a copy then. */
+			what = "cuGraphKernelNodeCopyAttributes";
+			r = cu->kernel_node_copy_attributes(*copy, node);
+		}
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_MEMSET: {
+		if (!cu->memset_node_get_params || !cu->add_memset_node)
+			goto unsupported;
+		CUDA_MEMSET_NODE_PARAMS p;
+		what = "cuGraphMemsetNodeGetParams";
+		r = cu->memset_node_get_params(node, &p);
+		if (r == CUDA_SUCCESS) {
+			what = "cuGraphAddMemsetNode";
+			r = cu->add_memset_node(copy, graph, NULL, 0, &p, *ctx);
+		}
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_MEMCPY: {
+		if (!cu->memcpy_node_get_params || !cu->add_memcpy_node)
+			goto unsupported;
+		CUDA_MEMCPY3D p;
+		what = "cuGraphMemcpyNodeGetParams";
+		r = cu->memcpy_node_get_params(node, &p);
+		if (r == CUDA_SUCCESS) {
+			what = "cuGraphAddMemcpyNode";
+			r = cu->add_memcpy_node(copy, graph, NULL, 0, &p, *ctx);
+		}
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_EMPTY:
+		if (!cu->add_empty_node)
+			goto unsupported;
+		what = "cuGraphAddEmptyNode";
+		r = cu->add_empty_node(copy, graph, NULL, 0);
+		break;
+	case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+	case CU_GRAPH_NODE_TYPE_WAIT_EVENT: {
+		bool rec = t == CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+		CUresult (*get)(CUgraphNode, CUevent *) =
+			rec ? cu->event_record_node_get_event : cu->event_wait_node_get_event;
+		CUresult (*add)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUevent) =
+			rec ? cu->add_event_record_node : cu->add_event_wait_node;
+		if (!get || !add)
+			goto unsupported;
+		CUevent ev = NULL;
+		what = rec ? "cuGraphEventRecordNodeGetEvent" : "cuGraphEventWaitNodeGetEvent";
+		r = get(node, &ev);
+		if (r == CUDA_SUCCESS) {
+			what = rec ? "cuGraphAddEventRecordNode" : "cuGraphAddEventWaitNode";
+			r = add(copy, graph, NULL, 0, ev);
+		}
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_HOST: {
+		if (!cu->host_node_get_params || !cu->add_host_node)
+			goto unsupported;
+		CUDA_HOST_NODE_PARAMS p;
+		what = "cuGraphHostNodeGetParams";
+		r = cu->host_node_get_params(node, &p);
+		if (r == CUDA_SUCCESS) {
+			what = "cuGraphAddHostNode";
+			r = cu->add_host_node(copy, graph, NULL, 0, &p);
+		}
+		break;
+	}
+	case CU_GRAPH_NODE_TYPE_GRAPH: {
+		if (!cu->child_graph_node_get_graph || !cu->add_child_graph_node)
+			goto unsupported;
+		CUgraph child = NULL;
+		what = "cuGraphChildGraphNodeGetGraph";
+		r = cu->child_graph_node_get_graph(node, &child);
+		if (r == CUDA_SUCCESS) {
+			what = "cuGraphAddChildGraphNode"; /* a clone of the child: refused if it
+							    * holds a device-updatable node */
+			r = cu->add_child_graph_node(copy, graph, NULL, 0, child);
+		}
+		break;
+	}
+	default:
+		goto unsupported;
+	}
+	if (r != CUDA_SUCCESS)
+		return tg_fail(a, TOGGLE_ECUDA, "%s: %s", what, tg_cu_errstr(cu, r));
+	return 0;
+unsupported:
+	return tg_fail(a, TOGGLE_ENOTSUP, "a node of type %d cannot be copied", (int)t);
+}
+
+/* The recorded graph's nodes, each with its copy's slot (sorted by handle),
+ * the producers and the planner marked. */
+static int bare_assemble_map(struct toggle_agent *a, struct tg_graph *g, struct bare_map **out,
+			     CUgraphNode **order, size_t *n_out)
+{
+	size_t n = 0;
+	*out = NULL;
+	*order = NULL;
+	CUresult r = a->cu.graph_get_nodes(g->graph, NULL, &n);
+	if (r != CUDA_SUCCESS)
+		return tg_fail(a, TOGGLE_ECUDA, "cuGraphGetNodes: %s", tg_cu_errstr(&a->cu, r));
+	if (n > TG_BARE_MAX_NODES)
+		return tg_fail(a, TOGGLE_ELIMIT, "%zu nodes (at most %u)", n, TG_BARE_MAX_NODES);
+	CUgraphNode *v = calloc(n ? n : 1, sizeof(*v));
+	struct bare_map *m = calloc(n ? n : 1, sizeof(*m));
+	if (!v || !m) {
+		free(v);
+		free(m);
+		return tg_fail(a, TOGGLE_ENOMEM, "out of memory");
+	}
+	size_t got = n;
+	r = n ? a->cu.graph_get_nodes(g->graph, v, &got) : CUDA_SUCCESS;
+	if (r != CUDA_SUCCESS || got != n) {
+		free(v);
+		free(m);
+		return tg_fail(a, TOGGLE_ECUDA, "cuGraphGetNodes: %s",
+			       r != CUDA_SUCCESS ? tg_cu_errstr(&a->cu, r) : "the count changed");
+	}
+	for (size_t i = 0; i < n; i++)
+		m[i].orig = v[i];
+	qsort(m, n, sizeof(*m), bare_map_cmp);
+	for (size_t i = 1; i < n; i++)
+		if (m[i].orig == m[i - 1].orig) {
+			free(v);
+			free(m);
+			return tg_fail(a, TOGGLE_ECUDA, "cuGraphGetNodes: a node twice");
+		}
+	/* The producers and the planner: each must be a node of the graph. */
+	for (uint32_t i = 0; i <= g->n_nodes; i++) {
+		CUgraphNode node = i < g->n_nodes ? g->nodes[i].node : g->planner_node;
+		struct bare_map *p = bare_map_find(m, n, node);
+		if (!p) {
+			free(v);
+			free(m);
+			return tg_fail(a, TOGGLE_ECUDA, "a recorded %s is not a node of the graph",
+				       i < g->n_nodes ? "producer" : "planner");
+		}
+		p->drop = true;
+	}
+	*out = m;
+	*order = v;
+	*n_out = n;
+	return 0;
+}
+
+/*
+ * Device mode: assemble g's graph without its producers and its planner,
+ * instantiate it and upload it once.  Anything that fails leaves nothing
+ * behind (the new graph and its exec are destroyed): no half-built state.
+ */
+static int bare_assemble(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *out)
+{
+	struct bare_map *map = NULL;
+	CUgraphNode *order = NULL;
+	struct bare_edgelist l = {0};
+	CUgraph graph = NULL;
+	CUcontext ctx = NULL;
+	bool have_ctx = false;
+	size_t n = 0;
+	CUresult r;
+	*out = NULL;
+	int rc = bare_assemble_map(a, g, &map, &order, &n);
+	if (!rc && (r = tg_cu_graph_create(&a->cu, &graph)) != CUDA_SUCCESS) {
+		graph = NULL;
+		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphCreate: %s", tg_cu_errstr(&a->cu, r));
+	}
+	/* The copies in the graph's own order (its launches' order where edges leave it free). */
+	for (size_t i = 0; !rc && i < n; i++) {
+		struct bare_map *m = bare_map_find(map, n, order[i]);
+		CUgraphNodeType t;
+		if (m->drop)
+			continue;
+		if ((r = a->cu.graph_node_get_type(m->orig, &t)) != CUDA_SUCCESS)
+			rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphNodeGetType: %s",
+				     tg_cu_errstr(&a->cu, r));
+		else
+			rc = bare_copy_node(a, graph, m->orig, t, &ctx, &have_ctx, &m->copy);
+	}
+	for (size_t i = 0; !rc && i < n; i++) {
+		struct bare_map *m = bare_map_find(map, n, order[i]);
+		if (!m->drop)
+			rc = bare_edges_into(a, map, n, m, (uint32_t)i + 1, &l);
+	}
+	if (!rc && l.n &&
+	    (r = a->cu.graph_add_dependencies(graph, l.from, l.to, l.special ? l.data : NULL, l.n)) !=
+		    CUDA_SUCCESS)
+		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphAddDependencies: %s", tg_cu_errstr(&a->cu, r));
+	if (!rc && (r = a->cu.graph_instantiate(out, graph, 0)) != CUDA_SUCCESS) {
+		*out = NULL;
+		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphInstantiateWithFlags: %s",
+			     tg_cu_errstr(&a->cu, r));
+	}
+	/* Uploaded once, here, on the agent's own stream: its first launch pays no upload. */
+	if (!rc && (r = a->cu.graph_upload(*out, a->dev.setup)) == CUDA_SUCCESS)
+		r = a->cu.stream_synchronize(a->dev.setup);
+	if (!rc && r != CUDA_SUCCESS)
+		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphUpload: %s", tg_cu_errstr(&a->cu, r));
+	if (rc && *out)
+		bare_destroy(a, out);
+	if (graph && (r = a->cu.graph_destroy(graph)) != CUDA_SUCCESS) {
+		/* the exec does not need it */
+		a->anomalies.driver_errors++;
+		if (!rc) {
+			bare_destroy(a, out);
+			rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphDestroy: %s", tg_cu_errstr(&a->cu, r));
+		}
+	}
+	free(map);
+	free(order);
+	free(l.from);
+	free(l.to);
+	free(l.data);
+	return rc;
+}
+
+/* Whether g gets a bare exec: with producers, agent and graph not opted out;
+ * host-toggled (a clone), or toggled by its planner (assembled). */
 static bool bare_wanted(const struct toggle_agent *a, const struct tg_graph *g)
 {
-	return a->bare_on && !g->bare_off && g->bound && !g->exec_dead && !g->gone &&
-	       g->n_nodes > 0 && g->dev != TG_DEV_ACTIVE && g->n_devnodes == 0 && !g->planner_node;
+	if (!a->bare_on || g->bare_off || !g->bound || g->exec_dead || g->gone || g->n_nodes == 0)
+		return false;
+	if (g->dev == TG_DEV_ACTIVE)
+		return g->planner_node && tg_cu_assemble_ready(&a->cu);
+	return g->n_devnodes == 0 && !g->planner_node;
 }
 
 /*
@@ -278,7 +677,7 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 		g->bare.whi = w + 1;
 	}
 	CUgraphExec exec = NULL;
-	int rc = bare_build(a, g, &exec);
+	int rc = g->dev == TG_DEV_ACTIVE ? bare_assemble(a, g, &exec) : bare_build(a, g, &exec);
 	if (rc) {
 		char why[sizeof(a->err)];
 		memcpy(why, a->err, sizeof(why));

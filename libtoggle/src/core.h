@@ -75,8 +75,11 @@ struct tg_graph {
 	bool stale;
 	uint64_t applied_version; /* version of the set exec holds; 0 = none */
 	uint64_t replays;         /* launches of this graph, across execs */
+	uint64_t dev_runs;        /* of which of exec, not the bare exec: device mode's planner runs */
 	int64_t last_step;
-	CUstream last_stream;     /* stream of the last launch through the agent */
+	CUstream last_stream;     /* stream of the last launch of exec through the agent */
+	bool last_bare;           /* the last launch ran the bare exec, */
+	CUstream last_any;        /* on this stream (NULL: no launch yet) */
 	uint32_t slot;            /* index among the agent's records: its planner descriptor */
 
 	/* Device mode (device.c).  Kept across a new capture into the record:
@@ -108,7 +111,8 @@ struct tg_graph {
 
 	/* Device mode's tainted launches (device.c): what the planner's report
 	 * said, read at step_begin and at a launch that writes the mask.
-	 * Launch index i = the value of replays when launch i was made. */
+	 * Launch index i = the value of dev_runs when launch i was made (the
+	 * bare exec's launches run no planner and are not counted there). */
 	uint64_t run_base;        /* replays at the descriptor's write: run r is launch run_base + r - 1 */
 	uint64_t exec_first;      /* replays at the bind of the current exec: its first launch */
 	uint64_t rep_seen;        /* report records taken (the report's bad count) */

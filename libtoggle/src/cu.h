@@ -75,6 +75,33 @@ struct tg_cu {
 					   const CUgraphEdgeData *, size_t);
 	CUresult (*graph_destroy)(CUgraph);
 	CUresult (*graph_exec_destroy)(CUgraphExec);
+	/* The device-mode bare exec (bare.c), assembled node by node because the
+	 * driver refuses cuGraphClone of a graph with a device-updatable node.
+	 * The getter/adder pair of a node type NULL: graphs holding such a node
+	 * get no device-mode bare exec.  cuCtxGetCurrent: the context memcpy and
+	 * memset nodes are added in. */
+	CUresult (*kernel_node_get_params)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
+	CUresult (*add_kernel_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+				    const CUDA_KERNEL_NODE_PARAMS *);
+	CUresult (*kernel_node_copy_attributes)(CUgraphNode, CUgraphNode);
+	CUresult (*memset_node_get_params)(CUgraphNode, CUDA_MEMSET_NODE_PARAMS *);
+	CUresult (*add_memset_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+				    const CUDA_MEMSET_NODE_PARAMS *, CUcontext);
+	CUresult (*memcpy_node_get_params)(CUgraphNode, CUDA_MEMCPY3D *);
+	CUresult (*add_memcpy_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+				    const CUDA_MEMCPY3D *, CUcontext);
+	CUresult (*add_empty_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t);
+	CUresult (*event_record_node_get_event)(CUgraphNode, CUevent *);
+	CUresult (*add_event_record_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+					  CUevent);
+	CUresult (*event_wait_node_get_event)(CUgraphNode, CUevent *);
+	CUresult (*add_event_wait_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUevent);
+	CUresult (*host_node_get_params)(CUgraphNode, CUDA_HOST_NODE_PARAMS *);
+	CUresult (*add_host_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+				  const CUDA_HOST_NODE_PARAMS *);
+	CUresult (*child_graph_node_get_graph)(CUgraphNode, CUgraph *);
+	CUresult (*add_child_graph_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph);
+	CUresult (*ctx_get_current)(CUcontext *);
 	/* Lifetime (life.c): user objects whose destructors say that a graph, or
 	 * the execs instantiated from it, are gone (CUDA 11.3+; NULL where the
 	 * driver lacks them: the identity checks of registry.c stay the only
@@ -106,6 +133,7 @@ struct tg_cu {
 	CUresult (*mem_host_get_device_pointer)(CUdeviceptr *, void *, unsigned);
 	CUresult (*ctx_synchronize)(void);
 	CUresult (*user_object_create)(CUuserObject *, void *, CUhostFn, unsigned, unsigned);
+	CUresult (*graph_create)(CUgraph *, unsigned);
 
 	const void *planner_image; /* fatbin (driver) or sim image; NULL: not built */
 	int driver_version;        /* e.g. 13000 */
@@ -125,6 +153,9 @@ const char *tg_cu_errstr(const struct tg_cu *cu, CUresult r);
 bool tg_cu_device_ready(const struct tg_cu *cu, const char **missing);
 /* Whether the producer-free exec's entry points are all there (bare.c). */
 bool tg_cu_bare_ready(const struct tg_cu *cu);
+/* Whether the device-mode bare exec's entry points are there (bare.c): the
+ * graph calls and kernel nodes' (other node types are checked one by one). */
+bool tg_cu_assemble_ready(const struct tg_cu *cu);
 /* Whether user objects are there (life.c): create, retain and release by graphs, release. */
 bool tg_cu_has_user_objects(const struct tg_cu *cu);
 /* Whether the data ring's entry points are there (record.c); *missing names one that is not. */
@@ -149,6 +180,8 @@ CUresult tg_cu_user_object_create(const struct tg_cu *cu, CUuserObject *out, voi
 /* Page-lock [p, p + n) for the device's copies (cuMemHostRegister, portable). */
 CUresult tg_cu_mem_host_register(const struct tg_cu *cu, void *p, size_t n);
 CUresult tg_cu_mem_host_unregister(const struct tg_cu *cu, void *p);
+/* cuGraphCreate (flags 0): an empty graph with explicit edges. */
+CUresult tg_cu_graph_create(const struct tg_cu *cu, CUgraph *out);
 /* Wait for all work of the context (the simulator: run everything queued). */
 CUresult tg_cu_ctx_synchronize(const struct tg_cu *cu);
 /* 64-bit stream memory operations on the current device (always for the simulator). */

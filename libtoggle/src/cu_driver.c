@@ -155,6 +155,25 @@ int tg_cu_load_driver(struct tg_cu *cu, char *err, size_t errlen)
 		{"cuGraphAddDependencies", (void **)&cu->graph_add_dependencies},
 		{"cuGraphDestroy", (void **)&cu->graph_destroy},
 		{"cuGraphExecDestroy", (void **)&cu->graph_exec_destroy},
+		/* The device-mode bare exec (bare.c): a graph assembled node by node. */
+		{"cuGraphCreate", (void **)&cu->graph_create},
+		{"cuGraphKernelNodeGetParams", (void **)&cu->kernel_node_get_params},
+		{"cuGraphAddKernelNode", (void **)&cu->add_kernel_node},
+		{"cuGraphKernelNodeCopyAttributes", (void **)&cu->kernel_node_copy_attributes},
+		{"cuGraphMemsetNodeGetParams", (void **)&cu->memset_node_get_params},
+		{"cuGraphAddMemsetNode", (void **)&cu->add_memset_node},
+		{"cuGraphMemcpyNodeGetParams", (void **)&cu->memcpy_node_get_params},
+		{"cuGraphAddMemcpyNode", (void **)&cu->add_memcpy_node},
+		{"cuGraphAddEmptyNode", (void **)&cu->add_empty_node},
+		{"cuGraphEventRecordNodeGetEvent", (void **)&cu->event_record_node_get_event},
+		{"cuGraphAddEventRecordNode", (void **)&cu->add_event_record_node},
+		{"cuGraphEventWaitNodeGetEvent", (void **)&cu->event_wait_node_get_event},
+		{"cuGraphAddEventWaitNode", (void **)&cu->add_event_wait_node},
+		{"cuGraphHostNodeGetParams", (void **)&cu->host_node_get_params},
+		{"cuGraphAddHostNode", (void **)&cu->add_host_node},
+		{"cuGraphChildGraphNodeGetGraph", (void **)&cu->child_graph_node_get_graph},
+		{"cuGraphAddChildGraphNode", (void **)&cu->add_child_graph_node},
+		{"cuCtxGetCurrent", (void **)&cu->ctx_get_current},
 		/* Lifetime (life.c): user objects, CUDA 11.3+. */
 		{"cuUserObjectCreate", (void **)&cu->user_object_create},
 		{"cuUserObjectRelease", (void **)&cu->user_object_release},
@@ -246,6 +265,25 @@ bool tg_cu_bare_ready(const struct tg_cu *cu)
 	return tg_cu_check(need, sizeof(need) / sizeof(need[0]), NULL);
 }
 
+bool tg_cu_assemble_ready(const struct tg_cu *cu)
+{
+	const struct tg_cu_need need[] = {
+		{"cuGraphGetNodes", TG_FN(cu->graph_get_nodes)},
+		{"cuGraphNodeGetType", TG_FN(cu->graph_node_get_type)},
+		{"cuGraphNodeGetDependencies", TG_FN(cu->graph_node_get_dependencies)},
+		{"cuGraphAddDependencies", TG_FN(cu->graph_add_dependencies)},
+		{"cuGraphKernelNodeGetParams", TG_FN(cu->kernel_node_get_params)},
+		{"cuGraphAddKernelNode", TG_FN(cu->add_kernel_node)},
+		{"cuGraphKernelNodeCopyAttributes", TG_FN(cu->kernel_node_copy_attributes)},
+		{"cuGraphInstantiateWithFlags", TG_FN(cu->graph_instantiate)},
+		{"cuGraphUpload", TG_FN(cu->graph_upload)},
+		{"cuStreamSynchronize", TG_FN(cu->stream_synchronize)},
+		{"cuGraphDestroy", TG_FN(cu->graph_destroy)},
+		{"cuGraphExecDestroy", TG_FN(cu->graph_exec_destroy)},
+	};
+	return (cu->sim || cu->graph_create) && tg_cu_check(need, sizeof(need) / sizeof(need[0]), NULL);
+}
+
 bool tg_cu_has_user_objects(const struct tg_cu *cu)
 {
 	return cu->graph_retain_user_object && cu->graph_release_user_object &&
@@ -317,6 +355,11 @@ CUresult tg_cu_event_create(const struct tg_cu *cu, CUevent *ev)
 {
 	return cu->sim ? toggle_sim_event_create(cu->sim, ev)
 		       : cu->event_create(ev, CU_EVENT_DISABLE_TIMING);
+}
+
+CUresult tg_cu_graph_create(const struct tg_cu *cu, CUgraph *out)
+{
+	return cu->sim ? toggle_sim_graph_create(cu->sim, out, 0) : cu->graph_create(out, 0);
 }
 
 CUresult tg_cu_event_destroy(const struct tg_cu *cu, CUevent ev)

@@ -9,6 +9,15 @@
 #include "cu.h"
 #include "toggle_sim.h"
 
+/* No contexts in the simulator: memset and memcpy nodes take NULL. */
+static CUresult sim_ctx_get_current(CUcontext *ctx)
+{
+	if (!ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	*ctx = NULL;
+	return CUDA_SUCCESS;
+}
+
 void tg_cu_load_sim(struct tg_cu *cu, struct toggle_sim *sim)
 {
 	memset(cu, 0, sizeof(*cu));
@@ -42,6 +51,18 @@ void tg_cu_load_sim(struct tg_cu *cu, struct toggle_sim *sim)
 	cu->graph_add_dependencies = toggle_sim_graph_add_dependencies;
 	cu->graph_destroy = toggle_sim_graph_destroy;
 	cu->graph_exec_destroy = toggle_sim_exec_destroy;
+	/* The device-mode bare exec's: kernel, memset, memcpy and empty nodes
+	 * (the simulator has no event, host or child-graph nodes to read back). */
+	/* cuGraphCreate is handle-less: tg_cu_graph_create. */
+	cu->kernel_node_get_params = toggle_sim_graph_kernel_node_get_params;
+	cu->add_kernel_node = toggle_sim_graph_add_kernel_node;
+	cu->kernel_node_copy_attributes = toggle_sim_graph_kernel_node_copy_attributes;
+	cu->memset_node_get_params = toggle_sim_graph_memset_node_get_params;
+	cu->add_memset_node = toggle_sim_graph_add_memset_node;
+	cu->memcpy_node_get_params = toggle_sim_graph_memcpy_node_get_params;
+	cu->add_memcpy_node = toggle_sim_graph_add_memcpy_node;
+	cu->add_empty_node = toggle_sim_graph_add_empty_node;
+	cu->ctx_get_current = sim_ctx_get_current;
 	/* User objects came with CUDA 11.3 (an older simulated driver has none:
 	 * how libtoggle runs without them).  cuUserObjectCreate is handle-less
 	 * (tg_cu_user_object_create). */

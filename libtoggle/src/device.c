@@ -558,7 +558,7 @@ static int dev_setup(struct toggle_agent *a, struct tg_graph *g, void **staging)
 	g->words = words;
 	/* No planner of this record runs now (first setup, or fenced above). */
 	memset(dev_report(a, g), 0, TG_PLAN_REPORT_SIZE);
-	g->run_base = g->replays;
+	g->run_base = g->dev_runs;
 	g->rep_seen = 0;
 	g->last_bad_run = 0;
 	g->unclean = false;
@@ -617,7 +617,7 @@ int tg_device_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 		g->epoch_pending = true;
 	}
 	/* A new exec (or a new start of this one): what was tainted before is history. */
-	g->exec_first = g->replays;
+	g->exec_first = g->dev_runs;
 	g->blocked = false;
 	dev_note_step(g, a->step);
 	return 0;
@@ -625,18 +625,18 @@ int tg_device_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 
 /* ---- tainted launches ------------------------------------------------------ */
 
-/* Launches from index g->replays on are made in step. */
+/* Launches from index g->dev_runs on are made in step. */
 static void dev_note_step(struct tg_graph *g, int64_t step)
 {
 	if (g->n_bounds) {
 		uint32_t last = (g->n_bounds - 1) % TG_STEP_BOUNDS;
-		if (g->bounds[last].first == g->replays) {
+		if (g->bounds[last].first == g->dev_runs) {
 			g->bounds[last].step = step; /* no launch since the last note */
 			return;
 		}
 	}
 	uint32_t i = g->n_bounds % TG_STEP_BOUNDS;
-	g->bounds[i].first = g->replays;
+	g->bounds[i].first = g->dev_runs;
 	g->bounds[i].step = step;
 	g->n_bounds++;
 }
@@ -680,7 +680,7 @@ static void dev_taint(struct toggle_agent *a, struct tg_graph *g, const struct t
  * memory, no driver call, no wait.  A record the planner may be rewriting
  * (more than the ring behind) is counted as lost, never used.
  */
-static void dev_poll(struct toggle_agent *a, struct tg_graph *g)
+void tg_device_poll(struct toggle_agent *a, struct tg_graph *g)
 {
 	if (g->dev != TG_DEV_ACTIVE || !g->dev_setup)
 		return;
@@ -720,8 +720,8 @@ static void dev_poll(struct toggle_agent *a, struct tg_graph *g)
 			}
 			/* Their runs are unknown but not later than the last launch made:
 			 * only a clean launch after that one clears the taint. */
-			if (g->replays - g->run_base > g->last_bad_run)
-				g->last_bad_run = g->replays - g->run_base;
+			if (g->dev_runs - g->run_base > g->last_bad_run)
+				g->last_bad_run = g->dev_runs - g->run_base;
 		}
 		for (uint64_t k = first; k < bad; k++)
 			if (now - k < TG_PLAN_REPORT_RING && rec[k - first].run != 0)
@@ -741,7 +741,7 @@ void tg_device_step(struct toggle_agent *a)
 		struct tg_graph *g = a->graphs[i];
 		if (g->dev != TG_DEV_ACTIVE || !g->dev_setup || g->stale)
 			continue;
-		dev_poll(a, g);
+		tg_device_poll(a, g);
 		dev_note_step(g, a->step);
 	}
 }
@@ -760,15 +760,20 @@ static int dev_join(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
 {
 	if (!g->last_stream || g->last_stream == stream)
 		return 0;
+	return tg_device_order(a, g, g->last_stream, stream);
+}
+
+int tg_device_order(struct toggle_agent *a, struct tg_graph *g, CUstream from, CUstream to)
+{
 	CUresult r = CUDA_SUCCESS;
 	if (!g->join)
 		r = tg_cu_event_create(&a->cu, &g->join);
 	if (r == CUDA_SUCCESS)
-		r = a->cu.event_record(g->join, g->last_stream);
+		r = a->cu.event_record(g->join, from);
 	if (r == CUDA_SUCCESS)
-		r = a->cu.stream_wait_event(stream, g->join, 0);
+		r = a->cu.stream_wait_event(to, g->join, 0);
 	if (r != CUDA_SUCCESS)
-		return dev_cuda_fail(a, r, "ordering the mask after the previous launch's stream "
+		return dev_cuda_fail(a, r, "ordering the launch after the previous launch's stream "
 				     "(cuEventRecord / cuStreamWaitEvent; is that stream still alive?)",
 				     g->graph);
 	a->stats.stream_joins++;
@@ -814,7 +819,7 @@ int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
 	bool joined = false;
 	int rc = 0;
 
-	dev_poll(a, g);
+	tg_device_poll(a, g);
 	if (g->blocked)
 		return tg_fail(a, TOGGLE_ECUDA,
 			       "launch of graph %p refused: its exec %p ran a launch of step %lld with "

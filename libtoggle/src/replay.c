@@ -283,6 +283,8 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 	}
 	if (own_exec)
 		tg_bare_leave(a, g); /* the caller launches exec itself: never the bare one */
+	else if (g->dev == TG_DEV_ACTIVE && g->bare.exec && g->applied_version != a->version)
+		tg_device_poll(a, g); /* a taint that blocks it blocks the bare exec too */
 	if (g->applied_version != a->version && (own_exec || !tg_bare_pick(a, g))) {
 		int rc = g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream) : tg_graph_sync(a, g);
 		if (rc && !g->gone && tg_graph_replaced(a, g)) {
@@ -335,7 +337,15 @@ static inline void replay_account(struct toggle_agent *a, struct tg_graph *g, CU
 {
 	g->replays++;
 	g->last_step = a->step;
-	g->last_stream = stream;
+	g->last_bare = g->run != g->exec;
+	g->last_any = stream;
+	if (g->run == g->exec) {
+		/* Device mode counts and orders only what runs its planner: the bare
+		 * exec (bare.c) reads no mask, so a mask write waits for the device
+		 * exec's last launch, not for a bare one on another stream. */
+		g->dev_runs++;
+		g->last_stream = stream;
+	}
 }
 
 /*
@@ -399,6 +409,17 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 		}
 		a->stats.launches_unrelated++;
 		return 0;
+	}
+	if (g->dev == TG_DEV_ACTIVE && g->last_any && g->last_any != stream &&
+	    g->last_bare != (g->run != g->exec)) {
+		/* Device mode, the first launch after a switch between the device
+		 * exec and the bare one, on another stream: the driver serialises
+		 * launches of one exec, not of two, so this one waits for the last
+		 * (an event), as launches of the one exec did before the switch.
+		 * A prepare too: the caller launches the device exec right after. */
+		int rc = tg_device_order(a, g, g->last_any, stream);
+		if (rc)
+			return launch_refuse(a, rc);
 	}
 	if (launch) {
 		r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */

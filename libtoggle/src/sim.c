@@ -94,6 +94,14 @@ struct sim_node {
 	void *arg;
 	const struct toggle_sim_function *func; /* kernel nodes of launch_kernel_ex */
 	unsigned char *params;                  /* their parameters, copied at capture */
+	struct sim_function *fh;                /* their CUfunction (cuGraphKernelNodeGetParams) */
+	/* cuGraphKernelNodeGetParams' kernelParams: pointers into this node, as
+	 * the driver's point into its own copy (valid while the node lives). */
+	void *pv[TOGGLE_SIM_MAX_PARAMS];
+	/* Memset and memcpy nodes: their parameters (zero when captured through
+	 * toggle_sim_memset / toggle_sim_memcpy, which take none). */
+	CUDA_MEMSET_NODE_PARAMS memset;
+	CUDA_MEMCPY3D memcpy;
 	bool devupd;
 	/* Edges: the stream's dependency frontier when it was captured, and the
 	 * nodes captured after it that depend on it. */
@@ -271,6 +279,10 @@ struct toggle_sim {
 	bool deferred;
 	uint64_t rng;             /* deferred mode's order */
 	struct sim_exec *running; /* exec whose launch is running, for device-side calls */
+	/* The CUfunction that cuGraphKernelNodeGetParams names for a node of
+	 * toggle_sim_launch_kernel (fn, arg): kernelParams {&fn, &arg}.  Only
+	 * cuGraphAddKernelNode takes it. */
+	struct sim_function plain;
 	/* Handle reuse (toggle_sim_set_handle_reuse): the last destroyed graph and
 	 * exec, whose memory (so whose handle) the next creation hands out again. */
 	bool reuse;
@@ -1135,6 +1147,7 @@ int toggle_sim_create(struct toggle_sim **out)
 		return TOGGLE_ENOMEM;
 	}
 	sim->driver_version = 13000;
+	sim->plain.hdr = (struct sim_hdr){.magic = SIM_MAGIC, .kind = SIM_FUNCTION, .sim = sim};
 	*out = sim;
 	return 0;
 }
@@ -1465,6 +1478,19 @@ CUresult toggle_sim_memcpy(CUstream stream)
 			       ? CUDA_SUCCESS
 			       : CUDA_ERROR_OUT_OF_MEMORY;
 	return CUDA_SUCCESS;
+}
+
+/* A node of any other type (a no-op when it runs), captured like the others. */
+CUresult toggle_sim_capture_node(CUstream stream, CUgraphNodeType type)
+{
+	struct sim_stream *st = sim_stream_of(stream);
+
+	if (st == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (st->capture == NULL || type == CU_GRAPH_NODE_TYPE_KERNEL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return sim_capture_add(st, type, NULL, NULL) != NULL ? CUDA_SUCCESS
+							     : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /*
@@ -2142,7 +2168,7 @@ CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn
 {
 	struct sim_function *f = sim_function_of(fn);
 
-	if (config == NULL || f == NULL)
+	if (config == NULL || f == NULL || f->f == NULL) /* f->f NULL: the plain kernels' handle */
 		return config == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
 	struct sim_stream *st = sim_stream_of(config->hStream);
 	if (st == NULL || st->obj.hdr.sim != f->hdr.sim)
@@ -2170,6 +2196,7 @@ CUresult toggle_sim_launch_kernel_ex(const CUlaunchConfig *config, CUfunction fn
 		}
 		nd->func = f->f;
 		nd->params = copy;
+		nd->fh = f;
 #if TG_SIM_DEVUPD
 		if (devupd == 1) {
 			nd->devupd = true;
@@ -2489,6 +2516,9 @@ static struct sim_node *sim_edges_copy(struct sim_nodeset *ns, const struct sim_
 	}
 	c->func = nd->func;
 	c->params = params;
+	c->fh = nd->fh;
+	c->memset = nd->memset;
+	c->memcpy = nd->memcpy;
 	c->devupd = nd->devupd;
 	c->devhdr.magic = nd->devupd ? SIM_MAGIC : 0;
 	c->origin = nd;
@@ -2501,8 +2531,11 @@ CUresult toggle_sim_graph_clone(CUgraph *clone_out, CUgraph original)
 
 	if (g == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
+	/* The driver refuses to clone a graph holding a device-updatable node
+	 * (cudaErrorNotSupported, measured by gpu_bare on the H200, CUDA 13.0). */
 	CUresult check = clone_out == NULL ? CUDA_ERROR_INVALID_VALUE
-			 : g->capturing != NULL ? CUDA_ERROR_ILLEGAL_STATE : CUDA_SUCCESS;
+			 : g->capturing != NULL ? CUDA_ERROR_ILLEGAL_STATE
+			 : g->devupd ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
 	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_GRAPH_CLONE, check);
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -2634,6 +2667,261 @@ CUresult toggle_sim_graph_add_dependencies(CUgraph graph, const CUgraphNode *fro
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 	}
+	return CUDA_SUCCESS;
+}
+
+/* ---- graphs built node by node ------------------------------------------------------ */
+
+/*
+ * cuGraphCreate and the add-node calls (what libtoggle's device-mode bare
+ * exec is assembled with: a graph holding a device-updatable node cannot be
+ * cloned).  A created graph has explicit edges like a clone, so the same
+ * model limits hold: nodes are added and given dependencies only while no
+ * exec of it lives.  The getters model the driver's: kernel, memset and
+ * memcpy nodes only, each of its own type (CUDA_ERROR_INVALID_VALUE else).
+ */
+CUresult toggle_sim_graph_create(struct toggle_sim *sim, CUgraph *out, unsigned flags)
+{
+	if (sim == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult check = out == NULL || flags != 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	CUresult r = sim_gate(sim, TOGGLE_SIM_OP_GRAPH_CREATE, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_graph *g = sim_graph_new(sim);
+	if (g == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	g->nodes->clone = true; /* explicit edges: executed in a topological order */
+	*out = (CUgraph)g;
+	return CUDA_SUCCESS;
+}
+
+/* Checks of an add-node call: a created or cloned graph without execs, and
+ * dependencies that are distinct live nodes of it. */
+static CUresult sim_add_check(const struct sim_graph *g, CUgraphNode *out, const CUgraphNode *deps,
+			      size_t n)
+{
+	if (out == NULL || (n > 0 && deps == NULL) || n > UINT32_MAX / 2)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!g->nodes->clone || g->nodes->execs > 0 || g->capturing != NULL)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	for (size_t i = 0; i < n; i++) {
+		const struct sim_node *d = sim_edges_node(deps[i]);
+		if (d == NULL || d->set != g->nodes)
+			return CUDA_ERROR_INVALID_VALUE;
+		for (size_t j = 0; j < i; j++)
+			if (deps[j] == deps[i])
+				return CUDA_ERROR_INVALID_VALUE;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* A new node of g with its dependencies (checked); NULL when memory is short
+ * (then the graph is as before). */
+static struct sim_node *sim_add_node(struct sim_graph *g, CUgraphNodeType type,
+				     const CUgraphNode *deps, size_t n)
+{
+	struct sim_nodeset *ns = g->nodes;
+	struct sim_node **dv = malloc((n + 1) * sizeof(*dv));
+	if (dv == NULL)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		struct sim_node *d = sim_edges_node(deps[i]);
+		if (d->n_outs == d->cap_outs) {
+			unsigned cap = d->cap_outs ? 2 * d->cap_outs : 2;
+			struct sim_node **outs = realloc(d->outs, cap * sizeof(*outs));
+			if (outs == NULL) {
+				free(dv);
+				return NULL;
+			}
+			d->outs = outs;
+			d->cap_outs = cap;
+		}
+		dv[i] = d;
+	}
+	struct sim_node *nd = sim_nodeset_add(ns, g->obj.hdr.sim, type, NULL, NULL);
+	if (nd == NULL) {
+		free(dv);
+		return NULL;
+	}
+	nd->deps = dv;
+	nd->n_deps = (unsigned)n;
+	for (size_t i = 0; i < n; i++)
+		dv[i]->outs[dv[i]->n_outs++] = nd;
+	return nd;
+}
+
+CUresult toggle_sim_graph_kernel_node_get_params(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *p)
+{
+	struct sim_node *nd = sim_node_of(node);
+
+	if (nd == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult check = p == NULL || nd->removed || nd->type != CU_GRAPH_NODE_TYPE_KERNEL
+				 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	CUresult r = sim_gate(nd->hdr.sim, TOGGLE_SIM_OP_NODE_GET_PARAMS, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	memset(p, 0, sizeof(*p));
+	p->gridDimX = p->gridDimY = p->gridDimZ = 1;
+	p->blockDimX = p->blockDimY = p->blockDimZ = 1;
+	p->kernelParams = nd->pv;
+	if (nd->fn != NULL) {
+		nd->pv[0] = &nd->fn;
+		nd->pv[1] = &nd->arg;
+		p->func = (CUfunction)&nd->hdr.sim->plain;
+		return CUDA_SUCCESS;
+	}
+	size_t off = 0;
+	for (unsigned i = 0; i < nd->func->n_params; i++) {
+		nd->pv[i] = nd->params + off;
+		off += nd->func->param_size[i];
+	}
+	p->func = (CUfunction)nd->fh;
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_graph_add_kernel_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
+					  size_t n, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	struct sim_graph *g = sim_graph_of(graph);
+
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct toggle_sim *sim = g->obj.hdr.sim;
+	struct sim_function *f = p != NULL ? sim_function_of(p->func) : NULL;
+	CUresult check = sim_add_check(g, out, deps, n);
+	if (check == CUDA_SUCCESS &&
+	    (p == NULL || f == NULL || f->hdr.sim != sim || p->extra != NULL || !p->gridDimX ||
+	     !p->gridDimY || !p->gridDimZ || !p->blockDimX || !p->blockDimY || !p->blockDimZ ||
+	     (f->f == NULL ? p->kernelParams == NULL || p->kernelParams[0] == NULL ||
+				     p->kernelParams[1] == NULL
+			   : f->f->n_params && p->kernelParams == NULL)))
+		check = CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sim_gate(sim, TOGGLE_SIM_OP_ADD_NODE, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	unsigned char *copy = NULL;
+	if (f->f != NULL && (copy = sim_params_copy(f->f, p->kernelParams)) == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct sim_node *nd = sim_add_node(g, CU_GRAPH_NODE_TYPE_KERNEL, deps, n);
+	if (nd == NULL) {
+		free(copy);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (f->f == NULL) {
+		memcpy(&nd->fn, p->kernelParams[0], sizeof(nd->fn));
+		memcpy(&nd->arg, p->kernelParams[1], sizeof(nd->arg));
+	} else {
+		nd->func = f->f;
+		nd->params = copy;
+		nd->fh = f;
+	}
+	*out = (CUgraphNode)nd;
+	return CUDA_SUCCESS;
+}
+
+/* The simulator's kernel nodes have no launch attributes to copy; the
+ * driver's rule is kept: never to or from a device-updatable node. */
+CUresult toggle_sim_graph_kernel_node_copy_attributes(CUgraphNode dst, CUgraphNode src)
+{
+	const struct sim_node *d = sim_node_of(dst), *s = sim_node_of(src);
+
+	if (d == NULL || s == NULL || d->hdr.sim != s->hdr.sim)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult check = d->type != CU_GRAPH_NODE_TYPE_KERNEL || s->type != CU_GRAPH_NODE_TYPE_KERNEL
+				 ? CUDA_ERROR_INVALID_VALUE
+			 : d->devupd || s->devupd ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
+	return sim_gate(d->hdr.sim, TOGGLE_SIM_OP_NODE_GET_PARAMS, check);
+}
+
+CUresult toggle_sim_graph_memset_node_get_params(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS *p)
+{
+	const struct sim_node *nd = sim_node_of(node);
+
+	if (nd == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult check = p == NULL || nd->removed || nd->type != CU_GRAPH_NODE_TYPE_MEMSET
+				 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	CUresult r = sim_gate(nd->hdr.sim, TOGGLE_SIM_OP_NODE_GET_PARAMS, check);
+	if (r == CUDA_SUCCESS)
+		*p = nd->memset;
+	return r;
+}
+
+CUresult toggle_sim_graph_memcpy_node_get_params(CUgraphNode node, CUDA_MEMCPY3D *p)
+{
+	const struct sim_node *nd = sim_node_of(node);
+
+	if (nd == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult check = p == NULL || nd->removed || nd->type != CU_GRAPH_NODE_TYPE_MEMCPY
+				 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	CUresult r = sim_gate(nd->hdr.sim, TOGGLE_SIM_OP_NODE_GET_PARAMS, check);
+	if (r == CUDA_SUCCESS)
+		*p = nd->memcpy;
+	return r;
+}
+
+/* The simulator has no contexts: ctx is not looked at. */
+CUresult toggle_sim_graph_add_memset_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
+					  size_t n, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+{
+	struct sim_graph *g = sim_graph_of(graph);
+
+	(void)ctx;
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult check = sim_add_check(g, out, deps, n);
+	if (check == CUDA_SUCCESS && p == NULL)
+		check = CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_ADD_NODE, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_node *nd = sim_add_node(g, CU_GRAPH_NODE_TYPE_MEMSET, deps, n);
+	if (nd == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	nd->memset = *p;
+	*out = (CUgraphNode)nd;
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_graph_add_memcpy_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
+					  size_t n, const CUDA_MEMCPY3D *p, CUcontext ctx)
+{
+	struct sim_graph *g = sim_graph_of(graph);
+
+	(void)ctx;
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult check = sim_add_check(g, out, deps, n);
+	if (check == CUDA_SUCCESS && p == NULL)
+		check = CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_ADD_NODE, check);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_node *nd = sim_add_node(g, CU_GRAPH_NODE_TYPE_MEMCPY, deps, n);
+	if (nd == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	nd->memcpy = *p;
+	*out = (CUgraphNode)nd;
+	return CUDA_SUCCESS;
+}
+
+CUresult toggle_sim_graph_add_empty_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
+					 size_t n)
+{
+	struct sim_graph *g = sim_graph_of(graph);
+
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_ADD_NODE, sim_add_check(g, out, deps, n));
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct sim_node *nd = sim_add_node(g, CU_GRAPH_NODE_TYPE_EMPTY, deps, n);
+	if (nd == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = (CUgraphNode)nd;
 	return CUDA_SUCCESS;
 }
 

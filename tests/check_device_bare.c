@@ -1,0 +1,657 @@
+/*
+ * check_device_bare.c - device mode's producer-free ("bare") exec (issue 31):
+ * the driver refuses cuGraphClone of a graph with a device-updatable node, so
+ * libtoggle assembles it node by node (bare.c, bare_assemble).  Ground truth
+ * is the simulator's kernel log: every kernel of the graph appends what it
+ * is (a compute kernel its id, a producer its hook) when it runs, so each
+ * launch shows which kernels ran, how often and in which order.
+ *
+ * The graph (capture order, one stream unless forked): the planner, then per
+ * layer l: compute 2l, the producer of hook l, compute 2l+1; a memset and a
+ * memcpy node after layer 0; a last compute.  Computes are the simulator's
+ * plain kernels (toggle_sim_launch_kernel), producers the device-updatable
+ * kernel nodes of toggle_launch_producer.
+ */
+#include "fixture_device.h"
+
+#define BL 8                 /* producers (hooks 0:0 .. 0:7) */
+#define BC (2 * BL + 1)      /* compute kernels */
+#define LOG_MAX (1 << 16)
+
+/* What ran, in order: compute id >= 0, producer of hook h: -1 - h. */
+static int klog[LOG_MAX];
+static size_t nklog;
+
+static void k_log_compute(void *arg)
+{
+	ck_assert_uint_lt(nklog, LOG_MAX);
+	klog[nklog++] = (int)(intptr_t)arg;
+}
+
+static void k_log_produce(void **p)
+{
+	int hook;
+	memcpy(&hook, p[0], sizeof(hook));
+	ck_assert_uint_lt(nklog, LOG_MAX);
+	klog[nklog++] = -1 - hook;
+}
+
+static const struct toggle_sim_function bare_functions[] = {
+	{.name = "produce", .fn = k_log_produce, .n_params = 1, .param_size = {sizeof(int)}},
+};
+
+static const struct toggle_sim_image bare_image = {
+	.magic = TOGGLE_SIM_IMAGE_MAGIC, .n_functions = 1, .functions = bare_functions};
+
+struct bx {
+	struct dfx *f; /* simulator, streams, agent */
+	CUmodule mod;
+	CUfunction produce;
+	CUgraph graph;
+	CUgraphExec exec;
+};
+
+/* An agent in device mode with bare execs on (the fixture's default is off). */
+static struct bx *bx_open(bool strict)
+{
+	struct bx *b = calloc(1, sizeof(*b));
+	ck_assert_ptr_nonnull(b);
+	b->f = dfx_new();
+	struct toggle_config cfg = dfx_config(b->f, TOGGLE_MODE_DEVICE, strict);
+	cfg.no_bare_exec = false;
+	ck_assert_int_eq(toggle_agent_open(&cfg, &b->f->agent), 0);
+	ck_assert_int_eq(toggle_agent_mode(b->f->agent), TOGGLE_MODE_DEVICE);
+	ck_assert_int_eq(toggle_sim_module_load(b->f->sim, &b->mod, &bare_image), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_module_get_function(&b->produce, b->mod, "produce"),
+			 CUDA_SUCCESS);
+	nklog = 0;
+	return b;
+}
+
+static void bx_close(struct bx *b)
+{
+	toggle_sim_synchronize(b->f->sim);
+	toggle_agent_close(b->f->agent);
+	b->f->agent = NULL;
+	/* Nothing of the agent's left: no assembled graph, no bare exec. */
+	unsigned graphs = b->graph ? 1 : 0, execs = b->exec ? 1 : 0;
+	ck_assert_uint_eq(toggle_sim_graph_count(b->f->sim), graphs);
+	ck_assert_uint_eq(toggle_sim_exec_count(b->f->sim), execs);
+	ck_assert_uint_eq(toggle_sim_mem_in_use(b->f->sim), 0);
+	toggle_sim_destroy(b->f->sim);
+	free(b->f);
+	free(b);
+}
+
+static void compute(struct bx *b, CUstream s, int id)
+{
+	(void)b; /* the same shape as producer() */
+	ck_assert_int_eq(toggle_sim_launch_kernel(s, k_log_compute, (void *)(intptr_t)id),
+			 CUDA_SUCCESS);
+}
+
+static void producer(struct bx *b, CUstream s, int h)
+{
+	int hook = h;
+	void *params[] = {&hook};
+	CUlaunchConfig c = launch_cfg(s);
+	ck_assert_int_eq(toggle_launch_producer(b->f->agent, &c, b->produce, params,
+						(struct toggle_hook){0, (uint16_t)h}),
+			 0);
+}
+
+/* extra: a node of this type after the memset (CU_GRAPH_NODE_TYPE_KERNEL: none). */
+static void bx_capture(struct bx *b, CUgraphNodeType extra)
+{
+	struct toggle_agent *a = b->f->agent;
+	CUstream s = b->f->s[0];
+	ck_assert_int_eq(toggle_capture_begin(a), 0);
+	ck_assert_int_eq(toggle_sim_stream_begin_capture(s), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_capture_planner(a, s), 0);
+	for (int l = 0; l < BL; l++) {
+		compute(b, s, 2 * l);
+		producer(b, s, l);
+		compute(b, s, 2 * l + 1);
+		if (l == 0) {
+			ck_assert_int_eq(toggle_sim_memset(s), CUDA_SUCCESS);
+			if (extra != CU_GRAPH_NODE_TYPE_KERNEL)
+				ck_assert_int_eq(toggle_sim_capture_node(s, extra), CUDA_SUCCESS);
+			ck_assert_int_eq(toggle_sim_memcpy(s), CUDA_SUCCESS);
+		}
+	}
+	compute(b, s, 2 * BL);
+	ck_assert_int_eq(toggle_sim_stream_end_capture(s, &b->graph), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_capture_end(a), 0);
+}
+
+static void bx_set(struct bx *b, int64_t step, uint32_t m)
+{
+	struct toggle_set s;
+	toggle_set_clear(&s);
+	for (int h = 0; h < BL; h++)
+		if (m >> h & 1)
+			ck_assert_int_eq(toggle_set_add(&s, (struct toggle_hook){0, (uint16_t)h}), 0);
+	ck_assert_int_eq(toggle_set_enabled(b->f->agent, &s), 0);
+	ck_assert_int_eq(toggle_step_begin(b->f->agent, step, NULL), 0);
+}
+
+/* What one launch with set m must log, into out; returns its length. */
+static size_t expect_of(uint32_t m, int *out)
+{
+	size_t n = 0;
+	for (int l = 0; l < BL; l++) {
+		out[n++] = 2 * l;
+		if (m >> l & 1)
+			out[n++] = -1 - l;
+		out[n++] = 2 * l + 1;
+	}
+	out[n++] = 2 * BL;
+	return n;
+}
+
+/* Check the log from *at on holds exactly one launch with set m; move *at past it. */
+static void check_launch(size_t *at, uint32_t m, unsigned k)
+{
+	int want[3 * BL + 1];
+	size_t n = expect_of(m, want);
+	ck_assert_msg(*at + n <= nklog, "launch %u: the log ends after %zu of %zu kernels", k,
+		      nklog - *at, n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(klog[*at + i] == want[i],
+			      "launch %u (set 0x%02x): kernel %zu is %d, must be %d", k, m, i,
+			      klog[*at + i], want[i]);
+	*at += n;
+}
+
+static void launch(struct bx *b, int si)
+{
+	ck_assert_int_eq(toggle_graph_launch(b->f->agent, b->graph, b->exec, b->f->s[si]), 0);
+}
+
+static struct toggle_graph_status bstatus(struct bx *b)
+{
+	struct toggle_graph_status gs;
+	ck_assert_int_eq(toggle_graph_status(b->f->agent, b->graph, &gs), 0);
+	return gs;
+}
+
+/* ---- the build and all-off steps ---------------------------------------------- */
+
+/* All-off steps run the assembled exec: no producer, every other kernel once, in order. */
+START_TEST(all_off_runs_no_producer)
+{
+	struct bx *b = bx_open(false);
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	struct toggle_graph_status gs = bstatus(b);
+	ck_assert_int_eq(gs.mode, TOGGLE_MODE_DEVICE);
+	ck_assert(gs.bare_exec);
+	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_GRAPH_CLONE), 0);
+	/* The device exec and the bare one; the assembled graph is gone. */
+	ck_assert_uint_eq(toggle_sim_exec_count(b->f->sim), 2);
+	ck_assert_uint_eq(toggle_sim_graph_count(b->f->sim), 1);
+	/* Uploaded once each, at the bind. */
+	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_GRAPH_UPLOAD), 2);
+
+	bx_set(b, 0, 0);
+	uint64_t calls = toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED);
+	for (int k = 0; k < 5; k++)
+		launch(b, 0);
+	toggle_sim_synchronize(b->f->sim);
+	size_t at = 0;
+	for (unsigned k = 0; k < 5; k++)
+		check_launch(&at, 0, k);
+	ck_assert_uint_eq(at, nklog);
+	ck_assert(bstatus(b).bare_running);
+	ck_assert_uint_eq(bstatus(b).bare_replays, 5);
+	/* No planner ran: no device-side call, no upload more. */
+	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), calls);
+	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_GRAPH_UPLOAD), 2);
+	bx_close(b);
+}
+END_TEST
+
+/* A step with one producer on runs the device exec: exactly that producer. */
+START_TEST(one_producer_on)
+{
+	struct bx *b = bx_open(false);
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	bx_set(b, 0, 1u << 3);
+	launch(b, 0);
+	launch(b, 0);
+	toggle_sim_synchronize(b->f->sim);
+	ck_assert(!bstatus(b).bare_running);
+	size_t at = 0;
+	check_launch(&at, 1u << 3, 0);
+	check_launch(&at, 1u << 3, 1);
+	ck_assert_uint_eq(at, nklog);
+	bx_close(b);
+}
+END_TEST
+
+/*
+ * Issue 31 item 1: the planner calls set-enabled only for producers whose
+ * state changes, not for every producer at every launch (simulator's count
+ * of device-side calls).
+ */
+START_TEST(planner_calls_only_changed)
+{
+	struct bx *b = bx_open(false);
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	struct toggle_sim *sim = b->f->sim;
+	bx_set(b, 0, 0x0f);
+	launch(b, 0); /* the first launch after a bind sets every producer */
+	toggle_sim_synchronize(sim);
+	uint64_t c0 = toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED);
+	ck_assert_uint_eq(c0, BL);
+	for (int k = 0; k < 4; k++)
+		launch(b, 0);
+	toggle_sim_synchronize(sim);
+	ck_assert_uint_eq(toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), c0);
+	bx_set(b, 1, 0x1e); /* 0 off, 4 on: two changes */
+	launch(b, 0);
+	launch(b, 0);
+	toggle_sim_synchronize(sim);
+	ck_assert_uint_eq(toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), c0 + 2);
+	size_t at = 0;
+	for (unsigned k = 0; k < 5; k++)
+		check_launch(&at, 0x0f, k);
+	check_launch(&at, 0x1e, 5);
+	check_launch(&at, 0x1e, 6);
+	ck_assert_uint_eq(at, nklog);
+	bx_close(b);
+}
+END_TEST
+
+/*
+ * All-off / on / all-off ..., every launch exact: switching back from the
+ * bare exec, the planner gets the mask of that launch.  _i: 0 synchronous,
+ * 1..3 deferred with a seed (pipelined launches, the host ahead of the
+ * device) and launches rotating over three streams: the first launch after
+ * a switch between the two execs on another stream must wait for the last
+ * (the driver serialises launches of one exec only).
+ */
+START_TEST(alternating_exact)
+{
+	static const uint32_t sets[] = {0, 1u << 3, 0, 0xff, 0, 0, 0x81, 0x81, 0, 0x3c, 0x01, 0};
+	enum { NSETS = sizeof(sets) / sizeof(sets[0]), ROUNDS = 6 };
+	struct bx *b = bx_open(false);
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	if (_i)
+		toggle_sim_set_deferred(b->f->sim, true, 0x5eed0000u + (uint64_t)_i);
+	uint32_t expect[NSETS * ROUNDS * 2];
+	unsigned n = 0;
+	for (unsigned r = 0; r < ROUNDS; r++) {
+		for (unsigned k = 0; k < NSETS; k++) {
+			bx_set(b, (int64_t)(r * NSETS + k), sets[k]);
+			for (unsigned rep = 0; rep < 1 + (k % 2); rep++) {
+				launch(b, _i ? (int)((n + r) % NS) : 0);
+				expect[n++] = sets[k];
+			}
+		}
+	}
+	toggle_sim_synchronize(b->f->sim);
+	size_t at = 0;
+	for (unsigned k = 0; k < n; k++)
+		check_launch(&at, expect[k], k);
+	ck_assert_uint_eq(at, nklog);
+	struct toggle_stats st;
+	toggle_stats_get(b->f->agent, &st);
+	ck_assert_uint_gt(st.bare_switches, 0);
+	bx_close(b);
+}
+END_TEST
+
+/*
+ * A producer between a fork and a join: its dependencies become its
+ * dependents' (bypassed, never dropped).  The simulator runs an assembled
+ * graph's ready nodes latest first, so a missing edge shows as an order.
+ */
+START_TEST(fork_join_edges_bypassed)
+{
+	struct bx *b = bx_open(false);
+	struct toggle_agent *a = b->f->agent;
+	CUstream s0 = b->f->s[0], s1 = b->f->s[1];
+	CUevent fork, join;
+	ck_assert_int_eq(toggle_sim_event_create(b->f->sim, &fork), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_event_create(b->f->sim, &join), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_capture_begin(a), 0);
+	ck_assert_int_eq(toggle_sim_stream_begin_capture(s0), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_capture_planner(a, s0), 0);
+	compute(b, s0, 0);                        /* A */
+	ck_assert_int_eq(toggle_sim_event_record(fork, s0), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_stream_wait_event(s1, fork, 0), CUDA_SUCCESS);
+	producer(b, s1, 0);                       /* P after A */
+	compute(b, s1, 1);                        /* B after P */
+	compute(b, s0, 2);                        /* C after A */
+	ck_assert_int_eq(toggle_sim_event_record(join, s1), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_stream_wait_event(s0, join, 0), CUDA_SUCCESS);
+	compute(b, s0, 3);                        /* D after B and C */
+	ck_assert_int_eq(toggle_sim_stream_end_capture(s0, &b->graph), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_capture_end(a), 0);
+	ck_assert_int_eq(toggle_graph_instantiate(a, b->graph, &b->exec), 0);
+	ck_assert(bstatus(b).bare_exec);
+	bx_set(b, 0, 0);
+	launch(b, 0);
+	toggle_sim_synchronize(b->f->sim);
+	ck_assert(bstatus(b).bare_running);
+	/* Four computes once each, no producer; A first (B and C wait for it
+	 * through the bypassed producer and directly), D last. */
+	ck_assert_uint_eq(nklog, 4);
+	int pos[4] = {-1, -1, -1, -1};
+	for (size_t i = 0; i < nklog; i++) {
+		ck_assert_int_ge(klog[i], 0);
+		ck_assert_int_lt(klog[i], 4);
+		ck_assert_int_eq(pos[klog[i]], -1);
+		pos[klog[i]] = (int)i;
+	}
+	ck_assert_int_eq(pos[0], 0);
+	ck_assert_int_eq(pos[3], 3);
+	ck_assert_uint_eq(toggle_sim_event_destroy(fork), CUDA_SUCCESS);
+	ck_assert_uint_eq(toggle_sim_event_destroy(join), CUDA_SUCCESS);
+	bx_close(b);
+}
+END_TEST
+
+/* toggle_graph_set_bare on a device-mode graph: off destroys it (all off runs
+ * the device exec and its planner), on assembles it again. */
+START_TEST(set_bare_off_and_on)
+{
+	struct bx *b = bx_open(false);
+	struct toggle_sim *sim = b->f->sim;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	size_t at = 0;
+	bx_set(b, 0, 0);
+	launch(b, 0);
+	ck_assert_int_eq(toggle_graph_set_bare(b->f->agent, b->graph, false), 0);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 1);
+	uint64_t c0 = toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED);
+	launch(b, 1);
+	toggle_sim_synchronize(sim);
+	ck_assert(!bstatus(b).bare_running);
+	/* The device exec's first launch: its planner disables every producer. */
+	ck_assert_uint_eq(toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), c0 + BL);
+	ck_assert_int_eq(toggle_graph_set_bare(b->f->agent, b->graph, true), 0);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 2);
+	launch(b, 0);
+	toggle_sim_synchronize(sim);
+	ck_assert(bstatus(b).bare_running);
+	ck_assert_uint_eq(toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), c0 + BL);
+	for (unsigned k = 0; k < 3; k++)
+		check_launch(&at, 0, k);
+	ck_assert_uint_eq(at, nklog);
+	bx_close(b);
+}
+END_TEST
+
+/* ---- no bare exec: the device path as before ------------------------------------ */
+
+/* A node no getter reads back (a memory allocation node): no bare exec, never a wrong one. */
+START_TEST(uncopyable_node_no_bare_exec)
+{
+	struct bx *b = bx_open(false);
+	bx_capture(b, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	struct toggle_graph_status gs = bstatus(b);
+	ck_assert_int_eq(gs.mode, TOGGLE_MODE_DEVICE);
+	ck_assert(!gs.bare_exec);
+	struct toggle_stats st;
+	toggle_stats_get(b->f->agent, &st);
+	ck_assert_uint_eq(st.bare_build_failures, 1);
+	ck_assert_uint_eq(st.bare_builds, 0);
+	ck_assert_ptr_nonnull(strstr(toggle_last_error(b->f->agent), "cannot be copied"));
+	/* Nothing half-built left: the captured graph and the device exec only. */
+	ck_assert_uint_eq(toggle_sim_graph_count(b->f->sim), 1);
+	ck_assert_uint_eq(toggle_sim_exec_count(b->f->sim), 1);
+	uint32_t sets[] = {0, 1u << 2, 0};
+	size_t at = 0;
+	for (unsigned k = 0; k < 3; k++) {
+		bx_set(b, k, sets[k]);
+		launch(b, 0);
+		toggle_sim_synchronize(b->f->sim);
+		check_launch(&at, sets[k], k);
+		ck_assert(!bstatus(b).bare_running);
+	}
+	bx_close(b);
+}
+END_TEST
+
+/*
+ * Errors injected in the assembly's calls: no bare exec, nothing half-built
+ * (no graph or exec of the agent's left), the device exec runs every step
+ * exactly; the next bind, without the error, builds it.
+ */
+static const struct {
+	enum toggle_sim_op op;
+	uint64_t skip;
+} faults[] = {
+	{TOGGLE_SIM_OP_GRAPH_CREATE, 0},
+	{TOGGLE_SIM_OP_ADD_NODE, 0},      /* the first copy */
+	{TOGGLE_SIM_OP_ADD_NODE, 5},      /* one in the middle (after the memset) */
+	{TOGGLE_SIM_OP_ADD_NODE, BC + 1}, /* the last (BC computes, a memset, a memcpy) */
+	{TOGGLE_SIM_OP_NODE_GET_PARAMS, 3},
+	{TOGGLE_SIM_OP_ADD_DEPENDENCIES, 0},
+	{TOGGLE_SIM_OP_INSTANTIATE, 1},   /* the device exec's is the first */
+	{TOGGLE_SIM_OP_GRAPH_UPLOAD, 1},  /* the device exec's is the first */
+};
+
+START_TEST(faults_leave_nothing)
+{
+	struct bx *b = bx_open(false);
+	struct toggle_sim *sim = b->f->sim;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	toggle_sim_reset_counters(sim);
+	toggle_sim_fail(sim, faults[_i].op, faults[_i].skip, 1, CUDA_ERROR_OUT_OF_MEMORY);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	ck_assert_msg(toggle_sim_calls(sim, faults[_i].op) > faults[_i].skip,
+		      "fault %d: the call was never made", _i);
+	toggle_sim_fail(sim, faults[_i].op, 0, 0, CUDA_SUCCESS);
+	ck_assert(!bstatus(b).bare_exec);
+	struct toggle_stats st;
+	toggle_stats_get(b->f->agent, &st);
+	ck_assert_uint_eq(st.bare_build_failures, 1);
+	ck_assert_uint_eq(toggle_sim_graph_count(sim), 1);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 1);
+	size_t at = 0;
+	bx_set(b, 0, 0);
+	launch(b, 0);
+	bx_set(b, 1, 1u << 5);
+	launch(b, 0);
+	toggle_sim_synchronize(sim);
+	check_launch(&at, 0, 0);
+	check_launch(&at, 1u << 5, 1);
+	/* A rebind builds it. */
+	ck_assert_int_eq(toggle_graph_bind(b->f->agent, b->graph, b->exec), 0);
+	ck_assert(bstatus(b).bare_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 2);
+	bx_set(b, 2, 0);
+	launch(b, 0);
+	toggle_sim_synchronize(sim);
+	check_launch(&at, 0, 2);
+	ck_assert(bstatus(b).bare_running);
+	ck_assert_uint_eq(at, nklog);
+	bx_close(b);
+}
+END_TEST
+
+/* ---- lifetime (issue 28): the bare exec dies with its record --------------------- */
+
+/*
+ * _i 0: the graph destroyed, its exec alive: the record stays for that exec
+ * (docs/libtoggle.md, "Lifetime") and all-off steps still run its bare exec;
+ * then the exec destroyed too: both go.  1: the exec destroyed: its bare
+ * exec goes with it.  2: toggle_graph_forget: the bare exec goes.
+ */
+START_TEST(lifetime_drops_bare_exec)
+{
+	struct bx *b = bx_open(false);
+	struct toggle_sim *sim = b->f->sim;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	bx_set(b, 0, 0);
+	launch(b, 0);
+	toggle_sim_synchronize(sim);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 2);
+	size_t at = 0;
+	check_launch(&at, 0, 0);
+	if (_i == 0) {
+		CUgraph dead = b->graph;
+		ck_assert_int_eq(toggle_sim_graph_destroy(b->graph), CUDA_SUCCESS);
+		b->graph = NULL;
+		bx_set(b, 1, 0);
+		ck_assert_int_eq(toggle_graph_launch(b->f->agent, dead, b->exec, b->f->s[0]), 0);
+		toggle_sim_synchronize(sim);
+		check_launch(&at, 0, 1);
+		ck_assert_uint_eq(toggle_sim_exec_count(sim), 2);
+		ck_assert_int_eq(toggle_sim_exec_destroy(b->exec), CUDA_SUCCESS);
+		b->exec = NULL;
+	} else if (_i == 1) {
+		ck_assert_int_eq(toggle_sim_exec_destroy(b->exec), CUDA_SUCCESS);
+		b->exec = NULL;
+	} else {
+		ck_assert_int_eq(toggle_graph_forget(b->f->agent, b->graph), 0);
+	}
+	toggle_sim_synchronize(sim);
+	(void)toggle_apply_all(b->f->agent); /* a slow path: what died is swept */
+	unsigned left = b->exec ? 1 : 0;     /* the application's exec, never the bare one */
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), left);
+	ck_assert_uint_eq(at, nklog);
+	bx_close(b);
+}
+END_TEST
+
+/* A strict agent refuses a blocked graph's launches, all-off ones (the bare exec's) too. */
+START_TEST(strict_blocked_refuses_bare_too)
+{
+	struct bx *b = bx_open(true);
+	struct toggle_sim *sim = b->f->sim;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	bx_set(b, 0, 0x0f);
+	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 1u << 30, CUDA_ERROR_INVALID_VALUE);
+	launch(b, 0); /* tainted */
+	toggle_sim_synchronize(sim);
+	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 0, CUDA_SUCCESS);
+	bx_set(b, 1, 0); /* step_begin reads the report: blocked */
+	size_t before = nklog;
+	ck_assert_int_lt(toggle_graph_launch(b->f->agent, b->graph, b->exec, b->f->s[0]), 0);
+	toggle_sim_synchronize(sim);
+	ck_assert_uint_eq(nklog, before); /* nothing ran */
+	ck_assert(!bstatus(b).bare_running);
+	/* A new bind clears it: all-off runs the bare exec again. */
+	ck_assert_int_eq(toggle_graph_bind(b->f->agent, b->graph, b->exec), 0);
+	launch(b, 0);
+	toggle_sim_synchronize(sim);
+	size_t at = before;
+	check_launch(&at, 0, 1);
+	ck_assert(bstatus(b).bare_running);
+	bx_close(b);
+}
+END_TEST
+
+/*
+ * Tainted launches are still reported with their step after bare launches:
+ * the planner numbers its own runs, which the bare exec's launches are not.
+ */
+START_TEST(taint_step_after_bare_launches)
+{
+	struct bx *b = bx_open(false);
+	struct toggle_sim *sim = b->f->sim;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	bx_set(b, 0, 0);
+	for (int k = 0; k < 3; k++)
+		launch(b, 0); /* bare */
+	bx_set(b, 1, 0x0f);
+	launch(b, 0); /* clean */
+	bx_set(b, 2, 0);
+	launch(b, 0); /* bare */
+	bx_set(b, 3, 0xf0);
+	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 1u << 30, CUDA_ERROR_INVALID_VALUE);
+	launch(b, 0); /* tainted, in step 3 */
+	toggle_sim_synchronize(sim);
+	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 0, CUDA_SUCCESS);
+	bx_set(b, 4, 0xf0);
+	struct toggle_taint t;
+	toggle_taint_get(b->f->agent, &t);
+	ck_assert_uint_eq(t.launches, 1);
+	ck_assert_int_eq(t.last_step, 3);
+	bx_close(b);
+}
+END_TEST
+
+/* ---- the simulator's model of the calls the assembly uses ------------------------- */
+
+START_TEST(sim_node_getters_and_adds)
+{
+	struct bx *b = bx_open(false);
+	struct toggle_sim *sim = b->f->sim;
+	CUstream s = b->f->s[0];
+	CUgraph g = NULL, n = NULL;
+	ck_assert_int_eq(toggle_sim_stream_begin_capture(s), CUDA_SUCCESS);
+	compute(b, s, 7);
+	ck_assert_int_eq(toggle_sim_memset(s), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_capture_node(s, CU_GRAPH_NODE_TYPE_KERNEL), CUDA_ERROR_INVALID_VALUE);
+	ck_assert_int_eq(toggle_sim_stream_end_capture(s, &g), CUDA_SUCCESS);
+	CUgraphNode v[2];
+	size_t nv = 2;
+	ck_assert_int_eq(toggle_sim_graph_get_nodes(g, v, &nv), CUDA_SUCCESS);
+	ck_assert_uint_eq(nv, 2);
+	CUDA_KERNEL_NODE_PARAMS kp;
+	CUDA_MEMSET_NODE_PARAMS mp;
+	ck_assert_int_eq(toggle_sim_graph_kernel_node_get_params(v[1], &kp), CUDA_ERROR_INVALID_VALUE);
+	ck_assert_int_eq(toggle_sim_graph_memset_node_get_params(v[0], &mp), CUDA_ERROR_INVALID_VALUE);
+	ck_assert_int_eq(toggle_sim_graph_kernel_node_get_params(v[0], &kp), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_memset_node_get_params(v[1], &mp), CUDA_SUCCESS);
+	/* Adding to a captured graph is outside the model; to a created one works. */
+	CUgraphNode c = NULL, e = NULL;
+	ck_assert_int_eq(toggle_sim_graph_add_kernel_node(&c, g, NULL, 0, &kp), CUDA_ERROR_NOT_SUPPORTED);
+	ck_assert_int_eq(toggle_sim_graph_create(sim, &n, 1), CUDA_ERROR_INVALID_VALUE);
+	ck_assert_int_eq(toggle_sim_graph_create(sim, &n, 0), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_add_empty_node(&e, n, NULL, 0), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_add_kernel_node(&c, n, &e, 1, &kp), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_add_kernel_node(&c, n, v, 1, &kp), CUDA_ERROR_INVALID_VALUE);
+	ck_assert_int_eq(toggle_sim_graph_kernel_node_copy_attributes(c, v[0]), CUDA_SUCCESS);
+	CUgraphExec x;
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&x, n), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_add_empty_node(&e, n, NULL, 0), CUDA_ERROR_NOT_SUPPORTED);
+	ck_assert_int_eq(toggle_sim_graph_launch(x, s), CUDA_SUCCESS);
+	toggle_sim_synchronize(sim);
+	ck_assert_uint_eq(nklog, 1);
+	ck_assert_int_eq(klog[0], 7); /* the copy ran the same kernel with the same argument */
+	ck_assert_int_eq(toggle_sim_exec_destroy(x), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_destroy(n), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_destroy(g), CUDA_SUCCESS);
+	bx_close(b);
+}
+END_TEST
+
+static Suite *device_bare_suite(void)
+{
+	Suite *s = suite_create("device_bare");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, all_off_runs_no_producer);
+	tcase_add_test(tc, one_producer_on);
+	tcase_add_test(tc, planner_calls_only_changed);
+	tcase_add_loop_test(tc, alternating_exact, 0, 4);
+	tcase_add_test(tc, fork_join_edges_bypassed);
+	tcase_add_test(tc, set_bare_off_and_on);
+	tcase_add_test(tc, uncopyable_node_no_bare_exec);
+	tcase_add_loop_test(tc, faults_leave_nothing, 0, (int)(sizeof(faults) / sizeof(faults[0])));
+	tcase_add_loop_test(tc, lifetime_drops_bare_exec, 0, 3);
+	tcase_add_test(tc, strict_blocked_refuses_bare_too);
+	tcase_add_test(tc, taint_step_after_bare_launches);
+	tcase_add_test(tc, sim_node_getters_and_adds);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run_suite(device_bare_suite());
+}
