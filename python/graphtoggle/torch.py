@@ -8,6 +8,7 @@ torch is imported lazily: importing graphtoggle (or graphtoggle.torch) needs no 
 """
 
 import ctypes
+import itertools
 import sys
 import threading
 import warnings
@@ -721,6 +722,7 @@ class Attachment:
         self.hook_ids = {}
         self._handles = []
         self._watched = False
+        self._serial = next(_ATTACH_SERIAL)
 
     def buffer(self, hook_type, layer, shape=None):
         """The monitor buffer of (type, layer) (for one shape when several were made).
@@ -741,6 +743,8 @@ class Attachment:
         for h in self._handles:
             h.remove()
         self._handles = []
+        for k in [k for k in _TAP_BUFS if k[0] == self._serial]:
+            del _TAP_BUFS[k]
         ops = sys.modules.get(__package__ + ".ops")
         if ops is not None:
             ops.forget(self.hook_ids.values())  # the op's cached views hold our buffers
@@ -959,6 +963,18 @@ def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens
 # guarded once for all hooks, outside the modules' subtrees (bench/torch_compile_host.py).
 _TAP_OP = None
 
+# The monitor buffers as compiled code reads them: {(attachment serial, hook id): buffer}
+# for declared buffers, {(serial, hook id, shape, dtype): buffer} for those made as shapes
+# are met.  A buffer is a graph input that compiled code fetches at every call from where
+# dynamo found it: from a hook's closure cell that is a Python helper call per hook
+# (dict_keys_getitem on the module's _forward_hooks, then the cell: 24 of them per call of
+# the 8-layer bench model, about +45 us of host time per call of mode c on the H200); from
+# a global dict it is one subscript.  Keys are constants in the hook's closure (ints,
+# tuples: immutable, safe for the dict-tag fast path); detach() removes its entries, so
+# code compiled with them fails its guards and is compiled again.
+_TAP_BUFS = {}
+_ATTACH_SERIAL = itertools.count(1)
+
 
 def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
     global _TAP_OP
@@ -968,6 +984,11 @@ def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
     compiling = torch.compiler.is_compiling
     shapes = {}  # without a declared buffer: (shape, dtype) -> buffer
     missing = None if buf is not None else torch.empty(0)  # made now, outside compile
+    serial = att._serial
+    declared = buf is not None
+    key = (serial, hid)
+    if declared:
+        _TAP_BUFS[key] = buf
 
     def new_buffer(x):
         # outside a capture (torch's warm-up runs): make the buffer for this shape here.  A
@@ -984,22 +1005,25 @@ def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
             torch.empty_like(x, memory_format=torch.contiguous_format)
         _mark_static(torch, b)
         shapes[(tuple(x.shape), x.dtype)] = b
+        _TAP_BUFS[(serial, hid, tuple(x.shape), x.dtype)] = b
         att.buffers[(hook_type, layer, tuple(x.shape), x.dtype)] = b
         return b
 
     def fn(module, args, output):
         x = select(output) if select is not None else (
             output[0] if isinstance(output, (tuple, list)) else output)
-        b = buf
         if compiling():
             # traced by torch.compile: only the op call (buffers are made outside).  A
             # shape without a buffer gets the empty placeholder, which the op's fake
             # implementation refuses at trace time, naming the fix (a raise here would
             # not trace)
-            if b is None:
-                b = shapes.get((tuple(x.shape), x.dtype), missing)
+            if declared:
+                b = _TAP_BUFS[key]  # a global: see _TAP_BUFS
+            else:
+                b = _TAP_BUFS.get((serial, hid, tuple(x.shape), x.dtype), missing)
             _TAP_OP(x, b, hid)  # a global: see _TAP_OP
             return None
+        b = buf
         if b is None:
             b = shapes.get((tuple(x.shape), x.dtype))
             if b is None:
