@@ -392,7 +392,7 @@ static void before_round(struct env *e, bool device, char *out, size_t len)
 	struct toggle_graph_status gs;
 	unsigned reused = 0;
 	const char *name = device ? "device" : "lazy";
-	char what[96];
+	char what[96], when[64];
 
 	TG_CHECK(a, toggle_graph_instantiate(a, (CUgraph)g, (CUgraphExec *)&x));
 	step(a, 0, 0x0f);
@@ -412,36 +412,14 @@ static void before_round(struct env *e, bool device, char *out, size_t len)
 		CUDA_CHECK(cudaGraphInstantiate(&sx, s, 0));
 		snprintf(what, sizeof what, "%s: stranger %d while the exec lives%s", name, t,
 			 s == dead ? " (behind its graph's handle)" : "");
-		if (getenv("GPU_LIFETIME_TRACE")) {
-			struct tg_graph *r = tg_graph_find(a, (CUgraph)dead);
-			printf("gpu-lifetime: trace %s t=%d stranger %s: before its launch: record %s "
-			       "gone=%d exec_dead=%d applied=%llu\n", name, t,
-			       s == dead ? "reused" : "new", r ? "yes" : "no", r ? r->gone : -1,
-			       r ? r->exec_dead : -1, r ? (unsigned long long)r->applied_version : 0ull);
-		}
 		stranger_expect(e, a, what, s, sx, N_STRANGER);
 		if (s == dead) {
 			/* Our exec through the same handle, at its set, then at another. */
-			{
-				struct tg_graph *r = tg_graph_find(a, (CUgraph)dead);
-				if (getenv("GPU_LIFETIME_TRACE"))
-					printf("gpu-lifetime: trace %s t=%d before step: record %s gone=%d "
-					       "exec_dead=%d bound=%d exec=%p(x %p) applied=%llu "
-					       "version=%llu\n", name, t, r ? "yes" : "no",
-					       r ? r->gone : -1, r ? r->exec_dead : -1, r ? r->bound : -1,
-					       r ? (void *)r->exec : NULL, (void *)x,
-					       r ? (unsigned long long)r->applied_version : 0ull,
-					       (unsigned long long)a->version);
-			}
+			snprintf(when, sizeof when, "%s t=%d, our exec before the step", name, t);
+			trace_record(a, when, dead, x);
 			step(a, 1 + 2 * t, 0x0f);
-			if (getenv("GPU_LIFETIME_TRACE")) {
-				struct tg_graph *r = tg_graph_find(a, (CUgraph)dead);
-				printf("gpu-lifetime: trace %s t=%d after step: record %s gone=%d "
-				       "exec_dead=%d applied=%llu version=%llu\n", name, t,
-				       r ? "yes" : "no", r ? r->gone : -1, r ? r->exec_dead : -1,
-				       r ? (unsigned long long)r->applied_version : 0ull,
-				       (unsigned long long)a->version);
-			}
+			snprintf(when, sizeof when, "%s t=%d, our exec after the step", name, t);
+			trace_record(a, when, dead, x);
 			snprintf(what, sizeof what, "%s: our exec at its set (stranger %d)", name, t);
 			launch_expect(e, a, what, dead, x, TOGGLE_OK, 0x0f);
 			step(a, 2 + 2 * t, 0xf0);
