@@ -51,7 +51,7 @@ $(TD_STORE_SUITES): TEST_FIXTURES = $(TD_STORE_FIXTURES)
 TD_DAEMON_SUITES := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/check_daemon_*.c))
 TD_DAEMON_FIXTURES := $(B)/san/tests/fixture_daemon.o $(B)/san/tests/fixture_rpc.o
 TD_E2E_TESTS := $(TD_DAEMON_SUITES) $(B)/tests/check_store_daemon $(B)/tests/check_record_daemon \
-	$(B)/tests/check_record_drops
+	$(B)/tests/check_record_drops $(B)/tests/check_record_owed
 $(TD_E2E_TESTS): $(B)/toggled-san $(B)/libtgproto-san.a
 $(TD_E2E_TESTS) $(TD_DAEMON_FIXTURES): EXTRA_CFLAGS = $(TGP_CFLAGS) -DTOGGLED_BIN=\"$(B)/toggled-san\"
 $(TD_E2E_TESTS): EXTRA_LIBS = $(B)/libtgproto-san.a $(TGP_LIBS) -lpthread
@@ -67,6 +67,9 @@ $(B)/tests/check_record_daemon: TGC_TEST_LIBS = $(B)/libtgclient-san.a
 # A data ring's counters in ListAgents and /metrics, under a hostile agent (record.c's fold).
 $(B)/tests/check_record_drops: $(B)/libtgclient-san.a
 $(B)/tests/check_record_drops: TGC_TEST_LIBS = $(B)/libtgclient-san.a
+# What a recording added, removed though it could not end (record_owed.c): toggled killed, the agent left.
+$(B)/tests/check_record_owed: $(B)/libtgclient-san.a
+$(B)/tests/check_record_owed: TGC_TEST_LIBS = $(B)/libtgclient-san.a
 
 # A stand-in agent that writes its data ring by hand (tests/cli/record.sh, pytest).
 all: $(B)/tests/record_ring_agent

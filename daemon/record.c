@@ -256,6 +256,14 @@ static void rec_send_end(struct td_recording *rec, uint64_t agent_id, int code, 
 	td_report_send(rec->peer, &env);
 }
 
+static bool set_any(const struct toggle_set *t)
+{
+	for (size_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++)
+		if (t->bits[w])
+			return true;
+	return false;
+}
+
 /* Put the agent's hooks back: remove what the recording added, turn its ring's request off. */
 static void part_restore(struct rec_part *pt)
 {
@@ -268,20 +276,19 @@ static void part_restore(struct rec_part *pt)
 		if (a->ring->part == pt)
 			a->ring->part = NULL;
 	}
-	bool any = false;
-	for (size_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++)
-		any = any || pt->added.bits[w];
-	if (!any)
+	if (!set_any(&pt->added))
 		return;
 	char *spec = td_view_spec(a, pt->added.bits);
 	struct td_ctl_err e;
-	if (!spec || td_ctl_set(&a, 1, spec, TOGGLE__SET_OP__SET_OP_REMOVE, &e) != 0)
-		log_warnx("agent %s (id %llu): the hooks a recording added (%s) could not be removed: %s",
-			  a->name, (unsigned long long)a->id, spec ? spec : "?",
-			  spec ? e.msg : "out of memory");
-	else
+	if (!spec || td_ctl_set(&a, 1, spec, TOGGLE__SET_OP__SET_OP_REMOVE, &e) != 0) {
+		log_warnx("agent %s (id %llu): the hooks a recording added (%s) could not be removed: "
+			  "%s (its note stays: removed when the agent joins again)", a->name,
+			  (unsigned long long)a->id, spec ? spec : "?", spec ? e.msg : "out of memory");
+	} else {
 		log_info("agent %s (id %llu): recording over, %s removed from its standing set",
 			 a->name, (unsigned long long)a->id, spec);
+		td_owed_paid(a->d, a, pt->rec->session); /* the note goes once that is durable */
+	}
 	free(spec);
 }
 
@@ -372,17 +379,22 @@ static void record_agent_gone(struct td_agent *a)
 }
 
 /* An agent leaving (report.h, still in the registry): its part of a
- * recording ends and its ring is unmapped. */
+ * recording ends and its ring is unmapped (what the part added stays noted:
+ * removed when the agent joins again).  An agent joining: what a recording
+ * that did not end here added is removed (record_owed.c). */
 static void record_on_change(void *arg, const struct td_change *c)
 {
 	(void)arg;
 	if (c->kind == TD_AGENT_LEFT)
 		record_agent_gone(c->a);
+	else if (c->kind == TD_AGENT_JOINED)
+		td_owed_settle(c->a);
 }
 
 int td_record_init(struct td_daemon *d)
 {
-	return td_report_subscribe(d, TD_SUB_OBSERVE, record_on_change, NULL);
+	/* An applier: a join may change the agent's standing set. */
+	return td_report_subscribe(d, TD_SUB_APPLY, record_on_change, NULL);
 }
 
 void td_record_stop(struct td_daemon *d)
@@ -753,15 +765,36 @@ void rpc_record(struct td_peer *p, const Toggle__Envelope *req, struct rpc_reply
 		for (size_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++)
 			parts[i].added.bits[w] = parts[i].want.bits[w] & ~prev[w];
 	}
+	/* What each target is owed back, on disk before anything is added
+	 * (record_owed.c): paid at the end, or when the agent joins again. */
+	uint64_t session = s->last_session + 1;
+	for (size_t i = 0; i < n; i++) {
+		if (!set_any(&parts[i].added))
+			continue;
+		char *spec = td_view_spec(v[i], parts[i].added.bits), err[256] = "out of memory";
+		int rc = spec ? td_owed_note(d, v[i], session, spec, err, sizeof(err)) : TOGGLE_ENOMEM;
+		free(spec);
+		if (rc) {
+			for (size_t j = 0; j < i; j++)
+				td_owed_forget(d, v[j], session);
+			log_warnx("recording refused: the note of what it adds to agent %s: %s",
+				  v[i]->name, err);
+			rpc_fail(r, rc, "recording refused: the note of what it adds to agent %s could "
+				 "not be saved: %s", v[i]->name, err);
+			goto out;
+		}
+	}
 	struct td_ctl_err e;
 	if (td_ctl_set(v, n, m->spec, TOGGLE__SET_OP__SET_OP_ADD, &e)) {
+		for (size_t i = 0; i < n; i++)
+			td_owed_forget(d, v[i], session);
 		rpc_fail_ctl(r, &e);
 		goto out;
 	}
 	rec->d = d;
 	rec->peer = p;
 	rec->request_id = req->id;
-	rec->session = ++s->last_session;
+	rec->session = s->last_session = session;
 	rec->steps = m->steps;
 	rec->n = n;
 	for (size_t i = 0; i < n; i++) {

@@ -605,6 +605,17 @@ int td_agent_state_copy(struct td_agent_state *dst, const struct td_agent *a);
  * peer leaves: its recording ends (hooks restored); the daemon stops: every
  * recording ends, then (after the loop's last run) its memory is freed. */
 /* Subscribes to agent changes (report.h): 0, or TOGGLE_ELIMIT. */
+/* record_owed.c: what a running recording added to an agent's standing set,
+ * noted synced under <state_dir>/recording/ before it is added, so that it is
+ * removed even when the recording cannot end (toggled killed, the agent left):
+ * td_owed_settle at the agent's next join.  note: 0 or TOGGLE_E* (err says
+ * why); paid: the note goes once the saves accepted so far are durable;
+ * forget: at once (session 0: whatever note). */
+int td_owed_note(struct td_daemon *d, const struct td_agent *a, uint64_t session,
+		 const char *spec, char *err, size_t errlen);
+void td_owed_paid(struct td_daemon *d, const struct td_agent *a, uint64_t session);
+void td_owed_forget(struct td_daemon *d, const struct td_agent *a, uint64_t session);
+void td_owed_settle(struct td_agent *a);
 int td_record_init(struct td_daemon *d);
 void td_record_peer_gone(struct td_peer *p);
 void td_record_stop(struct td_daemon *d);

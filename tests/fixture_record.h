@@ -38,6 +38,56 @@
 
 #ifndef TOGGLED_BIN
 #error "TOGGLED_BIN must name the daemon binary (daemon/daemon.mk passes it)"
+/* The agent's standing set as the daemon shows it (ListAgents.enabled). */
+static inline void enabled_of(struct tgc *c, uint64_t agent_id, char *out, size_t len)
+{
+	Toggle__Selector sel = TOGGLE__SELECTOR__INIT;
+	sel.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+	sel.agent_id = agent_id;
+	Toggle__ListAgentsRequest m = TOGGLE__LIST_AGENTS_REQUEST__INIT;
+	m.target = &sel;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT, *rep = NULL;
+	env.body_case = TOGGLE__ENVELOPE__BODY_LIST_AGENTS;
+	env.list_agents = &m;
+	char err[ERRLEN];
+	int rc = tgc_call(c, &env, &rep, RPC_MS, err, sizeof(err));
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->agents->n_agents == 1, "%zu agents", rep->agents->n_agents);
+	snprintf(out, len, "%s", rep->agents->agents[0]->enabled);
+	toggle__envelope__free_unpacked(rep, NULL);
+}
+
+/* Wait (bounded) until the standing set is want. */
+static inline void enabled_wait(struct tgc *c, uint64_t agent_id, const char *want)
+{
+	char got[256] = "";
+	uint64_t end = now_ms() + WAIT_MS;
+	for (;;) {
+		enabled_of(c, agent_id, got, sizeof(got));
+		if (!strcmp(got, want))
+			return;
+		ASSERT(now_ms() < end, "agent %llu's standing set is '%s', expected '%s'",
+		       (unsigned long long)agent_id, got, want);
+		sleep_ms(10);
+	}
+}
+
+static inline int set_spec(struct tgc *c, uint64_t agent_id, const char *spec)
+{
+	Toggle__Selector sel = TOGGLE__SELECTOR__INIT;
+	sel.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+	sel.agent_id = agent_id;
+	Toggle__SetEnabledRequest m = TOGGLE__SET_ENABLED_REQUEST__INIT;
+	m.target = &sel;
+	m.op = TOGGLE__SET_OP__SET_OP_REPLACE;
+	m.spec = (char *)(uintptr_t)spec;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
+	env.set_enabled = &m;
+	char err[ERRLEN];
+	return tgc_call(c, &env, NULL, RPC_MS, err, sizeof(err));
+}
+
 #endif
 
 #define NT          2
@@ -136,19 +186,9 @@ static inline bool socket_accepts(const char *path)
 	return ok;
 }
 
-/* toggled on a temporary socket (and, with metrics, a /metrics socket), its log kept. */
-static inline void env_setup(struct env *e, const char *tag, bool metrics)
+/* toggled on e's socket and state directory (again, after env_daemon_kill9). */
+static inline void env_daemon_start(struct env *e)
 {
-	memset(e, 0, sizeof(*e));
-	e->metrics = metrics;
-	snprintf(e->dir, sizeof(e->dir), "/tmp/%s.XXXXXX", tag);
-	ASSERT(mkdtemp(e->dir), "mkdtemp: %s", strerror(errno));
-	chmod(e->dir, 0755);
-	snprintf(e->sock, sizeof(e->sock), "%s/t.sock", e->dir);
-	snprintf(e->state, sizeof(e->state), "%s/state", e->dir);
-	snprintf(e->dlog, sizeof(e->dlog), "%s/toggled.log", e->dir);
-	snprintf(e->msock, sizeof(e->msock), "%s/metrics.sock", e->dir);
-	g_env = e;
 	pid_t parent = getpid();
 	fflush(NULL);
 	e->daemon = fork();
@@ -176,6 +216,30 @@ static inline void env_setup(struct env *e, const char *tag, bool metrics)
 		ASSERT(now_ms() < end, "toggled does not accept on %s", e->sock);
 		sleep_ms(10);
 	}
+}
+
+/* SIGKILL: toggled dies as in a crash (nothing of it ends cleanly). */
+static inline void env_daemon_kill9(struct env *e)
+{
+	int st;
+	kill(e->daemon, SIGKILL);
+	waitpid(e->daemon, &st, 0);
+}
+
+/* toggled on a temporary socket (and, with metrics, a /metrics socket), its log kept. */
+static inline void env_setup(struct env *e, const char *tag, bool metrics)
+{
+	memset(e, 0, sizeof(*e));
+	e->metrics = metrics;
+	snprintf(e->dir, sizeof(e->dir), "/tmp/%s.XXXXXX", tag);
+	ASSERT(mkdtemp(e->dir), "mkdtemp: %s", strerror(errno));
+	chmod(e->dir, 0755);
+	snprintf(e->sock, sizeof(e->sock), "%s/t.sock", e->dir);
+	snprintf(e->state, sizeof(e->state), "%s/state", e->dir);
+	snprintf(e->dlog, sizeof(e->dlog), "%s/toggled.log", e->dir);
+	snprintf(e->msock, sizeof(e->msock), "%s/metrics.sock", e->dir);
+	g_env = e;
+	env_daemon_start(e);
 }
 
 /* SIGTERM: toggled must exit 0 (ASan and leak reports make it exit non-zero). */
@@ -509,6 +573,56 @@ static inline void fill(float *v, size_t n, float base)
 {
 	for (size_t i = 0; i < n; i++)
 		v[i] = base + (float)i;
+}
+
+/* The agent's standing set as the daemon shows it (ListAgents.enabled). */
+static inline void enabled_of(struct tgc *c, uint64_t agent_id, char *out, size_t len)
+{
+	Toggle__Selector sel = TOGGLE__SELECTOR__INIT;
+	sel.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+	sel.agent_id = agent_id;
+	Toggle__ListAgentsRequest m = TOGGLE__LIST_AGENTS_REQUEST__INIT;
+	m.target = &sel;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT, *rep = NULL;
+	env.body_case = TOGGLE__ENVELOPE__BODY_LIST_AGENTS;
+	env.list_agents = &m;
+	char err[ERRLEN];
+	int rc = tgc_call(c, &env, &rep, RPC_MS, err, sizeof(err));
+	ASSERT_CODE(rc, 0, err);
+	ASSERT(rep->agents->n_agents == 1, "%zu agents", rep->agents->n_agents);
+	snprintf(out, len, "%s", rep->agents->agents[0]->enabled);
+	toggle__envelope__free_unpacked(rep, NULL);
+}
+
+/* Wait (bounded) until the standing set is want. */
+static inline void enabled_wait(struct tgc *c, uint64_t agent_id, const char *want)
+{
+	char got[256] = "";
+	uint64_t end = now_ms() + WAIT_MS;
+	for (;;) {
+		enabled_of(c, agent_id, got, sizeof(got));
+		if (!strcmp(got, want))
+			return;
+		ASSERT(now_ms() < end, "agent %llu's standing set is '%s', expected '%s'",
+		       (unsigned long long)agent_id, got, want);
+		sleep_ms(10);
+	}
+}
+
+static inline int set_spec(struct tgc *c, uint64_t agent_id, const char *spec)
+{
+	Toggle__Selector sel = TOGGLE__SELECTOR__INIT;
+	sel.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
+	sel.agent_id = agent_id;
+	Toggle__SetEnabledRequest m = TOGGLE__SET_ENABLED_REQUEST__INIT;
+	m.target = &sel;
+	m.op = TOGGLE__SET_OP__SET_OP_REPLACE;
+	m.spec = (char *)(uintptr_t)spec;
+	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
+	env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
+	env.set_enabled = &m;
+	char err[ERRLEN];
+	return tgc_call(c, &env, NULL, RPC_MS, err, sizeof(err));
 }
 
 #endif
