@@ -68,7 +68,7 @@ static int sync_dir(const char *dir)
 	return rc;
 }
 
-/* The note of key: 1 (session and spec filled), 0 (none), -1 (unreadable or malformed). */
+/* The note of key: 1 (session and spec filled), 0 (none), -1 (unreadable or not a note). */
 static int owed_read(const struct td_daemon *d, const char *key, uint64_t *session, char *spec,
 		     size_t spec_len)
 {
@@ -84,9 +84,18 @@ static int owed_read(const struct td_daemon *d, const char *key, uint64_t *sessi
 	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size <= OWED_MAX)
 		n = read(fd, buf, OWED_MAX);
 	close(fd);
-	if (n <= 0)
+	return n <= 0 ? -1 : td_owed_parse(buf, (size_t)n, session, spec, spec_len);
+}
+
+int td_owed_parse(const char *text, size_t n, uint64_t *session, char *spec, size_t spec_len)
+{
+	char buf[OWED_MAX + 1];
+	if (n == 0 || n > OWED_MAX || memchr(text, '\0', n))
 		return -1;
+	memcpy(buf, text, n);
 	buf[n] = '\0';
+	if (buf[0] < '1' || buf[0] > '9')
+		return -1; /* strtoull would take a sign, spaces or leading zeros: not what a note holds */
 	char *end;
 	errno = 0;
 	unsigned long long s = strtoull(buf, &end, 10);

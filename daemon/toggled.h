@@ -616,6 +616,9 @@ int td_owed_note(struct td_daemon *d, const struct td_agent *a, uint64_t session
 void td_owed_paid(struct td_daemon *d, const struct td_agent *a, uint64_t session);
 void td_owed_forget(struct td_daemon *d, const struct td_agent *a, uint64_t session);
 void td_owed_settle(struct td_agent *a);
+/* A note's bytes (n of text, no NUL needed): 1 with *session (never 0) and spec
+ * (printable, NUL-terminated, under spec_len), -1 when they are not a note. */
+int td_owed_parse(const char *text, size_t n, uint64_t *session, char *spec, size_t spec_len);
 int td_record_init(struct td_daemon *d);
 void td_record_peer_gone(struct td_peer *p);
 void td_record_stop(struct td_daemon *d);

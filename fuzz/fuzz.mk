@@ -12,7 +12,7 @@ FUZZ_FLAGS = -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 	-Ilibtoggle/include -Ilibtoggle/src -Iproto -Iclient -Iutil -I$(B)/gen \
 	-isystem $(CUDA_HOME)/include
 FUZZ_NAMES := fuzz_frame fuzz_spec fuzz_pbwire fuzz_shm fuzz_cluster fuzz_store fuzz_config \
-	      fuzz_plan fuzz_hosts fuzz_gzip fuzz_cluster_stream fuzz_ring
+	      fuzz_plan fuzz_hosts fuzz_gzip fuzz_cluster_stream fuzz_ring fuzz_owed
 FUZZ_TARGETS := $(FUZZ_NAMES:%=$(B)/fuzz/%)
 
 $(B)/fuzz/fuzz_frame: fuzz/fuzz_frame.c proto/frame.c $(TGP_GEN_C) $(TGP_GEN_H)
@@ -54,6 +54,14 @@ $(B)/fuzz/fuzz_cluster_stream: fuzz/fuzz_cluster_stream.c daemon/cluster_key.c d
 # decoders are instrumented; the rest of the daemon is linked as built.
 $(B)/fuzz/fuzz_store: fuzz/fuzz_store.c daemon/store.c $(filter-out $(B)/daemon/store.o,$(TD_OBJ)) \
 		$(B)/libtgproto.a $(B)/libtoggle.a $(B)/libtgutil.a
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon $$(pkg-config --cflags libuv jansson) -o $@ $^ \
+	    $(TD_LIBS) $(LIB_LIBS)
+
+# A recording's note as toggled reads it at an agent's join (daemon/record_owed.c).
+$(B)/fuzz/fuzz_owed: fuzz/fuzz_owed.c daemon/record_owed.c \
+		$(filter-out $(B)/daemon/record_owed.o,$(TD_OBJ)) $(B)/libtgproto.a $(B)/libtoggle.a \
+		$(B)/libtgutil.a
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -Idaemon $$(pkg-config --cflags libuv jansson) -o $@ $^ \
 	    $(TD_LIBS) $(LIB_LIBS)
@@ -112,7 +120,7 @@ $(B)/fuzz/replay/fuzz_spec $(B)/fuzz/replay/fuzz_pbwire: FZ_LIBS =
 $(B)/fuzz/replay/fuzz_shm: FZ_LIBS = -pthread
 $(B)/fuzz/replay/fuzz_ring: FZ_LIBS =
 FZ_TD_REPLAYS := $(B)/fuzz/replay/fuzz_cluster $(B)/fuzz/replay/fuzz_cluster_stream \
-	$(B)/fuzz/replay/fuzz_store $(B)/fuzz/replay/fuzz_config
+	$(B)/fuzz/replay/fuzz_store $(B)/fuzz/replay/fuzz_config $(B)/fuzz/replay/fuzz_owed
 $(FZ_TD_REPLAYS): $(B)/libtoggled-san.a $(B)/libtgproto-san.a
 $(FZ_TD_REPLAYS): FZ_CFLAGS = $(TD_CFLAGS)
 $(FZ_TD_REPLAYS): FZ_LIBS = $(B)/libtoggled-san.a $(B)/libtgproto-san.a $(TD_LIBS)
