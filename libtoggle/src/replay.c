@@ -410,13 +410,13 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 		a->stats.launches_unrelated++;
 		return 0;
 	}
-	if (g->dev == TG_DEV_ACTIVE && g->last_any && g->last_any != stream &&
-	    g->last_bare != (g->run != g->exec)) {
-		/* Device mode, the first launch after a switch between the device
-		 * exec and the bare one, on another stream: the driver serialises
-		 * launches of one exec, not of two, so this one waits for the last
-		 * (an event), as launches of the one exec did before the switch.
-		 * A prepare too: the caller launches the device exec right after. */
+	if (g->last_any && g->last_any != stream && g->last_bare != (g->run != g->exec)) {
+		/* The first launch after a switch between the exec and the bare one,
+		 * on another stream (any mode): the driver serialises launches of one
+		 * exec, not of two, so this one waits for the last (an event), as
+		 * launches of the one exec did before the switch
+		 * (check_bare_streams.c, check_device_bare.c).  A prepare too: the
+		 * caller launches the exec right after. */
 		int rc = tg_device_order(a, g, g->last_any, stream);
 		if (rc)
 			return launch_refuse(a, rc);
@@ -511,8 +511,11 @@ int tg_apply_all(struct toggle_agent *a)
 			continue;
 		}
 		int rc = rebind ? tg_graph_bind_exec(a, g, g->exec) : 0;
+		CUgraphExec ran = g->run;
 		if (rc == 0)
 			rc = tg_bare_pick(a, g) ? 0 : tg_graph_sync(a, g);
+		if (rc == 0 && g->run != ran && g->last_any)
+			g->applied_version = 0; /* a switch of execs: its launch orders it (replay_slow) */
 		if (rc && tg_graph_replaced(a, g)) {
 			tg_graph_drop(a, g); /* the handle names another graph now */
 			continue;
