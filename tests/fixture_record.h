@@ -38,56 +38,6 @@
 
 #ifndef TOGGLED_BIN
 #error "TOGGLED_BIN must name the daemon binary (daemon/daemon.mk passes it)"
-/* The agent's standing set as the daemon shows it (ListAgents.enabled). */
-static inline void enabled_of(struct tgc *c, uint64_t agent_id, char *out, size_t len)
-{
-	Toggle__Selector sel = TOGGLE__SELECTOR__INIT;
-	sel.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
-	sel.agent_id = agent_id;
-	Toggle__ListAgentsRequest m = TOGGLE__LIST_AGENTS_REQUEST__INIT;
-	m.target = &sel;
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT, *rep = NULL;
-	env.body_case = TOGGLE__ENVELOPE__BODY_LIST_AGENTS;
-	env.list_agents = &m;
-	char err[ERRLEN];
-	int rc = tgc_call(c, &env, &rep, RPC_MS, err, sizeof(err));
-	ASSERT_CODE(rc, 0, err);
-	ASSERT(rep->agents->n_agents == 1, "%zu agents", rep->agents->n_agents);
-	snprintf(out, len, "%s", rep->agents->agents[0]->enabled);
-	toggle__envelope__free_unpacked(rep, NULL);
-}
-
-/* Wait (bounded) until the standing set is want. */
-static inline void enabled_wait(struct tgc *c, uint64_t agent_id, const char *want)
-{
-	char got[256] = "";
-	uint64_t end = now_ms() + WAIT_MS;
-	for (;;) {
-		enabled_of(c, agent_id, got, sizeof(got));
-		if (!strcmp(got, want))
-			return;
-		ASSERT(now_ms() < end, "agent %llu's standing set is '%s', expected '%s'",
-		       (unsigned long long)agent_id, got, want);
-		sleep_ms(10);
-	}
-}
-
-static inline int set_spec(struct tgc *c, uint64_t agent_id, const char *spec)
-{
-	Toggle__Selector sel = TOGGLE__SELECTOR__INIT;
-	sel.sel_case = TOGGLE__SELECTOR__SEL_AGENT_ID;
-	sel.agent_id = agent_id;
-	Toggle__SetEnabledRequest m = TOGGLE__SET_ENABLED_REQUEST__INIT;
-	m.target = &sel;
-	m.op = TOGGLE__SET_OP__SET_OP_REPLACE;
-	m.spec = (char *)(uintptr_t)spec;
-	Toggle__Envelope env = TOGGLE__ENVELOPE__INIT;
-	env.body_case = TOGGLE__ENVELOPE__BODY_SET_ENABLED;
-	env.set_enabled = &m;
-	char err[ERRLEN];
-	return tgc_call(c, &env, NULL, RPC_MS, err, sizeof(err));
-}
-
 #endif
 
 #define NT          2
