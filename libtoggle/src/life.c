@@ -263,19 +263,22 @@ static uint64_t life_now_us(void)
 }
 
 /*
- * Waits, at most a->settle_us, until every object of v is dead: the driver
- * drops an exec's references after cudaGraphExecDestroy returned (see
- * TG_LIFE_SETTLE_US), and a new exec may have the dead one's handle by
- * then.  Only where the agent would refuse otherwise; true when all died.
+ * Waits, at most a->settle_us, until every object of v is dead (and, with
+ * counted, the agent's count of deaths has moved, so that the caller's sweep
+ * looks: a destructor marks its object before it counts).  The driver drops
+ * an exec's references after cudaGraphExecDestroy returned (see
+ * TG_LIFE_SETTLE_US), and a new exec may have the dead one's handle by then.
+ * Only where the agent would refuse otherwise; true when all died.
  */
-static bool life_wait_all(const struct toggle_agent *a, struct tg_life *const *v, uint32_t n)
+static bool life_wait_all(const struct toggle_agent *a, struct tg_life *const *v, uint32_t n,
+			  bool counted)
 {
 	uint64_t end = life_now_us() + a->settle_us;
 	for (;;) {
 		uint32_t alive = 0;
 		for (uint32_t i = 0; i < n; i++)
 			alive += !life_dead(v[i]);
-		if (!alive)
+		if (!alive && (!counted || tg_life_pending(a)))
 			return true;
 		if (life_now_us() >= end)
 			return false;
@@ -289,7 +292,7 @@ bool tg_life_foreign(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exe
 	if (!g->foreign || exec != g->foreign)
 		return false;
 	g->n_foreign = life_prune(g->foreign_life, g->n_foreign);
-	if (g->n_foreign && life_wait_all(a, g->foreign_life, g->n_foreign))
+	if (g->n_foreign && life_wait_all(a, g->foreign_life, g->n_foreign, false))
 		g->n_foreign = life_prune(g->foreign_life, g->n_foreign);
 	if (g->n_foreign == 0) {
 		foreign_clear(g); /* destroyed: a new exec may have its handle */
@@ -432,30 +435,13 @@ int tg_life_describe(const struct tg_graph *g, char *buf, size_t len)
 	return k;
 }
 
-/* Whether every object the bound exec may hold is dead (no pruning: a look only). */
-static bool life_exec_gone(const struct tg_graph *g)
-{
-	if (g->exec_life)
-		return life_dead(g->exec_life);
-	for (uint32_t i = 0; i < g->n_held; i++)
-		if (!life_dead(g->held[i]))
-			return false;
-	return true;
-}
-
 bool tg_life_settle(struct toggle_agent *a, const struct tg_graph *g)
 {
 	if (!a->life || !g->bound || !g->exec_tracked || g->exec_dead)
 		return false;
-	uint64_t end = life_now_us() + a->settle_us;
-	/* Dead, and counted: the sweep the caller runs then looks (the
-	 * destructor marks its object before it counts the death). */
-	while (!life_exec_gone(g) || !tg_life_pending(a)) {
-		if (life_now_us() >= end)
-			return false;
-		sched_yield();
-	}
-	return true;
+	/* The objects the bound exec holds: its own, or the closed epochs'. */
+	return g->exec_life ? life_wait_all(a, &g->exec_life, 1, true)
+			    : life_wait_all(a, g->held, g->n_held, true);
 }
 
 bool tg_life_exec_reused(struct tg_graph *g, CUgraphExec exec)
