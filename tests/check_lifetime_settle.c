@@ -189,6 +189,38 @@ START_TEST(test_recapture_gets_dead_exec_handle)
 }
 END_TEST
 
+/*
+ * The bound exec destroyed (against the rule) and the graph instantiated
+ * again by the agent before the driver ran the old exec's destructor: the
+ * new exec gets the old one's handle and every producer enabled (the
+ * graph's state).  It is new (toggle_graph_instantiate made it), so its
+ * node states are set again: the launch runs exactly the step's set.
+ */
+START_TEST(test_reinstantiated_behind_live_looking_handle)
+{
+	struct lfx f;
+	settle_open(&f, "1000000");
+	CUgraphExec e;
+	CUgraph g = ours_launched(&f, &e); /* 0x0f: 0xf0 disabled in e */
+	ck_assert_int_eq(toggle_sim_exec_destroy(e), CUDA_SUCCESS);
+	CUgraphExec e2;
+	ck_assert_int_eq(toggle_graph_instantiate(f.agent, g, &e2), 0);
+	ck_assert_ptr_eq(e2, e); /* the dead exec's handle, its destructor not run yet */
+	ck_assert_int_eq(launch(&f, g, e2), 0);
+	ck_assert_uint_eq(f.ran, 0x0f);
+	step(&f, 1, 0x0f);
+	ck_assert_int_eq(launch(&f, g, e2), 0);
+	ck_assert_uint_eq(f.ran, 0x0f);
+	toggle_sim_run_destructors(f.sim);
+	step(&f, 2, 0x3c);
+	ck_assert_int_eq(launch(&f, g, e2), 0);
+	ck_assert_uint_eq(f.ran, 0x3c);
+	ck_assert_int_eq(toggle_sim_exec_destroy(e2), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_destroy(g), CUDA_SUCCESS);
+	settle_close(&f);
+}
+END_TEST
+
 /* A bound out of range or not a number leaves the default: never unbounded. */
 START_TEST(test_settle_bound_checked)
 {
@@ -211,6 +243,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_stranger_behind_dead_exec_handle, 0, 4);
 	tcase_add_test(tc, test_own_exec_still_refused);
 	tcase_add_loop_test(tc, test_recapture_gets_dead_exec_handle, 0, 2);
+	tcase_add_test(tc, test_reinstantiated_behind_live_looking_handle);
 	tcase_add_test(tc, test_settle_bound_checked);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

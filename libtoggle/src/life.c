@@ -41,10 +41,10 @@
  * its store (a few instructions).
  */
 #include <sched.h>
-#include <time.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "agent_impl.h"
@@ -288,7 +288,6 @@ static bool life_wait_all(const struct toggle_agent *a, struct tg_life *const *v
 
 bool tg_life_foreign(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 {
-	(void)a;
 	if (!g->foreign || exec != g->foreign)
 		return false;
 	g->n_foreign = life_prune(g->foreign_life, g->n_foreign);
