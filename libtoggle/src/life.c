@@ -44,8 +44,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
+#include <time.h>
 
 #include "agent_impl.h"
 #include "life_hub.h"
