@@ -2863,66 +2863,70 @@ CUresult toggle_sim_graph_memcpy_node_get_params(CUgraphNode node, CUDA_MEMCPY3D
 	return r;
 }
 
+/*
+ * What memset, memcpy and empty nodes share: the graph, its dependencies and
+ * (params_ok) the caller's parameters checked, the call gated (fault
+ * injection), the node added and named in *out; NULL with *rc when not.  The
+ * caller fills the node's parameters.
+ */
+static struct sim_node *sim_add_plain(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
+				      size_t n, bool params_ok, CUgraphNodeType type, CUresult *rc)
+{
+	struct sim_graph *g = sim_graph_of(graph);
+
+	if (g == NULL) {
+		*rc = CUDA_ERROR_INVALID_HANDLE;
+		return NULL;
+	}
+	CUresult check = sim_add_check(g, out, deps, n);
+	if (check == CUDA_SUCCESS && !params_ok)
+		check = CUDA_ERROR_INVALID_VALUE;
+	*rc = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_ADD_NODE, check);
+	if (*rc != CUDA_SUCCESS)
+		return NULL;
+	struct sim_node *nd = sim_add_node(g, type, deps, n);
+	if (nd == NULL) {
+		*rc = CUDA_ERROR_OUT_OF_MEMORY;
+		return NULL;
+	}
+	*out = (CUgraphNode)nd;
+	return nd;
+}
+
 /* The simulator has no contexts: ctx is not looked at. */
 CUresult toggle_sim_graph_add_memset_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
 					  size_t n, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
 {
-	struct sim_graph *g = sim_graph_of(graph);
+	CUresult rc;
+	struct sim_node *nd = sim_add_plain(out, graph, deps, n, p != NULL, CU_GRAPH_NODE_TYPE_MEMSET,
+					    &rc);
 
 	(void)ctx;
-	if (g == NULL)
-		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult check = sim_add_check(g, out, deps, n);
-	if (check == CUDA_SUCCESS && p == NULL)
-		check = CUDA_ERROR_INVALID_VALUE;
-	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_ADD_NODE, check);
-	if (r != CUDA_SUCCESS)
-		return r;
-	struct sim_node *nd = sim_add_node(g, CU_GRAPH_NODE_TYPE_MEMSET, deps, n);
-	if (nd == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	nd->memset = *p;
-	*out = (CUgraphNode)nd;
-	return CUDA_SUCCESS;
+	if (nd)
+		nd->memset = *p;
+	return rc;
 }
 
 CUresult toggle_sim_graph_add_memcpy_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
 					  size_t n, const CUDA_MEMCPY3D *p, CUcontext ctx)
 {
-	struct sim_graph *g = sim_graph_of(graph);
+	CUresult rc;
+	struct sim_node *nd = sim_add_plain(out, graph, deps, n, p != NULL, CU_GRAPH_NODE_TYPE_MEMCPY,
+					    &rc);
 
 	(void)ctx;
-	if (g == NULL)
-		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult check = sim_add_check(g, out, deps, n);
-	if (check == CUDA_SUCCESS && p == NULL)
-		check = CUDA_ERROR_INVALID_VALUE;
-	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_ADD_NODE, check);
-	if (r != CUDA_SUCCESS)
-		return r;
-	struct sim_node *nd = sim_add_node(g, CU_GRAPH_NODE_TYPE_MEMCPY, deps, n);
-	if (nd == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	nd->memcpy = *p;
-	*out = (CUgraphNode)nd;
-	return CUDA_SUCCESS;
+	if (nd)
+		nd->memcpy = *p;
+	return rc;
 }
 
 CUresult toggle_sim_graph_add_empty_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps,
 					 size_t n)
 {
-	struct sim_graph *g = sim_graph_of(graph);
+	CUresult rc;
 
-	if (g == NULL)
-		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult r = sim_gate(g->obj.hdr.sim, TOGGLE_SIM_OP_ADD_NODE, sim_add_check(g, out, deps, n));
-	if (r != CUDA_SUCCESS)
-		return r;
-	struct sim_node *nd = sim_add_node(g, CU_GRAPH_NODE_TYPE_EMPTY, deps, n);
-	if (nd == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	*out = (CUgraphNode)nd;
-	return CUDA_SUCCESS;
+	(void)sim_add_plain(out, graph, deps, n, true, CU_GRAPH_NODE_TYPE_EMPTY, &rc);
+	return rc;
 }
 
 /* ---- errors ------------------------------------------------------------------------------ */
