@@ -44,7 +44,6 @@ PREFIX = "torch-compile-bench: "
 
 try:
     import torch
-    from torch import nn
 except ImportError:
     print(PREFIX + "SKIPPED: python3 cannot import torch")
     sys.exit(0)
@@ -69,52 +68,7 @@ def fail(msg):
     print(PREFIX + "mismatch: " + msg, flush=True)
 
 
-class Attention(nn.Module):
-    def __init__(self, h):
-        super().__init__()
-        self.qkv = nn.Linear(h, 2 * h, bias=False)
-        self.o = nn.Linear(h, h, bias=False)
-        self.h = h
-
-    def forward(self, x):
-        return self.o(torch.tanh(self.qkv(x))[:, : self.h])
-
-
-class MLP(nn.Module):
-    def __init__(self, h, inter):
-        super().__init__()
-        self.gu = nn.Linear(h, 2 * inter, bias=False)
-        self.down = nn.Linear(inter, h, bias=False)
-
-    def forward(self, x):
-        g, u = self.gu(x).chunk(2, dim=-1)
-        return self.down(torch.nn.functional.silu(g) * u)
-
-
-class Layer(nn.Module):
-    def __init__(self, h, inter):
-        super().__init__()
-        self.attn, self.mlp = Attention(h), MLP(h, inter)
-
-    def forward(self, x):
-        x = x + self.attn(x)
-        return x + self.mlp(x)
-
-
-class Model(nn.Module):
-    def __init__(self, layers, h, inter):
-        super().__init__()
-        self.layers = nn.ModuleList(Layer(h, inter) for _ in range(layers))
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
-def modules_of(model):
-    return {"resid_post": model.layers, "attn_out": [l.attn for l in model.layers],
-            "mlp_out": [l.mlp for l in model.layers]}
+from tc_model import Model, modules_of  # noqa: E402  (the model both benches time)
 
 
 def _own_forward(model):
