@@ -51,6 +51,12 @@
 #               op under torch.compile (modes a and c) against the same compiled model
 #               without graphtoggle, and the op's eager cost
 #               (python/tests/gpu/torch_compile_bench.py; ~30-60 s)
+#   llama_bench  only with LLAMA_BENCH=1: issues #23 and #31 on transformers' Llama
+#               (16 layers, hidden 2048, bf16, random weights from a config), graphs
+#               per batch size (32, 8, 1) in one pool, eager and torch.compile
+#               (fullgraph) forwards, lazy and device mode: all off / all on against
+#               the same graphs without graphtoggle (python/tests/gpu/llama_bench.py;
+#               needs transformers, skips without it; ~2-4 min)
 #   record_bench  only with RECORD_BENCH=1: issue #24's targets, 32 hooks of 128 KiB a
 #               step recorded at the example engine's full rate: step time against the
 #               producers on and nothing recorded, bytes/s to disk and to a Python
@@ -74,6 +80,7 @@
 # PIECEWISE_PROOF_ARGS (e.g. "--steps 2000"), PIECEWISE_BENCH_ARGS (e.g. "--reps 11"),
 # RECORD_PROOF_ARGS (e.g. "--steps 2000 --modes lazy"),
 # RECORD_DAEMON_PROOF_ARGS (e.g. "--record-steps 1000 --modes lazy"),
+# LLAMA_BENCH=1 (and LLAMA_BENCH_ARGS, e.g. "--modes device --kinds eager"),
 # RECORD_BENCH=1 (and RECORD_BENCH_ARGS, e.g. "--rounds 7 --block-seconds 6").
 # Environment: CUDA_HOME (default /usr/local/cuda), CC (default cc), NVCC.
 # GPU_LEGS="gpu_check torch_proof ..." runs only the legs named (the rest are
@@ -225,6 +232,11 @@ if [ "${TORCH_COMPILE_BENCH:-0}" = 1 ]; then
 		${TORCH_COMPILE_BENCH_ARGS:-}
 fi
 
+if [ "${LLAMA_BENCH:-0}" = 1 ]; then
+	# shellcheck disable=SC2086 # LLAMA_BENCH_ARGS is a list of words
+	run_py_leg llama_bench python/tests/gpu/llama_bench.py ${LLAMA_BENCH_ARGS:-}
+fi
+
 printf '%s\n' "$results" | sed '/^$/d'
 # the producer-free exec's figures again, for pasting
 grep -h '^gpu-bare: figures:' "$B/gpu_bare.log" 2>/dev/null || true
@@ -237,6 +249,8 @@ grep -h '^gpu-lifetime: leg=stranger' "$B/gpu_lifetime.log" 2>/dev/null || true
 	grep -h '^torch-decode-bench: table:' "$B/torch_decode_bench.log" 2>/dev/null || true
 [ "${RECORD_BENCH:-0}" = 1 ] &&
 	grep -h '^record-bench: ' "$B/record_bench.log" 2>/dev/null || true
+[ "${LLAMA_BENCH:-0}" = 1 ] &&
+	grep -h '^llama-bench: table:' "$B/llama_bench.log" 2>/dev/null || true
 [ "${TORCH_COMPILE_BENCH:-0}" = 1 ] &&
 	grep -h '^torch-compile-bench: table:' "$B/torch_compile_bench.log" 2>/dev/null || true
 if [ "$status" -eq 0 ]; then

@@ -1,0 +1,293 @@
+"""llama_bench.py - issues 23 and 31 on the model they were written against: transformers'
+Llama (a config, random weights, nothing downloaded; default 16 layers, hidden 2048, MLP
+5632, bf16) decoding one token per sequence through a static KV cache, one CUDA graph per
+batch size (default 32, 8, 1, largest first) captured by this script into one shared
+pool, as vLLM and SGLang do.  Run by scripts/gpu-check.sh when LLAMA_BENCH=1; skipped
+cleanly without torch, a GPU or transformers.
+
+Hooks: resid_post (each decoder layer's output) and mlp_out (each MLP's), attached with
+attach() and declared buffers (2 x layers producers).  Two copies of the same weights:
+"floor" without hooks, captured and replayed by torch alone, and "hooked", captured under
+graphtoggle.torch.patch(agent) (the default random_ops: automatic).
+
+ kind eager     the model's own forward captured as is (issue 31's table: the eager engine)
+ kind compiled  torch.compile(fullgraph=True, dynamic=False) of the forward, the graphs
+                captured by the script (vLLM's FULL graphs: issue 23's mode a)
+
+Per mode (lazy, device) x kind x batch size: floor, off (every hook off) and on (every
+hook on), legs interleaved, medians over --reps rounds of --n back-to-back steps timed with
+CUDA events (ms per step, x floor), and the host time per step (agent.step() + replay
+against the floor's replay).  Correctness, judged on what ran: at off steps no monitor
+buffer was written, at on steps every one (NaN sentinels); the hooked graph's logits equal
+at off and on steps (the producers only read); in the eager kind, the hooked graph's
+logits equal the floor graph's bit for bit.  One line "llama-bench: PASS" or "... FAIL"
+judges correctness only, never speed.  Exit 0 on PASS and SKIPPED, 1 on FAIL.
+"""
+
+import argparse
+import copy
+import inspect
+import os
+import statistics
+import sys
+import traceback
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", ".."))
+
+PREFIX = "llama-bench: "
+
+try:
+    import torch
+except ImportError:
+    print(PREFIX + "SKIPPED: python3 cannot import torch")
+    sys.exit(0)
+if getattr(torch, "FAKE", False) or not torch.cuda.is_available():
+    print(PREFIX + "SKIPPED: torch sees no CUDA device")
+    sys.exit(0)
+try:
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
+except ImportError as e:
+    print(PREFIX + "SKIPPED: python3 cannot import transformers' Llama (%s)" % e)
+    sys.exit(0)
+
+import graphtoggle  # noqa: E402
+import graphtoggle.torch as gtt  # noqa: E402
+
+sys.path.insert(0, HERE)
+from torch_compile_bench import kernel_nodes, time_legs  # noqa: E402
+
+TYPES = ("resid_post", "mlp_out")
+LEGS = ("floor", "off", "on")
+warnings.filterwarnings("ignore", message="graphtoggle.torch.attach")
+FAILS = []
+
+
+def fail(msg):
+    FAILS.append(msg)
+    print(PREFIX + "mismatch: " + msg, flush=True)
+
+
+def make_cache(cfg, bs, ctx, dt):
+    """A StaticCache for bs sequences of ctx tokens, whichever constructor this transformers
+    has (5.x: config and max_cache_len, the layers made at the first update; 4.x: the batch
+    size, device and dtype up front)."""
+    params = inspect.signature(StaticCache.__init__).parameters
+    kw = {"config": cfg, "max_cache_len": ctx}
+    for name, val in (("max_batch_size", bs), ("batch_size", bs), ("device", "cuda"),
+                      ("dtype", dt)):
+        if name in params:
+            kw[name] = val
+    return StaticCache(**kw)
+
+
+def own_forward(model):
+    """A function with a code object of its own calling model's decode step (torch.compile
+    keeps compiled code per code object: see torch_compile_bench._own_forward)."""
+    ns = {"model": model}
+    exec("def decode_%d(ids, pos, cpos, cache):\n"
+         "    return model(input_ids=ids, position_ids=pos, cache_position=cpos,\n"
+         "                 past_key_values=cache, use_cache=True).logits\n" % id(model), ns)
+    return ns["decode_%d" % id(model)]
+
+
+class Step:
+    """One batch size's static inputs and cache for one model copy."""
+
+    def __init__(self, cfg, bs, ctx, dt, ids):
+        self.ids = ids[:bs].clone()
+        self.cpos = torch.tensor([ctx // 2], device="cuda")
+        self.pos = self.cpos.expand(bs, 1).contiguous()
+        self.cache = make_cache(cfg, bs, ctx, dt)
+
+    def args(self):
+        return self.ids, self.pos, self.cpos, self.cache
+
+
+def written(att, n):
+    torch.cuda.synchronize()
+    return {(t, l) for (t, l, _, _), b in att.buffers.items()
+            if not bool(torch.isnan(b[:n]).all())}
+
+
+def reset(att):
+    for b in att.buffers.values():
+        b.fill_(float("nan"))
+
+
+def check_graph(agent, att, g, out, bs, floor_logits, what):
+    """Off steps write no buffer, on steps every one; the logits are the same at both (and,
+    floor_logits given, the floor graph's)."""
+    logits = {}
+    for spec, want in (("none", set()), ("all", set(att.hook_ids))):
+        agent.set_enabled(spec)
+        agent.step()
+        reset(att)
+        g.replay()
+        got = written(att, bs)
+        if got != want:
+            fail("%s: at %s steps %d of %d hooks wrote" % (what, spec, len(got), len(want)))
+        logits[spec] = out.clone()
+    if not torch.equal(logits["none"], logits["all"]):
+        fail("%s: the logits differ between all-off and all-on steps" % what)
+    if floor_logits is not None and not torch.equal(logits["none"], floor_logits):
+        fail("%s: the hooked graph's logits differ from the floor graph's" % what)
+
+
+def report(tag, bs, t):
+    f = t["floor"][0]
+    for leg in LEGS:
+        print(PREFIX + "%s bs %d %-5s %.4f ms/step  %.4fx floor  host %.2f us/step"
+              % (tag, bs, leg, t[leg][0], t[leg][0] / f, t[leg][1]), flush=True)
+    return "%s bs %d: off %.4fx, on %.4fx; host +%.2f us/step off, +%.2f on" % (
+        tag, bs, t["off"][0] / f, t["on"][0] / f, t["off"][1] - t["floor"][1],
+        t["on"][1] - t["floor"][1])
+
+
+def bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids):
+    out = []
+    if kind == "compiled":
+        ff = torch.compile(own_forward(floor), fullgraph=True, dynamic=False)
+        fh = torch.compile(own_forward(hooked), fullgraph=True, dynamic=False)
+    else:
+        ff, fh = own_forward(floor), own_forward(hooked)
+    pool = torch.cuda.graph_pool_handle()
+    graphs, outs, steps = {}, {}, {}
+    order = sorted(args.batches, reverse=True)
+    for bs in order:
+        steps[("floor", bs)] = Step(cfg, bs, args.ctx, dt, ids)
+        steps[("hooked", bs)] = Step(cfg, bs, args.ctx, dt, ids)
+        for who, fn, model in (("floor", ff, floor), ("hooked", fh, hooked)):
+            # an eager call first: a StaticCache of transformers 5 makes its layers at the
+            # first update, which must not happen inside compiled code or a capture
+            own_forward(model)(*steps[(who, bs)].args())
+            for _ in range(2):  # warm-up: compile, the hooks' checks
+                fn(*steps[(who, bs)].args())
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph(keep_graph=True)  # kept: its kernel nodes are counted
+        with torch.cuda.graph(g, pool=pool):
+            outs[("floor", bs)] = ff(*steps[("floor", bs)].args())
+        graphs[("floor", bs)] = g
+    agent.set_enabled("none")
+    agent.step()
+    with gtt.patch(agent):
+        for bs in order:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool):
+                outs[("hooked", bs)] = fh(*steps[("hooked", bs)].args())
+            graphs[("hooked", bs)] = g
+            st = agent.graph_status(g.raw_cuda_graph())
+            if st["nodes"] != len(att.hook_ids):
+                fail("%s bs %d: %d producers recorded of %d" % (kind, bs, st["nodes"],
+                                                                len(att.hook_ids)))
+        for bs in args.batches:
+            gf, gh = graphs[("floor", bs)], graphs[("hooked", bs)]
+            tag = "%s %s" % (agent.mode, kind)
+            gf.replay()
+            torch.cuda.synchronize()
+            floor_logits = outs[("floor", bs)].clone() if kind == "eager" else None
+            check_graph(agent, att, gh, outs[("hooked", bs)], bs, floor_logits,
+                        "%s bs %d" % (tag, bs))
+
+            def hooked_step(g=gh):
+                agent.step()
+                g.replay()
+            t = time_legs({"floor": gf.replay, "off": hooked_step, "on": hooked_step},
+                          {"off": "none", "on": "all"}, agent, args.reps, args.n)
+            st = agent.graph_status(gh.raw_cuda_graph())
+            if not st["bare_replays"]:
+                print(PREFIX + "%s bs %d: all-off steps never ran the producer-free exec"
+                      % (tag, bs), flush=True)
+                if st["mode"] != "device":
+                    fail("%s bs %d: all-off steps never ran the producer-free exec" % (tag, bs))
+            out.append(report(tag, bs, t))
+            nf, nhk = kernel_nodes(gf.raw_cuda_graph()), kernel_nodes(gh.raw_cuda_graph())
+            print(PREFIX + "%s bs %d: kernel nodes: floor graph %s, hooked graph %s (%d "
+                  "producers)" % (tag, bs, nf, nhk, len(att.hook_ids)), flush=True)
+    for g in graphs.values():
+        g.reset()
+    return out
+
+
+def run_mode(args, mode):
+    torch.manual_seed(0)
+    dt = torch.bfloat16
+    cfg = LlamaConfig(hidden_size=args.hidden, intermediate_size=args.inter,
+                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                      num_key_value_heads=args.kv_heads, vocab_size=args.vocab,
+                      max_position_embeddings=max(2048, args.ctx))
+    cfg._attn_implementation = "sdpa"
+    floor = LlamaForCausalLM(cfg).to(device="cuda", dtype=dt).eval()
+    hooked = copy.deepcopy(floor)
+    ids = torch.randint(0, args.vocab, (max(args.batches), 1), device="cuda")
+    out = []
+    with graphtoggle.Agent("llama-bench-" + mode, hooks={t: args.layers for t in TYPES},
+                           mode=mode, strict=(mode == "device")) as agent:
+        layers = hooked.model.layers
+        att = agent.attach({"resid_post": layers, "mlp_out": [l.mlp for l in layers]},
+                           max_tokens=max(args.batches), width=args.hidden, dtype=dt)
+        for kind in args.kinds:
+            try:  # each kind on its own: one that breaks leaves the others' figures
+                out += bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids)
+            except Exception as e:
+                traceback.print_exc()
+                fail("%s %s: exception %s: %s" % (mode, kind, type(e).__name__, e))
+                gtt.unpatch()
+            torch.cuda.synchronize()
+            torch._dynamo.reset()
+        att.detach()
+        torch.cuda.synchronize()
+    del floor, hooked
+    torch.cuda.empty_cache()
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--modes", default="lazy,device")
+    ap.add_argument("--kinds", default="eager,compiled")
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--inter", type=int, default=5632)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--kv-heads", type=int, default=16)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--ctx", type=int, default=1024, help="the static cache's length")
+    ap.add_argument("--batches", default="32,8,1")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("-n", type=int, default=20, help="back-to-back steps per timing")
+    args = ap.parse_args(argv)
+    args.batches = [int(b) for b in args.batches.split(",")]
+    args.kinds = args.kinds.split(",")
+    d = torch._dynamo.config
+    for k in ("recompile_limit", "cache_size_limit"):
+        if hasattr(d, k):
+            setattr(d, k, 64)
+    print(PREFIX + "torch %s, transformers %s, %s, graphtoggle %s; Llama %d layers, hidden %d, "
+          "MLP %d, %d heads, bf16, cache %d, %d hooks; batches %s; medians of %d x %d steps"
+          % (torch.__version__, transformers.__version__, torch.cuda.get_device_name(),
+             graphtoggle.__version__, args.layers, args.hidden, args.inter, args.heads,
+             args.ctx, len(TYPES) * args.layers, args.batches, args.reps, args.n), flush=True)
+    table = []
+    try:
+        with torch.no_grad():
+            for mode in args.modes.split(","):
+                table += run_mode(args, mode)
+    except Exception:
+        traceback.print_exc()
+        print(PREFIX + "FAIL (exception)")
+        return 1
+    for ln in table:
+        print(PREFIX + "table: " + ln)
+    if FAILS:
+        print(PREFIX + "FAIL (%d mismatches)" % len(FAILS))
+        return 1
+    print(PREFIX + "PASS (correctness only: off steps wrote no buffer, on steps every one, "
+          "the logits unchanged by the producers; figures above)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
