@@ -325,24 +325,34 @@ def bench_eager(args, agent, floor, hooked, att, x_all):
     floor_us = host_us(lambda: noop(x, buf, hid))
     query_us = host_us(torch._C._cuda_isCurrentStreamCapturing)
     nh = len(att.hook_ids)
+    # the floor's weights with a forward hook that does nothing on each hooked module: what
+    # torch's own forward-hook call path costs, apart from what graphtoggle's hook does
+    noop_model = copy.deepcopy(floor)
+    for mods in modules_of(noop_model).values():
+        for m in mods:
+            m.register_forward_hook(lambda mod, inp, out: None)
     per_hook = {}
     for spec in ("none", "all"):
         agent.set_enabled(spec)
         agent.step()
         xb = x_all[:8]
-        # floor and hooked alternate (A B A B ...), one burst each per round: the figure is
-        # the median of the rounds' differences, so a drift of the GPU's or host's speed
+        # floor, no-op hooks and hooked alternate, one burst each per round: the figures are
+        # the medians of the rounds' differences, so a drift of the GPU's or host's speed
         # between rounds (seen: the floor alone moved 1294 -> 1555 us between two runs)
         # cancels instead of landing on the hooks
-        tf, th, diff = [], [], []
+        tf, th, diff, torch_part, ours = [], [], [], [], []
         for _ in range(21):
             a = host_us(lambda: floor(xb), n=50, rounds=1)
+            z = host_us(lambda: noop_model(xb), n=50, rounds=1)
             b = host_us(lambda: hooked(xb), n=50, rounds=1)
             tf.append(a)
             th.append(b)
             diff.append(b - a)
+            torch_part.append(z - a)
+            ours.append(b - z)
         per_hook[spec] = (statistics.median(diff) / nh, statistics.median(tf),
-                          statistics.median(th))
+                          statistics.median(th), statistics.median(torch_part) / nh,
+                          statistics.median(ours) / nh)
     lines = []
     for spec, direct, disp in rows:
         lines.append("eager op call, hook %s: %.2f us direct (attach's hooks), %.2f us through "
@@ -351,10 +361,11 @@ def bench_eager(args, agent, floor, hooked, att, x_all):
     lines.append("eager op call, where it goes: %.2f us a no-op Python kernel of the same "
                  "schema through the dispatcher (the floor of a Python kernel), %.2f us the "
                  "capture query (torch._C._cuda_isCurrentStreamCapturing)" % (floor_us, query_us))
-    for spec, (ph, tf, th) in per_hook.items():
+    for spec, (ph, tf, th, tp, op) in per_hook.items():
         lines.append("eager forward, every hook %s: +%.2f us per hook (%d hooks: %.1f us per "
-                     "forward against %.1f us without hooks)"
-                     % ("disabled" if spec == "none" else "enabled", ph, nh, th, tf))
+                     "forward against %.1f us without hooks), of which torch's forward-hook "
+                     "path (a no-op hook) %.2f us and graphtoggle's hook %.2f us"
+                     % ("disabled" if spec == "none" else "enabled", ph, nh, th, tf, tp, op))
     lines.append("target: a disabled op call <= 5 us: %s (direct %.2f, dispatcher %.2f, in a "
                  "forward %.2f)" % ("met" if max(rows[0][1], rows[0][2], per_hook["none"][0]) <= 5
                                     else "NOT met", rows[0][1], rows[0][2],
