@@ -122,6 +122,7 @@ struct toggle_record_stats {
 	uint64_t pending;       /* launches whose copies are in flight */
 	uint64_t session;       /* the request being served (0: none) */
 	uint64_t capacity;      /* the ring's data bytes (0: no ring) */
+	uint64_t staged;        /* 1: replays' records go through the device staging area */
 };
 void toggle_record_stats_get(const struct toggle_agent *agent, struct toggle_record_stats *out);
 
