@@ -4,7 +4,7 @@
  * to the ring on the recorder's own stream, checked byte for byte against what the
  * producers wrote.  Ground truth is the producers' formula, not libtoggle's counters.
  *
- *   exact   40 hooks whose buffers have sizes from 1 byte to 64 KiB + 1 and start
+ *   exact   48 hooks whose buffers have sizes from 1 byte to 64 KiB + 1 and start
  *           0 to 12 bytes off a 16-byte boundary (every access width of the gather
  *           and its tail), random sets, a 1 MiB ring that wraps every few steps.
  *           After every replay a kernel on the same stream overwrites every buffer
@@ -38,8 +38,8 @@
 
 #include "agent_impl.h" /* the agent's driver table: wrapped by the faults leg */
 
-#define N_LAYERS 40
-#define N_HOOKS  40
+#define N_LAYERS 48
+#define N_HOOKS  48
 #define SLOT     (80u << 10) /* bytes of the pool per hook */
 #define RING     (1u << 20)
 #define MAX_STEPS 4096
@@ -89,7 +89,7 @@ static unsigned char *buf_of(struct env *e, int h)
 	return e->pool + (size_t)h * SLOT + e->off[h];
 }
 
-/* gpu_legs.h's set_of takes 32 bits: 40 hooks need 64. */
+/* gpu_legs.h's set_of takes 32 bits: 48 hooks need 64. */
 static struct toggle_set set_of64(uint64_t bits)
 {
 	struct toggle_set s;
@@ -227,7 +227,7 @@ static bool leg_exact(struct env *e, int steps, uint64_t seed)
 	for (int i = 0; i < steps; i++) {
 		uint64_t bits = gpu_rng_next(&rng) & ((1ull << N_HOOKS) - 1);
 		if (i % 7 == 0)
-			bits = (1ull << N_HOOKS) - 1; /* all 40: two gathers */
+			bits = (1ull << N_HOOKS) - 1; /* all 48: two gathers (40 + 8) */
 		rig_step(e, r, bits);
 		if (gpu_rng_next(&rng) % 4 == 0)
 			TG_CHECK(r->a, toggle_record_flush(r->a));

@@ -25,7 +25,7 @@
 #               buffer, none outside the step's set, the ring forced full: drops
 #               counted, nothing wrong recorded (python/tests/gpu/record_proof.py)
 #   gpu_record  issue #24's staged recorder (gather kernel into device staging on
-#               the replay's stream, host copies on the recorder's own): 40 hooks of 1 B
+#               the replay's stream, host copies on the recorder's own): 48 hooks of 1 B
 #               to 64 KiB + 1, sources 0-12 bytes off 16, a 1 MiB ring that wraps, the
 #               buffers overwritten after every replay: every record equals its step's
 #               producer output; refused host copy, gathers and wait void the launch

@@ -1,6 +1,6 @@
 /*
  * check_record_staged.c - the recorder's staged path on the simulator
- * (record.c, gather.h): after a replay, one gather per 24 records on the
+ * (record.c, gather.h): after a replay, one gather per 40 records on the
  * replay's stream into the device staging area, then on the recorder's own
  * stream one host copy per contiguous ring range.  What is checked: the
  * replay's stream carries no host copy (its synchronize does not wait for
@@ -25,13 +25,13 @@
 #include "toggle_ring.h"
 #include "toggle_sim.h"
 
-#define NT 2
+#define NT 3
 #define NL 16
-#define NH (NT * NL) /* 32 records a launch: two gathers (24 + 8) */
+#define NH (NT * NL) /* 48 records a launch: two gathers (40 + 8) */
 #define ELEMS 64     /* floats per monitor buffer: records of 128 + 256 bytes */
 #define MAX_RUNS 8192
 
-static const char *const type_names[NT] = {"resid_post", "attn_out"};
+static const char *const type_names[NT] = {"resid_post", "attn_out", "mlp_out"};
 
 struct fx;
 struct prod {
@@ -107,7 +107,6 @@ static void fx_open(struct fx *f, uint64_t capacity, enum toggle_sim_op refuse)
 			ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, producer_fn, p), CUDA_SUCCESS);
 			ck_assert_int_eq(toggle_record_producer(f->agent, f->stream,
 								(struct toggle_hook){t, l}), 0);
-			/* Every other buffer through a source 4 bytes off 16: the narrower accesses. */
 			struct toggle_record_buffer b = {
 				.ptr = f->buf[buf_of(t, l)], .bytes = ELEMS * 4,
 				.dtype = TOGGLE_DTYPE_F32, .ndim = 2, .shape = {8, ELEMS / 8}};
@@ -207,7 +206,7 @@ static uint64_t head(const struct fx *f)
 	return __atomic_load_n(&f->m.prod->head, __ATOMIC_ACQUIRE);
 }
 
-/* 32 records: two gathers and one host copy, none of it record by record. */
+/* 48 records: two gathers and one host copy, none of it record by record. */
 START_TEST(test_one_copy_per_launch)
 {
 	static struct fx f; /* large: not on the stack */
@@ -314,7 +313,7 @@ START_TEST(test_random_orders)
 		fx_step(&f, &set);
 		for (int k = 0; k < 1 + (int)(tu_rng_next(&rng) % 3); k++) {
 			fx_launch(&f);
-			asked += (uint64_t)__builtin_popcountll(bits & 0xffffffffull);
+			asked += (uint64_t)__builtin_popcountll(bits & ((1ull << NH) - 1));
 		}
 		switch (tu_rng_next(&rng) % 4) {
 		case 0:
@@ -343,20 +342,21 @@ START_TEST(test_random_orders)
 END_TEST
 
 /* One launch with op's call after `skip` more failing: no record of it
- * published as data, all 32 counted as errors; published only once the
+ * published as data, all 48 counted as errors; published only once the
  * device work enqueued for it ran; the next launch is whole again. */
 static void fail_once(enum toggle_sim_op op, uint64_t skip, bool wrap, uint64_t want_copies)
 {
 	static struct fx f; /* large: not on the stack */
 	fx_open(&f, TOGGLE_RING_MIN_CAPACITY, TOGGLE_SIM_OP_COUNT);
 	struct toggle_set all = all_set();
-	if (wrap) /* up to the launch that wraps: 64 KiB / 12 KiB a launch, the 6th */
-		for (int s = 0; s < 5; s++) {
-			fx_step(&f, &all);
-			fx_launch(&f);
-			ck_assert_int_eq(toggle_record_poll(f.agent), 0);
-			fx_drain(&f);
-		}
+	/* With wrap: launches until the next one's records straddle the ring's end. */
+	while (wrap && (head(&f) & (TOGGLE_RING_MIN_CAPACITY - 1)) + NH * 384ull <=
+			       TOGGLE_RING_MIN_CAPACITY) {
+		fx_step(&f, &all);
+		fx_launch(&f);
+		ck_assert_int_eq(toggle_record_poll(f.agent), 0);
+		fx_drain(&f);
+	}
 	uint64_t got0 = f.got;
 	toggle_sim_set_deferred(f.sim, true, 7);
 	/* A query reports an error only for what has run (the driver's sticky errors). */

@@ -13,7 +13,7 @@
  * (the ring is page-locked: cuMemHostRegister).  Staged (the default where
  * the gather kernel and capacity bytes of device memory can be had at
  * toggle_record_open): right after cuGraphLaunch and on the same stream,
- * one gather kernel per 24 records into a device mirror of the ring, an
+ * one gather kernel per 40 records into a device mirror of the ring, an
  * event; on the recorder's own stream, after that event, one
  * cuMemcpyDtoHAsync per contiguous ring range, then the launch's event.
  * Otherwise one cuMemcpyDtoHAsync per record on the launch's stream, then

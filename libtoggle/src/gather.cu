@@ -15,15 +15,18 @@ extern "C" __global__ void tg_gather(const __grid_constant__ struct tg_gather_ar
 	const unsigned i = blockIdx.y;
 	if (i >= a.n)
 		return;
-	const struct tg_gather_rec r = a.rec[i];
+	const struct tg_gather_rec &r = a.rec[i];
 	unsigned char *base = (unsigned char *)(uintptr_t)(a.staging + r.off);
-	if (blockIdx.x == 0 && threadIdx.x < TG_GATHER_HDR_WORDS)
-		((unsigned long long *)base)[threadIdx.x] = a.hdr[i][threadIdx.x];
+	const unsigned t = threadIdx.x;
+	if (blockIdx.x == 0 && t < TG_GATHER_HDR_WORDS)
+		((unsigned long long *)base)[t] =
+			(TG_GATHER_SHARED >> t) & 1u ? a.shared[t] : r.w[tg_gather_slot(t)];
 
+	const unsigned long long bytes = r.w[tg_gather_slot(TG_GATHER_PAYLOAD_WORD)];
 	unsigned char *d = base + 128;
 	const unsigned char *s = (const unsigned char *)(uintptr_t)r.src;
 	const unsigned width = r.src % 16 == 0 ? 16 : r.src % 8 == 0 ? 8 : r.src % 4 == 0 ? 4 : 1;
-	const unsigned long long n = r.bytes / width;
+	const unsigned long long n = bytes / width;
 	const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
 	const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
 	for (unsigned long long k = first; k < n; k += stride) {
@@ -44,6 +47,6 @@ extern "C" __global__ void tg_gather(const __grid_constant__ struct tg_gather_ar
 	}
 	/* The bytes past the last whole access. */
 	const unsigned long long done = n * width;
-	if (first < r.bytes - done)
+	if (first < bytes - done)
 		d[done + first] = s[done + first];
 }

@@ -33,9 +33,15 @@ static void tg_gather_sim(void **params)
 	struct tg_gather_args a;
 	memcpy(&a, params[0], sizeof(a));
 	for (unsigned long long i = 0; i < a.n && i < TG_GATHER_MAX; i++) {
-		unsigned char *base = (unsigned char *)(uintptr_t)(a.staging + a.rec[i].off);
-		memcpy(base, a.hdr[i], sizeof(a.hdr[i]));
-		memcpy(base + 128, (const unsigned char *)(uintptr_t)a.rec[i].src, a.rec[i].bytes);
+		const struct tg_gather_rec *r = &a.rec[i];
+		unsigned char *base = (unsigned char *)(uintptr_t)(a.staging + r->off);
+		for (unsigned t = 0; t < TG_GATHER_HDR_WORDS; t++) {
+			unsigned long long v = (TG_GATHER_SHARED >> t) & 1u ? a.shared[t]
+							       : r->w[tg_gather_slot(t)];
+			memcpy(base + 8 * t, &v, sizeof(v));
+		}
+		memcpy(base + 128, (const unsigned char *)(uintptr_t)r->src,
+		       r->w[tg_gather_slot(TG_GATHER_PAYLOAD_WORD)]);
 	}
 }
 

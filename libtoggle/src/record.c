@@ -12,7 +12,7 @@
  *
  * Two ways to copy.  Staged (when the gather kernel, a staging area and a
  * stream of the recorder's own could be had at toggle_record_open): on
- * the replay's stream one launch of gather.cu per TG_GATHER_MAX records
+ * the replay's stream one launch of gather.cu per TG_GATHER_MAX (40) records
  * copies headers and payloads device to device into the staging area,
  * a device mirror of the ring's data area (a record's staging offset is
  * its ring offset), then an event; the recorder's stream waits on it and
@@ -37,6 +37,19 @@
 
 #define REC_SLOTS (2 * TOGGLE_RECORD_MAX_BUFFERS) /* open addressing, load <= 1/2 */
 #define REC_RUNS  4 /* contiguous ring ranges of a staged batch: 2 at most (one wrap) */
+
+/* The header words gather.h passes once per launch, where the header has them. */
+_Static_assert(sizeof(struct tg_gather_args) <= 4096, "the gather's arguments fit 4 KiB");
+_Static_assert(sizeof(struct toggle_ring_record) == 8 * TG_GATHER_HDR_WORDS &&
+		       offsetof(struct toggle_ring_record, session) == 8 * 3 &&
+		       offsetof(struct toggle_ring_record, step) == 8 * 4 &&
+		       offsetof(struct toggle_ring_record, graph) == 8 * 5 &&
+		       offsetof(struct toggle_ring_record, launch) == 8 * 6 &&
+		       offsetof(struct toggle_ring_record, reserved) == 8 * 14 &&
+		       offsetof(struct toggle_ring_record, payload_len) == 8 * TG_GATHER_PAYLOAD_WORD &&
+		       TG_GATHER_HDR_WORDS - __builtin_popcount(TG_GATHER_SHARED) ==
+			       TG_GATHER_REC_WORDS,
+	       "gather.h's shared and own header words are the record header's");
 
 struct rec_buf {
 	CUgraph graph;       /* NULL: every graph */
@@ -504,8 +517,8 @@ static void rec_gather_launch(struct toggle_agent *a, struct tg_rec *r, struct r
 		return;
 	unsigned long long most = 0;
 	for (unsigned long long i = 0; i < g->n; i++)
-		if (g->rec[i].bytes > most)
-			most = g->rec[i].bytes;
+		if (g->rec[i].w[tg_gather_slot(TG_GATHER_PAYLOAD_WORD)] > most)
+			most = g->rec[i].w[tg_gather_slot(TG_GATHER_PAYLOAD_WORD)];
 	unsigned long long blocks = (most / 16 + TG_GATHER_THREADS - 1) / TG_GATHER_THREADS;
 	blocks = blocks < 1 ? 1 : blocks > TG_GATHER_MAX_BLOCKS ? TG_GATHER_MAX_BLOCKS : blocks;
 	CUlaunchConfig cfg = {
@@ -528,12 +541,26 @@ static void rec_gather_launch(struct toggle_agent *a, struct tg_rec *r, struct r
 
 /* A staged record: its header and source for the gather, its ring range for the host copy. */
 static void rec_stage(struct toggle_agent *a, struct tg_rec *r, struct rec_batch *b,
-		      const struct toggle_ring_record *h, uint64_t pos, CUdeviceptr src, uint64_t bytes)
+		      const struct toggle_ring_record *h, uint64_t pos, CUdeviceptr src)
 {
 	uint64_t off = pos & (r->map.capacity - 1);
 	struct tg_gather_args *g = &r->args;
-	g->rec[g->n] = (struct tg_gather_rec){.src = src, .off = off, .bytes = bytes};
-	memcpy(g->hdr[g->n], h, sizeof(g->hdr[g->n]));
+	uint64_t word[TG_GATHER_HDR_WORDS];
+	memcpy(word, h, sizeof(word));
+	/* A shared word that differs (it cannot within one launch): a launch of its own. */
+	for (unsigned t = 0; g->n && t < TG_GATHER_HDR_WORDS; t++)
+		if ((TG_GATHER_SHARED >> t & 1u) && word[t] != g->shared[t]) {
+			rec_gather_launch(a, r, b);
+			break;
+		}
+	if (!g->n)
+		memcpy(g->shared, word, sizeof(word));
+	struct tg_gather_rec *d = &g->rec[g->n];
+	d->src = src;
+	d->off = off;
+	for (unsigned t = 0; t < TG_GATHER_HDR_WORDS; t++)
+		if (!(TG_GATHER_SHARED >> t & 1u))
+			d->w[tg_gather_slot(t)] = word[t];
 	if (++g->n == TG_GATHER_MAX)
 		rec_gather_launch(a, r, b);
 	/* A new range where a pad came between, or at the ring's start. */
@@ -571,7 +598,7 @@ static void rec_one(struct toggle_agent *a, struct tg_rec *r, struct rec_batch *
 	toggle_ring_record_seal(h);
 	if (b->staged) {
 		b->end = r->w.reserve;
-		rec_stage(a, r, b, h, pos, buf->ptr, buf->bytes);
+		rec_stage(a, r, b, h, pos, buf->ptr); /* bytes: the header's payload_len */
 		b->n_data++;
 		b->bytes += buf->bytes;
 		return;
