@@ -212,6 +212,8 @@ START_TEST(test_one_copy_per_launch)
 	static struct fx f; /* large: not on the stack */
 	fx_open(&f, 1u << 20, TOGGLE_SIM_OP_COUNT);
 	ck_assert(fx_staged(&f));
+	/* The staging area: as many bytes of device memory as the ring's capacity. */
+	ck_assert_uint_eq(toggle_sim_mem_in_use(f.sim), (size_t)NH * ELEMS * 4 + (1u << 20));
 	struct toggle_set all = all_set();
 	for (int s = 0; s < 5; s++) {
 		fx_step(&f, &all);
