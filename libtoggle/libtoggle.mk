@@ -48,6 +48,25 @@ $(COPYOUT_H): $(COPYOUT_FATBIN) scripts/embed.sh
 	scripts/embed.sh $< $@ tg_copyout_fatbin_bytes
 endif
 
+# The recorder's gather kernel (libtoggle/src/gather.cu), the same way: without
+# nvcc gather_image.o holds no fatbin and the recorder copies record by record
+# on the replay's stream (docs/recording.md, *Staging*).
+GATHER_FATBIN   := $(PLANNER_GEN)/tg_gather.fatbin
+GATHER_H        := $(PLANNER_GEN)/tg_gather_fatbin.h
+GATHER_OBJS     := $(B)/libtoggle/src/gather_image.o $(B)/san/libtoggle/src/gather_image.o
+
+ifneq ($(PLANNER_NVCC),)
+$(GATHER_OBJS): $(GATHER_H)
+$(GATHER_OBJS): ALL_CFLAGS += -DTG_HAVE_GATHER_FATBIN -I$(PLANNER_GEN)
+
+$(GATHER_FATBIN): libtoggle/src/gather.cu libtoggle/src/gather.h
+	@mkdir -p $(dir $@)
+	'$(PLANNER_NVCC)' --fatbin -O3 $(PLANNER_GENCODE) -Ilibtoggle/src -o $@ $<
+
+$(GATHER_H): $(GATHER_FATBIN) scripts/embed.sh
+	scripts/embed.sh $< $@ tg_gather_fatbin_bytes
+endif
+
 # Headers older than CUDA 12.4 must still build the library and its simulator
 # (device mode then reports TOGGLE_ENOTSUP).  make check compiles every
 # libtoggle source against tests/oldcuda/cuda.h, which lowers CUDA_VERSION to

@@ -146,7 +146,9 @@ class BuildNative(Command):
             for stem, sym, define in (("planner", "tg_planner_fatbin_bytes",
                                        "TG_HAVE_PLANNER_FATBIN"),
                                       ("copyout", "tg_copyout_fatbin_bytes",
-                                       "TG_HAVE_COPYOUT_FATBIN")):
+                                       "TG_HAVE_COPYOUT_FATBIN"),
+                                      ("gather", "tg_gather_fatbin_bytes",
+                                       "TG_HAVE_GATHER_FATBIN")):
                 fatbin = os.path.join(tmp, "tg_%s.fatbin" % stem)
                 run([nvcc, "--fatbin", "-O3"] + gencode + ["-I" + src, "-o", fatbin,
                                                            os.path.join(src, stem + ".cu")],

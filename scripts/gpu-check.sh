@@ -24,6 +24,12 @@
 #               (lazy, device): every record equals its step's and hook's monitor
 #               buffer, none outside the step's set, the ring forced full: drops
 #               counted, nothing wrong recorded (python/tests/gpu/record_proof.py)
+#   gpu_record  issue #24's staged recorder (gather kernel into device staging on
+#               the replay's stream, host copies on the recorder's own): 48 hooks of 1 B
+#               to 64 KiB + 1, sources 0-12 bytes off 16, a 1 MiB ring that wraps, the
+#               buffers overwritten after every replay: every record equals its step's
+#               producer output; refused host copy, gathers and wait void the launch
+#               whole (examples/gpu_record.cu)
 #   record_daemon_proof  issue #24 through toggled: the example engine connected to a
 #               toggled, `togglectl record SPEC --steps N -o DIR` (plans turning SPEC's
 #               hooks off at some steps), DIR read with graphtoggle.recording.open:
@@ -73,6 +79,7 @@
 #
 # Usage: scripts/gpu-check.sh [gpu_check args, e.g. --steps N --seed N]
 # Environment: GPU_REGION_ARGS (e.g. "--steps 500") for gpu_region,
+# GPU_RECORD_ARGS (e.g. "--steps 2000") for gpu_record,
 # TORCH_PROOF_ARGS (e.g. "--steps 10000 --bench") for torch_proof, PYTHON,
 # TORCH_COMPILE_PROOF_ARGS (e.g. "--modes lazy --steps 2000") for torch_compile_proof,
 # TORCH_DECODE_BENCH=1 (and TORCH_DECODE_BENCH_ARGS, e.g. "--batches 1,4,8"),
@@ -197,7 +204,9 @@ for mode in lazy device; do
 		--check-every 1 --change-every 100
 done
 
-# issue #24: the recorder (the agent side), on the example engine
+# issue #24: the recorder (the agent side): staged, in C; then on the example engine
+# shellcheck disable=SC2086 # GPU_RECORD_ARGS is a list of words
+run_leg gpu_record ${GPU_RECORD_ARGS:-}
 # shellcheck disable=SC2086 # RECORD_PROOF_ARGS is a list of words
 run_py_leg record_proof python/tests/gpu/record_proof.py ${RECORD_PROOF_ARGS:-}
 # and the whole path through toggled and togglectl record (the bundle's binaries)
@@ -240,6 +249,7 @@ fi
 printf '%s\n' "$results" | sed '/^$/d'
 # the producer-free exec's figures again, for pasting
 grep -h '^gpu-bare: figures:' "$B/gpu_bare.log" 2>/dev/null || true
+grep -h '^gpu-record: leg=' "$B/gpu_record.log" 2>/dev/null || true
 grep -h '^record-proof: \[' "$B/record_proof.log" 2>/dev/null || true
 grep -h '^record-daemon-proof: \[' "$B/record_daemon_proof.log" 2>/dev/null || true
 grep -h '^piecewise-bench: table:' "$B/piecewise_bench.log" 2>/dev/null || true

@@ -1,7 +1,8 @@
 # gpu-lib.sh - shared by scripts/gpu-check.sh and scripts/gpu-bench.sh (sourced).
 # Builds libtoggle for the GPU machine with libc, pthreads and CUDA only:
-# device mode's planner and the copy producer's kernel (planner.cu and
-# copyout.cu -> fatbin -> bytes in a header, as libtoggle/libtoggle.mk does),
+# device mode's planner, the copy producer's kernel and the recorder's gather
+# kernel (planner.cu, copyout.cu and gather.cu -> fatbin -> bytes in a header,
+# as libtoggle/libtoggle.mk does),
 # every libtoggle/src/*.c, a static archive.
 # Needs: TAG (message prefix), B (build dir), CC, NVCC, CUDA_HOME; fail().
 
@@ -33,6 +34,13 @@ gpu_build_libtoggle() {
 		fail "build: $NVCC could not build libtoggle/src/copyout.cu"
 	scripts/embed.sh "$B/gen/tg_copyout.fatbin" "$B/gen/tg_copyout_fatbin.h" \
 		tg_copyout_fatbin_bytes || fail "build: could not embed the copy kernel"
+	# the recorder's gather kernel (staged recording, docs/recording.md), the same way
+	"$NVCC" --fatbin -O3 \
+		-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+		-Ilibtoggle/src -o "$B/gen/tg_gather.fatbin" libtoggle/src/gather.cu ||
+		fail "build: $NVCC could not build libtoggle/src/gather.cu"
+	scripts/embed.sh "$B/gen/tg_gather.fatbin" "$B/gen/tg_gather_fatbin.h" \
+		tg_gather_fatbin_bytes || fail "build: could not embed the gather kernel"
 	# No -Iproto: libtoggle includes only its own headers (the wire constants
 	# are libtoggle/include/toggle_proto.h; it encodes protobuf itself).
 	objs=""
@@ -41,6 +49,7 @@ gpu_build_libtoggle() {
 		extra=""
 		[ "$src" = libtoggle/src/planner_image.c ] && extra="-DTG_HAVE_PLANNER_FATBIN -I$B/gen"
 		[ "$src" = libtoggle/src/copyout_image.c ] && extra="-DTG_HAVE_COPYOUT_FATBIN -I$B/gen"
+		[ "$src" = libtoggle/src/gather_image.c ] && extra="-DTG_HAVE_GATHER_FATBIN -I$B/gen"
 		# -fPIC: the same objects make libtoggle.so for the Python package
 		# shellcheck disable=SC2086 # $extra is empty or two flags without spaces
 		"$CC" -std=c17 -D_GNU_SOURCE -O2 -g -fPIC -Wall -Wextra -Werror $extra \

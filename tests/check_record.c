@@ -129,7 +129,8 @@ static uint32_t buf_of(uint16_t t, uint16_t l)
 	return (uint32_t)t * NL + l;
 }
 
-static void fx_open(struct fx *f, uint64_t capacity, bool declare)
+/* staged false: the staging allocation refused, the recorder copies record by record. */
+static void fx_open_path(struct fx *f, uint64_t capacity, bool declare, bool staged)
 {
 	memset(f, 0, sizeof(*f));
 	f->m.fd = -1;
@@ -156,11 +157,21 @@ static void fx_open(struct fx *f, uint64_t capacity, bool declare)
 			}
 	if (capacity) {
 		int fd = -1;
+		if (!staged)
+			toggle_sim_fail(f->sim, TOGGLE_SIM_OP_MEM_ALLOC, 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
 		ck_assert_int_eq(toggle_record_open(f->agent, capacity, &fd), 0);
+		struct toggle_record_stats st;
+		toggle_record_stats_get(f->agent, &st);
+		ck_assert_uint_eq(st.staged, staged);
 		char err[256];
 		ck_assert_int_eq(toggle_ring_attach(fd, 0, &f->m, err, sizeof(err)), 0);
 		toggle_ring_reader_open(&f->rd, &f->m);
 	}
+}
+
+static void fx_open(struct fx *f, uint64_t capacity, bool declare)
+{
+	fx_open_path(f, capacity, declare, true);
 }
 
 static void fx_close(struct fx *f)
@@ -251,11 +262,12 @@ static struct toggle_set rand_set(uint64_t *rng)
 }
 
 /* Random sets, two graphs, deferred execution in a seeded order: every
- * record exact, none missing (the ring is large enough), none extra. */
+ * record exact, none missing (the ring is large enough), none extra; on
+ * the staged path and record by record. */
 START_TEST(test_records_match_buffers)
 {
 	struct fx f;
-	fx_open(&f, 1u << 20, true);
+	fx_open_path(&f, 1u << 20, true, _i % 3 != 2); /* every third: record by record */
 	uint64_t rng = 0x5eed + (uint64_t)_i;
 	toggle_sim_set_deferred(f.sim, true, rng);
 	ck_assert_int_eq(toggle_record_set(f.agent, 1, NULL), 0);
@@ -416,11 +428,12 @@ START_TEST(test_pending_limit)
 END_TEST
 
 /* A refused copy, an event query error, a refused event record: the
- * records concerned never reach the consumer as data; the rest do. */
+ * records concerned never reach the consumer as data; the rest do.  The
+ * per-record path (the staged path's failures: check_record_staged.c). */
 START_TEST(test_driver_failures)
 {
 	struct fx f;
-	fx_open(&f, 1u << 20, true);
+	fx_open_path(&f, 1u << 20, true, false);
 	toggle_sim_set_deferred(f.sim, true, 5);
 	ck_assert_int_eq(toggle_record_set(f.agent, 1, NULL), 0);
 	struct toggle_set two;
@@ -651,7 +664,7 @@ START_TEST(test_layout)
 {
 	size_t n = 0;
 	const struct toggle_layout_entry *e = toggle_record_layout(&n);
-	ck_assert_uint_eq(n, 14); /* 2 structs, 5 + 7 fields */
+	ck_assert_uint_eq(n, 15); /* 2 structs, 5 + 8 fields */
 #define WANT(T, f, sz, off)                                                        \
 	do {                                                                       \
 		bool hit = false;                                                  \
@@ -674,6 +687,7 @@ START_TEST(test_layout)
 	WF(toggle_record_stats, pending);
 	WF(toggle_record_stats, session);
 	WF(toggle_record_stats, capacity);
+	WF(toggle_record_stats, staged);
 	ck_assert_uint_eq(e[0].size, sizeof(struct toggle_record_buffer));
 	ck_assert_ptr_null(e[0].field);
 }
@@ -683,7 +697,7 @@ static Suite *record_suite(void)
 {
 	Suite *s = suite_create("record");
 	TCase *tc = tcase_create("core");
-	tcase_add_loop_test(tc, test_records_match_buffers, 0, 4);
+	tcase_add_loop_test(tc, test_records_match_buffers, 0, 6);
 	tcase_add_test(tc, test_request_selects);
 	tcase_add_test(tc, test_published_after_event);
 	tcase_add_test(tc, test_full_ring_drops);

@@ -8,17 +8,23 @@
  * ring.  Then, while a recording is requested (the ring's request area:
  * a daemon's `togglectl record`, or toggle_record_set() without one),
  * each toggle_graph_launch() of a graph whose step enables some of its
- * hooks enqueues, right after cuGraphLaunch and on the same stream, one
- * cuMemcpyDtoHAsync per hook that is enabled this step, in the graph, in
- * the request's set and declared, into ring space it reserved (the ring is
- * page-locked: cuMemHostRegister), then records an event.  The records are
+ * hooks copies, for every hook that is enabled this step, in the graph, in
+ * the request's set and declared, its buffer into ring space it reserved
+ * (the ring is page-locked: cuMemHostRegister).  Staged (the default where
+ * the gather kernel and capacity bytes of device memory can be had at
+ * toggle_record_open): right after cuGraphLaunch and on the same stream,
+ * one gather kernel per 40 records into a device mirror of the ring, an
+ * event; on the recorder's own stream, after that event, one
+ * cuMemcpyDtoHAsync per contiguous ring range, then the launch's event.
+ * Otherwise one cuMemcpyDtoHAsync per record on the launch's stream, then
+ * the event (docs/recording.md, "Staging").  The records are
  * published (the ring's head moves past them) once that event has
  * completed, found with cuEventQuery at a later launch, at
  * toggle_step_begin() or at toggle_record_poll(): never waited for.  A
  * full ring, or TOGGLE_RECORD_MAX_PENDING launches in flight, drops the
- * record and counts it.  A copy the driver refuses, or an event that
- * reports an error, turns its records into PAD records (counted as
- * errors): nothing wrong is ever published.
+ * record and counts it.  A copy or gather the driver refuses, or an event
+ * that reports an error, turns its records (staged: the launch's) into PAD
+ * records (counted as errors): nothing wrong is ever published.
  *
  * Without a ring (toggle_record_open never called) the launch path pays
  * one predictable branch; with a ring and no recording requested, one call
@@ -59,7 +65,8 @@ struct toggle_record_buffer {
 /*
  * Create the agent's ring: capacity data bytes (a power of two,
  * TOGGLE_RING_MIN_CAPACITY..TOGGLE_RING_MAX_CAPACITY), page-locked with
- * the driver.  With a daemon (toggle_config.socket_path) it is offered to
+ * the driver, and as many bytes of device memory for staging (on the
+ * current context; refused: record by record, stats.staged 0).  With a daemon (toggle_config.socket_path) it is offered to
  * toggled at once and after every reconnect (RegisterRingRequest).  *fd,
  * if not NULL, gets the ring's memfd (the agent keeps owning it: a local
  * consumer may toggle_ring_attach it).  One ring per agent: TOGGLE_EINVAL
@@ -122,6 +129,7 @@ struct toggle_record_stats {
 	uint64_t pending;       /* launches whose copies are in flight */
 	uint64_t session;       /* the request being served (0: none) */
 	uint64_t capacity;      /* the ring's data bytes (0: no ring) */
+	uint64_t staged;        /* 1: replays' records go through the device staging area */
 };
 void toggle_record_stats_get(const struct toggle_agent *agent, struct toggle_record_stats *out);
 

@@ -5,8 +5,9 @@
  * toggle_shm.h.  The agent (libtoggle, in the inference process) creates it
  * (memfd, sealed against resizing), registers the whole mapping with the
  * CUDA driver as page-locked memory, and after a replay copies each enabled
- * hook's monitor buffer into it with cuMemcpyDtoHAsync on the replay's
- * stream; when the event recorded after those copies has completed, it
+ * hook's monitor buffer into it with cuMemcpyDtoHAsync (from a device
+ * staging area on a stream of its own, or on the replay's stream:
+ * toggle_record.h); when the event recorded after those copies has completed, it
  * publishes the records by advancing head.  toggled maps the same memfd,
  * reads the published records, forwards them to recording clients and
  * releases them by advancing tail.  Needs no CUDA: toggled includes it.

@@ -335,6 +335,14 @@ CUresult toggle_sim_memcpy_dtoh_async(void *dst, CUdeviceptr src, size_t bytes, 
 void toggle_sim_set_deferred(struct toggle_sim *sim, bool on, uint64_t seed);
 /* Run queued work until this stream's queue is empty (cuStreamSynchronize). */
 CUresult toggle_sim_stream_synchronize(CUstream stream);
+/*
+ * Run this stream's queued work only, in order, while its head is runnable;
+ * every other stream is held (a copy engine or another stream far behind the
+ * compute).  CUDA_SUCCESS when the queue emptied, CUDA_ERROR_NOT_READY when
+ * its head waits for an event that a held stream records.  No driver call:
+ * the simulator's own way to place the GPU's progress.
+ */
+CUresult toggle_sim_stream_run(CUstream stream);
 /* Run all queued work (cuCtxSynchronize). */
 void toggle_sim_synchronize(struct toggle_sim *sim);
 

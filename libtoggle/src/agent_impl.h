@@ -26,7 +26,7 @@
  *   life.c       lifetime objects: the driver says what is destroyed
  *   core.c       tg_fail, tg_graph_find, tg_fast_update, tg_stats_get
  *   leaves       cu_driver.c cu_sim.c sim.c planner_sim.c planner_image.c
- *                copyout_image.c conn.c pbwire.c shm.c hookset.c error.c
+ *                copyout_image.c gather_image.c conn.c pbwire.c shm.c hookset.c error.c
  *                layout.c: they call no agent file
  */
 #ifndef TG_AGENT_IMPL_H

@@ -195,5 +195,9 @@ const void *tg_planner_sim_image(void);
 const void *tg_copyout_fatbin(void);
 /* The copy kernel's image for the simulator (copyout.c). */
 const void *tg_copyout_sim_image(void);
+/* The recorder's gather kernel (gather_image.c): the fatbin (NULL when built
+ * without nvcc) and the simulator's image. */
+const void *tg_gather_fatbin(void);
+const void *tg_gather_sim_image(void);
 
 #endif /* TG_CU_H */

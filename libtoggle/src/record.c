@@ -9,6 +9,21 @@
  * Batches complete in the order they were laid out only per stream, but
  * the ring is published in position order: poll publishes the oldest
  * batches whose events have completed and stops at the first that has not.
+ *
+ * Two ways to copy.  Staged (when the gather kernel, a staging area and a
+ * stream of the recorder's own could be had at toggle_record_open): on
+ * the replay's stream one launch of gather.cu per TG_GATHER_MAX (40) records
+ * copies headers and payloads device to device into the staging area,
+ * a device mirror of the ring's data area (a record's staging offset is
+ * its ring offset), then an event; the recorder's stream waits on it and
+ * copies each contiguous ring range (two when the batch wraps) to the
+ * host, then records the batch's event.  The replay's stream carries one
+ * kernel and one event per launch; the engine's synchronize on it no
+ * longer waits for the host copies.  A staging range is written again only
+ * when its ring range is reserved again, i.e. after the record there was
+ * published, after its copy completed: no other ordering is needed.
+ * Otherwise (no fatbin, the allocation refused): one cuMemcpyDtoHAsync per
+ * record on the replay's stream, as eager records always are.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -16,10 +31,25 @@
 
 #include "agent_impl.h"
 #include "conn.h"
+#include "gather.h"
 #include "record_impl.h"
 #include "toggle_record.h"
 
 #define REC_SLOTS (2 * TOGGLE_RECORD_MAX_BUFFERS) /* open addressing, load <= 1/2 */
+#define REC_RUNS  4 /* contiguous ring ranges of a staged batch: 2 at most (one wrap) */
+
+/* The header words gather.h passes once per launch, where the header has them. */
+_Static_assert(sizeof(struct tg_gather_args) <= 4096, "the gather's arguments fit 4 KiB");
+_Static_assert(sizeof(struct toggle_ring_record) == 8 * TG_GATHER_HDR_WORDS &&
+		       offsetof(struct toggle_ring_record, session) == 8 * 3 &&
+		       offsetof(struct toggle_ring_record, step) == 8 * 4 &&
+		       offsetof(struct toggle_ring_record, graph) == 8 * 5 &&
+		       offsetof(struct toggle_ring_record, launch) == 8 * 6 &&
+		       offsetof(struct toggle_ring_record, reserved) == 8 * 14 &&
+		       offsetof(struct toggle_ring_record, payload_len) == 8 * TG_GATHER_PAYLOAD_WORD &&
+		       TG_GATHER_HDR_WORDS - __builtin_popcount(TG_GATHER_SHARED) ==
+			       TG_GATHER_REC_WORDS,
+	       "gather.h's shared and own header words are the record header's");
 
 struct rec_buf {
 	CUgraph graph;       /* NULL: every graph */
@@ -33,8 +63,16 @@ struct rec_batch {
 	uint64_t start, end; /* ring positions */
 	uint64_t n_data;     /* DATA records in it that were not voided */
 	uint64_t bytes;      /* their payload bytes */
-	CUstream stream;
+	CUstream origin;     /* the replay's stream */
+	CUstream stream;     /* the one its event is on: origin, or the recorder's (staged) */
 	bool has_event;      /* false: the event record failed; a later one on stream covers it */
+	/* Staged only. */
+	bool staged;
+	bool launched;       /* a gather of it was enqueued: its event must cover that */
+	bool failed;         /* a step failed: voided once its device work is done */
+	bool idle;           /* nothing of it reached the device: done, voided */
+	unsigned n_runs;
+	uint64_t run[REC_RUNS][2]; /* contiguous ring ranges [start, end), positions */
 };
 
 struct tg_rec {
@@ -54,6 +92,13 @@ struct tg_rec {
 	uint64_t b_head, b_tail; /* batches ever opened / ever published */
 	uint64_t bytes;          /* payload bytes published */
 	uint64_t eager_runs;     /* the `launch` tag of eager records */
+	/* The staged path (NULL fn: record by record). */
+	CUmodule g_mod;
+	CUfunction g_fn;
+	CUdeviceptr staging;     /* capacity bytes of device memory: the ring's mirror */
+	CUstream copy;           /* the recorder's stream: the host copies */
+	CUevent gev[TOGGLE_RECORD_MAX_PENDING]; /* after a batch's gathers, on its replay stream */
+	struct tg_gather_args args; /* the launch being filled */
 };
 
 /* The declared buffers live in the agent before a ring exists: a small
@@ -209,6 +254,54 @@ int toggle_record_buffer_in_capture(struct toggle_agent *a, CUstream stream, str
 
 static void rec_ring_close(struct toggle_agent *a, struct tg_rec *r);
 
+/* The staged path's parts, what exists of them (after a ctx synchronize). */
+static void rec_staged_close(struct toggle_agent *a, struct tg_rec *r)
+{
+	for (unsigned i = 0; i < TOGGLE_RECORD_MAX_PENDING; i++)
+		if (r->gev[i])
+			(void)tg_cu_event_destroy(&a->cu, r->gev[i]);
+	memset(r->gev, 0, sizeof(r->gev));
+	if (r->copy)
+		(void)tg_cu_stream_destroy(&a->cu, r->copy);
+	if (r->staging)
+		(void)tg_cu_mem_free(&a->cu, r->staging);
+	if (r->g_mod)
+		(void)tg_cu_module_unload(&a->cu, r->g_mod);
+	r->copy = NULL;
+	r->staging = 0;
+	r->g_mod = NULL;
+	r->g_fn = NULL;
+}
+
+/*
+ * The gather kernel, capacity bytes of staging, a stream and events, or
+ * none of them: the per-record path then (never an error of the open).
+ */
+static void rec_staged_open(struct toggle_agent *a, struct tg_rec *r)
+{
+	const struct tg_cu *cu = &a->cu;
+	const void *image = cu->sim ? tg_gather_sim_image() : tg_gather_fatbin();
+	if (!image || !cu->launch_kernel_ex || !cu->module_get_function || !cu->stream_wait_event ||
+	    (!cu->sim && (!cu->module_load_data || !cu->module_unload || !cu->mem_alloc ||
+			  !cu->mem_free || !cu->stream_create || !cu->stream_destroy)))
+		return;
+	CUmodule mod = NULL;
+	if (tg_cu_module_load(cu, &mod, image) != CUDA_SUCCESS)
+		return;
+	r->g_mod = mod;
+	CUfunction fn = NULL;
+	bool ok = cu->module_get_function(&fn, mod, TG_GATHER_KERNEL) == CUDA_SUCCESS &&
+		  tg_cu_mem_alloc(cu, &r->staging, r->map.capacity) == CUDA_SUCCESS &&
+		  tg_cu_stream_create(cu, &r->copy) == CUDA_SUCCESS;
+	for (unsigned i = 0; ok && i < TOGGLE_RECORD_MAX_PENDING; i++)
+		ok = tg_cu_event_create(cu, &r->gev[i]) == CUDA_SUCCESS;
+	if (!ok) {
+		rec_staged_close(a, r);
+		return;
+	}
+	r->g_fn = fn;
+}
+
 int toggle_record_open(struct toggle_agent *a, uint64_t capacity, int *fd)
 {
 	if (!a)
@@ -239,6 +332,7 @@ int toggle_record_open(struct toggle_agent *a, uint64_t capacity, int *fd)
 				       tg_cu_errstr(&a->cu, cr));
 		}
 	}
+	rec_staged_open(a, r);
 	toggle_ring_writer_init(&r->w, &r->map);
 	/* Buffers declared before the ring: bigger ones are refused now. */
 	for (size_t i = 0; i < REC_SLOTS; i++) {
@@ -309,6 +403,10 @@ static void rec_void_batch(struct tg_rec *r, struct rec_batch *b)
 	for (uint64_t pos = b->start; pos < b->end;) {
 		struct toggle_ring_record *h = rec_at(r, pos);
 		uint64_t len = h->length;
+		/* The staged path's copies rewrite headers (with the gather's copies
+		 * of them): a length that cannot be ends the walk, never loops. */
+		if (len < TOGGLE_RING_ALIGN || len % TOGGLE_RING_ALIGN || len > b->end - pos)
+			break;
 		if (h->kind == TOGGLE_RING_REC_DATA)
 			toggle_ring_writer_void(&r->w, pos);
 		pos += len;
@@ -321,11 +419,15 @@ static void rec_void_batch(struct tg_rec *r, struct rec_batch *b)
 static int rec_batch_done(struct toggle_agent *a, struct tg_rec *r, uint64_t i)
 {
 	struct rec_batch *b = &r->batch[i % TOGGLE_RECORD_MAX_PENDING];
+	if (b->idle)
+		return 1;
 	if (!b->has_event) {
-		/* Covered by a later event on its stream, once that one completed. */
+		/* Covered by a later event on its stream, once that one completed: an
+		 * event on that stream, or a staged batch's from that replay stream
+		 * (it follows a wait for an event recorded there after b's work). */
 		for (uint64_t j = i + 1; j < r->b_head; j++) {
 			struct rec_batch *c = &r->batch[j % TOGGLE_RECORD_MAX_PENDING];
-			if (c->has_event && c->stream == b->stream)
+			if (c->has_event && (c->stream == b->stream || c->origin == b->stream))
 				return a->cu.event_query(r->ev[j % TOGGLE_RECORD_MAX_PENDING]) ==
 				       CUDA_SUCCESS;
 		}
@@ -341,14 +443,21 @@ static int rec_batch_done(struct toggle_agent *a, struct tg_rec *r, uint64_t i)
 	return 1;
 }
 
+/* The oldest batch, its device work done: published (as PADs when a step of it failed). */
+static void rec_publish(struct tg_rec *r)
+{
+	struct rec_batch *b = &r->batch[r->b_tail % TOGGLE_RECORD_MAX_PENDING];
+	if (b->failed)
+		rec_void_batch(r, b);
+	toggle_ring_writer_publish(&r->w, b->end, b->n_data);
+	r->bytes += b->bytes;
+	r->b_tail++;
+}
+
 static void rec_poll(struct toggle_agent *a, struct tg_rec *r)
 {
-	while (r->b_tail != r->b_head && rec_batch_done(a, r, r->b_tail)) {
-		struct rec_batch *b = &r->batch[r->b_tail % TOGGLE_RECORD_MAX_PENDING];
-		toggle_ring_writer_publish(&r->w, b->end, b->n_data);
-		r->bytes += b->bytes;
-		r->b_tail++;
-	}
+	while (r->b_tail != r->b_head && rec_batch_done(a, r, r->b_tail))
+		rec_publish(r);
 }
 
 /* The request re-read, what completed published; the launches still in flight. */
@@ -386,12 +495,8 @@ int toggle_record_flush(struct toggle_agent *a)
 	rec_poll(a, a->rec);
 	/* What is still not done (an eventless batch with no later event):
 	 * the copies ran, the context being synchronized. */
-	while (a->rec->b_tail != a->rec->b_head) {
-		struct rec_batch *b = &a->rec->batch[a->rec->b_tail % TOGGLE_RECORD_MAX_PENDING];
-		toggle_ring_writer_publish(&a->rec->w, b->end, b->n_data);
-		a->rec->bytes += b->bytes;
-		a->rec->b_tail++;
-	}
+	while (a->rec->b_tail != a->rec->b_head)
+		rec_publish(a->rec);
 	return 0;
 }
 
@@ -402,6 +507,72 @@ static void rec_drop(struct tg_rec *r, uint64_t bytes)
 {
 	rec_count(&r->map.prod->dropped, 1);
 	rec_count(&r->map.prod->dropped_bytes, toggle_ring_record_length(bytes));
+}
+
+/* Enqueue the gather of the records collected in r->args, on b's replay stream. */
+static void rec_gather_launch(struct toggle_agent *a, struct tg_rec *r, struct rec_batch *b)
+{
+	struct tg_gather_args *g = &r->args;
+	if (!g->n)
+		return;
+	unsigned long long most = 0;
+	for (unsigned long long i = 0; i < g->n; i++)
+		if (g->rec[i].w[tg_gather_slot(TG_GATHER_PAYLOAD_WORD)] > most)
+			most = g->rec[i].w[tg_gather_slot(TG_GATHER_PAYLOAD_WORD)];
+	unsigned long long blocks = (most / 16 + TG_GATHER_THREADS - 1) / TG_GATHER_THREADS;
+	blocks = blocks < 1 ? 1 : blocks > TG_GATHER_MAX_BLOCKS ? TG_GATHER_MAX_BLOCKS : blocks;
+	CUlaunchConfig cfg = {
+		.gridDimX = (unsigned)blocks, .gridDimY = (unsigned)g->n, .gridDimZ = 1,
+		.blockDimX = TG_GATHER_THREADS, .blockDimY = 1, .blockDimZ = 1,
+		.hStream = b->origin,
+	};
+	void *params[1] = {g};
+	g->staging = r->staging;
+	CUresult cr = b->failed ? CUDA_ERROR_NOT_READY
+				: a->cu.launch_kernel_ex(&cfg, r->g_fn, params, NULL);
+	if (cr == CUDA_SUCCESS) {
+		b->launched = true;
+	} else if (!b->failed) {
+		a->anomalies.driver_errors++;
+		b->failed = true;
+	}
+	g->n = 0;
+}
+
+/* A staged record: its header and source for the gather, its ring range for the host copy. */
+static void rec_stage(struct toggle_agent *a, struct tg_rec *r, struct rec_batch *b,
+		      const struct toggle_ring_record *h, uint64_t pos, CUdeviceptr src)
+{
+	uint64_t off = pos & (r->map.capacity - 1);
+	struct tg_gather_args *g = &r->args;
+	uint64_t word[TG_GATHER_HDR_WORDS];
+	memcpy(word, h, sizeof(word));
+	/* A shared word that differs (it cannot within one launch): a launch of its own. */
+	for (unsigned t = 0; g->n && t < TG_GATHER_HDR_WORDS; t++)
+		if ((TG_GATHER_SHARED >> t & 1u) && word[t] != g->shared[t]) {
+			rec_gather_launch(a, r, b);
+			break;
+		}
+	if (!g->n)
+		memcpy(g->shared, word, sizeof(word));
+	struct tg_gather_rec *d = &g->rec[g->n];
+	d->src = src;
+	d->off = off;
+	for (unsigned t = 0; t < TG_GATHER_HDR_WORDS; t++)
+		if (!(TG_GATHER_SHARED >> t & 1u))
+			d->w[tg_gather_slot(t)] = word[t];
+	if (++g->n == TG_GATHER_MAX)
+		rec_gather_launch(a, r, b);
+	/* A new range where a pad came between, or at the ring's start. */
+	if (b->n_runs && b->run[b->n_runs - 1][1] == pos && off != 0) {
+		b->run[b->n_runs - 1][1] = pos + h->length;
+	} else if (b->n_runs < REC_RUNS) {
+		b->run[b->n_runs][0] = pos;
+		b->run[b->n_runs][1] = pos + h->length;
+		b->n_runs++;
+	} else {
+		b->failed = true; /* cannot happen: a batch is shorter than the ring */
+	}
 }
 
 /* Lay out and copy one record into batch b (a full ring drops it, counted). */
@@ -425,6 +596,13 @@ static void rec_one(struct toggle_agent *a, struct tg_rec *r, struct rec_batch *
 	for (unsigned i = 0; i < TOGGLE_RING_MAX_DIMS; i++)
 		h->shape[i] = buf->shape[i];
 	toggle_ring_record_seal(h);
+	if (b->staged) {
+		b->end = r->w.reserve;
+		rec_stage(a, r, b, h, pos, buf->ptr); /* bytes: the header's payload_len */
+		b->n_data++;
+		b->bytes += buf->bytes;
+		return;
+	}
 	CUresult cr = a->cu.memcpy_dtoh_async(h + 1, buf->ptr, buf->bytes, stream);
 	b->end = r->w.reserve;
 	if (cr != CUDA_SUCCESS) {
@@ -436,8 +614,10 @@ static void rec_one(struct toggle_agent *a, struct tg_rec *r, struct rec_batch *
 	b->bytes += buf->bytes;
 }
 
-/* Open a batch on stream (NULL: too many in flight, every record dropped). */
-static struct rec_batch *rec_batch_open(struct toggle_agent *a, struct tg_rec *r, CUstream stream)
+/* Open a batch on stream (NULL: too many in flight, every record dropped);
+ * staged when asked and the staged path exists. */
+static struct rec_batch *rec_batch_open(struct toggle_agent *a, struct tg_rec *r, CUstream stream,
+					bool staged)
 {
 	rec_poll(a, r);
 	if (r->b_head - r->b_tail >= TOGGLE_RECORD_MAX_PENDING)
@@ -445,8 +625,45 @@ static struct rec_batch *rec_batch_open(struct toggle_agent *a, struct tg_rec *r
 	struct rec_batch *b = &r->batch[r->b_head % TOGGLE_RECORD_MAX_PENDING];
 	memset(b, 0, sizeof(*b));
 	b->start = b->end = r->w.reserve;
-	b->stream = stream;
+	b->origin = b->stream = stream;
+	b->staged = staged && r->g_fn;
+	r->args.n = 0;
 	return b;
+}
+
+/*
+ * A staged batch's copies: the last gather, an event on the replay's
+ * stream, the recorder's stream waiting on it, one host copy per range.
+ * Any step failing fails the batch (voided when published); its event then
+ * goes where it covers what was enqueued: the recorder's stream once that
+ * waits, else the replay's.  Nothing enqueued at all: voided now, done.
+ */
+static void rec_staged_copies(struct toggle_agent *a, struct tg_rec *r, struct rec_batch *b,
+			      unsigned slot)
+{
+	rec_gather_launch(a, r, b);
+	if (!b->launched) {
+		rec_void_batch(r, b);
+		b->idle = true;
+		return;
+	}
+	if (b->failed)
+		return;
+	CUresult cr = a->cu.event_record(r->gev[slot], b->origin);
+	if (cr == CUDA_SUCCESS)
+		cr = a->cu.stream_wait_event(r->copy, r->gev[slot], 0);
+	if (cr == CUDA_SUCCESS) {
+		b->stream = r->copy;
+		uint64_t mask = r->map.capacity - 1;
+		for (unsigned i = 0; cr == CUDA_SUCCESS && i < b->n_runs; i++) {
+			uint64_t off = b->run[i][0] & mask, len = b->run[i][1] - b->run[i][0];
+			cr = a->cu.memcpy_dtoh_async(r->map.data + off, r->staging + off, len, r->copy);
+		}
+	}
+	if (cr != CUDA_SUCCESS) {
+		a->anomalies.driver_errors++;
+		b->failed = true;
+	}
 }
 
 /* Close it: the event after its copies, or nothing when it holds nothing. */
@@ -455,6 +672,13 @@ static void rec_batch_close(struct toggle_agent *a, struct tg_rec *r, struct rec
 	if (b->end == b->start)
 		return; /* every record dropped: no space was taken */
 	unsigned slot = (unsigned)(r->b_head % TOGGLE_RECORD_MAX_PENDING);
+	if (b->staged) {
+		rec_staged_copies(a, r, b, slot);
+		if (b->idle) {
+			r->b_head++;
+			return;
+		}
+	}
 	CUresult cr = a->cu.event_record(r->ev[slot], b->stream);
 	b->has_event = cr == CUDA_SUCCESS;
 	if (!b->has_event)
@@ -477,7 +701,7 @@ static void rec_graph(struct toggle_agent *a, struct tg_rec *r, struct tg_graph 
 				continue;
 			if (!any) {
 				any = true;
-				b = rec_batch_open(a, r, stream);
+				b = rec_batch_open(a, r, stream, true);
 			}
 			if (!b)
 				rec_drop(r, buf->bytes);
@@ -532,7 +756,7 @@ int toggle_record_eager(struct toggle_agent *a, struct toggle_hook hook,
 	uint32_t h = tg_hook_index(hook);
 	if (r->session == 0 || !tg_set_has(&a->current, h) || !tg_set_has(&r->want, h))
 		return 0;
-	struct rec_batch *b = rec_batch_open(a, r, stream);
+	struct rec_batch *b = rec_batch_open(a, r, stream, false); /* one record: no gather */
 	if (!b) {
 		rec_drop(r, buf->bytes);
 		return 0;
@@ -556,6 +780,7 @@ void toggle_record_stats_get(const struct toggle_agent *a, struct toggle_record_
 	out->pending = r->b_head - r->b_tail;
 	out->session = r->session;
 	out->capacity = r->map.capacity;
+	out->staged = r->g_fn != NULL;
 }
 
 #define REC_TYPE(T) {#T, NULL, sizeof(struct T), 0}
@@ -576,6 +801,7 @@ static const struct toggle_layout_entry rec_layout[] = {
 	REC_FIELD(toggle_record_stats, pending),
 	REC_FIELD(toggle_record_stats, session),
 	REC_FIELD(toggle_record_stats, capacity),
+	REC_FIELD(toggle_record_stats, staged),
 };
 
 const struct toggle_layout_entry *toggle_record_layout(size_t *count)
@@ -597,6 +823,7 @@ static void rec_ring_close(struct toggle_agent *a, struct tg_rec *r)
 		if (r->ev[i])
 			(void)tg_cu_event_destroy(&a->cu, r->ev[i]);
 	memset(r->ev, 0, sizeof(r->ev));
+	rec_staged_close(a, r);
 	if (r->host_registered)
 		(void)tg_cu_mem_host_unregister(&a->cu, r->map.base);
 	r->host_registered = false;

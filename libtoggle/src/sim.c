@@ -1116,6 +1116,23 @@ CUresult toggle_sim_stream_synchronize(CUstream stream)
 	return st->head == NULL ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_STATE;
 }
 
+CUresult toggle_sim_stream_run(CUstream stream)
+{
+	struct sim_stream *st = sim_stream_of(stream);
+
+	if (st == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	while (st->head != NULL && sim_work_runnable(st->head)) {
+		struct sim_work *w = st->head;
+		st->head = w->next;
+		if (st->head == NULL)
+			st->tail = NULL;
+		sim_work_exec(w);
+		sim_work_free(w);
+	}
+	return st->head == NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
 void toggle_sim_synchronize(struct toggle_sim *sim)
 {
 	if (sim != NULL)

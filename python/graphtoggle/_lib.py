@@ -149,7 +149,7 @@ class RecordBuffer(Structure):
 
 class RecordStats(Structure):
     _fields_ = [(n, c_uint64) for n in (
-        "records", "bytes", "dropped", "errors", "pending", "session", "capacity")]
+        "records", "bytes", "dropped", "errors", "pending", "session", "capacity", "staged")]
 
 
 class LayoutEntry(Structure):

@@ -404,7 +404,8 @@ class Agent:
 
     def recorder(self, capacity=64 << 20):
         """The agent's data ring (graphtoggle.record.Recorder; toggle_record_open the first
-        time, with capacity data bytes, a power of two): the enabled hooks' monitor buffers
+        time, with capacity data bytes, a power of two, and as many bytes of GPU memory
+        for its staging: docs/recording.md, *Staging*): the enabled hooks' monitor buffers
         after each replay, for toggled's `togglectl record` or a local reader."""
         if self._rec is None:
             from .record import Recorder

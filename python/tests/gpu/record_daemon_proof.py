@@ -382,6 +382,8 @@ def prove(d, engine, name, args, note):
     if missing:
         note("%d steps lack records, e.g. %s" % (len(missing), missing[:3]))
     st = engine.rec.stats()
+    if not st["staged"]:
+        note("the recorder copied record by record: no gather kernel or staging")
     a = d.agent(name)
     ring = a["ring"] or {}
     if st["dropped"] or ring.get("dropped"):

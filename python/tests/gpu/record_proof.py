@@ -14,7 +14,10 @@ producers that overwrote theirs are exactly the step's set).  Proves, per mode:
     every enabled hook of every replay has its record;
  2. the ring forced full (the consumer stops reading for --full-steps steps): drops are
     counted, records + drops = the hooks asked, every record published is still exact;
-    reading again, recording goes on without drops;
+    reading again, recording goes on without drops; the recorder runs staged
+    (docs/recording.md, *Staging*: one gather kernel per launch into device staging on
+    the replay's stream, the host copies on its own stream) and the ring wraps, so
+    staging is reused lap after lap;
  3. the replays stay exact throughout: the sentinel check at every step, in lazy and
     device mode; each graph's first replay is torch's own after toggle_graph_prepare
     (the patch's random-ops probe: recorded by toggle_record_after), the later ones go
