@@ -36,6 +36,9 @@ struct tg_node {
 	CUgraphNode node;
 	uint32_t hook;    /* hook index: type * TOGGLE_MAX_LAYERS + layer */
 	uint64_t devnode; /* its CUgraphDeviceNode, 0 when not device-updatable */
+	bool attrs;       /* launched with launch attributes of the application's, or
+			   * recorded from a node it made: a plain copy (bare.c's full
+			   * exec) would lose them */
 };
 
 /* How a graph of a device-mode agent is toggled (decided at bind). */
@@ -46,14 +49,14 @@ enum tg_dev {
 	TG_DEV_REFUSED,       /* strict agent: bind refused; note says why */
 };
 
-/* A graph's producer-free exec (bare.c). */
+/* A second exec of a graph (bare.c): the producer-free one, or (device mode)
+ * the full one, every producer a plain kernel node and no planner. */
 struct tg_bare {
 	CUgraphExec exec;         /* NULL: none (not built, off, or the build failed) */
 	CUgraphExec parked;       /* one dropped inside a capture window: destroyed later */
-	uint32_t wlo, whi;        /* set words that hold the graph's covered hooks */
-	uint64_t replays;         /* launches that ran a bare exec before `since` */
-	uint64_t since;           /* g->replays when the running bare exec was picked */
-	bool failed;              /* the last build failed: the main exec runs every step */
+	uint64_t replays;         /* launches that ran such an exec before `since` */
+	uint64_t since;           /* g->replays when the running one was picked */
+	bool failed;              /* the last build failed: the main exec runs instead */
 };
 
 struct tg_graph {
@@ -78,7 +81,7 @@ struct tg_graph {
 	uint64_t dev_runs;        /* of which of exec, not the bare exec: device mode's planner runs */
 	int64_t last_step;
 	CUstream last_stream;     /* stream of the last launch of exec through the agent */
-	bool last_bare;           /* the last launch ran the bare exec, */
+	CUgraphExec last_run;     /* the exec the last launch ran (exec, bare, full), */
 	CUstream last_any;        /* on this stream (NULL: no launch yet) */
 	uint32_t slot;            /* index among the agent's records: its planner descriptor */
 
@@ -165,8 +168,11 @@ struct tg_graph {
 	/* toggle_graph_set_bare(false): no producer-free exec for this graph. */
 	bool bare_off;
 
-	/* The producer-free exec (bare.c): exec's graph without its producers. */
-	struct tg_bare bare;
+	/* The producer-free exec (bare.c): exec's graph without its producers;
+	 * device mode's full exec: without its planner, producers plain. */
+	struct tg_bare bare, full;
+	uint32_t alt_wlo, alt_whi; /* set words that hold the graph's covered hooks */
+	uint32_t n_attrs;         /* producers recorded with attrs (struct tg_node) */
 };
 
 struct tg_plan {

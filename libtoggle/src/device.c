@@ -325,7 +325,8 @@ int tg_launch_producer(struct toggle_agent *a, const CUlaunchConfig *config, CUf
 	if (a->dev.on)
 		devnode = (uint64_t)(uintptr_t)attrs[cfg.numAttrs - 1].value.deviceUpdatableKernelNode.devNode;
 #endif
-	rc = tg_record(a, config->hStream, hook, devnode);
+	/* Attributes of the caller's: a plain copy of this producer would lose them. */
+	rc = tg_record(a, config->hStream, hook, devnode, config->numAttrs != 0);
 	if (rc) /* the kernel is in this capture whatever tg_record could find out: fail closed */
 		tg_record_refused_in(a, graph, id, hook, rc);
 	return rc;
@@ -343,7 +344,7 @@ int toggle_record_device_producer(struct toggle_agent *a, CUstream stream, struc
 		tg_record_refused(a, stream, hook, rc); /* the producer is in the capture */
 		return rc;
 	}
-	return tg_record(a, stream, hook, (uint64_t)(uintptr_t)node);
+	return tg_record(a, stream, hook, (uint64_t)(uintptr_t)node, true); /* launched by the caller */
 }
 #endif
 

@@ -283,8 +283,9 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 	}
 	if (own_exec)
 		tg_bare_leave(a, g); /* the caller launches exec itself: never the bare one */
-	else if (g->dev == TG_DEV_ACTIVE && g->bare.exec && g->applied_version != a->version)
-		tg_device_poll(a, g); /* a taint that blocks it blocks the bare exec too */
+	else if (g->dev == TG_DEV_ACTIVE && (g->bare.exec || g->full.exec) &&
+		 g->applied_version != a->version)
+		tg_device_poll(a, g); /* a taint that blocks it blocks the bare and full execs too */
 	if (g->applied_version != a->version && (own_exec || !tg_bare_pick(a, g))) {
 		int rc = g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream) : tg_graph_sync(a, g);
 		if (rc && !g->gone && tg_graph_replaced(a, g)) {
@@ -337,12 +338,12 @@ static inline void replay_account(struct toggle_agent *a, struct tg_graph *g, CU
 {
 	g->replays++;
 	g->last_step = a->step;
-	g->last_bare = g->run != g->exec;
+	g->last_run = g->run;
 	g->last_any = stream;
 	if (g->run == g->exec) {
 		/* Device mode counts and orders only what runs its planner: the bare
-		 * exec (bare.c) reads no mask, so a mask write waits for the device
-		 * exec's last launch, not for a bare one on another stream. */
+		 * and full execs (bare.c) read no mask, so a mask write waits for the
+		 * device exec's last launch, not for one of theirs on another stream. */
 		g->dev_runs++;
 		g->last_stream = stream;
 	}
@@ -410,9 +411,9 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 		a->stats.launches_unrelated++;
 		return 0;
 	}
-	if (g->last_any && g->last_any != stream && g->last_bare != (g->run != g->exec)) {
-		/* The first launch after a switch between the exec and the bare one,
-		 * on another stream (any mode): the driver serialises launches of one
+	if (g->last_any && g->last_any != stream && g->last_run != g->run) {
+		/* The first launch after a switch between the exec and the bare or
+		 * full one, on another stream (any mode): the driver serialises launches of one
 		 * exec, not of two, so this one waits for the last (an event), as
 		 * launches of the one exec did before the switch
 		 * (check_bare_streams.c, check_device_bare.c).  A prepare too: the
@@ -422,7 +423,7 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 			return launch_refuse(a, rc);
 	}
 	if (launch) {
-		r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
+		r = a->cu.graph_launch(g->run, stream); /* exec, its bare or full exec (bare.c) */
 		if (r != CUDA_SUCCESS) {
 			if (g->prep_unordered && g->applied_version)
 				replay_unordered(g); /* still unordered: keep launches slow */
@@ -453,7 +454,7 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (__builtin_expect(!g || exec != g->exec || g->applied_version != tg_fast_version(a), 0))
 		return replay_slow(a, graph, exec, stream, true);
-	CUresult r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
+	CUresult r = a->cu.graph_launch(g->run, stream); /* exec, its bare or full exec (bare.c) */
 	if (__builtin_expect(r != CUDA_SUCCESS, 0))
 		return launch_failed(a, g->graph, g->run, r); /* from g: fewer live registers */
 	replay_account(a, g, stream); /* device mode orders its next mask write after it */
