@@ -54,6 +54,9 @@ struct bx {
 	CUgraphExec exec;
 };
 
+/* Open agents without the bare and full execs (the device exec alone). */
+static bool bx_no_second;
+
 /* An agent in device mode with bare execs on (the fixture's default is off). */
 static struct bx *bx_open(bool strict)
 {
@@ -61,7 +64,7 @@ static struct bx *bx_open(bool strict)
 	ck_assert_ptr_nonnull(b);
 	b->f = dfx_new();
 	struct toggle_config cfg = dfx_config(b->f, TOGGLE_MODE_DEVICE, strict);
-	cfg.no_bare_exec = false;
+	cfg.no_bare_exec = bx_no_second;
 	ck_assert_int_eq(toggle_agent_open(&cfg, &b->f->agent), 0);
 	ck_assert_int_eq(toggle_agent_mode(b->f->agent), TOGGLE_MODE_DEVICE);
 	ck_assert_int_eq(toggle_sim_module_load(b->f->sim, &b->mod, &bare_image), CUDA_SUCCESS);
@@ -753,6 +756,63 @@ START_TEST(full_streams_exact)
 }
 END_TEST
 
+/*
+ * Random steps over all-on, all-off and mixed sets, each launch through
+ * toggle_graph_launch, toggle_graph_prepare + the caller's own launch, or
+ * a prepare left without its launch, on random streams, pipelined (seeded
+ * deferred order, _i % 8; _i >= 8: the device exec alone): every launch
+ * runs exactly its step's set.  Failed before two fixes (replay.c): a
+ * bare or full launch cleared an unlaunched prepare's 'unordered' mark, so
+ * the device exec's next launch skipped its wait for that prepare's mask
+ * words; and a prepare at an unchanged set on another stream took the fast
+ * path, moving the stream the next mask write waits for to one that holds
+ * no launch (the device exec alone failed too: launches read later words).
+ */
+START_TEST(full_random_prepares_exact)
+{
+	static const uint32_t sets[] = {0, 0xff, 0x0f, 0xf0, 0x81};
+	bx_no_second = _i >= 8; /* the device exec alone */
+	struct bx *b = bx_open(false);
+	bx_no_second = false;
+	struct toggle_agent *a = b->f->agent;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(a, b->graph, &b->exec), 0);
+	uint64_t rng = 0xfa11u + (uint64_t)(_i % 8) * 7919u;
+	toggle_sim_set_deferred(b->f->sim, true, rng);
+	enum { STEPS = 300 };
+	static uint32_t expect[STEPS * 4];
+	unsigned n = 0;
+	for (int64_t st = 0; st < STEPS; st++) {
+		uint32_t m = sets[tu_rng_next(&rng) % 5];
+		bx_set(b, st, m);
+		for (int k = 1 + (int)(tu_rng_next(&rng) % 3); k > 0; k--) {
+			CUstream s = b->f->s[tu_rng_next(&rng) % NS];
+			switch (tu_rng_next(&rng) % 3) {
+			case 0:
+				ck_assert_int_eq(toggle_graph_launch(a, b->graph, b->exec, s), 0);
+				break;
+			case 1:
+				ck_assert_int_eq(toggle_graph_prepare(a, b->graph, b->exec, s), 0);
+				ck_assert_int_eq(toggle_sim_graph_launch(b->exec, s), CUDA_SUCCESS);
+				break;
+			default:
+				ck_assert_int_eq(toggle_graph_prepare(a, b->graph, b->exec, s), 0);
+				continue; /* not launched */
+			}
+			expect[n++] = m;
+		}
+		if (st % 50 == 49)
+			toggle_sim_synchronize(b->f->sim);
+	}
+	toggle_sim_synchronize(b->f->sim);
+	size_t at = 0;
+	for (unsigned k = 0; k < n; k++)
+		check_launch(&at, expect[k], k);
+	ck_assert_uint_eq(at, nklog);
+	bx_close(b);
+}
+END_TEST
+
 /* A strict agent refuses a blocked graph's all-on launches (the full exec's) too. */
 START_TEST(full_strict_blocked_refused)
 {
@@ -911,6 +971,7 @@ static Suite *device_bare_suite(void)
 	tcase_add_test(full, full_all_on_runs_no_planner);
 	tcase_add_test(full, full_steps_planner_state);
 	tcase_add_loop_test(full, full_streams_exact, 0, 4);
+	tcase_add_loop_test(full, full_random_prepares_exact, 0, 12);
 	tcase_add_test(full, full_strict_blocked_refused);
 	tcase_add_test(full, full_prepare_runs_device_exec);
 	tcase_add_test(full, full_none_with_producer_attributes);

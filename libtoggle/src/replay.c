@@ -383,15 +383,26 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 	struct tg_graph *g = tg_graph_find(a, graph);
 	CUresult r;
 	int prep = 0;
+	/* Device mode: a prepare on another stream than the exec's last launch.
+	 * Its launch may never come, and the next mask write, ordered after
+	 * this stream alone (tg_device_sync), must still follow that launch. */
+	bool moves = g && !launch && g->dev == TG_DEV_ACTIVE && g->last_stream &&
+		     g->last_stream != stream;
 	/* Stale, late and unbound records hold exec NULL and version 0 (versions
 	 * start at 1), so these two compares are the whole fast-path guard. */
 	if (g && tg_graph_related(g) &&
 	    __builtin_expect(exec != g->exec || g->applied_version != a->version ||
-			     (!launch && g->run != g->exec), 0)) {
+			     (!launch && g->run != g->exec) || moves, 0)) {
 		uint64_t words = a->stats.mask_words, joins = a->stats.stream_joins;
 		prep = launch_prepare(a, g, exec, stream, !launch);
 		if (prep < 0)
 			return launch_refuse(a, prep);
+		if (prep == 0 && moves && g->dev == TG_DEV_ACTIVE && a->stats.stream_joins == joins &&
+		    g->last_stream && g->last_stream != stream) {
+			int rc = tg_device_order(a, g, g->last_stream, stream);
+			if (rc)
+				return launch_refuse(a, rc);
+		}
 		if (!launch && prep == 0 && g->dev == TG_DEV_ACTIVE &&
 		    (a->stats.mask_words != words || a->stats.stream_joins != joins ||
 		     g->prep_unordered))
@@ -429,9 +440,14 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 				replay_unordered(g); /* still unordered: keep launches slow */
 			return launch_failed(a, graph, g->run, r);
 		}
-		/* after last_stream's mask work (a join when stream differs): ordered */
-		g->prep_unordered = false;
-		g->prep_version = 0;
+		/* After last_stream's mask work (a join when stream differs):
+		 * ordered.  Not a bare or full launch: it reads no mask and made no
+		 * join, so the device exec's next launch must still wait for that
+		 * work (tg_device_sync), or it may read the mask before it lands. */
+		if (g->run == g->exec) {
+			g->prep_unordered = false;
+			g->prep_version = 0;
+		}
 	}
 	replay_account(a, g, stream);
 	if (launch && a->rec_on)
@@ -473,13 +489,16 @@ int toggle_graph_prepare(struct toggle_agent *a, CUgraph graph, CUgraphExec exec
 	if (__builtin_expect(!a, 0))
 		return TOGGLE_EINVAL;
 	struct tg_graph *g = tg_graph_find(a, graph);
-	if (__builtin_expect(!g || exec != g->exec || g->run != g->exec, 0))
+	/* Device mode: a prepare on another stream than the last launch's is
+	 * ordered after it (replay_slow: its launch may never come). */
+	if (__builtin_expect(!g || exec != g->exec || g->run != g->exec ||
+			     (stream != g->last_stream && g->dev == TG_DEV_ACTIVE), 0))
 		return replay_slow(a, graph, exec, stream, false);
 	/* Up to date; or (device mode) up to date for a prepare on the stream
-	 * of the last one, whose mask work is not known to be launched yet. */
+	 * of the last one (checked above), whose mask work is not known to be
+	 * launched yet (prep_version is 0 in the host modes). */
 	uint64_t fast = tg_fast_version(a);
-	if (__builtin_expect(g->applied_version != fast &&
-			     (g->prep_version != fast || stream != g->last_stream), 0))
+	if (__builtin_expect(g->applied_version != fast && g->prep_version != fast, 0))
 		return replay_slow(a, graph, exec, stream, false);
 	replay_account(a, g, stream);
 	return 0;
