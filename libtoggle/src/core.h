@@ -230,6 +230,7 @@ struct toggle_agent {
 
 	/* Desired state. */
 	struct toggle_set standing;
+	bool current_standing;    /* current is standing, neither written since (desired.c) */
 	struct tg_plan *plans;    /* sorted by step, TOGGLE_MAX_PLAN slots */
 	size_t n_plans;
 	struct toggle_set current; /* the set replays of this step run with */

@@ -736,13 +736,20 @@ void tg_device_poll(struct toggle_agent *a, struct tg_graph *g)
 	}
 }
 
+/* Nothing new in g's report and nothing to clear: what a poll finds at almost every step. */
+static inline bool dev_quiet(const struct toggle_agent *a, const struct tg_graph *g)
+{
+	return !g->unclean && __atomic_load_n(&dev_report(a, g)->bad, __ATOMIC_ACQUIRE) == g->rep_seen;
+}
+
 void tg_device_step(struct toggle_agent *a)
 {
 	for (size_t i = 0; i < a->n_graphs; i++) {
 		struct tg_graph *g = a->graphs[i];
 		if (g->dev != TG_DEV_ACTIVE || !g->dev_setup || g->stale)
 			continue;
-		tg_device_poll(a, g);
+		if (!dev_quiet(a, g)) /* one load per graph and step otherwise */
+			tg_device_poll(a, g);
 		dev_note_step(g, a->step);
 	}
 }
