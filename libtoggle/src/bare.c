@@ -89,12 +89,12 @@ bool tg_full_running(const struct tg_graph *g)
 
 uint64_t tg_bare_replays(const struct tg_graph *g)
 {
-	return g->bare.replays + (tg_bare_running(g) ? g->replays - g->bare.since : 0);
+	return tg_alt_replays(g, &g->bare);
 }
 
 uint64_t tg_full_replays(const struct tg_graph *g)
 {
-	return g->full.replays + (tg_full_running(g) ? g->replays - g->full.since : 0);
+	return tg_alt_replays(g, &g->full);
 }
 
 /* The second exec g runs now, if any. */
@@ -109,7 +109,7 @@ static void bare_stop(struct tg_graph *g)
 	struct tg_bare *x = alt_now(g);
 	if (x)
 		x->replays += g->replays - x->since;
-	g->run = g->exec;
+	tg_run_set(g, g->exec, &g->last_stream);
 }
 
 static void alt_switched(struct toggle_agent *a, struct tg_graph *g, const struct tg_bare *x)
@@ -142,7 +142,10 @@ bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 			alt_switched(a, g, want);
 		}
 	}
-	g->run = want ? want->exec : g->exec;
+	if (want)
+		tg_run_set(g, want->exec, &want->stream);
+	else
+		tg_run_set(g, g->exec, &g->last_stream);
 	if (want)
 		g->applied_version = a->version; /* it holds every set it fits */
 	return want != NULL;

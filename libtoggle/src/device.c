@@ -559,7 +559,7 @@ static int dev_setup(struct toggle_agent *a, struct tg_graph *g, void **staging)
 	g->words = words;
 	/* No planner of this record runs now (first setup, or fenced above). */
 	memset(dev_report(a, g), 0, TG_PLAN_REPORT_SIZE);
-	g->run_base = g->dev_runs;
+	g->run_base = tg_dev_runs(g);
 	g->rep_seen = 0;
 	g->last_bad_run = 0;
 	g->unclean = false;
@@ -618,7 +618,7 @@ int tg_device_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 		g->epoch_pending = true;
 	}
 	/* A new exec (or a new start of this one): what was tainted before is history. */
-	g->exec_first = g->dev_runs;
+	g->exec_first = tg_dev_runs(g);
 	g->blocked = false;
 	dev_note_step(g, a->step);
 	return 0;
@@ -626,18 +626,19 @@ int tg_device_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 
 /* ---- tainted launches ------------------------------------------------------ */
 
-/* Launches from index g->dev_runs on are made in step. */
+/* Launches from index tg_dev_runs(g) on are made in step. */
 static void dev_note_step(struct tg_graph *g, int64_t step)
 {
+	uint64_t runs = tg_dev_runs(g);
 	if (g->n_bounds) {
 		uint32_t last = (g->n_bounds - 1) % TG_STEP_BOUNDS;
-		if (g->bounds[last].first == g->dev_runs) {
+		if (g->bounds[last].first == runs) {
 			g->bounds[last].step = step; /* no launch since the last note */
 			return;
 		}
 	}
 	uint32_t i = g->n_bounds % TG_STEP_BOUNDS;
-	g->bounds[i].first = g->dev_runs;
+	g->bounds[i].first = runs;
 	g->bounds[i].step = step;
 	g->n_bounds++;
 }
@@ -721,8 +722,8 @@ void tg_device_poll(struct toggle_agent *a, struct tg_graph *g)
 			}
 			/* Their runs are unknown but not later than the last launch made:
 			 * only a clean launch after that one clears the taint. */
-			if (g->dev_runs - g->run_base > g->last_bad_run)
-				g->last_bad_run = g->dev_runs - g->run_base;
+			if (tg_dev_runs(g) - g->run_base > g->last_bad_run)
+				g->last_bad_run = tg_dev_runs(g) - g->run_base;
 		}
 		for (uint64_t k = first; k < bad; k++)
 			if (now - k < TG_PLAN_REPORT_RING && rec[k - first].run != 0)

@@ -69,6 +69,7 @@ static struct tg_graph *graph_new(struct toggle_agent *a, CUgraph graph)
 		return NULL;
 	g->graph = graph;
 	g->last_step = -1;
+	g->run_slot = &g->last_stream;
 	g->slot = (uint32_t)a->n_graphs;
 	a->graphs[a->n_graphs++] = g;
 	map_insert(a, g);
@@ -95,6 +96,7 @@ void tg_graph_clear(struct toggle_agent *a, struct tg_graph *g, bool keep_life)
 	g->graph = keep.graph;
 	g->slot = keep.slot;
 	g->last_step = -1;
+	g->run_slot = &g->last_stream;
 	g->dev_mem = keep.dev_mem;
 	g->dev_mem_size = keep.dev_mem_size;
 	g->shadow = keep.shadow;

@@ -338,15 +338,10 @@ static inline void replay_account(struct toggle_agent *a, struct tg_graph *g, CU
 {
 	g->replays++;
 	g->last_step = a->step;
-	g->last_run = g->run;
-	g->last_any = stream;
-	if (g->run == g->exec) {
-		/* Device mode counts and orders only what runs its planner: the bare
-		 * and full execs (bare.c) read no mask, so a mask write waits for the
-		 * device exec's last launch, not for one of theirs on another stream. */
-		g->dev_runs++;
-		g->last_stream = stream;
-	}
+	/* Each exec keeps its own last stream: device mode's mask writes wait
+	 * for the device exec's (last_stream; the bare and full execs read no
+	 * mask), a switch of execs for the last launch's (tg_last_launch). */
+	*g->run_slot = stream;
 }
 
 /*
@@ -422,14 +417,16 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 		a->stats.launches_unrelated++;
 		return 0;
 	}
-	if (g->last_any && g->last_any != stream && g->last_run != g->run) {
+	CUgraphExec last_run = NULL;
+	CUstream last_any = tg_last_launch(g, &last_run);
+	if (last_any && last_any != stream && last_run != g->run) {
 		/* The first launch after a switch between the exec and the bare or
 		 * full one, on another stream (any mode): the driver serialises launches of one
 		 * exec, not of two, so this one waits for the last (an event), as
 		 * launches of the one exec did before the switch
 		 * (check_bare_streams.c, check_device_bare.c).  A prepare too: the
 		 * caller launches the exec right after. */
-		int rc = tg_device_order(a, g, g->last_any, stream);
+		int rc = tg_device_order(a, g, last_any, stream);
 		if (rc)
 			return launch_refuse(a, rc);
 	}
@@ -534,7 +531,8 @@ int tg_apply_all(struct toggle_agent *a)
 		CUgraphExec ran = g->run;
 		if (rc == 0)
 			rc = tg_bare_pick(a, g) ? 0 : tg_graph_sync(a, g);
-		if (rc == 0 && g->run != ran && g->last_any)
+		CUgraphExec last = NULL;
+		if (rc == 0 && g->run != ran && tg_last_launch(g, &last))
 			g->applied_version = 0; /* a switch of execs: its launch orders it (replay_slow) */
 		if (rc && tg_graph_replaced(a, g)) {
 			tg_graph_drop(a, g); /* the handle names another graph now */
