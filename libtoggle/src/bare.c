@@ -107,8 +107,10 @@ static struct tg_bare *alt_now(struct tg_graph *g)
 static void bare_stop(struct tg_graph *g)
 {
 	struct tg_bare *x = alt_now(g);
-	if (x)
+	if (x) {
 		x->replays += g->replays - x->since;
+		g->alt_closed += g->replays - x->since;
+	}
 	tg_run_set(g, g->exec, &g->last_stream);
 }
 
@@ -135,6 +137,7 @@ bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 	if (want != now) {
 		if (now) {
 			now->replays += g->replays - now->since;
+			g->alt_closed += g->replays - now->since;
 			alt_switched(a, g, now);
 		}
 		if (want) {

@@ -88,6 +88,7 @@ struct tg_graph {
 	CUgraphExec prev_run;
 	CUstream prev_stream;
 	uint64_t run_since;
+	uint64_t alt_closed;      /* launches of bare and full execs no longer running */
 	uint32_t slot;            /* index among the agent's records: its planner descriptor */
 
 	/* Device mode (device.c).  Kept across a new capture into the record:
@@ -381,10 +382,11 @@ static inline uint64_t tg_alt_replays(const struct tg_graph *g, const struct tg_
 	return x->replays + (x->exec && g->run == x->exec ? g->replays - x->since : 0);
 }
 
-/* Launches of g's exec (device mode: its planner's runs): what the others leave. */
+/* Launches of g's exec (device mode: its planner's runs): what the others
+ * leave (run is a bare or full exec while it is not exec). */
 static inline uint64_t tg_dev_runs(const struct tg_graph *g)
 {
-	return g->replays - tg_alt_replays(g, &g->bare) - tg_alt_replays(g, &g->full);
+	return g->replays - g->alt_closed - (g->run != g->exec ? g->replays - g->run_since : 0);
 }
 
 /* The stream of g's last launch (NULL: none yet), *exec the exec it ran:
