@@ -478,7 +478,8 @@ int main(int argc, char **argv)
 	long iters = 2000000;
 	const char *mode = NULL;
 	if (argc < 2) {
-		fprintf(stderr, "usage: bench_host hotpath|apply|switch|step [--reps R] [--iters N] [--mode M]\n");
+		fprintf(stderr, "usage: bench_host hotpath|apply|switch|step [--reps R] [--iters N] "
+			"[--mode M]\n");
 		return 2;
 	}
 	for (int i = 2; i + 1 < argc; i += 2) {

@@ -128,11 +128,9 @@ bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 	 * (tg_device_sync), the bare and full execs' too; the caller polled the
 	 * planner's report first (replay.c). */
 	struct tg_bare *want = NULL, *now = alt_now(g);
-	if (g->blocked)
-		want = NULL;
-	else if (g->bare.exec && bare_fits(a, g))
+	if (!g->blocked && g->bare.exec && bare_fits(a, g))
 		want = &g->bare;
-	else if (g->full.exec && full_fits(a, g))
+	else if (!g->blocked && g->full.exec && full_fits(a, g))
 		want = &g->full;
 	if (want != now) {
 		if (now) {

@@ -421,9 +421,9 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 	CUstream last_any = tg_last_launch(g, &last_run);
 	if (last_any && last_any != stream && last_run != g->run) {
 		/* The first launch after a switch between the exec and the bare or
-		 * full one, on another stream (any mode): the driver serialises launches of one
-		 * exec, not of two, so this one waits for the last (an event), as
-		 * launches of the one exec did before the switch
+		 * full one, on another stream (any mode): the driver serialises
+		 * launches of one exec, not of two, so this one waits for the last
+		 * (an event), as launches of the one exec did before the switch
 		 * (check_bare_streams.c, check_device_bare.c).  A prepare too: the
 		 * caller launches the exec right after. */
 		int rc = tg_device_order(a, g, last_any, stream);
