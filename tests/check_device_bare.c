@@ -13,6 +13,7 @@
  * kernel nodes of toggle_launch_producer.
  */
 #include "fixture_device.h"
+#include "toggle_shm.h"
 
 #define BL 8                 /* producers (hooks 0:0 .. 0:7) */
 #define BC (2 * BL + 1)      /* compute kernels */
@@ -902,6 +903,50 @@ START_TEST(full_none_with_producer_attributes)
 }
 END_TEST
 
+/* The status lane (what toggled and `togglectl graphs` show): FULL while the
+ * graph has a full exec, FULL_RUNNING while its launches run it. */
+START_TEST(full_status_lane_flags)
+{
+	struct bx *b = bx_open(false);
+	struct toggle_agent *a = b->f->agent;
+	char err[128];
+	/* White-box: the region a daemon connection would have made. */
+	ck_assert_int_eq(toggle_shm_create(&a->shm, err, sizeof(err)), 0);
+	a->status_buf = calloc(1, sizeof(*a->status_buf));
+	ck_assert_ptr_nonnull(a->status_buf);
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(a, b->graph, &b->exec), 0);
+	const uint64_t base = TOGGLE_SHM_GRAPH_BOUND | TOGGLE_SHM_GRAPH_DEVICE |
+			      TOGGLE_SHM_GRAPH_BARE | TOGGLE_SHM_GRAPH_FULL;
+	struct toggle_shm_status st;
+	bx_set(b, 0, 0xff);
+	launch(b, 0);
+	bx_set(b, 1, 0xff); /* publishes */
+	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
+	ck_assert_uint_eq(st.n_graphs, 1);
+	ck_assert_uint_eq(st.graphs[0].flags, base | TOGGLE_SHM_GRAPH_FULL_RUNNING);
+	bx_set(b, 2, 0x0f);
+	launch(b, 0);
+	bx_set(b, 3, 0x0f);
+	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
+	ck_assert_uint_eq(st.graphs[0].flags, base);
+	bx_set(b, 4, 0);
+	launch(b, 0);
+	bx_set(b, 5, 0);
+	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
+	ck_assert_uint_eq(st.graphs[0].flags, base | TOGGLE_SHM_GRAPH_BARE_RUNNING);
+	/* Bits of their own. */
+	ck_assert_uint_eq((TOGGLE_SHM_GRAPH_FULL | TOGGLE_SHM_GRAPH_FULL_RUNNING) &
+				  (TOGGLE_SHM_GRAPH_BOUND | TOGGLE_SHM_GRAPH_STALE |
+				   TOGGLE_SHM_GRAPH_DEVICE | TOGGLE_SHM_GRAPH_FALLBACK |
+				   TOGGLE_SHM_GRAPH_TAINTED | TOGGLE_SHM_GRAPH_BLOCKED |
+				   TOGGLE_SHM_GRAPH_BARE | TOGGLE_SHM_GRAPH_BARE_RUNNING),
+			  0);
+	ck_assert_uint_ne(TOGGLE_SHM_GRAPH_FULL, TOGGLE_SHM_GRAPH_FULL_RUNNING);
+	bx_close(b);
+}
+END_TEST
+
 /* ---- the simulator's model of the calls the assembly uses ------------------------- */
 
 START_TEST(sim_node_getters_and_adds)
@@ -975,6 +1020,7 @@ static Suite *device_bare_suite(void)
 	tcase_add_test(full, full_strict_blocked_refused);
 	tcase_add_test(full, full_prepare_runs_device_exec);
 	tcase_add_test(full, full_none_with_producer_attributes);
+	tcase_add_test(full, full_status_lane_flags);
 	suite_add_tcase(s, full);
 	return s;
 }
