@@ -451,7 +451,8 @@ static int bench_step(int reps, long iters, const char *mode)
 	int set;
 	if (mode) { /* one variant only: for instruction counts under callgrind */
 		if (!step_parse(mode, &device, &prepare, &set)) {
-			fprintf(stderr, "bench_host step: --mode lazy|device-launch|prepare-mixed|off|on\n");
+			fprintf(stderr, "bench_host step: --mode MODE-VIA-SET (lazy or device, "
+				"launch or prepare, mixed, off or on: device-launch-on)\n");
 			return 2;
 		}
 		step_point(device, prepare, set, 1, iters);
