@@ -11,8 +11,13 @@
  *   switch:  steps alternating between the empty set and one hook: host time
  *            of the launch that switches between the producer-free exec and
  *            the main one, against the same steps with that exec turned off.
+ *   step:    a step on an unchanged set (toggle_step_begin + one launch or
+ *            prepare per graph), lazy against device mode, at a mixed set,
+ *            all off and all on (the execs each mode picks there).
  *
- * Usage: bench_host hotpath|apply|switch [--reps R] [--iters N] [--mode agent|direct|prepare]
+ * Usage: bench_host hotpath|apply|switch|step [--reps R] [--iters N] [--mode M]
+ *   hotpath --mode agent|direct|prepare; step --mode MODE-VIA-SET
+ *   (lazy|device, launch|prepare, mixed|off|on: one variant, for callgrind)
  * Prints a table of medians over R repetitions (see bench/run.sh).
  */
 #include <stdio.h>
@@ -109,6 +114,98 @@ static void rig_open_cfg(struct rig *r, uint16_t types, uint16_t layers, bool no
 static void rig_open(struct rig *r, uint16_t types, uint16_t layers)
 {
 	rig_open_cfg(r, types, layers, false);
+}
+
+/* Device mode's producers: simulator kernels launched through toggle_launch_producer. */
+static void sim_produce(void **params)
+{
+	(void)params;
+	__asm__ volatile("" ::: "memory");
+}
+
+static const struct toggle_sim_function dev_functions[] = {
+	{.name = "produce", .fn = sim_produce, .n_params = 1, .param_size = {sizeof(int)}},
+};
+
+static const struct toggle_sim_image dev_image = {
+	.magic = TOGGLE_SIM_IMAGE_MAGIC, .n_functions = 1, .functions = dev_functions};
+
+/*
+ * An agent on the simulator (lazy or device mode) with n_graphs graphs of
+ * types x layers producers each (device mode: a planner at the head and
+ * device-updatable producers), instantiated and bound; graph[i], exec[i].
+ */
+struct step_rig {
+	struct rig r;
+	CUmodule mod;
+	CUfunction produce;
+	CUgraph graph[8];
+	CUgraphExec exec[8];
+	unsigned n;
+};
+
+static void step_rig_open(struct step_rig *sr, bool device, unsigned n_graphs, uint16_t types,
+			  uint16_t layers)
+{
+	struct rig *r = &sr->r;
+	memset(sr, 0, sizeof(*sr));
+	for (uint16_t t = 0; t < types; t++) {
+		snprintf(r->name_buf[t], sizeof(r->name_buf[t]), "h%u", t);
+		r->names[t] = r->name_buf[t];
+	}
+	if (toggle_sim_create(&r->sim) || toggle_sim_stream_create(r->sim, &r->stream))
+		exit(1);
+	struct toggle_config cfg = {.name = "bench",
+				    .catalog = {.type_names = r->names, .n_types = types,
+						.n_layers = layers},
+				    .backend = TOGGLE_BACKEND_SIM, .sim = r->sim,
+				    .mode = device ? TOGGLE_MODE_DEVICE : TOGGLE_MODE_LAZY};
+	if (toggle_agent_open(&cfg, &r->agent) || toggle_agent_mode(r->agent) != cfg.mode)
+		exit(1);
+	if (device && (toggle_sim_module_load(r->sim, &sr->mod, &dev_image) ||
+		       toggle_sim_module_get_function(&sr->produce, sr->mod, "produce")))
+		exit(1);
+	sr->n = n_graphs;
+	for (unsigned g = 0; g < n_graphs; g++) {
+		toggle_capture_begin(r->agent);
+		toggle_sim_stream_begin_capture(r->stream);
+		if (device && toggle_capture_planner(r->agent, r->stream))
+			exit(1);
+		for (uint16_t t = 0; t < types; t++)
+			for (uint16_t l = 0; l < layers; l++) {
+				toggle_sim_launch_kernel(r->stream, nop_kernel, NULL);
+				struct toggle_hook h = {t, l};
+				if (!device) {
+					if (toggle_record_producer(r->agent, r->stream, h))
+						exit(1);
+					continue;
+				}
+				int arg = 0;
+				void *params[] = {&arg};
+				CUlaunchConfig c = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
+						    .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1,
+						    .hStream = r->stream};
+				if (toggle_launch_producer(r->agent, &c, sr->produce, params, h))
+					exit(1);
+			}
+		toggle_sim_stream_end_capture(r->stream, &sr->graph[g]);
+		toggle_capture_end(r->agent);
+		if (toggle_graph_instantiate(r->agent, sr->graph[g], &sr->exec[g]))
+			exit(1);
+	}
+}
+
+static void step_rig_close(struct step_rig *sr)
+{
+	toggle_sim_synchronize(sr->r.sim);
+	toggle_agent_close(sr->r.agent);
+	for (unsigned g = 0; g < sr->n; g++) {
+		toggle_sim_exec_destroy(sr->exec[g]);
+		toggle_sim_graph_destroy(sr->graph[g]);
+	}
+	if (sr->mod)
+		toggle_sim_module_unload(sr->mod);
+	toggle_sim_destroy(sr->r.sim);
 }
 
 static void rig_close(struct rig *r)
@@ -288,13 +385,102 @@ static int bench_switch(int reps, long iters)
 	return 0;
 }
 
+/* iters steps of an unchanged set: step_begin, then each graph launched or prepared. */
+static double run_steps(struct step_rig *sr, bool prepare, int64_t *stepno, long iters)
+{
+	struct toggle_agent *a = sr->r.agent;
+	double t0 = now_ns();
+	for (long i = 0; i < iters; i++) {
+		toggle_step_begin(a, (*stepno)++, NULL);
+		for (unsigned g = 0; g < sr->n; g++) {
+			if (prepare) {
+				if (toggle_graph_prepare(a, sr->graph[g], sr->exec[g], sr->r.stream) == 0)
+					direct_launch(sr->exec[g], sr->r.stream);
+			} else {
+				toggle_graph_launch(a, sr->graph[g], sr->exec[g], sr->r.stream);
+			}
+		}
+	}
+	return (now_ns() - t0) / (double)iters;
+}
+
+/* "lazy-launch-mixed" ...: false on a name it does not know. */
+static bool step_parse(const char *mode, bool *device, bool *prepare, int *set)
+{
+	static const char *sets[] = {"mixed", "off", "on"};
+	char m[16], v[16], st[16];
+	if (!mode || sscanf(mode, "%15[a-z]-%15[a-z]-%15[a-z]", m, v, st) != 3)
+		return false;
+	*device = !strcmp(m, "device");
+	*prepare = !strcmp(v, "prepare");
+	*set = -1;
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(st, sets[i]))
+			*set = i;
+	return (*device || !strcmp(m, "lazy")) && (*prepare || !strcmp(v, "launch")) && *set >= 0;
+}
+
+static double step_point(bool device, bool prepare, int set, int reps, long iters)
+{
+	struct step_rig sr;
+	step_rig_open(&sr, device, 2, 3, 32);
+	struct toggle_set s;
+	toggle_set_clear(&s);
+	if (set == 0)
+		toggle_set_add(&s, (struct toggle_hook){0, 3});
+	for (uint16_t t = 0; set == 2 && t < 3; t++)
+		for (uint16_t l = 0; l < 32; l++)
+			toggle_set_add(&s, (struct toggle_hook){t, l});
+	toggle_set_enabled(sr.r.agent, &s);
+	int64_t stepno = 0;
+	run_steps(&sr, prepare, &stepno, 2); /* the set applied (and the exec picked) on the sim */
+	toggle_sim_synchronize(sr.r.sim);
+	sr.r.agent->cu.graph_launch = empty_launch; /* then time only libtoggle */
+	double *t = calloc((size_t)reps, sizeof(double)), m;
+	for (int i = 0; i < reps; i++)
+		t[i] = run_steps(&sr, prepare, &stepno, iters);
+	m = median(t, reps);
+	free(t);
+	step_rig_close(&sr);
+	return m;
+}
+
+static int bench_step(int reps, long iters, const char *mode)
+{
+	bool device, prepare;
+	int set;
+	if (mode) { /* one variant only: for instruction counts under callgrind */
+		if (!step_parse(mode, &device, &prepare, &set)) {
+			fprintf(stderr, "bench_host step: --mode MODE-VIA-SET (lazy or device, "
+				"launch or prepare, mixed, off or on: device-launch-on)\n");
+			return 2;
+		}
+		step_point(device, prepare, set, 1, iters);
+		return 0;
+	}
+	static const char *sets[] = {"mixed {0:3}", "all off", "all on"};
+	printf("step: step_begin + 2 graphs of 96 producers launched (or prepared + launched), "
+	       "set unchanged, driver launch replaced by an empty function, %d reps x %ld steps\n",
+	       reps, iters);
+	printf("  %-12s %-8s %12s %12s %12s\n", "set", "via", "lazy ns", "device ns", "device-lazy");
+	for (int st = 0; st < 3; st++)
+		for (int pv = 0; pv < 2; pv++) {
+			double l = step_point(false, pv, st, reps, iters);
+			double d = step_point(true, pv, st, reps, iters);
+			printf("  %-12s %-8s %12.1f %12.1f %12.1f\n", sets[st], pv ? "prepare" : "launch",
+			       l, d, d - l);
+		}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int reps = 15;
 	long iters = 2000000;
 	const char *mode = NULL;
 	if (argc < 2) {
-		fprintf(stderr, "usage: bench_host hotpath|apply|switch [--reps R] [--iters N] [--mode agent|direct|prepare]\n");
+		fprintf(stderr, "usage: bench_host hotpath|apply|switch|step [--reps R] [--iters N] "
+			"[--mode M]\n");
 		return 2;
 	}
 	for (int i = 2; i + 1 < argc; i += 2) {
@@ -313,6 +499,8 @@ int main(int argc, char **argv)
 		return bench_apply(reps);
 	if (!strcmp(argv[1], "switch"))
 		return bench_switch(reps, iters);
+	if (!strcmp(argv[1], "step"))
+		return bench_step(reps, iters, mode);
 	fprintf(stderr, "bench_host: unknown benchmark '%s'\n", argv[1]);
 	return 2;
 }

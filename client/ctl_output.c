@@ -350,12 +350,13 @@ static const char *ctl_graph_state(const Toggle__GraphInfo *g)
 	return g->blocked ? "bound,tainted,blocked" : g->tainted ? "bound,tainted" : "bound";
 }
 
-/* Which exec its launches run: the main one, the producer-free one, or none. */
+/* Which exec its launches run: the main one, the producer-free one, device
+ * mode's full one, or none. */
 static const char *ctl_graph_runs(const Toggle__GraphInfo *g)
 {
 	if (g->stale || !g->bound)
 		return NULL;
-	return g->bare_running ? "bare" : "main";
+	return g->bare_running ? "bare" : g->full_running ? "full" : "main";
 }
 
 static void human_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgentsReply *a)
@@ -748,7 +749,8 @@ json_t *ctl_json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgen
 		const Toggle__GraphInfo *r = g->graphs[i];
 		const Toggle__AgentInfo *ag = ctl_find_agent(a, r->agent_id);
 		json_array_append_new(arr, json_pack(
-			"{s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:o}",
+			"{s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:b, "
+			"s:o}",
 			"agent_id", ju64(r->agent_id),
 			"agent_name", ag ? jstr(ag->name) : json_null(),
 			"graph", jhandle(r->graph),
@@ -764,6 +766,7 @@ json_t *ctl_json_graphs(const Toggle__ListGraphsReply *g, const Toggle__ListAgen
 			"tainted", (int)r->tainted,
 			"blocked", (int)r->blocked,
 			"bare_exec", (int)r->bare_exec,
+			"full_exec", (int)r->full_exec,
 			"runs", ctl_graph_runs(r) ? json_string(ctl_graph_runs(r)) : json_null()));
 	}
 	for (size_t i = 0; i < g->n_truncated_agents; i++)

@@ -80,6 +80,8 @@ void td_view_graph(Toggle__GraphInfo *m, const struct td_agent *a, const struct 
 	m->blocked = (r->flags & TOGGLE_SHM_GRAPH_BLOCKED) != 0;
 	m->bare_exec = (r->flags & TOGGLE_SHM_GRAPH_BARE) != 0;
 	m->bare_running = (r->flags & TOGGLE_SHM_GRAPH_BARE_RUNNING) != 0;
+	m->full_exec = (r->flags & TOGGLE_SHM_GRAPH_FULL) != 0;
+	m->full_running = (r->flags & TOGGLE_SHM_GRAPH_FULL_RUNNING) != 0;
 }
 
 void td_view_status(Toggle__StatusReply *rep, const struct td_daemon *d)

@@ -22,7 +22,9 @@
  *     captured without producers and planner, plain cudaGraphLaunch), bare
  *     replays (all off, this exec), device all off without a bare exec
  *     (toggle_graph_set_bare(false) on a second graph of the same shape:
- *     the planner and disabled device-updatable producers), device all on.
+ *     the planner and disabled device-updatable producers), device all on
+ *     (device mode's full exec since it exists: gpu_devfull checks it and
+ *     compares it with the device exec and lazy mode).
  *
  * Output: "gpu-devbare: figures ..." and "gpu-devbare: PASS", or
  * "gpu-devbare: FAIL (why)" and exit 1; "gpu-devbare: SKIPPED" and exit 0

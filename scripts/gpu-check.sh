@@ -7,6 +7,10 @@
 #               reported, 0 mismatches otherwise
 #   gpu_devbare issue #31: device mode's producer-free exec (assembled, no
 #               clone): all off runs no producer, mixed steps exact, figures
+#   gpu_devfull issue #31: device mode's full exec (no planner, producers plain):
+#               all on runs every producer and no planner, mixed steps exact
+#               (all on, all off, mixed, two streams), all-on figures device
+#               vs lazy, host us per step
 #   gpu_guard   issue #10: a failed upload, late producers, reused handles
 #   gpu_lifetime issue #28: recorded graphs destroyed, strangers captured until
 #               the driver reuses their handles and node handles (how often is
@@ -189,6 +193,7 @@ run_leg gpu_check "$@"
 run_leg gpu_region ${GPU_REGION_ARGS:-}
 run_leg gpu_devtaint
 run_leg gpu_devbare
+run_leg gpu_devfull
 run_leg gpu_guard
 run_leg gpu_lifetime
 run_leg gpu_bare

@@ -238,8 +238,8 @@ START_TEST(test_bare_device_mode_decision)
 	ck_assert_int_eq(toggle_graph_instantiate(f->agent, f->graph, &f->exec), 0);
 	struct toggle_graph_status gs = gstatus(f);
 	ck_assert_int_eq(gs.mode, TOGGLE_MODE_DEVICE);
-	ck_assert(gs.bare_exec);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
+	ck_assert(gs.bare_exec && gs.full_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3); /* the device, bare and full execs */
 	ck_assert_uint_eq(toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_CLONE), 0); /* assembled */
 	struct toggle_stats st;
 	toggle_stats_get(f->agent, &st);
@@ -260,6 +260,7 @@ START_TEST(test_bare_device_mode_decision)
 	gs = gstatus(f);
 	ck_assert(gs.device_fallback);
 	ck_assert(gs.bare_exec);
+	ck_assert(!gs.full_exec); /* host-toggled: all on costs it no planner */
 	step(f, 3, &none);
 	launch_check(f, &none);
 	ck_assert(gstatus(f).bare_running);

@@ -13,6 +13,7 @@
  * kernel nodes of toggle_launch_producer.
  */
 #include "fixture_device.h"
+#include "toggle_shm.h"
 
 #define BL 8                 /* producers (hooks 0:0 .. 0:7) */
 #define BC (2 * BL + 1)      /* compute kernels */
@@ -43,6 +44,9 @@ static const struct toggle_sim_function bare_functions[] = {
 static const struct toggle_sim_image bare_image = {
 	.magic = TOGGLE_SIM_IMAGE_MAGIC, .n_functions = 1, .functions = bare_functions};
 
+/* The producer of this hook is launched with a launch attribute of its own (-1: none). */
+static int attr_hook = -1;
+
 struct bx {
 	struct dfx *f; /* simulator, streams, agent */
 	CUmodule mod;
@@ -51,6 +55,9 @@ struct bx {
 	CUgraphExec exec;
 };
 
+/* Open agents without the bare and full execs (the device exec alone). */
+static bool bx_no_second;
+
 /* An agent in device mode with bare execs on (the fixture's default is off). */
 static struct bx *bx_open(bool strict)
 {
@@ -58,13 +65,14 @@ static struct bx *bx_open(bool strict)
 	ck_assert_ptr_nonnull(b);
 	b->f = dfx_new();
 	struct toggle_config cfg = dfx_config(b->f, TOGGLE_MODE_DEVICE, strict);
-	cfg.no_bare_exec = false;
+	cfg.no_bare_exec = bx_no_second;
 	ck_assert_int_eq(toggle_agent_open(&cfg, &b->f->agent), 0);
 	ck_assert_int_eq(toggle_agent_mode(b->f->agent), TOGGLE_MODE_DEVICE);
 	ck_assert_int_eq(toggle_sim_module_load(b->f->sim, &b->mod, &bare_image), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_sim_module_get_function(&b->produce, b->mod, "produce"),
 			 CUDA_SUCCESS);
 	nklog = 0;
+	attr_hook = -1;
 	return b;
 }
 
@@ -95,6 +103,12 @@ static void producer(struct bx *b, CUstream s, int h)
 	int hook = h;
 	void *params[] = {&hook};
 	CUlaunchConfig c = launch_cfg(s);
+	CUlaunchAttribute at = {.id = CU_LAUNCH_ATTRIBUTE_PRIORITY};
+	at.value.priority = 1;
+	if (h == attr_hook) {
+		c.attrs = &at;
+		c.numAttrs = 1;
+	}
 	ck_assert_int_eq(toggle_launch_producer(b->f->agent, &c, b->produce, params,
 						(struct toggle_hook){0, (uint16_t)h}),
 			 0);
@@ -186,12 +200,13 @@ START_TEST(all_off_runs_no_producer)
 	struct toggle_graph_status gs = bstatus(b);
 	ck_assert_int_eq(gs.mode, TOGGLE_MODE_DEVICE);
 	ck_assert(gs.bare_exec);
+	ck_assert(gs.full_exec);
 	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_GRAPH_CLONE), 0);
-	/* The device exec and the bare one; the assembled graph is gone. */
-	ck_assert_uint_eq(toggle_sim_exec_count(b->f->sim), 2);
+	/* The device exec, the bare and the full one; the assembled graphs are gone. */
+	ck_assert_uint_eq(toggle_sim_exec_count(b->f->sim), 3);
 	ck_assert_uint_eq(toggle_sim_graph_count(b->f->sim), 1);
 	/* Uploaded once each, at the bind. */
-	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_GRAPH_UPLOAD), 2);
+	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_GRAPH_UPLOAD), 3);
 
 	bx_set(b, 0, 0);
 	uint64_t calls = toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED);
@@ -206,7 +221,7 @@ START_TEST(all_off_runs_no_producer)
 	ck_assert_uint_eq(bstatus(b).bare_replays, 5);
 	/* No planner ran: no device-side call, no upload more. */
 	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), calls);
-	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_GRAPH_UPLOAD), 2);
+	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_GRAPH_UPLOAD), 3);
 	bx_close(b);
 }
 END_TEST
@@ -368,7 +383,7 @@ START_TEST(set_bare_off_and_on)
 	bx_set(b, 0, 0);
 	launch(b, 0);
 	ck_assert_int_eq(toggle_graph_set_bare(b->f->agent, b->graph, false), 0);
-	ck_assert_uint_eq(toggle_sim_exec_count(sim), 1);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 1); /* the full exec goes too */
 	uint64_t c0 = toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED);
 	launch(b, 1);
 	toggle_sim_synchronize(sim);
@@ -376,7 +391,7 @@ START_TEST(set_bare_off_and_on)
 	/* The device exec's first launch: its planner disables every producer. */
 	ck_assert_uint_eq(toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), c0 + BL);
 	ck_assert_int_eq(toggle_graph_set_bare(b->f->agent, b->graph, true), 0);
-	ck_assert_uint_eq(toggle_sim_exec_count(sim), 2);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 3);
 	launch(b, 0);
 	toggle_sim_synchronize(sim);
 	ck_assert(bstatus(b).bare_running);
@@ -398,18 +413,20 @@ START_TEST(uncopyable_node_no_bare_exec)
 	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
 	struct toggle_graph_status gs = bstatus(b);
 	ck_assert_int_eq(gs.mode, TOGGLE_MODE_DEVICE);
-	ck_assert(!gs.bare_exec);
+	ck_assert(!gs.bare_exec && !gs.full_exec);
 	struct toggle_stats st;
 	toggle_stats_get(b->f->agent, &st);
 	ck_assert_uint_eq(st.bare_build_failures, 1);
 	ck_assert_uint_eq(st.bare_builds, 0);
+	ck_assert_uint_eq(st.full_build_failures, 1);
+	ck_assert_uint_eq(st.full_builds, 0);
 	ck_assert_ptr_nonnull(strstr(toggle_last_error(b->f->agent), "cannot be copied"));
 	/* Nothing half-built left: the captured graph and the device exec only. */
 	ck_assert_uint_eq(toggle_sim_graph_count(b->f->sim), 1);
 	ck_assert_uint_eq(toggle_sim_exec_count(b->f->sim), 1);
-	uint32_t sets[] = {0, 1u << 2, 0};
+	uint32_t sets[] = {0, 1u << 2, 0xff, 0};
 	size_t at = 0;
-	for (unsigned k = 0; k < 3; k++) {
+	for (unsigned k = 0; k < 4; k++) {
 		bx_set(b, k, sets[k]);
 		launch(b, 0);
 		toggle_sim_synchronize(b->f->sim);
@@ -421,22 +438,33 @@ START_TEST(uncopyable_node_no_bare_exec)
 END_TEST
 
 /*
- * Errors injected in the assembly's calls: no bare exec, nothing half-built
- * (no graph or exec of the agent's left), the device exec runs every step
- * exactly; the next bind, without the error, builds it.
+ * Errors injected in the assembly's calls: no bare (or, full: no full) exec,
+ * nothing half-built (no graph or exec of the agent's left), the device
+ * exec runs those steps exactly, the other second exec is built and runs
+ * its steps; the next bind, without the error, builds it.  The bare exec is
+ * assembled first (BC + 2 nodes: BC computes, a memset, a memcpy), then the
+ * full one (BC + BL + 2).
  */
 static const struct {
 	enum toggle_sim_op op;
 	uint64_t skip;
+	bool full;
 } faults[] = {
-	{TOGGLE_SIM_OP_GRAPH_CREATE, 0},
-	{TOGGLE_SIM_OP_ADD_NODE, 0},      /* the first copy */
-	{TOGGLE_SIM_OP_ADD_NODE, 5},      /* one in the middle (after the memset) */
-	{TOGGLE_SIM_OP_ADD_NODE, BC + 1}, /* the last (BC computes, a memset, a memcpy) */
-	{TOGGLE_SIM_OP_NODE_GET_PARAMS, 3},
-	{TOGGLE_SIM_OP_ADD_DEPENDENCIES, 0},
-	{TOGGLE_SIM_OP_INSTANTIATE, 1},   /* the device exec's is the first */
-	{TOGGLE_SIM_OP_GRAPH_UPLOAD, 1},  /* the device exec's is the first */
+	{TOGGLE_SIM_OP_GRAPH_CREATE, 0, false},
+	{TOGGLE_SIM_OP_ADD_NODE, 0, false},      /* the first copy */
+	{TOGGLE_SIM_OP_ADD_NODE, 5, false},      /* one in the middle (after the memset) */
+	{TOGGLE_SIM_OP_ADD_NODE, BC + 1, false}, /* the last */
+	{TOGGLE_SIM_OP_NODE_GET_PARAMS, 3, false},
+	{TOGGLE_SIM_OP_ADD_DEPENDENCIES, 0, false},
+	{TOGGLE_SIM_OP_INSTANTIATE, 1, false},   /* the device exec's is the first */
+	{TOGGLE_SIM_OP_GRAPH_UPLOAD, 1, false},  /* the device exec's is the first */
+	{TOGGLE_SIM_OP_GRAPH_CREATE, 1, true},
+	{TOGGLE_SIM_OP_ADD_NODE, BC + 2, true},  /* the full exec's first copy */
+	{TOGGLE_SIM_OP_ADD_NODE, BC + 2 + 1, true}, /* its first producer (a plain copy) */
+	{TOGGLE_SIM_OP_ADD_NODE, 2 * BC + BL + 3, true}, /* its last */
+	{TOGGLE_SIM_OP_ADD_DEPENDENCIES, 1, true},
+	{TOGGLE_SIM_OP_INSTANTIATE, 2, true},
+	{TOGGLE_SIM_OP_GRAPH_UPLOAD, 2, true},
 };
 
 START_TEST(faults_leave_nothing)
@@ -450,29 +478,43 @@ START_TEST(faults_leave_nothing)
 	ck_assert_msg(toggle_sim_calls(sim, faults[_i].op) > faults[_i].skip,
 		      "fault %d: the call was never made", _i);
 	toggle_sim_fail(sim, faults[_i].op, 0, 0, CUDA_SUCCESS);
-	ck_assert(!bstatus(b).bare_exec);
+	bool full = faults[_i].full;
+	ck_assert(bstatus(b).bare_exec == full);
+	ck_assert(bstatus(b).full_exec == !full);
 	struct toggle_stats st;
 	toggle_stats_get(b->f->agent, &st);
-	ck_assert_uint_eq(st.bare_build_failures, 1);
+	ck_assert_uint_eq(st.bare_build_failures, full ? 0 : 1);
+	ck_assert_uint_eq(st.full_build_failures, full ? 1 : 0);
 	ck_assert_uint_eq(toggle_sim_graph_count(sim), 1);
-	ck_assert_uint_eq(toggle_sim_exec_count(sim), 1);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 2);
 	size_t at = 0;
-	bx_set(b, 0, 0);
-	launch(b, 0);
+	struct toggle_device_counters dc;
+	bx_set(b, 0, full ? 0xff : 0);
+	launch(b, 0); /* the device exec: its planner runs */
+	toggle_sim_synchronize(sim);
+	ck_assert_int_eq(toggle_graph_device_counters(b->f->agent, b->graph, &dc), 0);
+	ck_assert_uint_eq(dc.planner_runs, 1);
 	bx_set(b, 1, 1u << 5);
 	launch(b, 0);
+	bx_set(b, 2, full ? 0 : 0xff);
+	launch(b, 0); /* the other second exec: no planner */
 	toggle_sim_synchronize(sim);
-	check_launch(&at, 0, 0);
+	ck_assert_int_eq(toggle_graph_device_counters(b->f->agent, b->graph, &dc), 0);
+	ck_assert_uint_eq(dc.planner_runs, 2);
+	check_launch(&at, full ? 0xff : 0, 0);
 	check_launch(&at, 1u << 5, 1);
+	check_launch(&at, full ? 0 : 0xff, 2);
 	/* A rebind builds it. */
 	ck_assert_int_eq(toggle_graph_bind(b->f->agent, b->graph, b->exec), 0);
-	ck_assert(bstatus(b).bare_exec);
-	ck_assert_uint_eq(toggle_sim_exec_count(sim), 2);
-	bx_set(b, 2, 0);
+	ck_assert(bstatus(b).bare_exec && bstatus(b).full_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 3);
+	bx_set(b, 3, full ? 0xff : 0);
 	launch(b, 0);
 	toggle_sim_synchronize(sim);
-	check_launch(&at, 0, 2);
-	ck_assert(bstatus(b).bare_running);
+	check_launch(&at, full ? 0xff : 0, 3);
+	ck_assert(full ? bstatus(b).full_running : bstatus(b).bare_running);
+	ck_assert_int_eq(toggle_graph_device_counters(b->f->agent, b->graph, &dc), 0);
+	ck_assert_uint_eq(dc.planner_runs, 2);
 	ck_assert_uint_eq(at, nklog);
 	bx_close(b);
 }
@@ -495,7 +537,7 @@ START_TEST(lifetime_drops_bare_exec)
 	bx_set(b, 0, 0);
 	launch(b, 0);
 	toggle_sim_synchronize(sim);
-	ck_assert_uint_eq(toggle_sim_exec_count(sim), 2);
+	ck_assert_uint_eq(toggle_sim_exec_count(sim), 3);
 	size_t at = 0;
 	check_launch(&at, 0, 0);
 	if (_i == 0) {
@@ -506,7 +548,7 @@ START_TEST(lifetime_drops_bare_exec)
 		ck_assert_int_eq(toggle_graph_launch(b->f->agent, dead, b->exec, b->f->s[0]), 0);
 		toggle_sim_synchronize(sim);
 		check_launch(&at, 0, 1);
-		ck_assert_uint_eq(toggle_sim_exec_count(sim), 2);
+		ck_assert_uint_eq(toggle_sim_exec_count(sim), 3);
 		ck_assert_int_eq(toggle_sim_exec_destroy(b->exec), CUDA_SUCCESS);
 		b->exec = NULL;
 	} else if (_i == 1) {
@@ -554,8 +596,8 @@ START_TEST(strict_blocked_refuses_bare_too)
 END_TEST
 
 /*
- * Tainted launches are still reported with their step after bare launches:
- * the planner numbers its own runs, which the bare exec's launches are not.
+ * Tainted launches are still reported with their step after bare and full
+ * launches: the planner numbers its own runs, which their launches are not.
  */
 START_TEST(taint_step_after_bare_launches)
 {
@@ -568,18 +610,339 @@ START_TEST(taint_step_after_bare_launches)
 		launch(b, 0); /* bare */
 	bx_set(b, 1, 0x0f);
 	launch(b, 0); /* clean */
-	bx_set(b, 2, 0);
+	bx_set(b, 2, 0xff);
+	launch(b, 0); /* full */
+	launch(b, 0);
+	bx_set(b, 3, 0);
 	launch(b, 0); /* bare */
-	bx_set(b, 3, 0xf0);
+	bx_set(b, 4, 0xf0);
 	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 1u << 30, CUDA_ERROR_INVALID_VALUE);
-	launch(b, 0); /* tainted, in step 3 */
+	launch(b, 0); /* tainted, in step 4 */
 	toggle_sim_synchronize(sim);
 	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 0, CUDA_SUCCESS);
-	bx_set(b, 4, 0xf0);
+	bx_set(b, 5, 0xff);
+	launch(b, 0); /* full: a planner-less launch between the taint and its report */
+	bx_set(b, 6, 0xf0);
 	struct toggle_taint t;
 	toggle_taint_get(b->f->agent, &t);
 	ck_assert_uint_eq(t.launches, 1);
-	ck_assert_int_eq(t.last_step, 3);
+	ck_assert_int_eq(t.last_step, 4);
+	bx_close(b);
+}
+END_TEST
+
+/* ---- the full exec: all-on steps (issue 31) --------------------------------------- */
+
+/* Planner runs so far: the planner counts its own runs in its descriptor. */
+static uint64_t planner_runs(struct bx *b)
+{
+	toggle_sim_synchronize(b->f->sim);
+	struct toggle_device_counters dc;
+	ck_assert_int_eq(toggle_graph_device_counters(b->f->agent, b->graph, &dc), 0);
+	return dc.planner_runs;
+}
+
+/* All-on steps run the full exec: every producer once, in order, and no planner. */
+START_TEST(full_all_on_runs_no_planner)
+{
+	struct bx *b = bx_open(false);
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	ck_assert(bstatus(b).full_exec);
+	struct toggle_stats st;
+	toggle_stats_get(b->f->agent, &st);
+	ck_assert_uint_eq(st.full_builds, 1);
+	bx_set(b, 0, 0xff);
+	for (int k = 0; k < 5; k++)
+		launch(b, k % NS);
+	ck_assert_uint_eq(planner_runs(b), 0);
+	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), 0);
+	size_t at = 0;
+	for (unsigned k = 0; k < 5; k++)
+		check_launch(&at, 0xff, k);
+	ck_assert_uint_eq(at, nklog);
+	ck_assert(bstatus(b).full_running);
+	ck_assert_uint_eq(bstatus(b).full_replays, 5);
+	ck_assert_uint_eq(bstatus(b).bare_replays, 0);
+	bx_close(b);
+}
+END_TEST
+
+/*
+ * Which exec ran at each step (all on: full, no planner; all off: bare, no
+ * producer; else the device exec, one planner run), every launch exact, and
+ * the planner's record of node states what the device exec last left: its
+ * first launch after a bind sets every producer, later ones only those
+ * whose state differs from the device exec's last launch, whatever ran in
+ * between.
+ */
+START_TEST(full_steps_planner_state)
+{
+	static const struct {
+		uint32_t set;
+		int runs;     /* planner runs after the step's launch */
+		int calls;    /* device-side set-enabled calls after it */
+	} steps[] = {
+		{0xff, 0, 0}, {0, 0, 0},
+		{0x0f, 1, BL},     /* the first device launch: every producer */
+		{0xff, 1, BL},
+		{0x0f, 2, BL},     /* as it left them */
+		{0xff, 2, BL}, {0, 2, BL},
+		{0x81, 3, BL + 4}, /* 0x0f -> 0x81: hooks 1, 2, 3, 7 */
+		{0xff, 3, BL + 4},
+		{0x7f, 4, BL + 11}, /* 0x81 -> 0x7f: all but 0 */
+	};
+	struct bx *b = bx_open(false);
+	struct toggle_sim *sim = b->f->sim;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	size_t at = 0;
+	for (unsigned k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+		bx_set(b, k, steps[k].set);
+		launch(b, (int)(k % NS));
+		ck_assert_msg(planner_runs(b) == (uint64_t)steps[k].runs,
+			      "step %u (set 0x%02x): %llu planner runs, want %d", k, steps[k].set,
+			      (unsigned long long)planner_runs(b), steps[k].runs);
+		ck_assert_msg(toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED) ==
+				      (uint64_t)steps[k].calls,
+			      "step %u: %llu device calls, want %d", k,
+			      (unsigned long long)toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED),
+			      steps[k].calls);
+		check_launch(&at, steps[k].set, k);
+		ck_assert(bstatus(b).full_running == (steps[k].set == 0xff));
+		ck_assert(bstatus(b).bare_running == (steps[k].set == 0));
+	}
+	ck_assert_uint_eq(at, nklog);
+	struct toggle_stats st;
+	toggle_stats_get(b->f->agent, &st);
+	ck_assert_uint_gt(st.full_switches, 0);
+	bx_close(b);
+}
+END_TEST
+
+/*
+ * All on, all off and mixed steps, launches rotating over three streams,
+ * pipelined (deferred with a seed; 0: synchronous): the first launch after
+ * a switch between any two of the three execs on another stream waits for
+ * the last; every launch's producers exactly its step's set.
+ */
+START_TEST(full_streams_exact)
+{
+	static const uint32_t sets[] = {0xff, 0x0f, 0xff, 0, 0xff, 0xff, 0x81, 0xff, 0, 0x01, 0xff, 0x7f};
+	enum { NSETS = sizeof(sets) / sizeof(sets[0]), ROUNDS = 6 };
+	struct bx *b = bx_open(false);
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	if (_i)
+		toggle_sim_set_deferred(b->f->sim, true, 0xf0110000u + (uint64_t)_i);
+	uint32_t expect[NSETS * ROUNDS * 2];
+	unsigned n = 0, mixed = 0;
+	for (unsigned r = 0; r < ROUNDS; r++) {
+		for (unsigned k = 0; k < NSETS; k++) {
+			bx_set(b, (int64_t)(r * NSETS + k), sets[k]);
+			for (unsigned rep = 0; rep < 1 + (k % 2); rep++) {
+				launch(b, (int)((n + r) % NS));
+				mixed += sets[k] != 0 && sets[k] != 0xff;
+				expect[n++] = sets[k];
+			}
+		}
+	}
+	toggle_sim_synchronize(b->f->sim);
+	size_t at = 0;
+	for (unsigned k = 0; k < n; k++)
+		check_launch(&at, expect[k], k);
+	ck_assert_uint_eq(at, nklog);
+	ck_assert_uint_eq(planner_runs(b), mixed);
+	bx_close(b);
+}
+END_TEST
+
+/*
+ * Random steps over all-on, all-off and mixed sets, each launch through
+ * toggle_graph_launch, toggle_graph_prepare + the caller's own launch, or
+ * a prepare left without its launch, on random streams, pipelined (seeded
+ * deferred order, _i % 8; _i >= 8: the device exec alone): every launch
+ * runs exactly its step's set.  Failed before two fixes (replay.c): a
+ * bare or full launch cleared an unlaunched prepare's 'unordered' mark, so
+ * the device exec's next launch skipped its wait for that prepare's mask
+ * words; and a prepare at an unchanged set on another stream took the fast
+ * path, moving the stream the next mask write waits for to one that holds
+ * no launch (the device exec alone failed too: launches read later words).
+ */
+START_TEST(full_random_prepares_exact)
+{
+	static const uint32_t sets[] = {0, 0xff, 0x0f, 0xf0, 0x81};
+	bx_no_second = _i >= 8; /* the device exec alone */
+	struct bx *b = bx_open(false);
+	bx_no_second = false;
+	struct toggle_agent *a = b->f->agent;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(a, b->graph, &b->exec), 0);
+	uint64_t rng = 0xfa11u + (uint64_t)(_i % 8) * 7919u;
+	toggle_sim_set_deferred(b->f->sim, true, rng);
+	enum { STEPS = 300 };
+	static uint32_t expect[STEPS * 4];
+	unsigned n = 0;
+	for (int64_t st = 0; st < STEPS; st++) {
+		uint32_t m = sets[tu_rng_next(&rng) % 5];
+		bx_set(b, st, m);
+		for (int k = 1 + (int)(tu_rng_next(&rng) % 3); k > 0; k--) {
+			CUstream s = b->f->s[tu_rng_next(&rng) % NS];
+			switch (tu_rng_next(&rng) % 3) {
+			case 0:
+				ck_assert_int_eq(toggle_graph_launch(a, b->graph, b->exec, s), 0);
+				break;
+			case 1:
+				ck_assert_int_eq(toggle_graph_prepare(a, b->graph, b->exec, s), 0);
+				ck_assert_int_eq(toggle_sim_graph_launch(b->exec, s), CUDA_SUCCESS);
+				break;
+			default:
+				ck_assert_int_eq(toggle_graph_prepare(a, b->graph, b->exec, s), 0);
+				continue; /* not launched */
+			}
+			expect[n++] = m;
+		}
+		if (st % 50 == 49)
+			toggle_sim_synchronize(b->f->sim);
+	}
+	toggle_sim_synchronize(b->f->sim);
+	size_t at = 0;
+	for (unsigned k = 0; k < n; k++)
+		check_launch(&at, expect[k], k);
+	ck_assert_uint_eq(at, nklog);
+	bx_close(b);
+}
+END_TEST
+
+/* A strict agent refuses a blocked graph's all-on launches (the full exec's) too. */
+START_TEST(full_strict_blocked_refused)
+{
+	struct bx *b = bx_open(true);
+	struct toggle_sim *sim = b->f->sim;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	bx_set(b, 0, 0x0f);
+	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 1u << 30, CUDA_ERROR_INVALID_VALUE);
+	launch(b, 0); /* tainted */
+	toggle_sim_synchronize(sim);
+	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 0, CUDA_SUCCESS);
+	bx_set(b, 1, 0xff); /* step_begin reads the report: blocked */
+	size_t before = nklog;
+	ck_assert_int_lt(toggle_graph_launch(b->f->agent, b->graph, b->exec, b->f->s[1]), 0);
+	toggle_sim_synchronize(sim);
+	ck_assert_uint_eq(nklog, before); /* nothing ran */
+	ck_assert(!bstatus(b).full_running);
+	ck_assert_int_eq(toggle_graph_bind(b->f->agent, b->graph, b->exec), 0);
+	launch(b, 1);
+	toggle_sim_synchronize(sim);
+	size_t at = before;
+	check_launch(&at, 0xff, 1);
+	ck_assert(bstatus(b).full_running);
+	ck_assert_uint_eq(planner_runs(b), 1);
+	bx_close(b);
+}
+END_TEST
+
+/* toggle_graph_prepare at an all-on step: the caller launches the device
+ * exec itself, which must hold the set; launches after it stay exact. */
+START_TEST(full_prepare_runs_device_exec)
+{
+	struct bx *b = bx_open(false);
+	struct toggle_agent *a = b->f->agent;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(a, b->graph, &b->exec), 0);
+	bx_set(b, 0, 0xff);
+	launch(b, 0); /* full */
+	ck_assert_int_eq(toggle_graph_prepare(a, b->graph, b->exec, b->f->s[1]), 0);
+	ck_assert_int_eq(toggle_sim_graph_launch(b->exec, b->f->s[1]), CUDA_SUCCESS);
+	ck_assert_uint_eq(planner_runs(b), 1);
+	launch(b, 2); /* either exec: the prepare left the device exec at the set */
+	uint64_t runs = planner_runs(b);
+	bx_set(b, 1, 0x03);
+	launch(b, 0);
+	bx_set(b, 2, 0xff);
+	launch(b, 1); /* full again */
+	ck_assert_uint_eq(planner_runs(b), runs + 1);
+	size_t at = 0;
+	check_launch(&at, 0xff, 0);
+	check_launch(&at, 0xff, 1);
+	check_launch(&at, 0xff, 2);
+	check_launch(&at, 0x03, 3);
+	check_launch(&at, 0xff, 4);
+	ck_assert_uint_eq(at, nklog);
+	ck_assert(bstatus(b).full_running);
+	bx_close(b);
+}
+END_TEST
+
+/* A producer launched with a launch attribute of the caller's: the driver
+ * copies none from a device-updatable node, so no full exec (never one that
+ * loses it); the bare exec is built; all-on steps run the device exec. */
+START_TEST(full_none_with_producer_attributes)
+{
+	struct bx *b = bx_open(false);
+	attr_hook = 3;
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	struct toggle_graph_status gs = bstatus(b);
+	ck_assert(gs.bare_exec && !gs.full_exec);
+	struct toggle_stats st;
+	toggle_stats_get(b->f->agent, &st);
+	ck_assert_uint_eq(st.full_build_failures, 1);
+	ck_assert_ptr_nonnull(strstr(toggle_last_error(b->f->agent), "launch attributes"));
+	ck_assert_uint_eq(toggle_sim_exec_count(b->f->sim), 2);
+	bx_set(b, 0, 0xff);
+	launch(b, 0);
+	launch(b, 1);
+	ck_assert_uint_eq(planner_runs(b), 2);
+	size_t at = 0;
+	check_launch(&at, 0xff, 0);
+	check_launch(&at, 0xff, 1);
+	ck_assert_uint_eq(at, nklog);
+	bx_close(b);
+}
+END_TEST
+
+/* The status lane (what toggled and `togglectl graphs` show): FULL while the
+ * graph has a full exec, FULL_RUNNING while its launches run it. */
+START_TEST(full_status_lane_flags)
+{
+	struct bx *b = bx_open(false);
+	struct toggle_agent *a = b->f->agent;
+	char err[128];
+	/* White-box: the region a daemon connection would have made. */
+	ck_assert_int_eq(toggle_shm_create(&a->shm, err, sizeof(err)), 0);
+	a->status_buf = calloc(1, sizeof(*a->status_buf));
+	ck_assert_ptr_nonnull(a->status_buf);
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(a, b->graph, &b->exec), 0);
+	const uint64_t base = TOGGLE_SHM_GRAPH_BOUND | TOGGLE_SHM_GRAPH_DEVICE |
+			      TOGGLE_SHM_GRAPH_BARE | TOGGLE_SHM_GRAPH_FULL;
+	struct toggle_shm_status st;
+	bx_set(b, 0, 0xff);
+	launch(b, 0);
+	bx_set(b, 1, 0xff); /* publishes */
+	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
+	ck_assert_uint_eq(st.n_graphs, 1);
+	ck_assert_uint_eq(st.graphs[0].flags, base | TOGGLE_SHM_GRAPH_FULL_RUNNING);
+	bx_set(b, 2, 0x0f);
+	launch(b, 0);
+	bx_set(b, 3, 0x0f);
+	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
+	ck_assert_uint_eq(st.graphs[0].flags, base);
+	bx_set(b, 4, 0);
+	launch(b, 0);
+	bx_set(b, 5, 0);
+	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
+	ck_assert_uint_eq(st.graphs[0].flags, base | TOGGLE_SHM_GRAPH_BARE_RUNNING);
+	/* Bits of their own. */
+	ck_assert_uint_eq((TOGGLE_SHM_GRAPH_FULL | TOGGLE_SHM_GRAPH_FULL_RUNNING) &
+				  (TOGGLE_SHM_GRAPH_BOUND | TOGGLE_SHM_GRAPH_STALE |
+				   TOGGLE_SHM_GRAPH_DEVICE | TOGGLE_SHM_GRAPH_FALLBACK |
+				   TOGGLE_SHM_GRAPH_TAINTED | TOGGLE_SHM_GRAPH_BLOCKED |
+				   TOGGLE_SHM_GRAPH_BARE | TOGGLE_SHM_GRAPH_BARE_RUNNING),
+			  0);
+	ck_assert_uint_ne(TOGGLE_SHM_GRAPH_FULL, TOGGLE_SHM_GRAPH_FULL_RUNNING);
 	bx_close(b);
 }
 END_TEST
@@ -648,6 +1011,17 @@ static Suite *device_bare_suite(void)
 	tcase_add_test(tc, taint_step_after_bare_launches);
 	tcase_add_test(tc, sim_node_getters_and_adds);
 	suite_add_tcase(s, tc);
+	TCase *full = tcase_create("full");
+	tcase_set_timeout(full, 120);
+	tcase_add_test(full, full_all_on_runs_no_planner);
+	tcase_add_test(full, full_steps_planner_state);
+	tcase_add_loop_test(full, full_streams_exact, 0, 4);
+	tcase_add_loop_test(full, full_random_prepares_exact, 0, 12);
+	tcase_add_test(full, full_strict_blocked_refused);
+	tcase_add_test(full, full_prepare_runs_device_exec);
+	tcase_add_test(full, full_none_with_producer_attributes);
+	tcase_add_test(full, full_status_lane_flags);
+	suite_add_tcase(s, full);
 	return s;
 }
 

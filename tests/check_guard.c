@@ -574,11 +574,12 @@ START_TEST(test_reused_exec_handle_is_a_new_exec)
 	if (_i == 2) {
 		uint64_t uploads = toggle_sim_calls(f.sim, TOGGLE_SIM_OP_GRAPH_UPLOAD);
 		ck_assert_int_eq(toggle_graph_bind(f.agent, g, e2), 0);
-		/* The new exec, and its producer-free exec if one was assembled (issue 31). */
+		/* The new exec, and its producer-free and full execs if they were
+		 * assembled (issue 31). */
 		struct toggle_graph_status gs;
 		ck_assert_int_eq(toggle_graph_status(f.agent, g, &gs), 0);
 		ck_assert_uint_eq(toggle_sim_calls(f.sim, TOGGLE_SIM_OP_GRAPH_UPLOAD),
-				  uploads + 1 + (gs.bare_exec ? 1 : 0));
+				  uploads + 1 + (gs.bare_exec ? 1 : 0) + (gs.full_exec ? 1 : 0));
 	}
 	step(&f, 1, 0x03);
 	ck_assert_int_eq(launch(&f, g, e2), 0);

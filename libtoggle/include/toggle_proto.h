@@ -21,6 +21,8 @@
  *       changed: the head of toggle.proto).  Added compatibly since:
  *       RecordRequest and its stream (RecordReply, RecordData, RecordEnd),
  *       docs/recording.md; a daemon without them answers UNIMPLEMENTED.
+ *       GraphInfo.full_exec, GraphInfo.full_running (device mode's full
+ *       exec; the status lane's TOGGLE_SHM_GRAPH_FULL, _FULL_RUNNING).
  */
 #ifndef TOGGLE_PROTO_H
 #define TOGGLE_PROTO_H

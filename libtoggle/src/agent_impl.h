@@ -88,17 +88,20 @@ bool tg_life_exec_reused(struct tg_graph *g, CUgraphExec exec);
 /* For traces (gpu_lifetime): the record's lifetime objects in words. */
 int tg_life_describe(const struct tg_graph *g, char *buf, size_t len);
 
-/* ---- bare.c: the producer-free exec, built at bind, picked when the set changes ---- */
+/* ---- bare.c: the producer-free exec (and device mode's full one), built at
+ * bind, picked when the set changes ---- */
 void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g);  /* (re)build for g->exec */
 void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g);  /* unbind, forget, new capture */
 void tg_bare_free(struct toggle_agent *a, struct tg_graph *g);  /* agent close */
 /* Point g->run at the exec the current set needs; true (and g holds the
- * current version) when it is the bare one, which needs no node set. */
+ * current version) when it is the bare or the full one, which need no node set. */
 bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g);
 /* Back to the main exec, out of date (toggle_graph_prepare: the caller launches it). */
 void tg_bare_leave(struct toggle_agent *a, struct tg_graph *g);
 bool tg_bare_running(const struct tg_graph *g);
 uint64_t tg_bare_replays(const struct tg_graph *g);
+bool tg_full_running(const struct tg_graph *g);
+uint64_t tg_full_replays(const struct tg_graph *g);
 
 /* ---- desired.c: the desired state and the step's set ---- */
 /* The standing set (checked against the catalog); resolves nothing. */
@@ -144,7 +147,9 @@ void tg_graph_drop(struct toggle_agent *a, struct tg_graph *g);
 /* At every slow-path look (launch, bind, step, ...): act on destructors run since the last. */
 void tg_registry_sweep(struct toggle_agent *a);
 /* Record the node a capture's last launch added, with its device handle (0: none). */
-int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode);
+/* attrs: the node may hold launch attributes of the application's (struct tg_node). */
+int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode,
+	      bool attrs);
 /* A record refused with `why`: if stream is capturing, its graph fails closed (late). */
 void tg_record_refused(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, int why);
 /* The same for a producer launched into capture `id` of graph (NULL: nothing). */

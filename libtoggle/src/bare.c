@@ -3,6 +3,10 @@
  * the same graph with its producer nodes removed, launched at the steps whose
  * set enables none of the graph's hooks.  Disabled nodes are not free on the
  * GPU (docs/benchmarks.md); a graph without them replays at the floor.
+ * Device mode gets a third, the "full" exec: the graph without its planner,
+ * every producer a plain kernel node, launched at the steps whose set
+ * enables every hook of the graph (the planner and device-updatable nodes
+ * are not free either).
  *
  * Built at bind (never in the background: graph objects are not thread-safe
  * and the application owns the graph): clone the graph, find each producer
@@ -24,17 +28,23 @@
  * (bare_assemble): a new graph, node by node, of every node that is neither
  * a producer nor the planner, each of the same type with the parameters the
  * driver's getter gives (and a kernel's launch attributes), and the
- * original's edges with the removed nodes bypassed.  A node of a type that
- * cannot be copied so (no getter: memory allocation, conditional, batch
- * memory operation nodes...; or a device-updatable kernel that is not a
- * producer) means no bare exec: the device exec runs every step.  The bare
- * exec holds no device-updatable node, so the planner's mask and its
- * record of node states stay what the device exec's last launch left: the
- * first launch of the device exec after bare ones gets the mask words that
- * differ from them, in stream order, like any launch after a set change
- * (device.c).  Uploaded once, at the build.
+ * original's edges with the removed nodes bypassed.  The full exec is
+ * assembled the same way with the producers kept, each a kernel node of the
+ * same parameters without the device-updatable attribute (the driver copies
+ * no attributes from a device-updatable node: a producer launched with
+ * attributes of the application's, or recorded from a node it made, means
+ * no full exec).  A node of a type that cannot be copied so (no getter:
+ * memory allocation, conditional, batch memory operation nodes...; or a
+ * device-updatable kernel that is not a producer) means no such exec: the
+ * device exec runs those steps.  Neither holds a device-updatable node or
+ * runs the planner, so the planner's mask and its record of node states
+ * stay what the device exec's last launch left: the first launch of the
+ * device exec after bare or full ones gets the mask words that differ from
+ * them, in stream order, like any launch after a set change (device.c), and
+ * its planner sets exactly the nodes whose state differs from the set.
+ * Each is uploaded once, at the build.
  *
- * toggle_graph_set_bare(), the switch over it, is bind.c's.
+ * toggle_graph_set_bare(), the switch over both, is bind.c's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -47,49 +57,99 @@
 /* Whether the current set leaves g nothing to run. */
 static bool bare_fits(const struct toggle_agent *a, const struct tg_graph *g)
 {
-	for (uint32_t w = g->bare.wlo; w < g->bare.whi; w++)
+	for (uint32_t w = g->alt_wlo; w < g->alt_whi; w++)
 		if (a->current.bits[w] & g->covered.bits[w])
 			return false;
 	return true;
 }
 
+/* Whether the current set enables every hook of g. */
+static bool full_fits(const struct toggle_agent *a, const struct tg_graph *g)
+{
+	for (uint32_t w = g->alt_wlo; w < g->alt_whi; w++)
+		if ((a->current.bits[w] & g->covered.bits[w]) != g->covered.bits[w])
+			return false;
+	return true;
+}
+
+static bool alt_running(const struct tg_graph *g, const struct tg_bare *x)
+{
+	return x->exec && g->run == x->exec;
+}
+
 bool tg_bare_running(const struct tg_graph *g)
 {
-	return g->bare.exec && g->run == g->bare.exec;
+	return alt_running(g, &g->bare);
+}
+
+bool tg_full_running(const struct tg_graph *g)
+{
+	return alt_running(g, &g->full);
 }
 
 uint64_t tg_bare_replays(const struct tg_graph *g)
 {
-	return g->bare.replays + (tg_bare_running(g) ? g->replays - g->bare.since : 0);
+	return tg_alt_replays(g, &g->bare);
 }
 
-/* Close the count of launches of the bare exec now running, if any. */
+uint64_t tg_full_replays(const struct tg_graph *g)
+{
+	return tg_alt_replays(g, &g->full);
+}
+
+/* The second exec g runs now, if any. */
+static struct tg_bare *alt_now(struct tg_graph *g)
+{
+	return alt_running(g, &g->bare) ? &g->bare : alt_running(g, &g->full) ? &g->full : NULL;
+}
+
+/* Close the count of launches of the second exec now running, if any. */
 static void bare_stop(struct tg_graph *g)
 {
-	if (tg_bare_running(g))
-		g->bare.replays += g->replays - g->bare.since;
-	g->run = g->exec;
+	struct tg_bare *x = alt_now(g);
+	if (x) {
+		x->replays += g->replays - x->since;
+		g->alt_closed += g->replays - x->since;
+	}
+	tg_run_set(g, g->exec, &g->last_stream);
+}
+
+static void alt_switched(struct toggle_agent *a, struct tg_graph *g, const struct tg_bare *x)
+{
+	if (x == &g->bare)
+		a->stats.bare_switches++;
+	else
+		a->stats.full_switches++;
 }
 
 bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 {
 	/* Device mode: a strict agent refuses a blocked graph's launches
-	 * (tg_device_sync), the bare exec's too; the caller polled the
+	 * (tg_device_sync), the bare and full execs' too; the caller polled the
 	 * planner's report first (replay.c). */
-	bool bare = g->bare.exec && !g->blocked && bare_fits(a, g);
-	if (bare == tg_bare_running(g)) {
-		/* no switch */
-	} else if (bare) {
-		g->bare.since = g->replays;
-		a->stats.bare_switches++;
-	} else {
-		g->bare.replays += g->replays - g->bare.since;
-		a->stats.bare_switches++;
+	struct tg_bare *want = NULL, *now = alt_now(g);
+	if (!g->blocked && g->bare.exec && bare_fits(a, g))
+		want = &g->bare;
+	else if (!g->blocked && g->full.exec && full_fits(a, g))
+		want = &g->full;
+	if (want != now) {
+		if (now) {
+			now->replays += g->replays - now->since;
+			g->alt_closed += g->replays - now->since;
+			alt_switched(a, g, now);
+		}
+		if (want) {
+			want->since = g->replays;
+			alt_switched(a, g, want);
+		}
 	}
-	g->run = bare ? g->bare.exec : g->exec;
-	if (bare)
-		g->applied_version = a->version; /* the bare exec holds every set it fits */
-	return bare;
+	if (want)
+		tg_run_set(g, want->exec, &want->stream);
+	else
+		tg_run_set(g, g->exec, &g->last_stream);
+	if (want)
+		g->applied_version = a->version; /* it holds every set it fits */
+	return want != NULL;
 }
 
 /*
@@ -99,10 +159,11 @@ bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
  */
 void tg_bare_leave(struct toggle_agent *a, struct tg_graph *g)
 {
-	if (!tg_bare_running(g))
+	struct tg_bare *now = alt_now(g);
+	if (!now)
 		return;
+	alt_switched(a, g, now);
 	bare_stop(g);
-	a->stats.bare_switches++;
 	g->applied_version = 0;
 }
 
@@ -117,18 +178,24 @@ static void bare_destroy(struct toggle_agent *a, CUgraphExec *exec)
 }
 
 /* Destroying an exec inside a capture window is left for later (bind, close). */
+static void alt_drop(struct toggle_agent *a, struct tg_bare *x)
+{
+	if (!x->exec)
+		return;
+	if (a->capture_depth == 0) {
+		bare_destroy(a, &x->exec);
+		return;
+	}
+	bare_destroy(a, &x->parked);
+	x->parked = x->exec;
+	x->exec = NULL;
+}
+
 void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g)
 {
 	bare_stop(g);
-	if (!g->bare.exec)
-		return;
-	if (a->capture_depth == 0) {
-		bare_destroy(a, &g->bare.exec);
-		return;
-	}
-	bare_destroy(a, &g->bare.parked);
-	g->bare.parked = g->bare.exec;
-	g->bare.exec = NULL;
+	alt_drop(a, &g->bare);
+	alt_drop(a, &g->full);
 }
 
 void tg_bare_free(struct toggle_agent *a, struct tg_graph *g)
@@ -136,6 +203,8 @@ void tg_bare_free(struct toggle_agent *a, struct tg_graph *g)
 	bare_stop(g);
 	bare_destroy(a, &g->bare.exec);
 	bare_destroy(a, &g->bare.parked);
+	bare_destroy(a, &g->full.exec);
+	bare_destroy(a, &g->full.parked);
 }
 
 /* The dependencies (deps) or dependents of node, in a new array; with
@@ -281,10 +350,11 @@ static int bare_build(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *o
 /* One node of the recorded graph: its copy, or why it has none. */
 struct bare_map {
 	CUgraphNode orig;
-	CUgraphNode copy; /* NULL: removed (a producer or the planner) */
+	CUgraphNode copy; /* NULL: removed (the planner, a producer of the bare exec) */
 	uint32_t seen;    /* stamp of the last kept node whose dependencies reached it */
 	uint32_t edge;    /* the edge added for that node, when this one is kept */
 	bool drop;
+	bool producer;    /* kept (the full exec): copied without its attributes */
 };
 
 static int bare_map_cmp(const void *x, const void *y)
@@ -398,9 +468,15 @@ static int bare_edges_into(struct toggle_agent *a, struct bare_map *map, size_t 
 	return rc;
 }
 
-/* Add a copy of node (of type t) to graph: *copy, or an error (ENOTSUP: not copyable). */
+/*
+ * Add a copy of node (of type t) to graph: *copy, or an error (ENOTSUP: not
+ * copyable).  plain: a producer of the full exec, a device-updatable kernel
+ * whose attributes the driver does not copy (it was recorded without any
+ * of the application's: struct tg_node) and whose copy must not be one.
+ */
 static int bare_copy_node(struct toggle_agent *a, CUgraph graph, CUgraphNode node,
-			  CUgraphNodeType t, CUcontext *ctx, bool *have_ctx, CUgraphNode *copy)
+			  CUgraphNodeType t, bool plain, CUcontext *ctx, bool *have_ctx,
+			  CUgraphNode *copy)
 {
 	const struct tg_cu *cu = &a->cu;
 	CUresult r = CUDA_SUCCESS;
@@ -426,7 +502,7 @@ static int bare_copy_node(struct toggle_agent *a, CUgraph graph, CUgraphNode nod
 			what = "cuGraphAddKernelNode";
 			r = cu->add_kernel_node(copy, graph, NULL, 0, &p);
 		}
-		if (r == CUDA_SUCCESS) {
+		if (r == CUDA_SUCCESS && !plain) {
 			/* Launch attributes (priority, cluster shape, access policy...);
 			 * refused for a device-updatable node: not a copy then. */
 			what = "cuGraphKernelNodeCopyAttributes";
@@ -510,6 +586,8 @@ static int bare_copy_node(struct toggle_agent *a, CUgraph graph, CUgraphNode nod
 	default:
 		goto unsupported;
 	}
+	if (plain && t != CU_GRAPH_NODE_TYPE_KERNEL)
+		goto unsupported; /* a producer is a kernel (record.c): never reached */
 	if (r != CUDA_SUCCESS)
 		return tg_fail(a, TOGGLE_ECUDA, "%s: %s", what, tg_cu_errstr(cu, r));
 	return 0;
@@ -518,9 +596,9 @@ unsupported:
 }
 
 /* The recorded graph's nodes, each with its copy's slot (sorted by handle),
- * the producers and the planner marked. */
-static int bare_assemble_map(struct toggle_agent *a, struct tg_graph *g, struct bare_map **out,
-			     CUgraphNode **order, size_t *n_out)
+ * the planner and (bare exec) the producers to drop, (full) the producers marked. */
+static int bare_assemble_map(struct toggle_agent *a, struct tg_graph *g, bool full,
+			     struct bare_map **out, CUgraphNode **order, size_t *n_out)
 {
 	size_t n = 0;
 	*out = NULL;
@@ -564,7 +642,11 @@ static int bare_assemble_map(struct toggle_agent *a, struct tg_graph *g, struct 
 			return tg_fail(a, TOGGLE_ECUDA, "a recorded %s is not a node of the graph",
 				       i < g->n_nodes ? "producer" : "planner");
 		}
-		p->drop = true;
+		/* The same node recorded twice is refused at record (registry.c). */
+		if (i < g->n_nodes && full)
+			p->producer = true;
+		else
+			p->drop = true;
 	}
 	*out = m;
 	*order = v;
@@ -573,11 +655,12 @@ static int bare_assemble_map(struct toggle_agent *a, struct tg_graph *g, struct 
 }
 
 /*
- * Device mode: assemble g's graph without its producers and its planner,
- * instantiate it and upload it once.  Anything that fails leaves nothing
- * behind (the new graph and its exec are destroyed): no half-built state.
+ * Device mode: assemble g's graph without its planner and (bare) its
+ * producers or (full) with them plain, instantiate it and upload it once.
+ * Anything that fails leaves nothing behind (the new graph and its exec are
+ * destroyed): no half-built state.
  */
-static int bare_assemble(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *out)
+static int bare_assemble(struct toggle_agent *a, struct tg_graph *g, bool full, CUgraphExec *out)
 {
 	struct bare_map *map = NULL;
 	CUgraphNode *order = NULL;
@@ -588,7 +671,7 @@ static int bare_assemble(struct toggle_agent *a, struct tg_graph *g, CUgraphExec
 	size_t n = 0;
 	CUresult r;
 	*out = NULL;
-	int rc = bare_assemble_map(a, g, &map, &order, &n);
+	int rc = bare_assemble_map(a, g, full, &map, &order, &n);
 	if (!rc && (r = tg_cu_graph_create(&a->cu, &graph)) != CUDA_SUCCESS) {
 		graph = NULL;
 		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphCreate: %s", tg_cu_errstr(&a->cu, r));
@@ -603,7 +686,8 @@ static int bare_assemble(struct toggle_agent *a, struct tg_graph *g, CUgraphExec
 			rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphNodeGetType: %s",
 				     tg_cu_errstr(&a->cu, r));
 		else
-			rc = bare_copy_node(a, graph, m->orig, t, &ctx, &have_ctx, &m->copy);
+			rc = bare_copy_node(a, graph, m->orig, t, m->producer, &ctx, &have_ctx,
+					    &m->copy);
 	}
 	for (size_t i = 0; !rc && i < n; i++) {
 		struct bare_map *m = bare_map_find(map, n, order[i]);
@@ -653,40 +737,73 @@ static bool bare_wanted(const struct toggle_agent *a, const struct tg_graph *g)
 	return g->n_devnodes == 0 && !g->planner_node;
 }
 
+/* Build one of g's second execs into x; a failure is counted, its reason kept. */
+static void alt_build(struct toggle_agent *a, struct tg_graph *g, struct tg_bare *x)
+{
+	bool full = x == &g->full;
+	CUgraphExec exec = NULL;
+	int rc;
+	if (full && g->n_attrs) {
+		uint32_t h = 0;
+		for (uint32_t i = 0; i < g->n_nodes; i++)
+			if (g->nodes[i].attrs) {
+				h = g->nodes[i].hook;
+				break;
+			}
+		rc = tg_fail(a, TOGGLE_ENOTSUP, "producer hook %u:%u may hold launch attributes of "
+			     "its own, which the driver does not copy from a device-updatable node",
+			     h / TOGGLE_MAX_LAYERS, h % TOGGLE_MAX_LAYERS);
+	} else {
+		rc = g->dev == TG_DEV_ACTIVE ? bare_assemble(a, g, full, &exec)
+					     : bare_build(a, g, &exec);
+	}
+	x->failed = rc != 0;
+	if (rc) {
+		char why[sizeof(a->err)];
+		memcpy(why, a->err, sizeof(why));
+		tg_fail(a, 0, "graph %p: no %s exec, the main exec runs those steps: %.400s",
+			(void *)g->graph, full ? "full" : "producer-free", why);
+		if (full)
+			a->stats.full_build_failures++;
+		else
+			a->stats.bare_build_failures++;
+		return;
+	}
+	x->exec = exec;
+	if (full)
+		a->stats.full_builds++;
+	else
+		a->stats.bare_builds++;
+}
+
 /*
- * After a bind (or unbind): the old bare exec goes, a new one is built for
+ * After a bind (or unbind): the old second execs go, new ones are built for
  * the new exec.  A failed build is not the bind's failure, nor an anomaly
  * (some graphs cannot be cloned: memory or conditional nodes): it is
  * counted in the stats, its reason kept in the last error, and the main
- * exec runs every step.
+ * exec runs those steps.
  */
 void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 {
 	tg_bare_drop(a, g);
-	if (a->capture_depth == 0)
+	if (a->capture_depth == 0) {
 		bare_destroy(a, &g->bare.parked);
+		bare_destroy(a, &g->full.parked);
+	}
 	g->bare.failed = false;
+	g->full.failed = false;
 	if (!bare_wanted(a, g))
 		return;
-	g->bare.wlo = TOGGLE_MAX_HOOKS / 64;
-	g->bare.whi = 0;
+	g->alt_wlo = TOGGLE_MAX_HOOKS / 64;
+	g->alt_whi = 0;
 	for (uint32_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++) {
 		if (!g->covered.bits[w])
 			continue;
-		g->bare.wlo = w < g->bare.wlo ? w : g->bare.wlo;
-		g->bare.whi = w + 1;
+		g->alt_wlo = w < g->alt_wlo ? w : g->alt_wlo;
+		g->alt_whi = w + 1;
 	}
-	CUgraphExec exec = NULL;
-	int rc = g->dev == TG_DEV_ACTIVE ? bare_assemble(a, g, &exec) : bare_build(a, g, &exec);
-	if (rc) {
-		char why[sizeof(a->err)];
-		memcpy(why, a->err, sizeof(why));
-		tg_fail(a, 0, "graph %p: no producer-free exec, the main exec runs every step: %.400s",
-			(void *)g->graph, why);
-		a->stats.bare_build_failures++;
-		g->bare.failed = true;
-		return;
-	}
-	g->bare.exec = exec;
-	a->stats.bare_builds++;
+	/* The full exec's reason is the one kept when both fail (its build is the last). */
+	alt_build(a, g, &g->bare);
+	if (g->dev == TG_DEV_ACTIVE)
+		alt_build(a, g, &g->full);
 }

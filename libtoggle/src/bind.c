@@ -186,13 +186,13 @@ int toggle_graph_set_bare(struct toggle_agent *a, CUgraph graph, bool on)
 	if (!g->bound)
 		return 0; /* decided at the bind */
 	if (changed) {
-		/* Running the bare exec now: back to the main one, whose nodes hold an older set. */
+		/* Running a second exec now: back to the main one, whose nodes hold an older set. */
 		tg_bare_leave(a, g);
 		tg_bare_bind(a, g); /* drops the old one; builds one when on */
 	}
 	/* The next launch's slow path picks (a launch after a prepare at an unchanged set
 	 * would run the main exec on the fast path: the prepare synced it). */
-	if (on && g->bare.exec && !tg_bare_running(g))
+	if (on && (g->bare.exec || g->full.exec) && g->run == g->exec)
 		g->applied_version = 0;
 	return 0;
 }

@@ -36,6 +36,9 @@ struct tg_node {
 	CUgraphNode node;
 	uint32_t hook;    /* hook index: type * TOGGLE_MAX_LAYERS + layer */
 	uint64_t devnode; /* its CUgraphDeviceNode, 0 when not device-updatable */
+	bool attrs;       /* launched with launch attributes of the application's, or
+			   * recorded from a node it made: a plain copy (bare.c's full
+			   * exec) would lose them */
 };
 
 /* How a graph of a device-mode agent is toggled (decided at bind). */
@@ -46,14 +49,15 @@ enum tg_dev {
 	TG_DEV_REFUSED,       /* strict agent: bind refused; note says why */
 };
 
-/* A graph's producer-free exec (bare.c). */
+/* A second exec of a graph (bare.c): the producer-free one, or (device mode)
+ * the full one, every producer a plain kernel node and no planner. */
 struct tg_bare {
 	CUgraphExec exec;         /* NULL: none (not built, off, or the build failed) */
 	CUgraphExec parked;       /* one dropped inside a capture window: destroyed later */
-	uint32_t wlo, whi;        /* set words that hold the graph's covered hooks */
-	uint64_t replays;         /* launches that ran a bare exec before `since` */
-	uint64_t since;           /* g->replays when the running bare exec was picked */
-	bool failed;              /* the last build failed: the main exec runs every step */
+	uint64_t replays;         /* launches that ran such an exec before `since` */
+	uint64_t since;           /* g->replays when the running one was picked */
+	CUstream stream;          /* stream of its last launch (its run_slot) */
+	bool failed;              /* the last build failed: the main exec runs instead */
 };
 
 struct tg_graph {
@@ -70,16 +74,21 @@ struct tg_graph {
 	uint32_t hooks_covered;
 	CUgraphExec exec;
 	CUgraphExec run;          /* what its launches run while applied_version holds:
-				   * exec, or the producer-free bare exec (bare.c) */
+				   * exec, its bare or its full exec (bare.c; tg_run_set) */
+	CUstream *run_slot;       /* where a launch of run notes its stream: last_stream
+				   * (exec), bare.stream or full.stream */
 	bool bound;
 	bool stale;
 	uint64_t applied_version; /* version of the set exec holds; 0 = none */
-	uint64_t replays;         /* launches of this graph, across execs */
-	uint64_t dev_runs;        /* of which of exec, not the bare exec: device mode's planner runs */
+	uint64_t replays;         /* launches of this graph, across execs (of exec: tg_dev_runs) */
 	int64_t last_step;
 	CUstream last_stream;     /* stream of the last launch of exec through the agent */
-	bool last_bare;           /* the last launch ran the bare exec, */
-	CUstream last_any;        /* on this stream (NULL: no launch yet) */
+	/* The last launch before run was picked (tg_last_launch): its exec and
+	 * stream (NULL: none), and replays when run was picked. */
+	CUgraphExec prev_run;
+	CUstream prev_stream;
+	uint64_t run_since;
+	uint64_t alt_closed;      /* launches of bare and full execs no longer running */
 	uint32_t slot;            /* index among the agent's records: its planner descriptor */
 
 	/* Device mode (device.c).  Kept across a new capture into the record:
@@ -111,8 +120,8 @@ struct tg_graph {
 
 	/* Device mode's tainted launches (device.c): what the planner's report
 	 * said, read at step_begin and at a launch that writes the mask.
-	 * Launch index i = the value of dev_runs when launch i was made (the
-	 * bare exec's launches run no planner and are not counted there). */
+	 * Launch index i = the value of tg_dev_runs when launch i was made (the
+	 * bare and full execs' launches run no planner and are not counted there). */
 	uint64_t run_base;        /* replays at the descriptor's write: run r is launch run_base + r - 1 */
 	uint64_t exec_first;      /* replays at the bind of the current exec: its first launch */
 	uint64_t rep_seen;        /* report records taken (the report's bad count) */
@@ -165,8 +174,11 @@ struct tg_graph {
 	/* toggle_graph_set_bare(false): no producer-free exec for this graph. */
 	bool bare_off;
 
-	/* The producer-free exec (bare.c): exec's graph without its producers. */
-	struct tg_bare bare;
+	/* The producer-free exec (bare.c): exec's graph without its producers;
+	 * device mode's full exec: without its planner, producers plain. */
+	struct tg_bare bare, full;
+	uint32_t alt_wlo, alt_whi; /* set words that hold the graph's covered hooks */
+	uint32_t n_attrs;         /* producers recorded with attrs (struct tg_node) */
 };
 
 struct tg_plan {
@@ -224,6 +236,7 @@ struct toggle_agent {
 
 	/* Desired state. */
 	struct toggle_set standing;
+	bool current_standing;    /* current is standing, neither written since (desired.c) */
 	struct tg_plan *plans;    /* sorted by step, TOGGLE_MAX_PLAN slots */
 	size_t n_plans;
 	struct toggle_set current; /* the set replays of this step run with */
@@ -361,6 +374,42 @@ static inline void tg_fast_update(struct toggle_agent *a)
 static inline uint64_t tg_fast_version(const struct toggle_agent *a)
 {
 	return __atomic_load_n(&a->fast_version, __ATOMIC_RELAXED);
+}
+
+/* Launches of x (g's bare or full exec), across execs, the running one's included. */
+static inline uint64_t tg_alt_replays(const struct tg_graph *g, const struct tg_bare *x)
+{
+	return x->replays + (x->exec && g->run == x->exec ? g->replays - x->since : 0);
+}
+
+/* Launches of g's exec (device mode: its planner's runs): what the others
+ * leave (run is a bare or full exec while it is not exec). */
+static inline uint64_t tg_dev_runs(const struct tg_graph *g)
+{
+	return g->replays - g->alt_closed - (g->run != g->exec ? g->replays - g->run_since : 0);
+}
+
+/* The stream of g's last launch (NULL: none yet), *exec the exec it ran:
+ * run's if it launched since it was picked, else what ran before. */
+static inline CUstream tg_last_launch(const struct tg_graph *g, CUgraphExec *exec)
+{
+	if (g->replays != g->run_since && g->run_slot) {
+		*exec = g->run;
+		return *g->run_slot;
+	}
+	*exec = g->prev_run;
+	return g->prev_stream;
+}
+
+/* Make x (with its stream slot) what g's launches run; the last launch before kept. */
+static inline void tg_run_set(struct tg_graph *g, CUgraphExec x, CUstream *slot)
+{
+	if (x == g->run && slot == g->run_slot)
+		return;
+	g->prev_stream = tg_last_launch(g, &g->prev_run);
+	g->run = x;
+	g->run_slot = slot;
+	g->run_since = g->replays;
 }
 
 /* Hash of a node handle for open-addressing node sets (device.c, region.c):

@@ -325,7 +325,8 @@ int tg_launch_producer(struct toggle_agent *a, const CUlaunchConfig *config, CUf
 	if (a->dev.on)
 		devnode = (uint64_t)(uintptr_t)attrs[cfg.numAttrs - 1].value.deviceUpdatableKernelNode.devNode;
 #endif
-	rc = tg_record(a, config->hStream, hook, devnode);
+	/* Attributes of the caller's: a plain copy of this producer would lose them. */
+	rc = tg_record(a, config->hStream, hook, devnode, config->numAttrs != 0);
 	if (rc) /* the kernel is in this capture whatever tg_record could find out: fail closed */
 		tg_record_refused_in(a, graph, id, hook, rc);
 	return rc;
@@ -343,7 +344,7 @@ int toggle_record_device_producer(struct toggle_agent *a, CUstream stream, struc
 		tg_record_refused(a, stream, hook, rc); /* the producer is in the capture */
 		return rc;
 	}
-	return tg_record(a, stream, hook, (uint64_t)(uintptr_t)node);
+	return tg_record(a, stream, hook, (uint64_t)(uintptr_t)node, true); /* launched by the caller */
 }
 #endif
 
@@ -558,7 +559,7 @@ static int dev_setup(struct toggle_agent *a, struct tg_graph *g, void **staging)
 	g->words = words;
 	/* No planner of this record runs now (first setup, or fenced above). */
 	memset(dev_report(a, g), 0, TG_PLAN_REPORT_SIZE);
-	g->run_base = g->dev_runs;
+	g->run_base = tg_dev_runs(g);
 	g->rep_seen = 0;
 	g->last_bad_run = 0;
 	g->unclean = false;
@@ -617,7 +618,7 @@ int tg_device_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 		g->epoch_pending = true;
 	}
 	/* A new exec (or a new start of this one): what was tainted before is history. */
-	g->exec_first = g->dev_runs;
+	g->exec_first = tg_dev_runs(g);
 	g->blocked = false;
 	dev_note_step(g, a->step);
 	return 0;
@@ -625,18 +626,19 @@ int tg_device_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 
 /* ---- tainted launches ------------------------------------------------------ */
 
-/* Launches from index g->dev_runs on are made in step. */
+/* Launches from index tg_dev_runs(g) on are made in step. */
 static void dev_note_step(struct tg_graph *g, int64_t step)
 {
+	uint64_t runs = tg_dev_runs(g);
 	if (g->n_bounds) {
 		uint32_t last = (g->n_bounds - 1) % TG_STEP_BOUNDS;
-		if (g->bounds[last].first == g->dev_runs) {
+		if (g->bounds[last].first == runs) {
 			g->bounds[last].step = step; /* no launch since the last note */
 			return;
 		}
 	}
 	uint32_t i = g->n_bounds % TG_STEP_BOUNDS;
-	g->bounds[i].first = g->dev_runs;
+	g->bounds[i].first = runs;
 	g->bounds[i].step = step;
 	g->n_bounds++;
 }
@@ -720,8 +722,8 @@ void tg_device_poll(struct toggle_agent *a, struct tg_graph *g)
 			}
 			/* Their runs are unknown but not later than the last launch made:
 			 * only a clean launch after that one clears the taint. */
-			if (g->dev_runs - g->run_base > g->last_bad_run)
-				g->last_bad_run = g->dev_runs - g->run_base;
+			if (tg_dev_runs(g) - g->run_base > g->last_bad_run)
+				g->last_bad_run = tg_dev_runs(g) - g->run_base;
 		}
 		for (uint64_t k = first; k < bad; k++)
 			if (now - k < TG_PLAN_REPORT_RING && rec[k - first].run != 0)
@@ -735,13 +737,20 @@ void tg_device_poll(struct toggle_agent *a, struct tg_graph *g)
 	}
 }
 
+/* Nothing new in g's report and nothing to clear: what a poll finds at almost every step. */
+static inline bool dev_quiet(const struct toggle_agent *a, const struct tg_graph *g)
+{
+	return !g->unclean && __atomic_load_n(&dev_report(a, g)->bad, __ATOMIC_ACQUIRE) == g->rep_seen;
+}
+
 void tg_device_step(struct toggle_agent *a)
 {
 	for (size_t i = 0; i < a->n_graphs; i++) {
 		struct tg_graph *g = a->graphs[i];
 		if (g->dev != TG_DEV_ACTIVE || !g->dev_setup || g->stale)
 			continue;
-		tg_device_poll(a, g);
+		if (!dev_quiet(a, g)) /* one load per graph and step otherwise */
+			tg_device_poll(a, g);
 		dev_note_step(g, a->step);
 	}
 }

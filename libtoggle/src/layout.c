@@ -80,6 +80,9 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_graph_status, bare_exec),
 	TG_FIELD(toggle_graph_status, bare_running),
 	TG_FIELD(toggle_graph_status, bare_replays),
+	TG_FIELD(toggle_graph_status, full_exec),
+	TG_FIELD(toggle_graph_status, full_running),
+	TG_FIELD(toggle_graph_status, full_replays),
 
 	TG_TYPE(toggle_anomalies),
 	TOGGLE_ANOMALY_MAP(TG_ANOMALY_FIELD)
@@ -101,6 +104,9 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_stats, bare_builds),
 	TG_FIELD(toggle_stats, bare_build_failures),
 	TG_FIELD(toggle_stats, bare_switches),
+	TG_FIELD(toggle_stats, full_builds),
+	TG_FIELD(toggle_stats, full_build_failures),
+	TG_FIELD(toggle_stats, full_switches),
 
 	TG_TYPE(toggle_copy),
 	TG_FIELD(toggle_copy, dst),

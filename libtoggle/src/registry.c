@@ -69,6 +69,7 @@ static struct tg_graph *graph_new(struct toggle_agent *a, CUgraph graph)
 		return NULL;
 	g->graph = graph;
 	g->last_step = -1;
+	g->run_slot = &g->last_stream;
 	g->slot = (uint32_t)a->n_graphs;
 	a->graphs[a->n_graphs++] = g;
 	map_insert(a, g);
@@ -95,6 +96,7 @@ void tg_graph_clear(struct toggle_agent *a, struct tg_graph *g, bool keep_life)
 	g->graph = keep.graph;
 	g->slot = keep.slot;
 	g->last_step = -1;
+	g->run_slot = &g->last_stream;
 	g->dev_mem = keep.dev_mem;
 	g->dev_mem_size = keep.dev_mem_size;
 	g->shadow = keep.shadow;
@@ -102,6 +104,7 @@ void tg_graph_clear(struct toggle_agent *a, struct tg_graph *g, bool keep_life)
 	g->epoch = keep.epoch;
 	g->join = keep.join;
 	g->bare.parked = keep.bare.parked;
+	g->full.parked = keep.full.parked;
 	g->life = keep.life; /* NULL unless keep_life */
 	g->foreign = keep.foreign;
 	memcpy(g->foreign_life, keep.foreign_life, sizeof(g->foreign_life));
@@ -144,12 +147,14 @@ static int graph_reserve(struct tg_graph *g, size_t more)
 	return 0;
 }
 
-static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook, uint64_t devnode)
+static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook, uint64_t devnode,
+			  bool attrs)
 {
 	int rc = graph_reserve(g, 1);
 	if (rc)
 		return rc;
-	g->nodes[g->n_nodes] = (struct tg_node){.node = node, .hook = hook, .devnode = devnode};
+	g->nodes[g->n_nodes] =
+		(struct tg_node){.node = node, .hook = hook, .devnode = devnode, .attrs = attrs};
 	if (g->n_ident < TG_IDENT_NODES)
 		g->ident[g->n_ident++] = node;
 	g->state[g->n_nodes] = TG_NODE_UNKNOWN;
@@ -158,6 +163,7 @@ static int graph_add_node(struct tg_graph *g, CUgraphNode node, uint32_t hook, u
 	g->synced_valid = false;
 	g->n_nodes++;
 	g->n_devnodes += devnode != 0;
+	g->n_attrs += attrs;
 	if (!tg_set_has(&g->covered, hook)) {
 		g->covered.bits[hook / 64] |= 1ull << (hook % 64);
 		g->hooks_covered++;
@@ -223,7 +229,7 @@ int toggle_record_producer(struct toggle_agent *a, CUstream stream, struct toggl
 {
 	if (!a)
 		return TOGGLE_EINVAL;
-	return tg_record(a, stream, hook, 0);
+	return tg_record(a, stream, hook, 0, true);
 }
 
 /* Find or make the record of the graph a capture is building (a reused handle: cleared). */
@@ -306,7 +312,8 @@ void tg_record_refused_in(struct toggle_agent *a, CUgraph graph, uint64_t id,
 		record_mark_late(a, NULL, graph, id, hook, why);
 }
 
-int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode)
+int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, uint64_t devnode,
+	      bool attrs)
 {
 	int rc;
 	if (hook.type >= a->catalog.n_types || hook.layer >= a->catalog.n_layers) {
@@ -340,7 +347,7 @@ int tg_record(struct toggle_agent *a, CUstream stream, struct toggle_hook hook, 
 	if ((g->n_nodes && g->nodes[g->n_nodes - 1].node == node) || node == g->planner_node)
 		return tg_fail(a, TOGGLE_EINVAL, "hook %u:%u: node %p of graph %p is already recorded",
 			       hook.type, hook.layer, (void *)node, (void *)graph);
-	rc = graph_add_node(g, node, tg_hook_index(hook), devnode);
+	rc = graph_add_node(g, node, tg_hook_index(hook), devnode, attrs);
 	if (rc) {
 		record_mark_late(a, stream, graph, id, hook, rc);
 		return tg_fail(a, rc, "recording hook %u:%u into graph %p: %s", hook.type, hook.layer,
@@ -389,7 +396,7 @@ int tg_record_nodes(struct toggle_agent *a, CUgraph graph, uint64_t id, const CU
 		return tg_fail(a, rc, "recording hook %u:%u into graph %p: %zu more nodes: %s",
 			       hook.type, hook.layer, (void *)graph, n, toggle_strerror(rc));
 	for (size_t i = 0; i < n; i++) {
-		rc = graph_add_node(g, nodes[i], tg_hook_index(hook), 0);
+		rc = graph_add_node(g, nodes[i], tg_hook_index(hook), 0, true);
 		if (rc) /* cannot happen: room was reserved */
 			return tg_fail(a, rc, "recording hook %u:%u into graph %p: %s", hook.type,
 				       hook.layer, (void *)graph, toggle_strerror(rc));
@@ -578,6 +585,9 @@ static void graph_status(const struct toggle_agent *a, const struct tg_graph *g,
 		.bare_exec = g->bare.exec != NULL,
 		.bare_running = tg_bare_running(g),
 		.bare_replays = tg_bare_replays(g),
+		.full_exec = g->full.exec != NULL,
+		.full_running = tg_full_running(g),
+		.full_replays = tg_full_replays(g),
 	};
 	memcpy(out->note, g->note, sizeof(out->note));
 }

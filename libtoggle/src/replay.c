@@ -283,8 +283,9 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 	}
 	if (own_exec)
 		tg_bare_leave(a, g); /* the caller launches exec itself: never the bare one */
-	else if (g->dev == TG_DEV_ACTIVE && g->bare.exec && g->applied_version != a->version)
-		tg_device_poll(a, g); /* a taint that blocks it blocks the bare exec too */
+	else if (g->dev == TG_DEV_ACTIVE && (g->bare.exec || g->full.exec) &&
+		 g->applied_version != a->version)
+		tg_device_poll(a, g); /* a taint that blocks it blocks the bare and full execs too */
 	if (g->applied_version != a->version && (own_exec || !tg_bare_pick(a, g))) {
 		int rc = g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream) : tg_graph_sync(a, g);
 		if (rc && !g->gone && tg_graph_replaced(a, g)) {
@@ -337,15 +338,10 @@ static inline void replay_account(struct toggle_agent *a, struct tg_graph *g, CU
 {
 	g->replays++;
 	g->last_step = a->step;
-	g->last_bare = g->run != g->exec;
-	g->last_any = stream;
-	if (g->run == g->exec) {
-		/* Device mode counts and orders only what runs its planner: the bare
-		 * exec (bare.c) reads no mask, so a mask write waits for the device
-		 * exec's last launch, not for a bare one on another stream. */
-		g->dev_runs++;
-		g->last_stream = stream;
-	}
+	/* Each exec keeps its own last stream: device mode's mask writes wait
+	 * for the device exec's (last_stream; the bare and full execs read no
+	 * mask), a switch of execs for the last launch's (tg_last_launch). */
+	*g->run_slot = stream;
 }
 
 /*
@@ -382,15 +378,26 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 	struct tg_graph *g = tg_graph_find(a, graph);
 	CUresult r;
 	int prep = 0;
+	/* Device mode: a prepare on another stream than the exec's last launch.
+	 * Its launch may never come, and the next mask write, ordered after
+	 * this stream alone (tg_device_sync), must still follow that launch. */
+	bool moves = g && !launch && g->dev == TG_DEV_ACTIVE && g->last_stream &&
+		     g->last_stream != stream;
 	/* Stale, late and unbound records hold exec NULL and version 0 (versions
 	 * start at 1), so these two compares are the whole fast-path guard. */
 	if (g && tg_graph_related(g) &&
 	    __builtin_expect(exec != g->exec || g->applied_version != a->version ||
-			     (!launch && g->run != g->exec), 0)) {
+			     (!launch && g->run != g->exec) || moves, 0)) {
 		uint64_t words = a->stats.mask_words, joins = a->stats.stream_joins;
 		prep = launch_prepare(a, g, exec, stream, !launch);
 		if (prep < 0)
 			return launch_refuse(a, prep);
+		if (prep == 0 && moves && g->dev == TG_DEV_ACTIVE && a->stats.stream_joins == joins &&
+		    g->last_stream && g->last_stream != stream) {
+			int rc = tg_device_order(a, g, g->last_stream, stream);
+			if (rc)
+				return launch_refuse(a, rc);
+		}
 		if (!launch && prep == 0 && g->dev == TG_DEV_ACTIVE &&
 		    (a->stats.mask_words != words || a->stats.stream_joins != joins ||
 		     g->prep_unordered))
@@ -410,27 +417,34 @@ __attribute__((noinline, cold)) static int replay_slow(struct toggle_agent *a, C
 		a->stats.launches_unrelated++;
 		return 0;
 	}
-	if (g->last_any && g->last_any != stream && g->last_bare != (g->run != g->exec)) {
-		/* The first launch after a switch between the exec and the bare one,
-		 * on another stream (any mode): the driver serialises launches of one
-		 * exec, not of two, so this one waits for the last (an event), as
-		 * launches of the one exec did before the switch
+	CUgraphExec last_run = NULL;
+	CUstream last_any = tg_last_launch(g, &last_run);
+	if (last_any && last_any != stream && last_run != g->run) {
+		/* The first launch after a switch between the exec and the bare or
+		 * full one, on another stream (any mode): the driver serialises
+		 * launches of one exec, not of two, so this one waits for the last
+		 * (an event), as launches of the one exec did before the switch
 		 * (check_bare_streams.c, check_device_bare.c).  A prepare too: the
 		 * caller launches the exec right after. */
-		int rc = tg_device_order(a, g, g->last_any, stream);
+		int rc = tg_device_order(a, g, last_any, stream);
 		if (rc)
 			return launch_refuse(a, rc);
 	}
 	if (launch) {
-		r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
+		r = a->cu.graph_launch(g->run, stream); /* exec, its bare or full exec (bare.c) */
 		if (r != CUDA_SUCCESS) {
 			if (g->prep_unordered && g->applied_version)
 				replay_unordered(g); /* still unordered: keep launches slow */
 			return launch_failed(a, graph, g->run, r);
 		}
-		/* after last_stream's mask work (a join when stream differs): ordered */
-		g->prep_unordered = false;
-		g->prep_version = 0;
+		/* After last_stream's mask work (a join when stream differs):
+		 * ordered.  Not a bare or full launch: it reads no mask and made no
+		 * join, so the device exec's next launch must still wait for that
+		 * work (tg_device_sync), or it may read the mask before it lands. */
+		if (g->run == g->exec) {
+			g->prep_unordered = false;
+			g->prep_version = 0;
+		}
 	}
 	replay_account(a, g, stream);
 	if (launch && a->rec_on)
@@ -453,7 +467,7 @@ int toggle_graph_launch(struct toggle_agent *a, CUgraph graph, CUgraphExec exec,
 	struct tg_graph *g = tg_graph_find(a, graph);
 	if (__builtin_expect(!g || exec != g->exec || g->applied_version != tg_fast_version(a), 0))
 		return replay_slow(a, graph, exec, stream, true);
-	CUresult r = a->cu.graph_launch(g->run, stream); /* exec, or its bare exec (bare.c) */
+	CUresult r = a->cu.graph_launch(g->run, stream); /* exec, its bare or full exec (bare.c) */
 	if (__builtin_expect(r != CUDA_SUCCESS, 0))
 		return launch_failed(a, g->graph, g->run, r); /* from g: fewer live registers */
 	replay_account(a, g, stream); /* device mode orders its next mask write after it */
@@ -472,13 +486,16 @@ int toggle_graph_prepare(struct toggle_agent *a, CUgraph graph, CUgraphExec exec
 	if (__builtin_expect(!a, 0))
 		return TOGGLE_EINVAL;
 	struct tg_graph *g = tg_graph_find(a, graph);
-	if (__builtin_expect(!g || exec != g->exec || g->run != g->exec, 0))
+	/* Device mode: a prepare on another stream than the last launch's is
+	 * ordered after it (replay_slow: its launch may never come). */
+	if (__builtin_expect(!g || exec != g->exec || g->run != g->exec ||
+			     (stream != g->last_stream && g->dev == TG_DEV_ACTIVE), 0))
 		return replay_slow(a, graph, exec, stream, false);
 	/* Up to date; or (device mode) up to date for a prepare on the stream
-	 * of the last one, whose mask work is not known to be launched yet. */
+	 * of the last one (checked above), whose mask work is not known to be
+	 * launched yet (prep_version is 0 in the host modes). */
 	uint64_t fast = tg_fast_version(a);
-	if (__builtin_expect(g->applied_version != fast &&
-			     (g->prep_version != fast || stream != g->last_stream), 0))
+	if (__builtin_expect(g->applied_version != fast && g->prep_version != fast, 0))
 		return replay_slow(a, graph, exec, stream, false);
 	replay_account(a, g, stream);
 	return 0;
@@ -514,7 +531,8 @@ int tg_apply_all(struct toggle_agent *a)
 		CUgraphExec ran = g->run;
 		if (rc == 0)
 			rc = tg_bare_pick(a, g) ? 0 : tg_graph_sync(a, g);
-		if (rc == 0 && g->run != ran && g->last_any)
+		CUgraphExec last = NULL;
+		if (rc == 0 && g->run != ran && tg_last_launch(g, &last))
 			g->applied_version = 0; /* a switch of execs: its launch orders it (replay_slow) */
 		if (rc && tg_graph_replaced(a, g)) {
 			tg_graph_drop(a, g); /* the handle names another graph now */

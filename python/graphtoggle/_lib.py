@@ -86,6 +86,9 @@ class GraphStatus(Structure):
         ("bare_exec", c_bool),
         ("bare_running", c_bool),
         ("bare_replays", c_uint64),
+        ("full_exec", c_bool),
+        ("full_running", c_bool),
+        ("full_replays", c_uint64),
     ]
 
 
@@ -101,7 +104,8 @@ class Stats(Structure):
         "launches", "launches_unrelated", "launches_refused", "node_set_calls", "syncs",
         "rebinds", "uploads", "mask_writes", "mask_words", "stream_joins", "reuse_fences", "version")] + [
         ("step", c_int64)] + [(n, c_uint64) for n in (
-        "bare_builds", "bare_build_failures", "bare_switches")]
+        "bare_builds", "bare_build_failures", "bare_switches", "full_builds",
+        "full_build_failures", "full_switches")]
 
 
 class RegistryCheck(Structure):
