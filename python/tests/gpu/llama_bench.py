@@ -28,7 +28,6 @@ import argparse
 import copy
 import inspect
 import os
-import statistics
 import sys
 import traceback
 import warnings
@@ -57,7 +56,8 @@ import graphtoggle  # noqa: E402
 import graphtoggle.torch as gtt  # noqa: E402
 
 sys.path.insert(0, HERE)
-from torch_compile_bench import kernel_nodes, time_legs  # noqa: E402
+from torch_compile_bench import (kernel_nodes, raise_recompile_limits, reset,  # noqa: E402
+                                 run_and_judge, time_legs, written)
 
 TYPES = ("resid_post", "mlp_out")
 LEGS = ("floor", "off", "on")
@@ -104,17 +104,6 @@ class Step:
 
     def args(self):
         return self.ids, self.pos, self.cpos, self.cache
-
-
-def written(att, n):
-    torch.cuda.synchronize()
-    return {(t, l) for (t, l, _, _), b in att.buffers.items()
-            if not bool(torch.isnan(b[:n]).all())}
-
-
-def reset(att):
-    for b in att.buffers.values():
-        b.fill_(float("nan"))
 
 
 def _diff(a, b):
@@ -294,33 +283,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     args.batches = [int(b) for b in args.batches.split(",")]
     args.kinds = args.kinds.split(",")
-    d = torch._dynamo.config
-    for k in ("recompile_limit", "cache_size_limit"):
-        if hasattr(d, k):
-            setattr(d, k, 64)
+    raise_recompile_limits()
     print(PREFIX + "torch %s, transformers %s, %s, graphtoggle %s; Llama %d layers, hidden %d, "
           "MLP %d, %d heads, bf16, cache %d, %d hooks; batches %s; medians of %d x %d steps"
           % (torch.__version__, transformers.__version__, torch.cuda.get_device_name(),
              graphtoggle.__version__, args.layers, args.hidden, args.inter, args.heads,
              args.ctx, len(TYPES) * args.layers, args.batches, args.reps, args.n), flush=True)
-    table = []
-    try:
-        with torch.no_grad():
-            for mode in args.modes.split(","):
-                table += run_mode(args, mode)
-    except Exception:
-        traceback.print_exc()
-        print(PREFIX + "FAIL (exception)")
-        return 1
-    for ln in table:
-        print(PREFIX + "table: " + ln)
-    if FAILS:
-        print(PREFIX + "FAIL (%d mismatches)" % len(FAILS))
-        return 1
-    print(PREFIX + "PASS (correctness only: off steps wrote no buffer, on steps every one, "
-          "the logits unchanged by the producers; figures above)")
-    return 0
-
+    return run_and_judge(PREFIX, args, run_mode, FAILS,
+                         "correctness only: off steps wrote no buffer, on steps every one, the "
+                         "logits unchanged by the producers; figures above")
 
 if __name__ == "__main__":
     sys.exit(main())
