@@ -195,6 +195,8 @@ class Proof:
         rec.flush()
         self.drain(rd)
         st = rec.stats()
+        if not st["staged"]:
+            self.note("the recorder copied record by record: no gather kernel or staging")
         if st["dropped"] or st["errors"]:
             self.note("phase 1 dropped %d, errors %d (the ring was read every step)"
                       % (st["dropped"], st["errors"]))
