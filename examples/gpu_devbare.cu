@@ -59,78 +59,10 @@
 
 #define GPU_TAG "gpu-devbare"
 #include "gpu_common.h"
+#include "gpu_chain.h"
+#include "gpu_sets.h"
 
 static const char *const type_names[N_TYPES] = {"resid_post"};
-
-struct ring_rec {
-	int32_t hook;
-	int32_t pad;
-	long long launch;
-};
-
-struct dev {
-	float *x, *out;              /* activations; monitor buffers (N_HOOKS slices) */
-	long long *launch;           /* the mark kernel's launch counter */
-	unsigned long long *computes; /* runs per compute kernel */
-	struct ring_rec *ring;
-	unsigned long long *count;
-	unsigned int *overflow;
-};
-
-/* Right after the planner (a non-producer: in the bare exec too): number the launch. */
-__global__ void db_mark(long long *launch)
-{
-	*launch += 1;
-}
-
-/* A layer's work: touch the activations, count the run. */
-__global__ void db_compute(float *x, unsigned long long *computes, int k)
-{
-	for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < CHUNK; i += gridDim.x * blockDim.x)
-		x[i] = x[i] * 0.5f + (float)k;
-	if (blockIdx.x == 0 && threadIdx.x == 0)
-		atomicAdd(&computes[k], 1ull);
-}
-
-/* A producer: copy the activations out, log {hook, launch}. */
-__global__ void db_produce(const float *x, float *out, const long long *launch,
-			   struct ring_rec *ring, unsigned long long *count, unsigned int *overflow,
-			   int hook)
-{
-	for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < CHUNK; i += gridDim.x * blockDim.x)
-		out[i] = x[i];
-	if (blockIdx.x == 0 && threadIdx.x == 0) {
-		unsigned long long slot = atomicAdd(count, 1ull);
-		if (slot < RING_CAP) {
-			ring[slot].hook = hook;
-			ring[slot].pad = 0;
-			ring[slot].launch = *launch;
-		} else {
-			atomicExch(overflow, 1u);
-		}
-	}
-}
-
-static struct toggle_hook hook_of(int h)
-{
-	struct toggle_hook k;
-
-	k.type = (uint16_t)(h / N_LAYERS);
-	k.layer = (uint16_t)(h % N_LAYERS);
-	return k;
-}
-
-static struct toggle_set set_of(uint32_t bits)
-{
-	struct toggle_set s;
-
-	toggle_set_clear(&s);
-	for (int h = 0; h < N_HOOKS; h++)
-		if (bits >> h & 1u)
-			if (toggle_set_add(&s, hook_of(h)) != TOGGLE_OK)
-				die("toggle_set_add(%d)", h);
-	return s;
-}
 
 /* Capture: [planner], mark, per layer a compute and [a producer], a last compute. */
 static cudaGraph_t capture(struct toggle_agent *a, struct dev *d, cudaStream_t s, bool producers)
@@ -138,16 +70,16 @@ static cudaGraph_t capture(struct toggle_agent *a, struct dev *d, cudaStream_t s
 	cudaFunction_t fn;
 	cudaGraph_t g;
 
-	CUDA_CHECK(cudaGetFuncBySymbol(&fn, (const void *)db_produce));
+	CUDA_CHECK(cudaGetFuncBySymbol(&fn, (const void *)chain_produce));
 	if (producers)
 		TG_CHECK(a, toggle_capture_begin(a));
 	CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
 	if (producers)
 		TG_CHECK(a, toggle_capture_planner(a, (CUstream)s));
-	db_mark<<<1, 1, 0, s>>>(d->launch);
+	chain_mark<<<1, 1, 0, s>>>(d->launch);
 	CUDA_LAUNCHED();
 	for (int l = 0; l < N_LAYERS; l++) {
-		db_compute<<<CHUNK / THREADS, THREADS, 0, s>>>(d->x, d->computes, l);
+		chain_compute<<<CHUNK / THREADS, THREADS, 0, s>>>(d->x, d->computes, l);
 		CUDA_LAUNCHED();
 		if (!producers)
 			continue;
@@ -164,7 +96,7 @@ static cudaGraph_t capture(struct toggle_agent *a, struct dev *d, cudaStream_t s
 		lc.hStream = (CUstream)s;
 		TG_CHECK(a, toggle_launch_producer(a, &lc, (CUfunction)fn, params, hook_of(h)));
 	}
-	db_compute<<<CHUNK / THREADS, THREADS, 0, s>>>(d->x, d->computes, N_LAYERS);
+	chain_compute<<<CHUNK / THREADS, THREADS, 0, s>>>(d->x, d->computes, N_LAYERS);
 	CUDA_LAUNCHED();
 	CUDA_CHECK(cudaStreamEndCapture(s, &g));
 	if (producers)

@@ -67,47 +67,10 @@ extern "C" {
 
 #define GPU_TAG "gpu-devtaint"
 #include "gpu_common.h"
+#include "gpu_chain.h"
+#include "gpu_sets.h"
 
 static const char *const type_names[N_TYPES] = {"resid_post", "attn_out", "mlp_out"};
-
-struct ring_rec {
-	int32_t hook;
-	int32_t pad;
-	long long launch;
-};
-
-/* Inside the graph, right after the planner: count its launches. */
-__global__ void mark_launch(long long *d_launch)
-{
-	*d_launch += 1;
-}
-
-/* A producer: copy a slice out, then log {hook, launch}. */
-__global__ void produce(const float *x, float *out, const long long *d_launch,
-			struct ring_rec *ring, unsigned long long *count, unsigned int *overflow, int hook)
-{
-	for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < CHUNK; i += gridDim.x * blockDim.x)
-		out[i] = x[i];
-	if (blockIdx.x == 0 && threadIdx.x == 0) {
-		unsigned long long slot = atomicAdd(count, 1ull);
-		if (slot < RING_CAP) {
-			ring[slot].hook = hook;
-			ring[slot].pad = 0;
-			ring[slot].launch = *d_launch;
-		} else {
-			atomicExch(overflow, 1u);
-		}
-	}
-}
-
-static struct toggle_hook hook_of(int h)
-{
-	struct toggle_hook k;
-
-	k.type = (uint16_t)(h / N_LAYERS);
-	k.layer = (uint16_t)(h % N_LAYERS);
-	return k;
-}
 
 /* What each launch that ran was made with. */
 static uint32_t want[MAX_LAUNCHES][HW], seen[MAX_LAUNCHES][HW];
@@ -244,12 +207,12 @@ int main(void)
 		cudaFunction_t fn;
 		CUfunction produce_fn;
 
-		CUDA_CHECK(cudaGetFuncBySymbol(&fn, (const void *)produce));
+		CUDA_CHECK(cudaGetFuncBySymbol(&fn, (const void *)chain_produce));
 		produce_fn = (CUfunction)fn;
 		TG_CHECK(c.agent, toggle_capture_begin(c.agent));
 		CUDA_CHECK(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal));
 		TG_CHECK(c.agent, toggle_capture_planner(c.agent, (CUstream)c.stream));
-		mark_launch<<<1, 1, 0, c.stream>>>(d_launch);
+		chain_mark<<<1, 1, 0, c.stream>>>(d_launch);
 		CUDA_LAUNCHED();
 		for (int h = 0; h < N_HOOKS; h++) {
 			CUlaunchConfig lc;

@@ -1,6 +1,6 @@
 /* gpu_legs.h - what the GPU programs built of legs share (gpu_guard.cu,
- * gpu_lifetime.cu): the first failure of a leg, a hook index as a hook and a
- * bitmask as a set, an agent opened on the real driver, the leg's verdict line.
+ * gpu_lifetime.cu): the first failure of a leg (and gpu_sets.h's hook_of and
+ * set_of), an agent opened on the real driver, the leg's verdict line.
  *
  * Include after gpu_common.h (GPU_TAG, die) and after defining N_LAYERS,
  * N_HOOKS and a struct env with the members `char why[512]` (the first
@@ -11,6 +11,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "gpu_sets.h"
 
 static void fail_leg(struct env *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -24,27 +26,6 @@ static void fail_leg(struct env *e, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(e->why, sizeof e->why, fmt, ap);
 	va_end(ap);
-}
-
-static struct toggle_hook hook_of(int h)
-{
-	struct toggle_hook k;
-
-	k.type = (uint16_t)(h / N_LAYERS);
-	k.layer = (uint16_t)(h % N_LAYERS);
-	return k;
-}
-
-static struct toggle_set set_of(unsigned bits)
-{
-	struct toggle_set s;
-
-	toggle_set_clear(&s);
-	for (int h = 0; h < N_HOOKS; h++)
-		if (bits >> h & 1u)
-			if (toggle_set_add(&s, hook_of(h)) != TOGGLE_OK)
-				die("toggle_set_add(%d)", h);
-	return s;
 }
 
 /* An agent on the real driver in mode, or die: a leg cannot run without one. */

@@ -89,19 +89,6 @@ static unsigned char *buf_of(struct env *e, int h)
 	return e->pool + (size_t)h * SLOT + e->off[h];
 }
 
-/* gpu_legs.h's set_of takes 32 bits: 48 hooks need 64. */
-static struct toggle_set set_of64(uint64_t bits)
-{
-	struct toggle_set s;
-
-	toggle_set_clear(&s);
-	for (int h = 0; h < N_HOOKS; h++)
-		if (bits >> h & 1u)
-			if (toggle_set_add(&s, hook_of(h)) != TOGGLE_OK)
-				die("toggle_set_add(%d)", h);
-	return s;
-}
-
 struct rig {
 	struct toggle_agent *a;
 	cudaGraph_t g;
@@ -167,7 +154,7 @@ static void rig_step(struct env *e, struct rig *r, uint64_t bits)
 {
 	if (r->step >= MAX_STEPS)
 		die("more than %d steps", MAX_STEPS);
-	struct toggle_set set = set_of64(bits), got;
+	struct toggle_set set = set_of(bits), got;
 	TG_CHECK(r->a, toggle_set_enabled(r->a, &set));
 	TG_CHECK(r->a, toggle_step_begin(r->a, ++r->step, &got));
 	r->sets[r->step] = bits;
@@ -356,7 +343,6 @@ int main(int argc, char **argv)
 	}
 	if (steps < 1 || steps > MAX_STEPS - 64)
 		die("--steps: 1 to %d", MAX_STEPS - 64);
-	(void)set_of; /* gpu_legs.h's, not used here */
 	gpu_device_or_skip();
 	CUDA_CHECK(cudaFree(0)); /* the primary context, current for libtoggle's driver calls */
 	e.cat.type_names = types;
