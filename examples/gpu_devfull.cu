@@ -68,6 +68,11 @@ static const char *const type_names[N_TYPES] = {"resid_post"};
 
 enum how { FLOOR, DEVICE, LAZY };
 
+static void uo_noop(void *p)
+{
+	(void)p;
+}
+
 /* Capture: [planner], mark, per layer a compute and [a producer], a last compute. */
 static cudaGraph_t capture(struct toggle_agent *a, struct dev *d, cudaStream_t s, enum how how)
 {
@@ -354,9 +359,19 @@ int main(void)
 	gf = capture(NULL, &d, s[0], FLOOR);
 	CUDA_CHECK(cudaGraphInstantiate(&ef, gf, 0));
 	CUDA_CHECK(cudaGraphUpload(ef, s[0]));
+	/* The floor again, its graph holding a user object as libtoggle's records do
+	 * (life.c), so its exec holds a reference through every launch. */
+	cudaGraph_t guo = capture(NULL, &d, s[0], FLOOR);
+	cudaGraphExec_t euo;
+	cudaUserObject_t uo;
+	CUDA_CHECK(cudaUserObjectCreate(&uo, NULL, uo_noop, 1, cudaUserObjectNoDestructorSync));
+	CUDA_CHECK(cudaGraphRetainUserObject(guo, uo, 1, cudaGraphUserObjectMove));
+	CUDA_CHECK(cudaGraphInstantiate(&euo, guo, 0));
+	CUDA_CHECK(cudaGraphUpload(euo, s[0]));
 	{
 		double fl[R], dfu[R], dpl[R], lzo[R], hfl[R], hdfu[R], hdpl[R], hlzo[R];
 		double dba[R], lba[R], hdba[R], hlba[R];
+		double pl[R], ppl[R], hpl[R], hppl[R], pl20[R], hpl20[R], fuo[R], hfuo[R], dum;
 
 		for (int r = 0; r < R; r++) {
 			time_steps(NULL, 0, gf, ef, s[0], N, &fl[r], &hfl[r]);
@@ -369,6 +384,14 @@ int main(void)
 			begin(lz, 1, 0);
 			time_steps(a, 0, g, e, s[0], N, &dba[r], &hdba[r]);
 			time_steps(lz, 1, gl, el, s[0], N, &lba[r], &hlba[r]);
+			/* The same execs launched plainly (cudaGraphLaunch, no libtoggle call), all
+			 * on: is a host time above the floor's libtoggle's or the exec's own? */
+			begin(lz, 1, ALL_ON);
+			time_steps(lz, 1, gl, el, s[0], 5, &dum, &dum); /* back on the main exec */
+			time_steps(NULL, 0, gl, el, s[0], N, &pl[r], &hpl[r]);
+			time_steps(NULL, 0, gl, el, s[0], 20, &pl20[r], &hpl20[r]);
+			time_steps(NULL, 0, gnf, enf, s[0], N, &ppl[r], &hppl[r]);
+			time_steps(NULL, 0, guo, euo, s[0], N, &fuo[r], &hfuo[r]);
 		}
 		double mf = median(fl, R), mdf = median(dfu, R), mdp = median(dpl, R);
 		double mlz = median(lzo, R), mdb = median(dba, R), mlb = median(lba, R);
@@ -385,6 +408,12 @@ int main(void)
 		       "planner %.2f (+%.2f), lazy %.2f (+%.2f); all off: device bare %.2f (+%.2f), "
 		       "lazy bare %.2f (+%.2f)\n",
 		       hf, hdf, hdf - hf, hdp, hdp - hf, hlz, hlz - hf, hdb, hdb - hf, hlb, hlb - hf);
+		printf(GPU_TAG ": figures host us per launch, plain cudaGraphLaunch of the application's "
+		       "execs (no libtoggle call): lazy's %.2f (%d back to back; %.2f for 20), device "
+		       "mode's opted out of the bare and full execs %.2f, the floor's with a user "
+		       "object %.2f (without: %.2f); GPU us %.2f, %.2f, %.2f\n",
+		       median(hpl, R), N, median(hpl20, R), median(hppl, R), median(hfuo, R), hf,
+		       median(pl, R), median(ppl, R), median(fuo, R));
 	}
 
 	CUDA_CHECK(cudaDeviceSynchronize());
@@ -398,6 +427,8 @@ int main(void)
 	CUDA_CHECK(cudaGraphDestroy(gl));
 	CUDA_CHECK(cudaGraphExecDestroy(ef));
 	CUDA_CHECK(cudaGraphDestroy(gf));
+	CUDA_CHECK(cudaGraphExecDestroy(euo));
+	CUDA_CHECK(cudaGraphDestroy(guo));
 	CUDA_CHECK(cudaFree(d.x));
 	CUDA_CHECK(cudaFree(d.out));
 	CUDA_CHECK(cudaFree(d.launch));
