@@ -56,7 +56,7 @@ import graphtoggle  # noqa: E402
 import graphtoggle.torch as gtt  # noqa: E402
 
 sys.path.insert(0, HERE)
-from torch_compile_bench import (kernel_nodes, raise_recompile_limits, reset,  # noqa: E402
+from torch_compile_bench import (judge_execs, kernel_nodes, raise_recompile_limits, reset,  # noqa: E402
                                  run_and_judge, time_legs, written)
 
 TYPES = ("resid_post", "mlp_out")
@@ -260,6 +260,7 @@ def bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids):
             t = time_legs({"floor": gf.replay, "off": hooked_step, "on": hooked_step},
                           {"off": "none", "on": "all"}, agent, args.reps, args.n)
             st = agent.graph_status(gh.raw_cuda_graph())
+            judge_execs(st, "%s bs %d" % (tag, bs), fail)
             if not st["bare_replays"]:
                 print(PREFIX + "%s bs %d: all-off steps never ran the producer-free exec"
                       % (tag, bs), flush=True)

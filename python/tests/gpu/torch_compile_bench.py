@@ -82,6 +82,17 @@ def _own_forward(model):
     return ns["forward_%d" % id(model)]
 
 
+def judge_execs(st, what, fail_fn=None):
+    """Which execs the timed steps ran (graph_status of the hooked graph): the producer-free
+    one at all-off steps, in device mode the full one (no planner) at all-on steps where the
+    graph has one (docs/libtoggle.md); a full exec built but never run fails."""
+    print(PREFIX + "%s: execs: producer-free %s (%d replays), full %s (%d replays)"
+          % (what, "yes" if st.get("bare_exec") else "no", st.get("bare_replays", 0),
+             "yes" if st.get("full_exec") else "no", st.get("full_replays", 0)), flush=True)
+    if st.get("full_exec") and not st.get("full_replays"):
+        (fail_fn or fail)("%s: all-on steps never ran the full exec" % what)
+
+
 def kernel_nodes(graph):
     """The number of kernel nodes of a CUDA graph (cuGraphGetNodes + cuGraphNodeGetType
     through the driver), None where the driver cannot be read."""
@@ -202,6 +213,7 @@ def bench_a(args, agent, floor, hooked, att, x_all):
             st = agent.graph_status(gh.raw_cuda_graph())
             if st["mode"] != "device" and not st["bare_replays"]:
                 fail("mode a bs %d: all-off steps never ran the producer-free exec" % bs)
+            judge_execs(st, "%s a bs %d" % (agent.mode, bs))
             out.append(report("%s a" % agent.mode, bs, t))
             nf, nhk = kernel_nodes(gf.raw_cuda_graph()), kernel_nodes(gh.raw_cuda_graph())
             print(PREFIX + "%s a bs %d: kernel nodes: floor graph %s, hooked graph %s (%d "
