@@ -315,6 +315,51 @@ def test_device_mode_reinstantiate_under_the_patch():
         assert a.stats()["node_set_calls"] == 0
 
 
+def test_device_mode_full_and_bare_execs_under_the_patch():
+    """Device mode through the patch (default random_ops: automatic) with copy_out producers:
+    after the first replay (torch's own, the random-ops check) all-on steps launch the full
+    exec (no planner), all-off steps the producer-free one, mixed steps the device exec;
+    every step's buffers are written for exactly its set."""
+    from simgraph import FakeTensor
+    with Agent("dev-full", hooks=HOOKS, backend="sim", sim=SIM, mode="device",
+               strict=True) as a:
+        stream = torch.cuda.current_stream().cuda_stream
+        src = [FakeTensor(SIM, (2, 4)) for _ in range(3)]
+        dst = {(t, l): FakeTensor(SIM, (2, 4)) for t in HOOKS for l in range(3)}
+        for i, s in enumerate(src):
+            SIM.write(s.ptr, bytes([i + 1]) * 32, stream)
+        try:
+            with gtt.patch(a):
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    for l in range(3):
+                        for t in HOOKS:
+                            a.copy_out(src[l], dst[(t, l)], (t, l))
+                graph = g.raw_cuda_graph()
+                st = a.graph_status(graph)
+                assert st["mode"] == "device" and st["bare_exec"] and st["full_exec"]
+                full = bare = 0
+                specs = ["all", "all", "none", "mlp_out:1", "all", "none", "*:2", "all"]
+                for step, spec in enumerate(specs):
+                    for d in dst.values():
+                        SIM.write(d.ptr, bytes(32), stream)
+                    a.set_enabled(spec)
+                    eff = a.step(step)
+                    g.replay()
+                    ran = {h for h, d in dst.items() if SIM.read(d.ptr, 32) != bytes(32)}
+                    assert ran == eff.to_set(), "step %d (%s)" % (step, spec)
+                    st = a.graph_status(graph)
+                    later = step > 0  # step 0 is torch's own replay (the check)
+                    full += later and spec == "all"
+                    bare += later and spec == "none"
+                    assert st["full_running"] is (later and spec == "all"), (step, spec)
+                    assert st["bare_running"] is (later and spec == "none"), (step, spec)
+                    assert (st["full_replays"], st["bare_replays"]) == (full, bare), step
+                assert (full, bare) == (3, 2)
+        finally:
+            gtt.unpatch()
+
+
 class _Block(torch.nn.Module):
     """y = x * (layer + 2), computed by a simulator kernel; hooks see y."""
 
