@@ -58,7 +58,6 @@
 #define THREADS      256
 #define R            7
 #define N            200
-#define UO_EXECS     10   /* floors with a user object launched in turn */
 
 #define GPU_TAG "gpu-devfull"
 #include "gpu_common.h"
@@ -369,23 +368,10 @@ int main(void)
 	CUDA_CHECK(cudaGraphRetainUserObject(guo, uo, 1, cudaGraphUserObjectMove));
 	CUDA_CHECK(cudaGraphInstantiate(&euo, guo, 0));
 	CUDA_CHECK(cudaGraphUpload(euo, s[0]));
-	/* UO_EXECS such floors, launched in turn: is the wait per exec or per stream? */
-	cudaGraph_t gk[UO_EXECS];
-	cudaGraphExec_t ek[UO_EXECS];
-	for (int k = 0; k < UO_EXECS; k++) {
-		cudaUserObject_t o;
-
-		gk[k] = capture(NULL, &d, s[0], FLOOR);
-		CUDA_CHECK(cudaUserObjectCreate(&o, NULL, uo_noop, 1, cudaUserObjectNoDestructorSync));
-		CUDA_CHECK(cudaGraphRetainUserObject(gk[k], o, 1, cudaGraphUserObjectMove));
-		CUDA_CHECK(cudaGraphInstantiate(&ek[k], gk[k], 0));
-		CUDA_CHECK(cudaGraphUpload(ek[k], s[0]));
-	}
 	{
 		double fl[R], dfu[R], dpl[R], lzo[R], hfl[R], hdfu[R], hdpl[R], hlzo[R];
 		double dba[R], lba[R], hdba[R], hlba[R];
 		double pl[R], ppl[R], hpl[R], hppl[R], pl20[R], hpl20[R], fuo[R], hfuo[R], dum;
-		double hturn[R];
 
 		for (int r = 0; r < R; r++) {
 			time_steps(NULL, 0, gf, ef, s[0], N, &fl[r], &hfl[r]);
@@ -406,12 +392,6 @@ int main(void)
 			time_steps(NULL, 0, gl, el, s[0], 20, &pl20[r], &hpl20[r]);
 			time_steps(NULL, 0, gnf, enf, s[0], N, &ppl[r], &hppl[r]);
 			time_steps(NULL, 0, guo, euo, s[0], N, &fuo[r], &hfuo[r]);
-			CUDA_CHECK(cudaStreamSynchronize(s[0]));
-			double t0 = gpu_now_us();
-			for (int i = 0; i < N; i++)
-				CUDA_CHECK(cudaGraphLaunch(ek[i % UO_EXECS], s[0]));
-			hturn[r] = (gpu_now_us() - t0) / N;
-			CUDA_CHECK(cudaStreamSynchronize(s[0]));
 		}
 		double mf = median(fl, R), mdf = median(dfu, R), mdp = median(dpl, R);
 		double mlz = median(lzo, R), mdb = median(dba, R), mlb = median(lba, R);
@@ -431,10 +411,9 @@ int main(void)
 		printf(GPU_TAG ": figures host us per launch, plain cudaGraphLaunch of the application's "
 		       "execs (no libtoggle call): lazy's %.2f (%d back to back; %.2f for 20), device "
 		       "mode's opted out of the bare and full execs %.2f, the floor's with a user "
-		       "object %.2f (without: %.2f), %d such floors launched in turn %.2f; GPU us "
-		       "%.2f, %.2f, %.2f\n",
+		       "object %.2f (without: %.2f); GPU us %.2f, %.2f, %.2f\n",
 		       median(hpl, R), N, median(hpl20, R), median(hppl, R), median(hfuo, R), hf,
-		       UO_EXECS, median(hturn, R), median(pl, R), median(ppl, R), median(fuo, R));
+		       median(pl, R), median(ppl, R), median(fuo, R));
 	}
 
 	CUDA_CHECK(cudaDeviceSynchronize());
@@ -450,10 +429,6 @@ int main(void)
 	CUDA_CHECK(cudaGraphDestroy(gf));
 	CUDA_CHECK(cudaGraphExecDestroy(euo));
 	CUDA_CHECK(cudaGraphDestroy(guo));
-	for (int k = 0; k < UO_EXECS; k++) {
-		CUDA_CHECK(cudaGraphExecDestroy(ek[k]));
-		CUDA_CHECK(cudaGraphDestroy(gk[k]));
-	}
 	CUDA_CHECK(cudaFree(d.x));
 	CUDA_CHECK(cudaFree(d.out));
 	CUDA_CHECK(cudaFree(d.launch));
