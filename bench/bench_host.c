@@ -80,23 +80,33 @@ struct rig {
 	char name_buf[TOGGLE_MAX_HOOK_TYPES][16];
 };
 
-/* An agent on the simulator with one graph of types x layers producers. */
-static void rig_open_cfg(struct rig *r, uint16_t types, uint16_t layers, bool no_bare)
+/*
+ * The simulator, its stream and an agent "bench" on it, whose catalog is
+ * types hook types (h0, h1, ...) of layers layers; the rest of the agent's
+ * configuration (its mode, its options) is cfg's.  r is zeroed already.
+ */
+static void rig_agent_open(struct rig *r, uint16_t types, uint16_t layers, struct toggle_config cfg)
 {
-	memset(r, 0, sizeof(*r));
 	for (uint16_t t = 0; t < types; t++) {
 		snprintf(r->name_buf[t], sizeof(r->name_buf[t]), "h%u", t);
 		r->names[t] = r->name_buf[t];
 	}
 	if (toggle_sim_create(&r->sim) || toggle_sim_stream_create(r->sim, &r->stream))
 		exit(1);
-	struct toggle_config cfg = {.name = "bench",
-				    .catalog = {.type_names = r->names, .n_types = types,
-						.n_layers = layers},
-				    .backend = TOGGLE_BACKEND_SIM, .sim = r->sim,
-				    .no_bare_exec = no_bare};
+	cfg.name = "bench";
+	cfg.catalog = (struct toggle_catalog){.type_names = r->names, .n_types = types,
+					      .n_layers = layers};
+	cfg.backend = TOGGLE_BACKEND_SIM;
+	cfg.sim = r->sim;
 	if (toggle_agent_open(&cfg, &r->agent))
 		exit(1);
+}
+
+/* An agent on the simulator with one graph of types x layers producers. */
+static void rig_open_cfg(struct rig *r, uint16_t types, uint16_t layers, bool no_bare)
+{
+	memset(r, 0, sizeof(*r));
+	rig_agent_open(r, types, layers, (struct toggle_config){.no_bare_exec = no_bare});
 	toggle_capture_begin(r->agent);
 	toggle_sim_stream_begin_capture(r->stream);
 	for (uint16_t t = 0; t < types; t++)
@@ -149,18 +159,10 @@ static void step_rig_open(struct step_rig *sr, bool device, unsigned n_graphs, u
 {
 	struct rig *r = &sr->r;
 	memset(sr, 0, sizeof(*sr));
-	for (uint16_t t = 0; t < types; t++) {
-		snprintf(r->name_buf[t], sizeof(r->name_buf[t]), "h%u", t);
-		r->names[t] = r->name_buf[t];
-	}
-	if (toggle_sim_create(&r->sim) || toggle_sim_stream_create(r->sim, &r->stream))
-		exit(1);
-	struct toggle_config cfg = {.name = "bench",
-				    .catalog = {.type_names = r->names, .n_types = types,
-						.n_layers = layers},
-				    .backend = TOGGLE_BACKEND_SIM, .sim = r->sim,
-				    .mode = device ? TOGGLE_MODE_DEVICE : TOGGLE_MODE_LAZY};
-	if (toggle_agent_open(&cfg, &r->agent) || toggle_agent_mode(r->agent) != cfg.mode)
+	enum toggle_mode mode = device ? TOGGLE_MODE_DEVICE : TOGGLE_MODE_LAZY;
+	rig_agent_open(r, types, layers, (struct toggle_config){.mode = mode});
+	/* The mode asked for, not a fallback: the numbers are that mode's. */
+	if (toggle_agent_mode(r->agent) != mode)
 		exit(1);
 	if (device && (toggle_sim_module_load(r->sim, &sr->mod, &dev_image) ||
 		       toggle_sim_module_get_function(&sr->produce, sr->mod, "produce")))

@@ -138,6 +138,17 @@ static void bx_capture(struct bx *b, CUgraphNodeType extra)
 	ck_assert_int_eq(toggle_capture_end(a), 0);
 }
 
+/* Most cases start from the same point: an agent with the plain graph
+ * (no extra node) captured and instantiated, so bound with its device exec
+ * and, unless bx_no_second, its bare and full execs. */
+static struct bx *bx_bound(bool strict)
+{
+	struct bx *b = bx_open(strict);
+	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
+	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	return b;
+}
+
 static void bx_set(struct bx *b, int64_t step, uint32_t m)
 {
 	struct toggle_set s;
@@ -189,14 +200,88 @@ static struct toggle_graph_status bstatus(struct bx *b)
 	return gs;
 }
 
+/* Check the whole log holds exactly n launches, each with set m. */
+static void check_log_all(uint32_t m, unsigned n)
+{
+	size_t at = 0;
+	for (unsigned k = 0; k < n; k++)
+		check_launch(&at, m, k);
+	ck_assert_uint_eq(at, nklog);
+}
+
+/* Check the whole log holds exactly these n launches, in this order. */
+static void check_log(const uint32_t *sets, unsigned n)
+{
+	size_t at = 0;
+	for (unsigned k = 0; k < n; k++)
+		check_launch(&at, sets[k], k);
+	ck_assert_uint_eq(at, nklog);
+}
+
+/*
+ * Rounds of steps through sets, each odd entry's step launched twice (a
+ * replay at an unchanged set as well as switches); rotate: the launches go
+ * round the streams, else all on stream 0.  Each launch's set goes to
+ * expect; returns how many launches.
+ */
+static unsigned launch_rounds(struct bx *b, const uint32_t *sets, unsigned nsets, unsigned rounds,
+			      bool rotate, uint32_t *expect)
+{
+	unsigned n = 0;
+	for (unsigned r = 0; r < rounds; r++) {
+		for (unsigned k = 0; k < nsets; k++) {
+			bx_set(b, (int64_t)(r * nsets + k), sets[k]);
+			for (unsigned rep = 0; rep < 1 + (k % 2); rep++) {
+				launch(b, rotate ? (int)((n + r) % NS) : 0);
+				expect[n++] = sets[k];
+			}
+		}
+	}
+	return n;
+}
+
+/* A launch whose planner's device-side calls all fail: the launch is tainted
+ * (a strict agent blocks the graph at the next step_begin). */
+static void launch_tainted(struct bx *b, int si)
+{
+	struct toggle_sim *sim = b->f->sim;
+	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 1u << 30, CUDA_ERROR_INVALID_VALUE);
+	launch(b, si);
+	toggle_sim_synchronize(sim);
+	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 0, CUDA_SUCCESS);
+}
+
+/*
+ * A strict agent's graph blocked, then bound again: a tainted launch at a
+ * mixed step; at the next step (set m) step_begin reads the report and the
+ * launch on stream si is refused, nothing of it run; a new bind clears the
+ * block and the same launch runs again, exactly set m.  Returns the graph's
+ * status while it was blocked, for the caller to check which exec ran.
+ */
+static struct toggle_graph_status block_then_rebind(struct bx *b, uint32_t m, int si)
+{
+	bx_set(b, 0, 0x0f);
+	launch_tainted(b, 0);
+	bx_set(b, 1, m); /* step_begin reads the report: blocked */
+	size_t before = nklog;
+	ck_assert_int_lt(toggle_graph_launch(b->f->agent, b->graph, b->exec, b->f->s[si]), 0);
+	toggle_sim_synchronize(b->f->sim);
+	ck_assert_uint_eq(nklog, before); /* nothing ran */
+	struct toggle_graph_status blocked = bstatus(b);
+	ck_assert_int_eq(toggle_graph_bind(b->f->agent, b->graph, b->exec), 0);
+	launch(b, si);
+	toggle_sim_synchronize(b->f->sim);
+	size_t at = before;
+	check_launch(&at, m, 1);
+	return blocked;
+}
+
 /* ---- the build and all-off steps ---------------------------------------------- */
 
 /* All-off steps run the assembled exec: no producer, every other kernel once, in order. */
 START_TEST(all_off_runs_no_producer)
 {
-	struct bx *b = bx_open(false);
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	struct bx *b = bx_bound(false);
 	struct toggle_graph_status gs = bstatus(b);
 	ck_assert_int_eq(gs.mode, TOGGLE_MODE_DEVICE);
 	ck_assert(gs.bare_exec);
@@ -213,10 +298,7 @@ START_TEST(all_off_runs_no_producer)
 	for (int k = 0; k < 5; k++)
 		launch(b, 0);
 	toggle_sim_synchronize(b->f->sim);
-	size_t at = 0;
-	for (unsigned k = 0; k < 5; k++)
-		check_launch(&at, 0, k);
-	ck_assert_uint_eq(at, nklog);
+	check_log_all(0, 5);
 	ck_assert(bstatus(b).bare_running);
 	ck_assert_uint_eq(bstatus(b).bare_replays, 5);
 	/* No planner ran: no device-side call, no upload more. */
@@ -229,9 +311,7 @@ END_TEST
 /* A step with one producer on runs the device exec: exactly that producer. */
 START_TEST(one_producer_on)
 {
-	struct bx *b = bx_open(false);
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	struct bx *b = bx_bound(false);
 	bx_set(b, 0, 1u << 3);
 	launch(b, 0);
 	launch(b, 0);
@@ -252,9 +332,7 @@ END_TEST
  */
 START_TEST(planner_calls_only_changed)
 {
-	struct bx *b = bx_open(false);
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	struct bx *b = bx_bound(false);
 	struct toggle_sim *sim = b->f->sim;
 	bx_set(b, 0, 0x0f);
 	launch(b, 0); /* the first launch after a bind sets every producer */
@@ -292,30 +370,14 @@ START_TEST(alternating_exact)
 {
 	static const uint32_t sets[] = {0, 1u << 3, 0, 0xff, 0, 0, 0x81, 0x81, 0, 0x3c, 0x01, 0};
 	enum { NSETS = sizeof(sets) / sizeof(sets[0]), ROUNDS = 6 };
-	struct bx *b = bx_open(false);
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	struct bx *b = bx_bound(false);
 	if (_i)
 		toggle_sim_set_deferred(b->f->sim, true, 0x5eed0000u + (uint64_t)_i);
 	uint32_t expect[NSETS * ROUNDS * 2];
-	unsigned n = 0;
-	for (unsigned r = 0; r < ROUNDS; r++) {
-		for (unsigned k = 0; k < NSETS; k++) {
-			bx_set(b, (int64_t)(r * NSETS + k), sets[k]);
-			for (unsigned rep = 0; rep < 1 + (k % 2); rep++) {
-				launch(b, _i ? (int)((n + r) % NS) : 0);
-				expect[n++] = sets[k];
-			}
-		}
-	}
+	unsigned n = launch_rounds(b, sets, NSETS, ROUNDS, _i != 0, expect);
 	toggle_sim_synchronize(b->f->sim);
-	size_t at = 0;
-	for (unsigned k = 0; k < n; k++)
-		check_launch(&at, expect[k], k);
-	ck_assert_uint_eq(at, nklog);
-	struct toggle_stats st;
-	toggle_stats_get(b->f->agent, &st);
-	ck_assert_uint_gt(st.bare_switches, 0);
+	check_log(expect, n);
+	ck_assert_uint_gt(stats(b->f).bare_switches, 0);
 	bx_close(b);
 }
 END_TEST
@@ -375,11 +437,8 @@ END_TEST
  * the device exec and its planner), on assembles it again. */
 START_TEST(set_bare_off_and_on)
 {
-	struct bx *b = bx_open(false);
+	struct bx *b = bx_bound(false);
 	struct toggle_sim *sim = b->f->sim;
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
-	size_t at = 0;
 	bx_set(b, 0, 0);
 	launch(b, 0);
 	ck_assert_int_eq(toggle_graph_set_bare(b->f->agent, b->graph, false), 0);
@@ -396,9 +455,7 @@ START_TEST(set_bare_off_and_on)
 	toggle_sim_synchronize(sim);
 	ck_assert(bstatus(b).bare_running);
 	ck_assert_uint_eq(toggle_sim_calls(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), c0 + BL);
-	for (unsigned k = 0; k < 3; k++)
-		check_launch(&at, 0, k);
-	ck_assert_uint_eq(at, nklog);
+	check_log_all(0, 3);
 	bx_close(b);
 }
 END_TEST
@@ -414,8 +471,7 @@ START_TEST(uncopyable_node_no_bare_exec)
 	struct toggle_graph_status gs = bstatus(b);
 	ck_assert_int_eq(gs.mode, TOGGLE_MODE_DEVICE);
 	ck_assert(!gs.bare_exec && !gs.full_exec);
-	struct toggle_stats st;
-	toggle_stats_get(b->f->agent, &st);
+	struct toggle_stats st = stats(b->f);
 	ck_assert_uint_eq(st.bare_build_failures, 1);
 	ck_assert_uint_eq(st.bare_builds, 0);
 	ck_assert_uint_eq(st.full_build_failures, 1);
@@ -481,8 +537,7 @@ START_TEST(faults_leave_nothing)
 	bool full = faults[_i].full;
 	ck_assert(bstatus(b).bare_exec == full);
 	ck_assert(bstatus(b).full_exec == !full);
-	struct toggle_stats st;
-	toggle_stats_get(b->f->agent, &st);
+	struct toggle_stats st = stats(b->f);
 	ck_assert_uint_eq(st.bare_build_failures, full ? 0 : 1);
 	ck_assert_uint_eq(st.full_build_failures, full ? 1 : 0);
 	ck_assert_uint_eq(toggle_sim_graph_count(sim), 1);
@@ -530,10 +585,8 @@ END_TEST
  */
 START_TEST(lifetime_drops_bare_exec)
 {
-	struct bx *b = bx_open(false);
+	struct bx *b = bx_bound(false);
 	struct toggle_sim *sim = b->f->sim;
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
 	bx_set(b, 0, 0);
 	launch(b, 0);
 	toggle_sim_synchronize(sim);
@@ -569,27 +622,9 @@ END_TEST
 /* A strict agent refuses a blocked graph's launches, all-off ones (the bare exec's) too. */
 START_TEST(strict_blocked_refuses_bare_too)
 {
-	struct bx *b = bx_open(true);
-	struct toggle_sim *sim = b->f->sim;
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
-	bx_set(b, 0, 0x0f);
-	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 1u << 30, CUDA_ERROR_INVALID_VALUE);
-	launch(b, 0); /* tainted */
-	toggle_sim_synchronize(sim);
-	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 0, CUDA_SUCCESS);
-	bx_set(b, 1, 0); /* step_begin reads the report: blocked */
-	size_t before = nklog;
-	ck_assert_int_lt(toggle_graph_launch(b->f->agent, b->graph, b->exec, b->f->s[0]), 0);
-	toggle_sim_synchronize(sim);
-	ck_assert_uint_eq(nklog, before); /* nothing ran */
-	ck_assert(!bstatus(b).bare_running);
-	/* A new bind clears it: all-off runs the bare exec again. */
-	ck_assert_int_eq(toggle_graph_bind(b->f->agent, b->graph, b->exec), 0);
-	launch(b, 0);
-	toggle_sim_synchronize(sim);
-	size_t at = before;
-	check_launch(&at, 0, 1);
+	struct bx *b = bx_bound(true);
+	ck_assert(!block_then_rebind(b, 0, 0).bare_running);
+	/* The new bind cleared it: all-off runs the bare exec again. */
 	ck_assert(bstatus(b).bare_running);
 	bx_close(b);
 }
@@ -601,10 +636,7 @@ END_TEST
  */
 START_TEST(taint_step_after_bare_launches)
 {
-	struct bx *b = bx_open(false);
-	struct toggle_sim *sim = b->f->sim;
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	struct bx *b = bx_bound(false);
 	bx_set(b, 0, 0);
 	for (int k = 0; k < 3; k++)
 		launch(b, 0); /* bare */
@@ -616,10 +648,7 @@ START_TEST(taint_step_after_bare_launches)
 	bx_set(b, 3, 0);
 	launch(b, 0); /* bare */
 	bx_set(b, 4, 0xf0);
-	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 1u << 30, CUDA_ERROR_INVALID_VALUE);
-	launch(b, 0); /* tainted, in step 4 */
-	toggle_sim_synchronize(sim);
-	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 0, CUDA_SUCCESS);
+	launch_tainted(b, 0); /* in step 4 */
 	bx_set(b, 5, 0xff);
 	launch(b, 0); /* full: a planner-less launch between the taint and its report */
 	bx_set(b, 6, 0xf0);
@@ -645,22 +674,16 @@ static uint64_t planner_runs(struct bx *b)
 /* All-on steps run the full exec: every producer once, in order, and no planner. */
 START_TEST(full_all_on_runs_no_planner)
 {
-	struct bx *b = bx_open(false);
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	struct bx *b = bx_bound(false);
 	ck_assert(bstatus(b).full_exec);
-	struct toggle_stats st;
-	toggle_stats_get(b->f->agent, &st);
+	struct toggle_stats st = stats(b->f);
 	ck_assert_uint_eq(st.full_builds, 1);
 	bx_set(b, 0, 0xff);
 	for (int k = 0; k < 5; k++)
 		launch(b, k % NS);
 	ck_assert_uint_eq(planner_runs(b), 0);
 	ck_assert_uint_eq(toggle_sim_calls(b->f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED), 0);
-	size_t at = 0;
-	for (unsigned k = 0; k < 5; k++)
-		check_launch(&at, 0xff, k);
-	ck_assert_uint_eq(at, nklog);
+	check_log_all(0xff, 5);
 	ck_assert(bstatus(b).full_running);
 	ck_assert_uint_eq(bstatus(b).full_replays, 5);
 	ck_assert_uint_eq(bstatus(b).bare_replays, 0);
@@ -692,10 +715,8 @@ START_TEST(full_steps_planner_state)
 		{0xff, 3, BL + 4},
 		{0x7f, 4, BL + 11}, /* 0x81 -> 0x7f: all but 0 */
 	};
-	struct bx *b = bx_open(false);
+	struct bx *b = bx_bound(false);
 	struct toggle_sim *sim = b->f->sim;
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
 	size_t at = 0;
 	for (unsigned k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
 		bx_set(b, k, steps[k].set);
@@ -713,9 +734,7 @@ START_TEST(full_steps_planner_state)
 		ck_assert(bstatus(b).bare_running == (steps[k].set == 0));
 	}
 	ck_assert_uint_eq(at, nklog);
-	struct toggle_stats st;
-	toggle_stats_get(b->f->agent, &st);
-	ck_assert_uint_gt(st.full_switches, 0);
+	ck_assert_uint_gt(stats(b->f).full_switches, 0);
 	bx_close(b);
 }
 END_TEST
@@ -730,28 +749,17 @@ START_TEST(full_streams_exact)
 {
 	static const uint32_t sets[] = {0xff, 0x0f, 0xff, 0, 0xff, 0xff, 0x81, 0xff, 0, 0x01, 0xff, 0x7f};
 	enum { NSETS = sizeof(sets) / sizeof(sets[0]), ROUNDS = 6 };
-	struct bx *b = bx_open(false);
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
+	struct bx *b = bx_bound(false);
 	if (_i)
 		toggle_sim_set_deferred(b->f->sim, true, 0xf0110000u + (uint64_t)_i);
 	uint32_t expect[NSETS * ROUNDS * 2];
-	unsigned n = 0, mixed = 0;
-	for (unsigned r = 0; r < ROUNDS; r++) {
-		for (unsigned k = 0; k < NSETS; k++) {
-			bx_set(b, (int64_t)(r * NSETS + k), sets[k]);
-			for (unsigned rep = 0; rep < 1 + (k % 2); rep++) {
-				launch(b, (int)((n + r) % NS));
-				mixed += sets[k] != 0 && sets[k] != 0xff;
-				expect[n++] = sets[k];
-			}
-		}
-	}
+	unsigned n = launch_rounds(b, sets, NSETS, ROUNDS, true, expect);
 	toggle_sim_synchronize(b->f->sim);
-	size_t at = 0;
+	check_log(expect, n);
+	/* Only mixed steps run the device exec and its planner. */
+	unsigned mixed = 0;
 	for (unsigned k = 0; k < n; k++)
-		check_launch(&at, expect[k], k);
-	ck_assert_uint_eq(at, nklog);
+		mixed += expect[k] != 0 && expect[k] != 0xff;
 	ck_assert_uint_eq(planner_runs(b), mixed);
 	bx_close(b);
 }
@@ -773,11 +781,9 @@ START_TEST(full_random_prepares_exact)
 {
 	static const uint32_t sets[] = {0, 0xff, 0x0f, 0xf0, 0x81};
 	bx_no_second = _i >= 8; /* the device exec alone */
-	struct bx *b = bx_open(false);
+	struct bx *b = bx_bound(false);
 	bx_no_second = false;
 	struct toggle_agent *a = b->f->agent;
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(a, b->graph, &b->exec), 0);
 	uint64_t rng = 0xfa11u + (uint64_t)(_i % 8) * 7919u;
 	toggle_sim_set_deferred(b->f->sim, true, rng);
 	enum { STEPS = 300 };
@@ -806,10 +812,7 @@ START_TEST(full_random_prepares_exact)
 			toggle_sim_synchronize(b->f->sim);
 	}
 	toggle_sim_synchronize(b->f->sim);
-	size_t at = 0;
-	for (unsigned k = 0; k < n; k++)
-		check_launch(&at, expect[k], k);
-	ck_assert_uint_eq(at, nklog);
+	check_log(expect, n);
 	bx_close(b);
 }
 END_TEST
@@ -817,26 +820,8 @@ END_TEST
 /* A strict agent refuses a blocked graph's all-on launches (the full exec's) too. */
 START_TEST(full_strict_blocked_refused)
 {
-	struct bx *b = bx_open(true);
-	struct toggle_sim *sim = b->f->sim;
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
-	bx_set(b, 0, 0x0f);
-	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 1u << 30, CUDA_ERROR_INVALID_VALUE);
-	launch(b, 0); /* tainted */
-	toggle_sim_synchronize(sim);
-	toggle_sim_fail(sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 0, CUDA_SUCCESS);
-	bx_set(b, 1, 0xff); /* step_begin reads the report: blocked */
-	size_t before = nklog;
-	ck_assert_int_lt(toggle_graph_launch(b->f->agent, b->graph, b->exec, b->f->s[1]), 0);
-	toggle_sim_synchronize(sim);
-	ck_assert_uint_eq(nklog, before); /* nothing ran */
-	ck_assert(!bstatus(b).full_running);
-	ck_assert_int_eq(toggle_graph_bind(b->f->agent, b->graph, b->exec), 0);
-	launch(b, 1);
-	toggle_sim_synchronize(sim);
-	size_t at = before;
-	check_launch(&at, 0xff, 1);
+	struct bx *b = bx_bound(true);
+	ck_assert(!block_then_rebind(b, 0xff, 1).full_running);
 	ck_assert(bstatus(b).full_running);
 	ck_assert_uint_eq(planner_runs(b), 1);
 	bx_close(b);
@@ -847,10 +832,8 @@ END_TEST
  * exec itself, which must hold the set; launches after it stay exact. */
 START_TEST(full_prepare_runs_device_exec)
 {
-	struct bx *b = bx_open(false);
+	struct bx *b = bx_bound(false);
 	struct toggle_agent *a = b->f->agent;
-	bx_capture(b, CU_GRAPH_NODE_TYPE_KERNEL);
-	ck_assert_int_eq(toggle_graph_instantiate(a, b->graph, &b->exec), 0);
 	bx_set(b, 0, 0xff);
 	launch(b, 0); /* full */
 	ck_assert_int_eq(toggle_graph_prepare(a, b->graph, b->exec, b->f->s[1]), 0);
@@ -886,8 +869,7 @@ START_TEST(full_none_with_producer_attributes)
 	ck_assert_int_eq(toggle_graph_instantiate(b->f->agent, b->graph, &b->exec), 0);
 	struct toggle_graph_status gs = bstatus(b);
 	ck_assert(gs.bare_exec && !gs.full_exec);
-	struct toggle_stats st;
-	toggle_stats_get(b->f->agent, &st);
+	struct toggle_stats st = stats(b->f);
 	ck_assert_uint_eq(st.full_build_failures, 1);
 	ck_assert_ptr_nonnull(strstr(toggle_last_error(b->f->agent), "launch attributes"));
 	ck_assert_uint_eq(toggle_sim_exec_count(b->f->sim), 2);

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "fixture_record_sim.h"
 #include "testutil.h"
 #include "toggle.h"
 #include "toggle_record.h"
@@ -28,12 +29,6 @@
 #define MAX_RUNS 4096
 
 static const char *const type_names[NT] = {"resid_post", "attn_out"};
-
-struct fx;
-struct prod {
-	struct fx *fx;
-	uint32_t hook;
-};
 
 struct submitted {
 	int g;
@@ -61,25 +56,6 @@ struct fx {
 	uint64_t got;            /* records read and checked */
 };
 
-static float pattern(uint32_t run, uint32_t hook, unsigned i)
-{
-	return (float)(run * 1000u + hook * 20u + i);
-}
-
-static void head_fn(void *arg)
-{
-	((struct fx *)arg)->runs++;
-}
-
-static void producer_fn(void *arg)
-{
-	struct prod *p = arg;
-	float *b = (float *)(uintptr_t)p->fx->buf[p->hook];
-	/* The run that is executing: head_fn already counted it. */
-	for (unsigned i = 0; i < ELEMS; i++)
-		b[i] = pattern(p->fx->runs - 1, p->hook, i);
-}
-
 static struct toggle_hook hook_of(uint32_t h)
 {
 	return (struct toggle_hook){(uint16_t)(h / TOGGLE_MAX_LAYERS), (uint16_t)(h % TOGGLE_MAX_LAYERS)};
@@ -103,14 +79,15 @@ static void fx_capture(struct fx *f, int g)
 {
 	ck_assert_int_eq(toggle_capture_begin(f->agent), 0);
 	ck_assert_int_eq(toggle_sim_stream_begin_capture(f->stream), CUDA_SUCCESS);
-	ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, head_fn, f), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, head_fn, &f->runs), CUDA_SUCCESS);
 	toggle_set_clear(&f->covered[g]);
 	for (uint16_t t = 0; t < NT; t++)
 		for (uint16_t l = 0; l < NL; l++) {
 			if (g == 1 && l > 1)
 				continue;
 			struct prod *p = &f->prod[g][t * NL + l];
-			*p = (struct prod){.fx = f, .hook = (uint32_t)(t * NL + l)};
+			*p = (struct prod){.runs = &f->runs, .buf = f->buf, .elems = ELEMS,
+					   .hook = (uint32_t)(t * NL + l)};
 			ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, producer_fn, p), CUDA_SUCCESS);
 			ck_assert_int_eq(toggle_record_producer(f->agent, f->stream,
 								(struct toggle_hook){t, l}), 0);
@@ -134,16 +111,9 @@ static void fx_open_path(struct fx *f, uint64_t capacity, bool declare, bool sta
 {
 	memset(f, 0, sizeof(*f));
 	f->m.fd = -1;
-	ck_assert_int_eq(toggle_sim_create(&f->sim), 0);
-	ck_assert_int_eq(toggle_sim_stream_create(f->sim, &f->stream), CUDA_SUCCESS);
-	struct toggle_config cfg = {
-		.name = "rec-agent",
-		.catalog = {.type_names = type_names, .n_types = NT, .n_layers = NL},
-		.mode = TOGGLE_MODE_LAZY,
-		.backend = TOGGLE_BACKEND_SIM,
-		.sim = f->sim,
-	};
-	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
+	record_sim_open("rec-agent",
+			(struct toggle_catalog){.type_names = type_names, .n_types = NT, .n_layers = NL},
+			&f->sim, &f->stream, &f->agent);
 	for (uint32_t i = 0; i < NH; i++)
 		ck_assert_int_eq(toggle_sim_mem_alloc(f->sim, &f->buf[i], ELEMS * 4), CUDA_SUCCESS);
 	for (int g = 0; g < NG; g++)
@@ -585,7 +555,7 @@ static struct toggle_graph_status capture_one(struct fx *f, CUgraph *g, CUgraphE
 	struct toggle_hook h = {1, 0};
 	ck_assert_int_eq(toggle_capture_begin(f->agent), 0);
 	ck_assert_int_eq(toggle_sim_stream_begin_capture(f->stream), CUDA_SUCCESS);
-	ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, head_fn, f), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, head_fn, &f->runs), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, producer_fn, &f->prod[0][buf_of(1, 0)]),
 			 CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_record_producer(f->agent, f->stream, h), 0);

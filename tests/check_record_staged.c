@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "fixture_record_sim.h"
 #include "testutil.h"
 #include "toggle.h"
 #include "toggle_record.h"
@@ -32,12 +33,6 @@
 #define MAX_RUNS 8192
 
 static const char *const type_names[NT] = {"resid_post", "attn_out", "mlp_out"};
-
-struct fx;
-struct prod {
-	struct fx *fx;
-	uint32_t hook;
-};
 
 struct fx {
 	struct toggle_sim *sim;
@@ -58,24 +53,6 @@ struct fx {
 	uint64_t got;
 };
 
-static float pattern(uint32_t run, uint32_t hook, unsigned i)
-{
-	return (float)(run * 1000u + hook * 20u + i);
-}
-
-static void head_fn(void *arg)
-{
-	((struct fx *)arg)->runs++;
-}
-
-static void producer_fn(void *arg)
-{
-	struct prod *p = arg;
-	float *b = (float *)(uintptr_t)p->fx->buf[p->hook];
-	for (unsigned i = 0; i < ELEMS; i++)
-		b[i] = pattern(p->fx->runs - 1, p->hook, i);
-}
-
 static uint32_t buf_of(uint16_t t, uint16_t l)
 {
 	return (uint32_t)t * NL + l;
@@ -85,25 +62,19 @@ static void fx_open(struct fx *f, uint64_t capacity, enum toggle_sim_op refuse)
 {
 	memset(f, 0, sizeof(*f));
 	f->m.fd = -1;
-	ck_assert_int_eq(toggle_sim_create(&f->sim), 0);
-	ck_assert_int_eq(toggle_sim_stream_create(f->sim, &f->stream), CUDA_SUCCESS);
-	struct toggle_config cfg = {
-		.name = "staged-agent",
-		.catalog = {.type_names = type_names, .n_types = NT, .n_layers = NL},
-		.mode = TOGGLE_MODE_LAZY,
-		.backend = TOGGLE_BACKEND_SIM,
-		.sim = f->sim,
-	};
-	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
+	record_sim_open("staged-agent",
+			(struct toggle_catalog){.type_names = type_names, .n_types = NT, .n_layers = NL},
+			&f->sim, &f->stream, &f->agent);
 	for (uint32_t i = 0; i < NH; i++)
 		ck_assert_int_eq(toggle_sim_mem_alloc(f->sim, &f->buf[i], ELEMS * 4), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_capture_begin(f->agent), 0);
 	ck_assert_int_eq(toggle_sim_stream_begin_capture(f->stream), CUDA_SUCCESS);
-	ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, head_fn, f), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, head_fn, &f->runs), CUDA_SUCCESS);
 	for (uint16_t t = 0; t < NT; t++)
 		for (uint16_t l = 0; l < NL; l++) {
 			struct prod *p = &f->prod[buf_of(t, l)];
-			*p = (struct prod){.fx = f, .hook = buf_of(t, l)};
+			*p = (struct prod){.runs = &f->runs, .buf = f->buf, .elems = ELEMS,
+					   .hook = buf_of(t, l)};
 			ck_assert_int_eq(toggle_sim_launch_kernel(f->stream, producer_fn, p), CUDA_SUCCESS);
 			ck_assert_int_eq(toggle_record_producer(f->agent, f->stream,
 								(struct toggle_hook){t, l}), 0);
