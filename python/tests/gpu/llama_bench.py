@@ -61,8 +61,9 @@ import graphtoggle  # noqa: E402
 import graphtoggle.torch as gtt  # noqa: E402
 
 sys.path.insert(0, HERE)
-from torch_compile_bench import (judge_execs, kernel_nodes, raise_recompile_limits, reset,  # noqa: E402
-                                 run_and_judge, time_legs, written)
+from torch_compile_bench import (judge_execs, kernel_nodes,  # noqa: E402
+                                 raise_recompile_limits, reset, run_and_judge, time_legs,
+                                 written)
 
 TYPES = ("resid_post", "mlp_out")
 LEGS = ("floor", "off", "on")
@@ -328,7 +329,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("-n", type=int, default=20, help="back-to-back steps per timing")
     ap.add_argument("--deterministic", action="store_true",
-                    help="torch.use_deterministic_algorithms(True) (inductor's deterministic mode)")
+                    help="torch.use_deterministic_algorithms(True) (inductor's deterministic "
+                    "mode)")
     args = ap.parse_args(argv)
     args.batches = [int(b) for b in args.batches.split(",")]
     args.kinds = args.kinds.split(",")
