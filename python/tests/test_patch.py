@@ -282,33 +282,51 @@ def test_random_ops_advance_like_torch(agent, how):
 
 
 
+def _copy_out_rig():
+    """Layer l's source filled with bytes l + 1, one zeroed buffer per hook (2 x 4 bytes)."""
+    from simgraph import FakeTensor
+    src = [FakeTensor(SIM, (2, 4)) for _ in range(3)]
+    dst = {(t, l): FakeTensor(SIM, (2, 4)) for t in HOOKS for l in range(3)}
+    for i, s in enumerate(src):
+        SIM.write(s.ptr, bytes([i + 1]) * 32, torch.cuda.current_stream().cuda_stream)
+    return src, dst
+
+
+def _capture_copy_outs(agent, src, dst):
+    """A torch graph of one copy_out producer per hook (under the caller's patch)."""
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for l in range(3):
+            for t in HOOKS:
+                agent.copy_out(src[l], dst[(t, l)], (t, l))
+    return g
+
+
+def _step_replay(agent, g, dst, step):
+    """Buffers zeroed, step begun, g replayed: the step's effective set and the hooks whose
+    buffers were written (what ran)."""
+    for d in dst.values():
+        SIM.write(d.ptr, bytes(32), torch.cuda.current_stream().cuda_stream)
+    eff = agent.step(step)
+    g.replay()
+    return eff, {h for h, d in dst.items() if SIM.read(d.ptr, 32) != bytes(32)}
+
+
 def test_device_mode_reinstantiate_under_the_patch():
     """Device mode through the patch with copy_out producers: every torch re-instantiation
     (old exec destroyed, new one made: the allocator may hand back the same handle value)
     must be uploaded and fully set before its first launch."""
-    from simgraph import FakeTensor
     with Agent("dev", hooks=HOOKS, backend="sim", sim=SIM, mode="device", strict=True) as a:
         assert a.mode == "device"
-        src = [FakeTensor(SIM, (2, 4)) for _ in range(3)]
-        dst = {(t, l): FakeTensor(SIM, (2, 4)) for t in HOOKS for l in range(3)}
-        for i, s in enumerate(src):
-            SIM.write(s.ptr, bytes([i + 1]) * 32, torch.cuda.current_stream().cuda_stream)
+        src, dst = _copy_out_rig()
         with gtt.patch(a):
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for l in range(3):
-                    for t in HOOKS:
-                        a.copy_out(src[l], dst[(t, l)], (t, l))
+            g = _capture_copy_outs(a, src, dst)
             assert a.graph_status(g.raw_cuda_graph())["mode"] == "device"
             specs = ["all", "none", "mlp_out:1", "resid_post:0-1", "*:2", "none", "all"]
             for step, spec in enumerate(specs * 3):
                 if step % 2:
                     g.instantiate()
-                for d in dst.values():
-                    SIM.write(d.ptr, bytes(32), torch.cuda.current_stream().cuda_stream)
-                eff = a.step(step)
-                g.replay()
-                ran = {h for h, d in dst.items() if SIM.read(d.ptr, 32) != bytes(32)}
+                eff, ran = _step_replay(a, g, dst, step)
                 assert ran == eff.to_set(), "step %d (%s)" % (step, spec)
                 for (t, l) in ran:
                     assert SIM.read(dst[(t, l)].ptr, 32) == bytes([l + 1]) * 32
@@ -320,33 +338,20 @@ def test_device_mode_full_and_bare_execs_under_the_patch():
     after the first replay (torch's own, the random-ops check) all-on steps launch the full
     exec (no planner), all-off steps the producer-free one, mixed steps the device exec;
     every step's buffers are written for exactly its set."""
-    from simgraph import FakeTensor
     with Agent("dev-full", hooks=HOOKS, backend="sim", sim=SIM, mode="device",
                strict=True) as a:
-        stream = torch.cuda.current_stream().cuda_stream
-        src = [FakeTensor(SIM, (2, 4)) for _ in range(3)]
-        dst = {(t, l): FakeTensor(SIM, (2, 4)) for t in HOOKS for l in range(3)}
-        for i, s in enumerate(src):
-            SIM.write(s.ptr, bytes([i + 1]) * 32, stream)
+        src, dst = _copy_out_rig()
         try:
             with gtt.patch(a):
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    for l in range(3):
-                        for t in HOOKS:
-                            a.copy_out(src[l], dst[(t, l)], (t, l))
+                g = _capture_copy_outs(a, src, dst)
                 graph = g.raw_cuda_graph()
                 st = a.graph_status(graph)
                 assert st["mode"] == "device" and st["bare_exec"] and st["full_exec"]
                 full = bare = 0
                 specs = ["all", "all", "none", "mlp_out:1", "all", "none", "*:2", "all"]
                 for step, spec in enumerate(specs):
-                    for d in dst.values():
-                        SIM.write(d.ptr, bytes(32), stream)
                     a.set_enabled(spec)
-                    eff = a.step(step)
-                    g.replay()
-                    ran = {h for h, d in dst.items() if SIM.read(d.ptr, 32) != bytes(32)}
+                    eff, ran = _step_replay(a, g, dst, step)
                     assert ran == eff.to_set(), "step %d (%s)" % (step, spec)
                     st = a.graph_status(graph)
                     later = step > 0  # step 0 is torch's own replay (the check)
