@@ -122,9 +122,9 @@ def _diff(a, b):
 
 
 def settle(replay, out, most=64):
-    """Replays until two in a row give the same out: a graph whose step reads what its last
-    replay wrote (the static cache at the step's position, read before it is written) needs
-    as many replays as layers to settle.  The count, or "never"."""
+    """Replays until two in a row give the same out (a graph whose step read what its last
+    replay wrote would need several): the count, or "never" after most (the compiled
+    Llama's floor graph on the H200, whose own replays differ)."""
     replay()
     torch.cuda.synchronize()
     last = out.clone()
@@ -140,8 +140,8 @@ def settle(replay, out, most=64):
 def check_graph(agent, att, g, out, bs, floor_graph, floor_out, exact_floor, what):
     """Off steps write no buffer, on steps every one; the logits are the same at every step
     whatever the set (the producers only read), and, exact_floor, the floor graph's, once
-    both graphs have settled (settle(); a floor graph that never does is reported, its
-    logits not compared).  On a
+    both graphs have settled (settle(); where the floor graph never does, the hooked
+    graph's logits must stay within 4x the floor's own replay-to-replay difference).  On a
     mismatch, which replays agree says where it comes from (the floor graph replayed twice:
     the model's own determinism; off twice, on twice; off through the main exec's disabled
     nodes instead of the producer-free exec)."""
@@ -182,7 +182,8 @@ def check_graph(agent, att, g, out, bs, floor_graph, floor_out, exact_floor, wha
               % (what, _diff(f1, f2), ", ".join(_diff(l, ref) for _, l in logits[1:])),
               flush=True)
         # but no further from the floor's than the floor's replays are from each other
-        # (4x their largest difference): a producer writing into the model's memory would be
+        # (4x their largest difference): a producer writing into the model's memory would
+        # show as more
         noise = float((f1.float() - f2.float()).abs().max())
         worst = max(float((l.float() - f1.float()).abs().max()) for _, l in logits)
         if not worst <= 4 * noise:
@@ -267,11 +268,6 @@ def bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids):
                           {"off": "none", "on": "all"}, agent, args.reps, args.n)
             st = agent.graph_status(gh.raw_cuda_graph())
             judge_execs(st, "%s bs %d" % (tag, bs), fail)
-            if not st["bare_replays"]:
-                print(PREFIX + "%s bs %d: all-off steps never ran the producer-free exec"
-                      % (tag, bs), flush=True)
-                if st["mode"] != "device":
-                    fail("%s bs %d: all-off steps never ran the producer-free exec" % (tag, bs))
             out.append(report(tag, bs, t))
             nf, nhk = kernel_nodes(gf.raw_cuda_graph()), kernel_nodes(gh.raw_cuda_graph())
             print(PREFIX + "%s bs %d: kernel nodes: floor graph %s, hooked graph %s (%d "

@@ -84,13 +84,17 @@ def _own_forward(model):
 
 def judge_execs(st, what, fail_fn=None):
     """Which execs the timed steps ran (graph_status of the hooked graph): the producer-free
-    one at all-off steps, in device mode the full one (no planner) at all-on steps where the
-    graph has one (docs/libtoggle.md); a full exec built but never run fails."""
+    one at all-off steps (a failure outside device mode if it never ran), in device mode the
+    full one (no planner) at all-on steps where the graph has one (docs/libtoggle.md; a
+    failure if built but never run)."""
+    fail_fn = fail_fn or fail
     print(PREFIX + "%s: execs: producer-free %s (%d replays), full %s (%d replays)"
-          % (what, "yes" if st.get("bare_exec") else "no", st.get("bare_replays", 0),
-             "yes" if st.get("full_exec") else "no", st.get("full_replays", 0)), flush=True)
-    if st.get("full_exec") and not st.get("full_replays"):
-        (fail_fn or fail)("%s: all-on steps never ran the full exec" % what)
+          % (what, "yes" if st["bare_exec"] else "no", st["bare_replays"],
+             "yes" if st["full_exec"] else "no", st["full_replays"]), flush=True)
+    if st["mode"] != "device" and not st["bare_replays"]:
+        fail_fn("%s: all-off steps never ran the producer-free exec" % what)
+    if st["full_exec"] and not st["full_replays"]:
+        fail_fn("%s: all-on steps never ran the full exec" % what)
 
 
 def kernel_nodes(graph):
@@ -210,10 +214,7 @@ def bench_a(args, agent, floor, hooked, att, x_all):
                 g.replay()
             t = time_legs({"floor": gf.replay, "off": hooked_step, "on": hooked_step},
                           {"off": "none", "on": "all"}, agent, args.reps, args.n)
-            st = agent.graph_status(gh.raw_cuda_graph())
-            if st["mode"] != "device" and not st["bare_replays"]:
-                fail("mode a bs %d: all-off steps never ran the producer-free exec" % bs)
-            judge_execs(st, "%s a bs %d" % (agent.mode, bs))
+            judge_execs(agent.graph_status(gh.raw_cuda_graph()), "%s a bs %d" % (agent.mode, bs))
             out.append(report("%s a" % agent.mode, bs, t))
             nf, nhk = kernel_nodes(gf.raw_cuda_graph()), kernel_nodes(gh.raw_cuda_graph())
             print(PREFIX + "%s a bs %d: kernel nodes: floor graph %s, hooked graph %s (%d "
