@@ -26,10 +26,13 @@
  *     keeps its sentinel.
  *  2. toggle_copy_out (lazy, eager and device agents; device strict, so its
  *     graph is really toggled by the planner): a kernel in the graph writes
- *     a source pattern that depends on the step, then four copies: two
- *     contiguous (16-byte aligned, and 1001 bytes from an odd address) and
- *     two strided (32 rows of 256 bytes, source pitch 1024, destination
- *     pitch 512; 7 rows of 36 bytes, pitches 100 and 40).  After every
+ *     a source pattern that depends on the step, then six copies: four
+ *     contiguous (16-byte aligned; 1001 bytes from an odd address; 4104
+ *     bytes 8-byte aligned; 300001 bytes from an odd address, more than the
+ *     capped grid has threads, so its loop strides) and two strided (32
+ *     rows of 256 bytes, source pitch 1024, destination pitch 512; 7 rows
+ *     of 36 bytes, pitches 100 and 40): every access width and both paths
+ *     of the kernel (libtoggle/src/copyout.cu).  After every
  *     replay each destination must hold the pattern of this step where its
  *     hook is on (and the sentinel in its pitch gaps), only the sentinel
  *     where it is off.  In device mode the host makes no
@@ -462,8 +465,8 @@ static uint64_t region_leg_run(enum toggle_mode mode, long long steps, uint64_t 
 
 /* ---- leg 2: toggle_copy_out ------------------------------------------------------ */
 
-#define N_COPY   4
-#define SRC_SIZE (64 * 1024 + 64)
+#define N_COPY   6
+#define SRC_SIZE (320 * 1024 + 64)
 
 struct copy_case {
 	const char *name;
@@ -477,6 +480,10 @@ static struct copy_case cases[N_COPY] = {
 	{"contiguous-1001B-odd", 3, 1001, 1, 0, 0, 0, NULL, NULL},
 	{"strided-32x256", 64, 256, 32, 1024, 512, 0, NULL, NULL},
 	{"strided-7x36", 12, 36, 7, 100, 40, 0, NULL, NULL},
+	/* 8-byte accesses on one row */
+	{"contiguous-4104B-w8", 8, 4104, 1, 0, 0, 0, NULL, NULL},
+	/* more bytes than the capped grid's threads (1024 blocks x 256): the row loop strides */
+	{"contiguous-300001B-stride", 1, 300001, 1, 0, 0, 0, NULL, NULL},
 };
 
 static struct toggle_copy copy_of(const struct copy_case *c, unsigned char *d_src)

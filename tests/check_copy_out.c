@@ -140,6 +140,101 @@ START_TEST(copy_out_toggled)
 }
 END_TEST
 
+/* The kernel a recorded copy_out node runs (the simulator's name of its function). */
+static const char *node_kernel_of(CUgraph graph, CUdeviceptr dst)
+{
+	CUgraphNode nodes[16];
+	size_t n = 16;
+	ck_assert_int_eq(toggle_sim_graph_get_nodes(graph, nodes, &n), CUDA_SUCCESS);
+	for (size_t i = 0; i < n; i++) {
+		CUgraphNodeType t;
+		CUDA_KERNEL_NODE_PARAMS p;
+		ck_assert_int_eq(toggle_sim_graph_node_get_type(nodes[i], &t), CUDA_SUCCESS);
+		if (t != CU_GRAPH_NODE_TYPE_KERNEL ||
+		    toggle_sim_graph_kernel_node_get_params(nodes[i], &p) != CUDA_SUCCESS)
+			continue;
+		const char *name = toggle_sim_function_name(p.func);
+		CUdeviceptr d;
+		if (name == NULL || strncmp(name, "tg_copy_out", 11) != 0)
+			continue;
+		memcpy(&d, p.kernelParams[0], sizeof d);
+		if (d == dst)
+			return name;
+	}
+	return NULL;
+}
+
+/*
+ * One row of 16-byte accesses (a contiguous, 16-byte aligned copy, also one
+ * given as rows whose pitches equal their length) runs tg_copy_out_row16,
+ * the kernel without the other cases' code; any other shape tg_copy_out.
+ * Both copy the right bytes at every replay.
+ */
+START_TEST(copy_out_kernel_by_shape)
+{
+	struct rfx f;
+	rfx_open(&f, TOGGLE_MODE_LAZY, false);
+	CUdeviceptr src, dst[4];
+	ck_assert_int_eq(toggle_sim_mem_alloc(f.sim, &src, 256), CUDA_SUCCESS);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(toggle_sim_mem_alloc(f.sim, &dst[i], 256), CUDA_SUCCESS);
+	ck_assert_uint_eq(src % 16, 0); /* calloc's alignment: the cases below depend on it */
+	for (int i = 0; i < 4; i++)
+		ck_assert_uint_eq(dst[i] % 16, 0);
+	const struct toggle_copy cases[4] = {
+		{.dst = dst[0], .src = src, .row_bytes = 96, .rows = 1},      /* row16 */
+		{.dst = dst[1], .src = src + 4, .row_bytes = 96, .rows = 1},  /* 4-byte accesses */
+		{.dst = dst[2], .src = src, .row_bytes = 32, .rows = 3,       /* pitches = length: */
+		 .dst_pitch = 32, .src_pitch = 32},                          /* one row, row16 */
+		{.dst = dst[3], .src = src, .row_bytes = 16, .rows = 3,       /* strided rows */
+		 .dst_pitch = 16, .src_pitch = 48},
+	};
+	static const char *const want[4] = {"tg_copy_out_row16", "tg_copy_out",
+					    "tg_copy_out_row16", "tg_copy_out"};
+	begin(&f);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(toggle_copy_out(f.agent, f.s[0], hk(0, (uint16_t)i), &cases[i]), 0);
+	end(&f);
+	ck_assert_uint_eq(recorded(&f), 4);
+	for (int i = 0; i < 4; i++) {
+		const char *got = node_kernel_of(f.graph, dst[i]);
+		ck_assert_msg(got && strcmp(got, want[i]) == 0, "copy %d runs %s, not %s", i,
+			      got ? got : "no copy kernel", want[i]);
+	}
+	instantiate(&f);
+	struct toggle_set all;
+	toggle_set_clear(&all);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(toggle_set_add(&all, hk(0, (uint16_t)i)), 0);
+	ck_assert_int_eq(toggle_set_enabled(f.agent, &all), 0);
+	ck_assert_int_eq(toggle_step_begin(f.agent, 0, NULL), 0);
+	unsigned char *s = (unsigned char *)(uintptr_t)src;
+	for (int i = 0; i < 256; i++)
+		s[i] = (unsigned char)(i * 5 + 1);
+	ck_assert_int_eq(toggle_graph_launch(f.agent, f.graph, f.exec, f.s[0]), 0);
+	toggle_sim_synchronize(f.sim);
+	for (int i = 0; i < 4; i++) {
+		const struct toggle_copy *c = &cases[i];
+		const unsigned char *d = (const unsigned char *)(uintptr_t)dst[i];
+		const unsigned char *from = (const unsigned char *)(uintptr_t)c->src;
+		for (size_t r = 0; r < c->rows; r++)
+			for (size_t k = 0; k < c->row_bytes; k++) {
+				size_t dp = c->rows > 1 ? c->dst_pitch : c->row_bytes;
+				size_t sp = c->rows > 1 ? c->src_pitch : c->row_bytes;
+				ck_assert_msg(d[r * dp + k] == from[r * sp + k],
+					      "copy %d: byte %zu of row %zu", i, k, r);
+			}
+	}
+	CUgraphExec ex = f.exec;
+	ck_assert_int_eq(toggle_graph_bind(f.agent, f.graph, NULL), 0);
+	ck_assert_int_eq(toggle_sim_exec_destroy(ex), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_mem_free(f.sim, src), CUDA_SUCCESS);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(toggle_sim_mem_free(f.sim, dst[i]), CUDA_SUCCESS);
+	rfx_close(&f);
+}
+END_TEST
+
 /* Outside a capture the copy just runs; into a capture outside a window it is refused. */
 START_TEST(copy_out_outside_capture)
 {
@@ -278,6 +373,7 @@ static Suite *copy_out_suite(void)
 	Suite *s = suite_create("copy_out");
 	TCase *tc2 = tcase_create("copy_out");
 	tcase_add_loop_test(tc2, copy_out_toggled, TOGGLE_MODE_LAZY, TOGGLE_MODE_DEVICE + 1);
+	tcase_add_test(tc2, copy_out_kernel_by_shape);
 	tcase_add_test(tc2, copy_out_outside_capture);
 	tcase_add_test(tc2, copy_out_bad_input);
 	tcase_add_loop_test(tc2, copy_out_record_failure_fails_closed, 0, 6);

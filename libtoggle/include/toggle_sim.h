@@ -282,6 +282,7 @@ struct toggle_sim_image {
 CUresult toggle_sim_module_load(struct toggle_sim *sim, CUmodule *out, const void *image);
 CUresult toggle_sim_module_unload(CUmodule module);
 CUresult toggle_sim_module_get_function(CUfunction *out, CUmodule module, const char *name);
+const char *toggle_sim_function_name(CUfunction fn); /* its image's name; NULL: not a function */
 /*
  * cuLaunchKernelEx.  Captured: a kernel node whose parameters are copied now;
  * with CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE (deviceUpdatable 1)

@@ -31,8 +31,13 @@ static void tg_copy_out_sim(void **params)
 		       (const unsigned char *)(uintptr_t)(src + r * src_pitch), row_bytes);
 }
 
+/* Both kernels copy as this model does (the row16 one only one row of 16-byte accesses). */
 static const struct toggle_sim_function tg_copyout_functions[] = {
 	{.name = TG_COPY_KERNEL,
+	 .fn = tg_copy_out_sim,
+	 .n_params = TG_COPY_PARAMS,
+	 .param_size = {8, 8, 8, 8, 8, 8, sizeof(unsigned)}},
+	{.name = TG_COPY_KERNEL_ROW16,
 	 .fn = tg_copy_out_sim,
 	 .n_params = TG_COPY_PARAMS,
 	 .param_size = {8, 8, 8, 8, 8, 8, sizeof(unsigned)}},
@@ -40,7 +45,7 @@ static const struct toggle_sim_function tg_copyout_functions[] = {
 
 static const struct toggle_sim_image tg_copyout_image = {
 	.magic = TOGGLE_SIM_IMAGE_MAGIC,
-	.n_functions = 1,
+	.n_functions = 2,
 	.functions = tg_copyout_functions,
 };
 
@@ -82,13 +87,17 @@ static int copyout_load(struct toggle_agent *a)
 		return tg_fail(a, TOGGLE_ENOTSUP, "toggle_copy_out: cannot load the copy kernel "
 			       "(cuModuleLoadData: %s): it needs a current CUDA context on an sm_90 "
 			       "or newer device", tg_cu_errstr(&a->cu, r));
+	const char *missing = TG_COPY_KERNEL;
 	if (!a->cu.module_get_function ||
-	    (r = a->cu.module_get_function(&a->copy.fn, mod, TG_COPY_KERNEL)) != CUDA_SUCCESS) {
+	    (r = a->cu.module_get_function(&a->copy.fn, mod, TG_COPY_KERNEL)) != CUDA_SUCCESS ||
+	    (missing = TG_COPY_KERNEL_ROW16,
+	     r = a->cu.module_get_function(&a->copy.fn_row16, mod, TG_COPY_KERNEL_ROW16)) !=
+		    CUDA_SUCCESS) {
 		(void)tg_cu_module_unload(&a->cu, mod);
-		a->copy.fn = NULL;
-		return tg_fail(a, TOGGLE_ENOTSUP, "toggle_copy_out: the copy kernel is not in its "
-			       "module (%s)", a->cu.module_get_function ? tg_cu_errstr(&a->cu, r)
-							       : "no cuModuleGetFunction");
+		a->copy.fn = a->copy.fn_row16 = NULL;
+		return tg_fail(a, TOGGLE_ENOTSUP, "toggle_copy_out: the copy kernel %s is not in its "
+			       "module (%s)", missing, a->cu.module_get_function ?
+			       tg_cu_errstr(&a->cu, r) : "no cuModuleGetFunction");
 	}
 	a->copy.module = mod;
 	return 0;
@@ -169,5 +178,6 @@ int toggle_copy_out(struct toggle_agent *a, CUstream stream, struct toggle_hook 
 		.blockDimX = TG_COPY_THREADS, .blockDimY = 1, .blockDimZ = 1,
 		.hStream = stream,
 	};
-	return tg_launch_producer(a, &cfg, a->copy.fn, params, hook);
+	CUfunction fn = rows == 1 && width == 16 ? a->copy.fn_row16 : a->copy.fn;
+	return tg_launch_producer(a, &cfg, fn, params, hook);
 }

@@ -219,7 +219,8 @@ struct tg_region {
 /* The built-in copy producer's kernel (copyout.c), loaded at its first use. */
 struct tg_copyout {
 	CUmodule module;
-	CUfunction fn;
+	CUfunction fn;       /* tg_copy_out: any rows and width */
+	CUfunction fn_row16; /* tg_copy_out_row16: one row of 16-byte accesses */
 };
 
 struct toggle_agent {

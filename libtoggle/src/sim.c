@@ -2140,6 +2140,14 @@ CUresult toggle_sim_module_get_function(CUfunction *out, CUmodule module, const 
 	return CUDA_ERROR_NOT_FOUND;
 }
 
+/* The name an image gave fn (tests: which kernel a launch or a node runs). */
+const char *toggle_sim_function_name(CUfunction fn)
+{
+	struct sim_function *f = sim_function_of(fn);
+
+	return f != NULL ? f->f->name : NULL;
+}
+
 /* The launch's parameters, copied into one block (param_size bytes each). */
 static unsigned char *sim_params_copy(const struct toggle_sim_function *f, void **params)
 {

@@ -267,7 +267,7 @@ def bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids):
             t = time_legs({"floor": gf.replay, "off": hooked_step, "on": hooked_step},
                           {"off": "none", "on": "all"}, agent, args.reps, args.n)
             st = agent.graph_status(gh.raw_cuda_graph())
-            judge_execs(st, "%s bs %d" % (tag, bs), fail)
+            judge_execs(st, "%s bs %d" % (tag, bs), fail, PREFIX)
             out.append(report(tag, bs, t))
             nf, nhk = kernel_nodes(gf.raw_cuda_graph()), kernel_nodes(gh.raw_cuda_graph())
             print(PREFIX + "%s bs %d: kernel nodes: floor graph %s, hooked graph %s (%d "

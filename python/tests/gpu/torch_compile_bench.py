@@ -82,13 +82,13 @@ def _own_forward(model):
     return ns["forward_%d" % id(model)]
 
 
-def judge_execs(st, what, fail_fn=None):
+def judge_execs(st, what, fail_fn=None, prefix=PREFIX):
     """Which execs the timed steps ran (graph_status of the hooked graph): the producer-free
     one at all-off steps (a failure outside device mode if it never ran), in device mode the
     full one (no planner) at all-on steps where the graph has one (docs/libtoggle.md; a
-    failure if built but never run)."""
+    failure if built but never run).  prefix: the calling bench's line prefix."""
     fail_fn = fail_fn or fail
-    print(PREFIX + "%s: execs: producer-free %s (%d replays), full %s (%d replays)"
+    print(prefix + "%s: execs: producer-free %s (%d replays), full %s (%d replays)"
           % (what, "yes" if st["bare_exec"] else "no", st["bare_replays"],
              "yes" if st["full_exec"] else "no", st["full_replays"]), flush=True)
     if st["mode"] != "device" and not st["bare_replays"]:
