@@ -167,6 +167,36 @@ static void time_steps(struct toggle_agent *a, int which, cudaGraph_t g, cudaGra
 	*gpu_us = (double)ms * 1000.0 / n;
 }
 
+/*
+ * Plain launches cycling over k execs (e[i % k]), host and GPU time per launch:
+ * whether the pacing of an exec that holds a user object is per exec (k execs,
+ * each at most n / k launches queued) or per stream (one queue however many
+ * execs fill it).
+ */
+static void time_cycle(cudaGraphExec_t *e, int k, cudaStream_t s, int n, double *gpu_us,
+		       double *host_us)
+{
+	cudaEvent_t e0, e1;
+	float ms = 0;
+
+	CUDA_CHECK(cudaEventCreate(&e0));
+	CUDA_CHECK(cudaEventCreate(&e1));
+	for (int i = 0; i < k; i++)
+		CUDA_CHECK(cudaGraphLaunch(e[i], s));
+	CUDA_CHECK(cudaStreamSynchronize(s));
+	CUDA_CHECK(cudaEventRecord(e0, s));
+	double t0 = gpu_now_us();
+	for (int i = 0; i < n; i++)
+		CUDA_CHECK(cudaGraphLaunch(e[i % k], s));
+	*host_us = (gpu_now_us() - t0) / n;
+	CUDA_CHECK(cudaEventRecord(e1, s));
+	CUDA_CHECK(cudaEventSynchronize(e1));
+	CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+	CUDA_CHECK(cudaEventDestroy(e0));
+	CUDA_CHECK(cudaEventDestroy(e1));
+	*gpu_us = (double)ms * 1000.0 / n;
+}
+
 static double median(double *v, int n)
 {
 	qsort(v, (size_t)n, sizeof(*v), gpu_cmp_double);
@@ -368,7 +398,16 @@ int main(void)
 	CUDA_CHECK(cudaGraphRetainUserObject(guo, uo, 1, cudaGraphUserObjectMove));
 	CUDA_CHECK(cudaGraphInstantiate(&euo, guo, 0));
 	CUDA_CHECK(cudaGraphUpload(euo, s[0]));
+	/* Twenty execs of that graph (each holds the reference) and twenty of the floor's. */
+	cudaGraphExec_t euo20[20], ef20[20];
+	for (int i = 0; i < 20; i++) {
+		CUDA_CHECK(cudaGraphInstantiate(&euo20[i], guo, 0));
+		CUDA_CHECK(cudaGraphUpload(euo20[i], s[0]));
+		CUDA_CHECK(cudaGraphInstantiate(&ef20[i], gf, 0));
+		CUDA_CHECK(cudaGraphUpload(ef20[i], s[0]));
+	}
 	{
+		double cu[R], hcu[R], cf[R], hcf[R];
 		double fl[R], dfu[R], dpl[R], lzo[R], hfl[R], hdfu[R], hdpl[R], hlzo[R];
 		double dba[R], lba[R], hdba[R], hlba[R];
 		double pl[R], ppl[R], hpl[R], hppl[R], pl20[R], hpl20[R], fuo[R], hfuo[R], dum;
@@ -392,6 +431,8 @@ int main(void)
 			time_steps(NULL, 0, gl, el, s[0], 20, &pl20[r], &hpl20[r]);
 			time_steps(NULL, 0, gnf, enf, s[0], N, &ppl[r], &hppl[r]);
 			time_steps(NULL, 0, guo, euo, s[0], N, &fuo[r], &hfuo[r]);
+			time_cycle(euo20, 20, s[0], N, &cu[r], &hcu[r]);
+			time_cycle(ef20, 20, s[0], N, &cf[r], &hcf[r]);
 		}
 		double mf = median(fl, R), mdf = median(dfu, R), mdp = median(dpl, R);
 		double mlz = median(lzo, R), mdb = median(dba, R), mlb = median(lba, R);
@@ -414,6 +455,14 @@ int main(void)
 		       "object %.2f (without: %.2f); GPU us %.2f, %.2f, %.2f\n",
 		       median(hpl, R), N, median(hpl20, R), median(hppl, R), median(hfuo, R), hf,
 		       median(pl, R), median(ppl, R), median(fuo, R));
+		printf(GPU_TAG ": figures host us per launch, %d plain launches cycling over twenty "
+		       "execs: with a user object each %.2f, without %.2f (GPU us %.2f, %.2f): paced "
+		       "per %s\n", N, median(hcu, R), median(hcf, R), median(cu, R), median(cf, R),
+		       median(hcu, R) > 4 * median(hcf, R) ? "stream (not per exec)" : "exec");
+	}
+	for (int i = 0; i < 20; i++) {
+		CUDA_CHECK(cudaGraphExecDestroy(euo20[i]));
+		CUDA_CHECK(cudaGraphExecDestroy(ef20[i]));
 	}
 
 	CUDA_CHECK(cudaDeviceSynchronize());

@@ -267,8 +267,10 @@ def bench_c(args, agent, floor, hooked, att, x_all):
                 agent.step()
                 mark()
                 ch(x)
+            before = _replays_by_graph(agent)
             t = time_legs({"floor": floor_step, "off": hooked_step, "on": hooked_step},
                           {"off": "none", "on": "all"}, agent, args.reps, args.n)
+            judge_execs(_timed_graphs(agent, before), "%s c bs %d" % (agent.mode, bs))
             out.append(report("%s c" % agent.mode, bs, t))
             if args.profile_c:
                 profile_steps("%s c bs %d floor" % (agent.mode, bs), floor_step)
@@ -276,6 +278,25 @@ def bench_c(args, agent, floor, hooked, att, x_all):
                 profile_steps("%s c bs %d off" % (agent.mode, bs), hooked_step)
     torch._dynamo.reset()
     return out
+
+
+def _replays_by_graph(agent):
+    return {g["graph"]: g["replays"] for g in agent.graphs()}
+
+
+def _timed_graphs(agent, before):
+    """The graphs CUDA Graph Trees replayed since before (bound, with producers), their
+    exec counts summed into one status for judge_execs."""
+    ran = [g for g in agent.graphs() if g["bound"] and not g["stale"] and g["nodes"] and
+           g["replays"] > before.get(g["graph"], 0)]
+    if not ran:
+        fail("mode c: no bound graph with producers was replayed by the timed steps")
+        return {"mode": agent.mode, "bare_exec": False, "bare_replays": 0,
+                "full_exec": False, "full_replays": 0}
+    return {"mode": ran[0]["mode"], "bare_exec": any(g["bare_exec"] for g in ran),
+            "bare_replays": sum(g["bare_replays"] for g in ran),
+            "full_exec": any(g["full_exec"] for g in ran),
+            "full_replays": sum(g["full_replays"] for g in ran)}
 
 
 def profile_steps(what, fn, n=300):
