@@ -14,10 +14,13 @@
  *   step:    a step on an unchanged set (toggle_step_begin + one launch or
  *            prepare per graph), lazy against device mode, at a mixed set,
  *            all off and all on (the execs each mode picks there).
+ *   idle:    a step among N bound graphs of which one is launched (graphs
+ *            per batch size), lazy against device mode, N = 1 to 512.
  *
- * Usage: bench_host hotpath|apply|switch|step [--reps R] [--iters N] [--mode M]
+ * Usage: bench_host hotpath|apply|switch|step|idle [--reps R] [--iters N] [--mode M]
  *   hotpath --mode agent|direct|prepare; step --mode MODE-VIA-SET
- *   (lazy|device, launch|prepare, mixed|off|on: one variant, for callgrind)
+ *   (lazy|device, launch|prepare, mixed|off|on: one variant, for callgrind);
+ *   idle --mode lazy-N|device-N
  * Prints a table of medians over R repetitions (see bench/run.sh).
  */
 #include <stdio.h>
@@ -149,8 +152,8 @@ struct step_rig {
 	struct rig r;
 	CUmodule mod;
 	CUfunction produce;
-	CUgraph graph[8];
-	CUgraphExec exec[8];
+	CUgraph *graph;
+	CUgraphExec *exec;
 	unsigned n;
 };
 
@@ -168,6 +171,10 @@ static void step_rig_open(struct step_rig *sr, bool device, unsigned n_graphs, u
 		       toggle_sim_module_get_function(&sr->produce, sr->mod, "produce")))
 		exit(1);
 	sr->n = n_graphs;
+	sr->graph = calloc(n_graphs, sizeof(*sr->graph));
+	sr->exec = calloc(n_graphs, sizeof(*sr->exec));
+	if (!sr->graph || !sr->exec)
+		exit(1);
 	for (unsigned g = 0; g < n_graphs; g++) {
 		toggle_capture_begin(r->agent);
 		toggle_sim_stream_begin_capture(r->stream);
@@ -208,6 +215,8 @@ static void step_rig_close(struct step_rig *sr)
 	if (sr->mod)
 		toggle_sim_module_unload(sr->mod);
 	toggle_sim_destroy(sr->r.sim);
+	free(sr->graph);
+	free(sr->exec);
 }
 
 static void rig_close(struct rig *r)
@@ -475,13 +484,68 @@ static int bench_step(int reps, long iters, const char *mode)
 	return 0;
 }
 
+/*
+ * A step among many bound graphs (an engine's graphs per batch size, or its
+ * piece graphs): n graphs of 96 producers bound, the set unchanged and all
+ * off, one graph launched per step (the batch size that ran).  What
+ * step_begin costs per graph the step does not launch is the slope.
+ */
+static double idle_point(bool device, unsigned n, int reps, long iters)
+{
+	struct step_rig sr;
+	step_rig_open(&sr, device, n, 3, 32);
+	struct toggle_set none;
+	toggle_set_clear(&none);
+	toggle_set_enabled(sr.r.agent, &none);
+	int64_t stepno = 0;
+	run_steps(&sr, false, &stepno, 2); /* every exec picked (its producer-free one) once */
+	toggle_sim_synchronize(sr.r.sim);
+	sr.r.agent->cu.graph_launch = empty_launch;
+	unsigned all = sr.n;
+	sr.n = 1; /* then each step launches the first graph only */
+	double *t = calloc((size_t)reps, sizeof(double)), m;
+	for (int i = 0; i < reps; i++)
+		t[i] = run_steps(&sr, false, &stepno, iters);
+	m = median(t, reps);
+	free(t);
+	sr.n = all;
+	step_rig_close(&sr);
+	return m;
+}
+
+static int bench_idle(int reps, long iters, const char *mode)
+{
+	static const unsigned ns[] = {1, 16, 128, 512};
+	if (mode) { /* "lazy-N" or "device-N": one point, for instruction counts */
+		char m[16];
+		unsigned n = 0;
+		if (sscanf(mode, "%15[a-z]-%u", m, &n) != 2 || n < 1 || n > 4096 ||
+		    (strcmp(m, "lazy") && strcmp(m, "device"))) {
+			fprintf(stderr, "bench_host idle: --mode lazy-N or device-N (N graphs)\n");
+			return 2;
+		}
+		idle_point(!strcmp(m, "device"), n, 1, iters);
+		return 0;
+	}
+	printf("idle: step_begin + one launch, N graphs of 96 producers bound, set unchanged "
+	       "(all off), driver launch replaced by an empty function, %d reps x %ld steps\n",
+	       reps, iters);
+	printf("  %8s %12s %12s %12s\n", "graphs", "lazy ns", "device ns", "device-lazy");
+	for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+		double l = idle_point(false, ns[i], reps, iters);
+		double d = idle_point(true, ns[i], reps, iters);
+		printf("  %8u %12.1f %12.1f %12.1f\n", ns[i], l, d, d - l);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int reps = 15;
 	long iters = 2000000;
 	const char *mode = NULL;
 	if (argc < 2) {
-		fprintf(stderr, "usage: bench_host hotpath|apply|switch|step [--reps R] [--iters N] "
+		fprintf(stderr, "usage: bench_host hotpath|apply|switch|step|idle [--reps R] [--iters N] "
 			"[--mode M]\n");
 		return 2;
 	}
@@ -503,6 +567,8 @@ int main(int argc, char **argv)
 		return bench_switch(reps, iters);
 	if (!strcmp(argv[1], "step"))
 		return bench_step(reps, iters, mode);
+	if (!strcmp(argv[1], "idle"))
+		return bench_idle(reps, iters, mode);
 	fprintf(stderr, "bench_host: unknown benchmark '%s'\n", argv[1]);
 	return 2;
 }

@@ -141,6 +141,49 @@ START_TEST(tainted_launch_strict_refuses)
 }
 END_TEST
 
+/*
+ * A step reads the planners' reports only when one signalled, and a graph
+ * notes its launch indexes at its first launch of a step, not at every
+ * step_begin: a graph left out of several steps (graphs per batch size)
+ * still has a later tainted launch told by the step it was made in, and
+ * the steps in between, which launch only another graph, report nothing.
+ */
+START_TEST(tainted_launch_after_idle_steps_told_by_its_step)
+{
+	struct dfx *f = dfx_open(TOGGLE_MODE_DEVICE, false);
+	taint_setup(f); /* graph 0 tainted in step 1, read at step 2's begin */
+	dfx_capture(f, 1, H_DEVICE);
+	ck_assert_int_eq(toggle_graph_instantiate(f->agent, f->graph[1], &f->exec[1]), 0);
+	ck_assert_int_eq(dfx_launch(f, 1, 0), 0); /* step 2: graph 1 only */
+	for (int64_t step = 3; step <= 4; step++) {
+		ck_assert_int_eq(toggle_step_begin(f->agent, step, NULL), 0);
+		ck_assert_int_eq(dfx_launch(f, 1, (int)(step % NS)), 0);
+	}
+	toggle_sim_synchronize(f->sim);
+	struct toggle_taint t;
+	toggle_taint_get(f->agent, &t);
+	ck_assert_uint_eq(t.launches, 1);
+	ck_assert_int_eq(t.last_step, 1);
+	/* Step 5: graph 0 again, at set A, its first device-side call failing. */
+	struct toggle_set s = set_of(TAINT_A);
+	ck_assert_int_eq(toggle_set_enabled(f->agent, &s), 0);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 5, NULL), 0);
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_DEVICE_SET_ENABLED, 0, 1, CUDA_ERROR_INVALID_VALUE);
+	uint64_t failed = dcount(f, 0).device_failures;
+	ck_assert_int_eq(dfx_launch(f, 0, 1), 0);
+	toggle_sim_synchronize(f->sim);
+	ck_assert_uint_eq(dcount(f, 0).device_failures, failed + 1);
+	ck_assert_int_eq(toggle_step_begin(f->agent, 6, NULL), 0);
+	toggle_taint_get(f->agent, &t);
+	ck_assert_uint_eq(t.launches, 2);
+	ck_assert_int_eq(t.last_step, 5);
+	ck_assert_ptr_eq(t.last_graph, f->graph[0]);
+	ck_assert_int_eq(gstatus(f, 0).tainted_step, 5);
+	ck_assert_uint_eq(gstatus(f, 1).tainted_launches, 0);
+	dfx_close(f);
+}
+END_TEST
+
 /* Not strict: reported, the next launch retries the failed nodes and is clean. */
 START_TEST(tainted_launch_reported_then_clean)
 {
@@ -447,6 +490,7 @@ static Suite *device_taint_suite(void)
 	tcase_add_loop_test(tc, record_reuse_waits_for_old_exec, 0, 4);
 	tcase_add_test(tc, tainted_launch_strict_refuses);
 	tcase_add_test(tc, tainted_launch_reported_then_clean);
+	tcase_add_test(tc, tainted_launch_after_idle_steps_told_by_its_step);
 	tcase_add_test(tc, tainted_launch_in_status_lane);
 	tcase_add_loop_test(tc, tainted_launches_report_holds_seven, 0, 2);
 	tcase_add_test(tc, tainted_launches_overrun_counted);

@@ -185,7 +185,7 @@ int tg_device_sync(struct toggle_agent *a, struct tg_graph *g, CUstream stream);
 /* Make stream `to` wait for the work enqueued on `from` so far (an event). */
 int tg_device_order(struct toggle_agent *a, struct tg_graph *g, CUstream from, CUstream to);
 void tg_device_graph_free(struct toggle_agent *a, struct tg_graph *g);
-/* At step_begin (the step already moved): read the planners' reports, note the step. */
+/* At step_begin (the step already moved): read the planners' reports if one signalled. */
 void tg_device_step(struct toggle_agent *a);
 /* Take what g's planner reported since the last look (plain loads; a device-mode graph). */
 void tg_device_poll(struct toggle_agent *a, struct tg_graph *g);

@@ -196,7 +196,8 @@ struct tg_device {
 	uint64_t next_tag;
 	uint64_t *want;           /* scratch: mask words of one graph */
 	CUstreamBatchMemOpParams *ops; /* scratch: one batch */
-	void *reports;            /* TOGGLE_MAX_GRAPHS planner reports, host-mapped */
+	void *reports;            /* TOGGLE_MAX_GRAPHS planner reports, host-mapped, then
+				   * the signal word (device.c, tg_device_step) */
 	CUdeviceptr reports_dev;  /* the same, for the planners */
 };
 
@@ -400,6 +401,26 @@ static inline CUstream tg_last_launch(const struct tg_graph *g, CUgraphExec *exe
 	}
 	*exec = g->prev_run;
 	return g->prev_stream;
+}
+
+/* Device mode: launches from index tg_dev_runs(g) on are made in step (device.c
+ * tells a tainted launch's step from these; replay.c notes at each graph's
+ * first launch of a step, device.c at bind).  Inline: the launch paths call
+ * no function for it. */
+static inline void tg_dev_note_step(struct tg_graph *g, int64_t step)
+{
+	uint64_t runs = tg_dev_runs(g);
+	if (g->n_bounds) {
+		uint32_t last = (g->n_bounds - 1) % TG_STEP_BOUNDS;
+		if (g->bounds[last].first == runs) {
+			g->bounds[last].step = step; /* no launch since the last note */
+			return;
+		}
+	}
+	uint32_t i = g->n_bounds % TG_STEP_BOUNDS;
+	g->bounds[i].first = runs;
+	g->bounds[i].step = step;
+	g->n_bounds++;
 }
 
 /* Make x (with its stream slot) what g's launches run; the last launch before kept. */

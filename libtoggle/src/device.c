@@ -38,9 +38,12 @@
  *
  * Tainted launches: each planner reports a launch in which a set-enabled call
  * failed, and the first clean one after it, in host-mapped memory (one
- * struct tg_plan_report per record).  The host reads it with loads at
- * step_begin and at each launch that writes a graph's mask, and finds the
- * step of a run from the launch indexes it noted at each step_begin.
+ * struct tg_plan_report per record), then sets the agent's signal word.
+ * The host reads the reports with loads at each launch that writes a
+ * graph's mask and, at step_begin, when the signal was set (one exchange:
+ * a step costs the same however many graphs are bound, as in the host
+ * modes); it finds the step of a run from the launch indexes it notes at
+ * each graph's first launch of a step (tg_device_note_launch).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -58,7 +61,15 @@ _Static_assert(sizeof(struct tg_plan_desc) == TG_PLAN_DESC_SIZE, "descriptor lay
 _Static_assert(sizeof(struct tg_plan_report) == TG_PLAN_REPORT_SIZE, "report layout");
 _Static_assert((TG_PLAN_REPORT_RING & (TG_PLAN_REPORT_RING - 1)) == 0, "report ring");
 
-static void dev_note_step(struct tg_graph *g, int64_t step);
+
+/* The signal word, after the reports: planners set it, tg_device_step clears it. */
+#define TG_SIGNAL_OFFSET ((size_t)TOGGLE_MAX_GRAPHS * TG_PLAN_REPORT_SIZE)
+#define TG_REPORTS_BYTES (TG_SIGNAL_OFFSET + TG_PLAN_REPORT_SIZE)
+
+static uint64_t *dev_signal(const struct toggle_agent *a)
+{
+	return (uint64_t *)((char *)a->dev.reports + TG_SIGNAL_OFFSET);
+}
 
 static CUdeviceptr desc_addr(const struct toggle_agent *a, const struct tg_graph *g)
 {
@@ -119,13 +130,13 @@ int tg_device_open(struct toggle_agent *a)
 		tg_fail(a, TOGGLE_ENOTSUP, "cannot set up the planner: %s", tg_cu_errstr(&a->cu, r));
 		goto fail;
 	}
-	r = tg_cu_mem_host_alloc(&a->cu, &d->reports, &d->reports_dev,
-				 (size_t)TOGGLE_MAX_GRAPHS * TG_PLAN_REPORT_SIZE);
+	r = tg_cu_mem_host_alloc(&a->cu, &d->reports, &d->reports_dev, TG_REPORTS_BYTES);
 	if (r != CUDA_SUCCESS) {
 		tg_fail(a, TOGGLE_ENOTSUP, "cannot allocate the planners' reports (host memory "
 			"mapped for the device): %s", tg_cu_errstr(&a->cu, r));
 		goto fail;
 	}
+	memset(d->reports, 0, TG_REPORTS_BYTES); /* each report is cleared at its setup too */
 	/* Descriptors start zeroed: tag 0 matches no planner, so all are idle. */
 	void *zero = calloc(1, TG_DESCS_BYTES);
 	d->want = calloc(TOGGLE_MAX_NODES / 64, sizeof(*d->want));
@@ -548,6 +559,7 @@ static int dev_setup(struct toggle_agent *a, struct tg_graph *g, void **staging)
 		.words = words,
 		.epoch = ++g->epoch, /* seen_epoch 0: the first planner sets every node */
 		.report = a->dev.reports_dev + (CUdeviceptr)g->slot * TG_PLAN_REPORT_SIZE,
+		.signal = a->dev.reports_dev + (CUdeviceptr)TG_SIGNAL_OFFSET,
 	};
 	memcpy(buf + size, &desc, sizeof(desc));
 	r = a->cu.memcpy_htod_async(g->dev_mem, buf, size, a->dev.setup);
@@ -620,28 +632,11 @@ int tg_device_bind(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec)
 	/* A new exec (or a new start of this one): what was tainted before is history. */
 	g->exec_first = tg_dev_runs(g);
 	g->blocked = false;
-	dev_note_step(g, a->step);
+	tg_dev_note_step(g, a->step);
 	return 0;
 }
 
 /* ---- tainted launches ------------------------------------------------------ */
-
-/* Launches from index tg_dev_runs(g) on are made in step. */
-static void dev_note_step(struct tg_graph *g, int64_t step)
-{
-	uint64_t runs = tg_dev_runs(g);
-	if (g->n_bounds) {
-		uint32_t last = (g->n_bounds - 1) % TG_STEP_BOUNDS;
-		if (g->bounds[last].first == runs) {
-			g->bounds[last].step = step; /* no launch since the last note */
-			return;
-		}
-	}
-	uint32_t i = g->n_bounds % TG_STEP_BOUNDS;
-	g->bounds[i].first = runs;
-	g->bounds[i].step = step;
-	g->n_bounds++;
-}
 
 /* The step launch index i was made in; -1 when it is older than what is kept. */
 static int64_t dev_step_of(const struct tg_graph *g, uint64_t i)
@@ -743,17 +738,30 @@ static inline bool dev_quiet(const struct toggle_agent *a, const struct tg_graph
 	return !g->unclean && __atomic_load_n(&dev_report(a, g)->bad, __ATOMIC_ACQUIRE) == g->rep_seen;
 }
 
+/*
+ * step_begin: take the planners' reports if any planner wrote one since the
+ * last look.  A planner sets the signal word after its report (a system
+ * fence between), so the exchange that reads it as 1 makes that report
+ * visible; one set after the exchange is seen at the next step.  Graphs a
+ * step launches note their launch indexes at the launch instead
+ * (tg_device_note_launch), so a step reads no graph unless one was signalled.
+ */
 void tg_device_step(struct toggle_agent *a)
 {
+	uint64_t *signal = dev_signal(a);
+	/* A plain load first: the exchange (a locked instruction) only when set. */
+	if (__atomic_load_n(signal, __ATOMIC_RELAXED) == 0 ||
+	    __atomic_exchange_n(signal, 0, __ATOMIC_ACQ_REL) == 0)
+		return;
 	for (size_t i = 0; i < a->n_graphs; i++) {
 		struct tg_graph *g = a->graphs[i];
 		if (g->dev != TG_DEV_ACTIVE || !g->dev_setup || g->stale)
 			continue;
-		if (!dev_quiet(a, g)) /* one load per graph and step otherwise */
+		if (!dev_quiet(a, g))
 			tg_device_poll(a, g);
-		dev_note_step(g, a->step);
 	}
 }
+
 
 /* Like the other getters: nothing with a NULL output, zeros (no step, no graph) for a NULL agent. */
 void toggle_taint_get(const struct toggle_agent *a, struct toggle_taint *out)

@@ -54,7 +54,11 @@ struct tg_plan_desc {
 	/* The planner's own. */
 	uint64_t bad;      /* launches with a failed call: the report's count */
 	uint64_t dirty;    /* the last launch that acted had a failed call */
-	uint64_t reserved[3];
+	/* Host, at the first bind: device address of the agent's signal word
+	 * (0: none), set to 1 after each write to the report, so that the host
+	 * reads reports only when some planner wrote one (device.c). */
+	uint64_t signal;
+	uint64_t reserved[2];
 };
 
 #define TG_PLAN_DESC_SIZE 128
@@ -122,6 +126,12 @@ TG_PLAN_QUAL void tg_plan_finish(struct tg_plan_desc *d, uint64_t calls, uint64_
 	} else if (d->dirty) {
 		rep->clean_run = run;
 		d->dirty = 0;
+	} else {
+		return; /* nothing written: no signal */
+	}
+	if (d->signal) {
+		TG_PLAN_FENCE_SYSTEM(); /* the report before the signal that announces it */
+		*(volatile uint64_t *)(uintptr_t)d->signal = 1;
 	}
 }
 #endif

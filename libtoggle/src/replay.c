@@ -331,11 +331,24 @@ __attribute__((noinline, cold)) static int launch_failed(struct toggle_agent *a,
 					(void *)graph, (void *)exec, tg_cu_errstr(&a->cu, r)));
 }
 
+/* Device mode, a launch of g: at its first of the step, note the index (core.h). */
+__attribute__((noinline, cold)) static void replay_note_step(const struct toggle_agent *a,
+							   struct tg_graph *g)
+{
+	if (g->last_step != a->step && g->dev == TG_DEV_ACTIVE && g->dev_setup)
+		tg_dev_note_step(g, a->step);
+}
+
 /* The launch of g's exec happened, or (toggle_graph_prepare) is promised:
  * one more launch index (device mode's taint report maps runs to steps
  * with it), and the stream the next mask write must be ordered after. */
 static inline void replay_account(struct toggle_agent *a, struct tg_graph *g, CUstream stream)
 {
+	/* Device mode: a graph's first launch of a step notes where the step's
+	 * launch indexes start (tainted launches are told by step), here rather
+	 * than at step_begin for every bound graph. */
+	if (__builtin_expect(a->dev.on, 0))
+		replay_note_step(a, g);
 	g->replays++;
 	g->last_step = a->step;
 	/* Each exec keeps its own last stream: device mode's mask writes wait
