@@ -37,6 +37,8 @@ echo
 echo
 "$B/bench/bench_host" step --reps 15 --iters 200000
 echo
+"$B/bench/bench_host" idle --reps 15 --iters 20000
+echo
 
 # The daemon saves what it acknowledges (fsync) before replying: the round
 # trip depends on the file system of the state directory, so both a disk
