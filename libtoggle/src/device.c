@@ -42,8 +42,8 @@
  * The host reads the reports with loads at each launch that writes a
  * graph's mask and, at step_begin, when the signal was set (one exchange:
  * a step costs the same however many graphs are bound, as in the host
- * modes); it finds the step of a run from the launch indexes it notes at
- * each graph's first launch of a step (tg_device_note_launch).
+ * modes); it finds the step of a run from the launch indexes noted at each
+ * graph's first launch of a step (replay.c, tg_dev_note_step) and at bind.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -60,7 +60,6 @@
 _Static_assert(sizeof(struct tg_plan_desc) == TG_PLAN_DESC_SIZE, "descriptor layout");
 _Static_assert(sizeof(struct tg_plan_report) == TG_PLAN_REPORT_SIZE, "report layout");
 _Static_assert((TG_PLAN_REPORT_RING & (TG_PLAN_REPORT_RING - 1)) == 0, "report ring");
-
 
 /* The signal word, after the reports: planners set it, tg_device_step clears it. */
 #define TG_SIGNAL_OFFSET ((size_t)TOGGLE_MAX_GRAPHS * TG_PLAN_REPORT_SIZE)
@@ -136,7 +135,7 @@ int tg_device_open(struct toggle_agent *a)
 			"mapped for the device): %s", tg_cu_errstr(&a->cu, r));
 		goto fail;
 	}
-	memset(d->reports, 0, TG_REPORTS_BYTES); /* each report is cleared at its setup too */
+	memset(d->reports, 0, TG_REPORTS_BYTES); /* the signal clear; each report again at setup */
 	/* Descriptors start zeroed: tag 0 matches no planner, so all are idle. */
 	void *zero = calloc(1, TG_DESCS_BYTES);
 	d->want = calloc(TOGGLE_MAX_NODES / 64, sizeof(*d->want));
@@ -743,8 +742,8 @@ static inline bool dev_quiet(const struct toggle_agent *a, const struct tg_graph
  * last look.  A planner sets the signal word after its report (a system
  * fence between), so the exchange that reads it as 1 makes that report
  * visible; one set after the exchange is seen at the next step.  Graphs a
- * step launches note their launch indexes at the launch instead
- * (tg_device_note_launch), so a step reads no graph unless one was signalled.
+ * step launches note their launch indexes at the launch instead (replay.c),
+ * so a step reads no graph unless one was signalled.
  */
 void tg_device_step(struct toggle_agent *a)
 {
@@ -761,7 +760,6 @@ void tg_device_step(struct toggle_agent *a)
 			tg_device_poll(a, g);
 	}
 }
-
 
 /* Like the other getters: nothing with a NULL output, zeros (no step, no graph) for a NULL agent. */
 void toggle_taint_get(const struct toggle_agent *a, struct toggle_taint *out)
