@@ -404,9 +404,8 @@ static inline CUstream tg_last_launch(const struct tg_graph *g, CUgraphExec *exe
 }
 
 /* Device mode: launches from index tg_dev_runs(g) on are made in step (device.c
- * tells a tainted launch's step from these; replay.c notes at each graph's
- * first launch of a step, device.c at bind).  Inline: the launch paths call
- * no function for it. */
+ * tells a tainted launch's step from these notes, made at each graph's first
+ * launch of a step, replay.c, and at bind, device.c). */
 static inline void tg_dev_note_step(struct tg_graph *g, int64_t step)
 {
 	uint64_t runs = tg_dev_runs(g);
