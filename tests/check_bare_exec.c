@@ -14,7 +14,7 @@
 
 static const char *const walk[] = {
 	"none", "resid_post:1", "attn_out:*", "mlp_out:0-3,resid_post:7", "none", "all",
-	"attn_out:2", "resid_post:*", "none",
+	"attn_out:2", "resid_post:*", "none", "resid_post:*,mlp_out:*", "all", "mlp_out:3",
 };
 
 START_TEST(test_bare_runs_no_producer_in_order)
@@ -22,35 +22,47 @@ START_TEST(test_bare_runs_no_producer_in_order)
 	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
 	bfx_capture_bound(f);
 	struct toggle_graph_status gs = gstatus(f);
-	ck_assert(gs.bare_exec);
-	ck_assert(!gs.bare_running);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2); /* the application's and the bare one */
-	ck_assert_uint_eq(toggle_sim_graph_count(f->sim), 1); /* the clone is gone */
-	uint64_t bare_launches = 0;
+	ck_assert(gs.bare_exec && gs.full_exec);
+	ck_assert(!gs.bare_running && !gs.full_running);
+	/* the application's, the bare one and the full one */
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3);
+	ck_assert_uint_eq(toggle_sim_graph_count(f->sim), 1); /* the clones are gone */
+	uint64_t bare_launches = 0, full_launches = 0;
 	for (size_t i = 0; i < sizeof(walk) / sizeof(walk[0]); i++) {
 		struct toggle_set s = spec(walk[i]);
-		bool fits = set_fits(&s);
+		bool fits = set_fits(&s), all = set_covers_all(&s);
 		uint64_t calls = set_calls(f);
 		step(f, (int64_t)i, &s);
 		uint64_t launches = toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_LAUNCH);
 		for (int rep = 0; rep < 2; rep++)
 			launch_check(f, &s);
-		/* One driver launch per launch, whichever exec; no node set to switch to the bare one. */
+		/* One driver launch per launch, whichever exec; no node set to switch to the
+		 * bare or the full one. */
 		ck_assert_uint_eq(toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_LAUNCH) - launches, 2);
-		if (fits)
+		if (fits || all)
 			ck_assert_uint_eq(set_calls(f) - calls, 0);
 		gs = gstatus(f);
 		ck_assert_msg(gs.bare_running == fits, "set %s: bare_running %d", walk[i],
 			      gs.bare_running);
+		ck_assert_msg(gs.full_running == all, "set %s: full_running %d", walk[i],
+			      gs.full_running);
 		bare_launches += fits ? 2 : 0;
+		full_launches += all ? 2 : 0;
 		ck_assert_uint_eq(gs.bare_replays, bare_launches);
+		ck_assert_uint_eq(gs.full_replays, full_launches);
 		ck_assert_uint_eq(gs.replays, 2 * (i + 1));
 	}
 	struct toggle_stats st;
 	toggle_stats_get(f->agent, &st);
 	ck_assert_uint_eq(st.bare_builds, 1);
 	ck_assert_uint_eq(st.bare_build_failures, 0);
-	ck_assert_uint_eq(st.bare_switches, 9); /* every step of the walk flips: bare, main, ... */
+	ck_assert_uint_eq(st.full_builds, 1);
+	ck_assert_uint_eq(st.full_build_failures, 0);
+	/* attn_out is not covered: attn_out sets fit the bare exec.  Into or out of the bare
+	 * exec at every step but the last two; into the full exec at "all" and the
+	 * resid_post,mlp_out set, out of it at the step after each run of them. */
+	ck_assert_uint_eq(st.bare_switches, 10);
+	ck_assert_uint_eq(st.full_switches, 4);
 	ck_assert_uint_eq(st.launches, 2 * sizeof(walk) / sizeof(walk[0]));
 	bfx_close(f);
 }
@@ -87,13 +99,13 @@ START_TEST(test_bare_rebind_and_reinstantiate)
 	struct toggle_set none = spec("none"), some = spec("mlp_out:2");
 	step(f, 1, &none);
 	launch_check(f, &none);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3); /* the application's, bare, full */
 
-	/* An explicit bind of a new exec: the old bare exec goes, a new one comes. */
+	/* An explicit bind of a new exec: the old bare and full execs go, new ones come. */
 	CUgraphExec old = f->exec;
 	ck_assert_int_eq(toggle_sim_graph_instantiate(&f->exec, f->graph), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3); /* old, new, new bare */
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 4); /* old, new, new bare, new full */
 	struct toggle_graph_status gs = gstatus(f);
 	ck_assert(gs.bare_exec);
 	ck_assert_uint_eq(gs.bare_replays, 1);
@@ -107,7 +119,7 @@ START_TEST(test_bare_rebind_and_reinstantiate)
 	ck_assert_int_eq(toggle_sim_graph_instantiate(&f->exec, f->graph), CUDA_SUCCESS);
 	launch_check(f, &none);
 	ck_assert(gstatus(f).bare_running);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3); /* old, new, new bare */
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 4); /* old, new, new bare, new full */
 	step(f, 2, &some);
 	launch_check(f, &some);
 	ck_assert(!gstatus(f).bare_running);
@@ -116,12 +128,13 @@ START_TEST(test_bare_rebind_and_reinstantiate)
 	struct toggle_stats st;
 	toggle_stats_get(f->agent, &st);
 	ck_assert_uint_eq(st.bare_builds, 3);
+	ck_assert_uint_eq(st.full_builds, 3);
 	ck_assert_uint_eq(st.rebinds, 3);
 
-	/* Unbind: the bare exec goes with it, and launches fail closed. */
+	/* Unbind: the bare and full execs go with it, and launches fail closed. */
 	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, NULL), 0);
 	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1);
-	ck_assert(!gstatus(f).bare_exec);
+	ck_assert(!gstatus(f).bare_exec && !gstatus(f).full_exec);
 	step(f, 3, &none);
 	ck_assert_int_eq(toggle_graph_launch(f->agent, f->graph, f->exec, f->stream),
 			 TOGGLE_EUNBOUND);
@@ -145,18 +158,18 @@ START_TEST(test_bare_forget_and_close)
 	/* Forgotten inside a capture window: destroyed later, at close. */
 	bfx_capture_bound(f);
 	launch_check(f, &none);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3);
 	ck_assert_int_eq(toggle_capture_begin(f->agent), 0);
 	ck_assert_int_eq(toggle_graph_forget(f->agent, f->graph), 0);
 	ck_assert_int_eq(toggle_capture_end(f->agent), 0);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3);
 
-	/* A bound graph with its bare exec at close. */
+	/* A bound graph with its bare and full execs at close. */
 	CUgraph g1 = f->graph;
 	CUgraphExec e1 = f->exec;
 	bfx_capture_bound(f);
 	launch_check(f, &none);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 4);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 6);
 	toggle_agent_close(f->agent);
 	f->agent = NULL;
 	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2); /* e1 and f->exec: the application's */
@@ -207,8 +220,8 @@ START_TEST(test_bare_per_graph_switch)
 	ck_assert(!gstatus(f).bare_running);
 	/* on, while bound, mid-step: built now, run from the next launch */
 	ck_assert_int_eq(toggle_graph_set_bare(f->agent, f->graph, true), 0);
-	ck_assert(gstatus(f).bare_exec);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
+	ck_assert(gstatus(f).bare_exec && gstatus(f).full_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3);
 	launch_check(f, &none);
 	ck_assert(gstatus(f).bare_running);
 	ck_assert_uint_eq(gstatus(f).bare_replays, 1);
@@ -260,23 +273,30 @@ START_TEST(test_bare_build_failure_keeps_main)
 	struct toggle_graph_status gs = gstatus(f);
 	ck_assert(gs.bound);
 	ck_assert(!gs.bare_exec);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1);
+	/* The full exec's build (a clone and an instantiation, the next of each) is its own. */
+	ck_assert(gs.full_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
 	ck_assert_uint_eq(toggle_sim_graph_count(f->sim), 1);
 	struct toggle_stats st;
 	toggle_stats_get(f->agent, &st);
 	ck_assert_uint_eq(st.bare_builds, 0);
 	ck_assert_uint_eq(st.bare_build_failures, 1);
-	struct toggle_set none = spec("none"), one = spec("resid_post:4");
+	ck_assert_uint_eq(st.full_builds, 1);
+	struct toggle_set none = spec("none"), one = spec("resid_post:4"), all = spec("all");
 	step(f, 1, &none);
 	launch_check(f, &none);
+	ck_assert(!gstatus(f).bare_running);
 	step(f, 2, &one);
 	launch_check(f, &one);
+	step(f, 3, &all);
+	launch_check(f, &all);
+	ck_assert(gstatus(f).full_running);
 	/* The next bind builds it. */
 	CUgraphExec old = f->exec;
 	ck_assert_int_eq(toggle_sim_graph_instantiate(&f->exec, f->graph), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
 	ck_assert(gstatus(f).bare_exec);
-	step(f, 3, &none);
+	step(f, 4, &none);
 	launch_check(f, &none);
 	ck_assert(gstatus(f).bare_running);
 	ck_assert_int_eq(toggle_sim_exec_destroy(old), CUDA_SUCCESS);

@@ -149,7 +149,9 @@ START_TEST(test_bare_reinstantiated_behind_handle)
 	ck_assert_uint_eq(st.rebinds, 2);
 	ck_assert_uint_eq(st.bare_builds, fail_build ? 1 : 2);
 	ck_assert_uint_eq(st.bare_build_failures, fail_build ? 1 : 0);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), fail_build ? 1 : 2);
+	ck_assert_uint_eq(st.full_builds, 2); /* its clone is the next one, not failed */
+	/* the application's, the full one and (unless its build failed) the bare one */
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), fail_build ? 2 : 3);
 	bfx_close(f);
 }
 END_TEST
@@ -177,15 +179,23 @@ START_TEST(test_bare_status_lane_flags)
 	step(f, 1, &none); /* publishes */
 	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
 	ck_assert_uint_eq(st.n_graphs, 1);
-	ck_assert_uint_eq(st.graphs[0].flags, TOGGLE_SHM_GRAPH_BOUND | TOGGLE_SHM_GRAPH_BARE |
-						      TOGGLE_SHM_GRAPH_BARE_RUNNING);
+	const uint64_t both = TOGGLE_SHM_GRAPH_BARE | TOGGLE_SHM_GRAPH_FULL;
+	ck_assert_uint_eq(st.graphs[0].flags,
+			  TOGGLE_SHM_GRAPH_BOUND | both | TOGGLE_SHM_GRAPH_BARE_RUNNING);
 	ck_assert_uint_eq(st.graphs[0].flags & taint, 0);
 
 	step(f, 2, &some);
 	launch_check(f, &some);
 	step(f, 3, &some);
 	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
-	ck_assert_uint_eq(st.graphs[0].flags, TOGGLE_SHM_GRAPH_BOUND | TOGGLE_SHM_GRAPH_BARE);
+	ck_assert_uint_eq(st.graphs[0].flags, TOGGLE_SHM_GRAPH_BOUND | both);
+	struct toggle_set every = spec("all");
+	step(f, 4, &every);
+	launch_check(f, &every);
+	step(f, 5, &every);
+	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
+	ck_assert_uint_eq(st.graphs[0].flags,
+			  TOGGLE_SHM_GRAPH_BOUND | both | TOGGLE_SHM_GRAPH_FULL_RUNNING);
 	/* Every flag a bit of its own. */
 	const uint64_t bits[] = {TOGGLE_SHM_GRAPH_BOUND, TOGGLE_SHM_GRAPH_STALE,
 				 TOGGLE_SHM_GRAPH_DEVICE, TOGGLE_SHM_GRAPH_FALLBACK,
@@ -260,7 +270,7 @@ START_TEST(test_bare_device_mode_decision)
 	gs = gstatus(f);
 	ck_assert(gs.device_fallback);
 	ck_assert(gs.bare_exec);
-	ck_assert(!gs.full_exec); /* host-toggled: all on costs it no planner */
+	ck_assert(gs.full_exec); /* a clone, like host modes' (issue 23): no lifetime object */
 	step(f, 3, &none);
 	launch_check(f, &none);
 	ck_assert(gstatus(f).bare_running);

@@ -146,27 +146,30 @@ END_TEST
 /*
  * The graph dies between a step's look and its launch: the step began, the
  * bound graph runs its producer-free exec (the set enables none of its
- * hooks), then graph and exec are destroyed without unbinding and a
- * stranger gets both handles.  Its launch matches the record on every
- * compare of the hot path; the destructor's mark sends it to the slow path,
- * which drops the record: the stranger's exec runs, not the dead graph's
- * producer-free one.  _i: 13.0, 13.1.
+ * hooks) or its full exec (every one), then graph and exec are destroyed
+ * without unbinding and a stranger gets both handles.  Its launch matches
+ * the record on every compare of the hot path; the destructor's mark sends
+ * it to the slow path, which drops the record: the stranger's exec runs, not
+ * the dead graph's second exec.  A second exec holding the graph's lifetime
+ * object would keep the destructor from running at all.  _i: 13.0, 13.1;
+ * bare, full.
  */
 START_TEST(test_graph_dies_between_step_and_launch)
 {
 	struct lfx f;
-	lfx_open(&f, TOGGLE_MODE_LAZY, _i ? 13010 : 13000);
+	bool full = _i >= 2;
+	uint32_t set = full ? (1u << NP) - 1 : 0;
+	lfx_open(&f, TOGGLE_MODE_LAZY, _i % 2 ? 13010 : 13000);
 	CUgraph g = capture_ours(&f, NULL);
 	CUgraphExec e;
 	ck_assert_int_eq(toggle_graph_instantiate(f.agent, g, &e), 0);
-	step(&f, 0, 0);
+	step(&f, 0, set);
 	ck_assert_int_eq(launch(&f, g, e), 0);
 	struct toggle_graph_status gs;
 	ck_assert_int_eq(toggle_graph_status(f.agent, g, &gs), 0);
-	ck_assert(gs.bare_running);
-	ck_assert_int_eq(launch(&f, g, e), 0); /* the hot path, through the bare exec */
-	ck_assert_uint_eq(f.ran, 0);
-	ck_assert_uint_eq(f.n_log, 0);
+	ck_assert(full ? gs.full_running : gs.bare_running);
+	ck_assert_int_eq(launch(&f, g, e), 0); /* the hot path, through the second exec */
+	ck_assert_uint_eq(f.ran, set);
 	ck_assert_int_eq(toggle_sim_exec_destroy(e), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_sim_graph_destroy(g), CUDA_SUCCESS);
 	CUgraph s = capture_stranger(&f, NS);
@@ -176,9 +179,10 @@ START_TEST(test_graph_dies_between_step_and_launch)
 	ck_assert_ptr_eq(se, e);
 	ck_assert_int_eq(launch(&f, s, se), 0);
 	ck_assert_uint_eq(f.others, NS);
+	ck_assert_uint_eq(f.ran, 0);
 	ck_assert_int_eq(launch(&f, s, se), 0);
 	ck_assert_uint_eq(f.others, NS);
-	ck_assert_uint_eq(toggle_sim_exec_count(f.sim), 1); /* the bare exec went */
+	ck_assert_uint_eq(toggle_sim_exec_count(f.sim), 1); /* the bare and full execs went */
 	ck_assert_int_eq(toggle_sim_exec_destroy(se), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_sim_graph_destroy(s), CUDA_SUCCESS);
 	lfx_close(&f);
@@ -192,7 +196,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_graph_destroyed_while_exec_runs, 0, 2);
 	tcase_add_loop_test(tc, test_destructor_while_agent_closes, 0, 3);
 	tcase_add_test(tc, test_destructors_race_launches);
-	tcase_add_loop_test(tc, test_graph_dies_between_step_and_launch, 0, 2);
+	tcase_add_loop_test(tc, test_graph_dies_between_step_and_launch, 0, 4);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

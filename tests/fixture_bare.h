@@ -186,6 +186,16 @@ static inline bool set_fits(const struct toggle_set *s)
 	return true;
 }
 
+/* Whether s enables every hook the fixture's graphs cover (the full exec's sets). */
+static inline bool set_covers_all(const struct toggle_set *s)
+{
+	for (int t = 0; t < NT_COVERED; t++)
+		for (uint16_t l = 0; l < NL; l++)
+			if (!toggle_set_contains(s, (struct toggle_hook){covered_types[t], l}))
+				return false;
+	return true;
+}
+
 static inline struct toggle_graph_status gstatus(struct bfx *f)
 {
 	struct toggle_graph_status gs;

@@ -154,8 +154,8 @@ int toggle_record_producer(struct toggle_agent *agent, CUstream stream, struct t
  */
 int toggle_graph_bind(struct toggle_agent *agent, CUgraph graph, CUgraphExec exec);
 /*
- * Whether this graph gets a producer-free exec (docs/libtoggle.md), and in
- * device mode its full exec (every producer a plain node, no planner), for
+ * Whether this graph gets a producer-free exec (docs/libtoggle.md) and a
+ * full exec (every producer on; in device mode a plain node, no planner), for
  * callers that know how its exec will be launched: off for a graph only ever
  * launched by the caller after toggle_graph_prepare (the bare exec would
  * never run: PyTorch's own replay), on again for one launched through
@@ -402,10 +402,12 @@ struct toggle_graph_status {
 	bool bare_exec;          /* it has one */
 	bool bare_running;       /* its launches run it (the current set fits) */
 	uint64_t bare_replays;   /* launches that ran it, across execs */
-	/* Device mode's full exec: a second exec of the graph without its
-	 * planner, every producer a plain kernel node, built at bind next to
-	 * the producer-free one, launched at steps whose set enables every
-	 * hook of the graph (toggle_graph_set_bare switches both). */
+	/* The full exec: another exec of the graph with every producer on,
+	 * holding no lifetime object (host modes: a clone; device mode:
+	 * without its planner, every producer a plain kernel node), built at
+	 * bind next to the producer-free one, launched at steps whose set
+	 * enables every hook of the graph (toggle_graph_set_bare switches
+	 * both). */
 	bool full_exec;          /* it has one */
 	bool full_running;       /* its launches run it (the current set enables every hook) */
 	uint64_t full_replays;   /* launches that ran it, across execs */
@@ -464,8 +466,8 @@ struct toggle_stats {
 	uint64_t bare_builds;        /* producer-free execs built (at bind) */
 	uint64_t bare_build_failures; /* builds that failed: the main exec runs every step */
 	uint64_t bare_switches;      /* picks of the bare exec or back from it */
-	uint64_t full_builds;        /* device mode's full execs built (at bind) */
-	uint64_t full_build_failures; /* builds that failed: the device exec runs all-on steps */
+	uint64_t full_builds;        /* full execs built (at bind) */
+	uint64_t full_build_failures; /* builds that failed: the main exec runs all-on steps */
 	uint64_t full_switches;      /* picks of the full exec or back from it */
 };
 

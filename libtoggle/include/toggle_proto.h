@@ -21,8 +21,9 @@
  *       changed: the head of toggle.proto).  Added compatibly since:
  *       RecordRequest and its stream (RecordReply, RecordData, RecordEnd),
  *       docs/recording.md; a daemon without them answers UNIMPLEMENTED.
- *       GraphInfo.full_exec, GraphInfo.full_running (device mode's full
- *       exec; the status lane's TOGGLE_SHM_GRAPH_FULL, _FULL_RUNNING).
+ *       GraphInfo.full_exec, GraphInfo.full_running (the full exec, every
+ *       producer on: device mode's since issue 31, every mode's since
+ *       issue 23; the status lane's TOGGLE_SHM_GRAPH_FULL, _FULL_RUNNING).
  */
 #ifndef TOGGLE_PROTO_H
 #define TOGGLE_PROTO_H

@@ -3,16 +3,20 @@
  * the same graph with its producer nodes removed, launched at the steps whose
  * set enables none of the graph's hooks.  Disabled nodes are not free on the
  * GPU (docs/benchmarks.md); a graph without them replays at the floor.
- * Device mode gets a third, the "full" exec: the graph without its planner,
- * every producer a plain kernel node, launched at the steps whose set
- * enables every hook of the graph (the planner and device-updatable nodes
- * are not free either).
+ * A third, the "full" exec, runs the steps whose set enables every hook of
+ * the graph: in host modes the graph as it is (a clone), in device mode the
+ * graph without its planner, every producer a plain kernel node (the planner
+ * and device-updatable nodes are not free either).  In host modes what the
+ * full exec saves is the main exec's lifetime object (life.c): the driver
+ * paces the launches of an exec that holds one (docs/libtoggle.md,
+ * *What the references cost*), neither second exec holds it.
  *
  * Built at bind (never in the background: graph objects are not thread-safe
  * and the application owns the graph): clone the graph, find each producer
  * in the clone, connect each of its dependencies to each of its dependents
  * (default edges: the strictest order, so nothing that followed a producer
- * can start earlier than before), destroy it, instantiate, destroy the clone.
+ * can start earlier than before), destroy it, instantiate, destroy the clone
+ * (the full exec: clone, instantiate, destroy the clone).
  * A build that fails leaves the main exec alone: it runs every step, as
  * without this file.
  *
@@ -311,8 +315,8 @@ static int bare_remove(struct toggle_agent *a, CUgraph clone, CUgraphNode node)
 	return rc;
 }
 
-/* Clone g's graph, remove its producers, instantiate the clone. */
-static int bare_build(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *out)
+/* Clone g's graph, remove its producers (unless full), instantiate the clone. */
+static int bare_build(struct toggle_agent *a, struct tg_graph *g, bool full, CUgraphExec *out)
 {
 	CUgraph clone = NULL;
 	CUresult r = a->cu.graph_clone(&clone, g->graph);
@@ -322,7 +326,7 @@ static int bare_build(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *o
 	 * would too: given back first, or the graph's death would wait for this
 	 * exec (life.c). */
 	int rc = tg_life_unclone(a, g, clone);
-	for (uint32_t i = 0; !rc && i < g->n_nodes; i++) {
+	for (uint32_t i = 0; !rc && !full && i < g->n_nodes; i++) {
 		CUgraphNode node = NULL;
 		r = a->cu.graph_node_find_in_clone(&node, g->nodes[i].node, clone);
 		if (r != CUDA_SUCCESS)
@@ -743,7 +747,7 @@ static void alt_build(struct toggle_agent *a, struct tg_graph *g, struct tg_bare
 	bool full = x == &g->full;
 	CUgraphExec exec = NULL;
 	int rc;
-	if (full && g->n_attrs) {
+	if (full && g->dev == TG_DEV_ACTIVE && g->n_attrs) {
 		uint32_t h = 0;
 		for (uint32_t i = 0; i < g->n_nodes; i++)
 			if (g->nodes[i].attrs) {
@@ -755,7 +759,7 @@ static void alt_build(struct toggle_agent *a, struct tg_graph *g, struct tg_bare
 			     h / TOGGLE_MAX_LAYERS, h % TOGGLE_MAX_LAYERS);
 	} else {
 		rc = g->dev == TG_DEV_ACTIVE ? bare_assemble(a, g, full, &exec)
-					     : bare_build(a, g, &exec);
+					     : bare_build(a, g, full, &exec);
 	}
 	x->failed = rc != 0;
 	if (rc) {
@@ -804,6 +808,5 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 	}
 	/* The full exec's reason is the one kept when both fail (its build is the last). */
 	alt_build(a, g, &g->bare);
-	if (g->dev == TG_DEV_ACTIVE)
-		alt_build(a, g, &g->full);
+	alt_build(a, g, &g->full);
 }

@@ -293,7 +293,8 @@ def run_mode(args, mode):
                            mode=mode, strict=(mode == "device")) as agent:
         layers = hooked.model.layers
         att = agent.attach({"resid_post": layers, "mlp_out": [l.mlp for l in layers]},
-                           max_tokens=max(args.batches), width=args.hidden, dtype=dt)
+                           max_tokens=max(args.batches), width=args.hidden, dtype=dt,
+                           method=args.method)
         for kind in args.kinds:
             try:  # each kind on its own: one that breaks leaves the others' figures
                 out += bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids)
@@ -324,6 +325,8 @@ def main(argv=None):
     ap.add_argument("--batches", default="32,8,1")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("-n", type=int, default=20, help="back-to-back steps per timing")
+    ap.add_argument("--method", choices=("mul", "copy_out"), default=None,
+                    help="the producers' kernel (attach()'s method; default by mode)")
     ap.add_argument("--deterministic", action="store_true",
                     help="torch.use_deterministic_algorithms(True) (inductor's deterministic "
                     "mode)")

@@ -412,13 +412,13 @@ def bench_eager(args, agent, floor, hooked, att, x_all):
 def run_mode(args, mode):
     torch.manual_seed(0)
     dt = torch.bfloat16
-    floor = Model(args.layers, args.hidden, args.inter).cuda().to(dt).eval()
+    floor = Model(args.layers, args.hidden, args.inter, norm=args.norm).cuda().to(dt).eval()
     hooked = copy.deepcopy(floor)
     x_all = torch.randn(max(args.batches + [8]), args.hidden, device="cuda", dtype=dt)
     with graphtoggle.Agent("compile-bench-" + mode, hooks={t: args.layers for t in TYPES},
                            mode=mode, strict=(mode == "device")) as agent:
         att = agent.attach(modules_of(hooked), max_tokens=max(args.batches + [8]),
-                           width=args.hidden, dtype=dt)
+                           width=args.hidden, dtype=dt, method=args.method)
         out = []
         for leg, fn in (("a", bench_a), ("c", bench_c), ("eager", bench_eager)):
             if leg not in args.legs:
@@ -447,6 +447,11 @@ def main(argv=None):
     ap.add_argument("--batches", default="8")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("-n", type=int, default=20, help="back-to-back steps per timing")
+    ap.add_argument("--norm", action="store_true",
+                    help="Llama-shaped pre-norm layers (tc_model.py: no fusion for a tap to "
+                    "break)")
+    ap.add_argument("--method", choices=("mul", "copy_out"), default=None,
+                    help="the producers' kernel (attach()'s method; default by mode)")
     ap.add_argument("--profile-c", action="store_true",
                     help="mode c: print where the host time of 300 steps goes (cProfile), "
                     "floor and all off")
@@ -454,11 +459,11 @@ def main(argv=None):
     args.batches = [int(b) for b in args.batches.split(",")]
     args.legs = args.legs.split(",")
     raise_recompile_limits()
-    print(PREFIX + "torch %s, %s, graphtoggle %s; %d layers, hidden %d, MLP %d, bf16, %d hooks; "
-          "batches %s; medians of %d x %d steps" % (
+    print(PREFIX + "torch %s, %s, graphtoggle %s; %d layers%s, hidden %d, MLP %d, bf16, %d hooks "
+          "(producers: %s); batches %s; medians of %d x %d steps" % (
               torch.__version__, torch.cuda.get_device_name(), graphtoggle.__version__,
-              args.layers, args.hidden, args.inter, 3 * args.layers, args.batches, args.reps,
-              args.n), flush=True)
+              args.layers, " (pre-norm)" if args.norm else "", args.hidden, args.inter,
+              3 * args.layers, args.method or "by mode", args.batches, args.reps, args.n), flush=True)
     return run_and_judge(PREFIX, args, run_mode, FAILS,
                          "correctness only: the off steps wrote no buffer, the on steps every "
                          "one; figures above")
