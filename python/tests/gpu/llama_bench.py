@@ -6,8 +6,9 @@ pool, as vLLM and SGLang do.  Run by scripts/gpu-check.sh when LLAMA_BENCH=1; sk
 cleanly without torch, a GPU or transformers.
 
 Hooks: resid_post (each decoder layer's output) and mlp_out (each MLP's), attached with
-attach() and declared buffers (2 x layers producers).  Two copies of the same weights:
-"floor" without hooks, captured and replayed by torch alone, and "hooked", captured under
+attach() and declared buffers (2 x layers producers).  Two models of the same weights (the
+same tensors unless --own-weights: torch_compile_bench.hooked_copy): "floor" without hooks,
+captured and replayed by torch alone, and "hooked", captured under
 graphtoggle.torch.patch(agent) (the default random_ops: automatic).
 
  kind eager     the model's own forward captured as is (issue 31's table: the eager engine)
@@ -61,7 +62,7 @@ import graphtoggle  # noqa: E402
 import graphtoggle.torch as gtt  # noqa: E402
 
 sys.path.insert(0, HERE)
-from torch_compile_bench import (judge_execs, kernel_nodes,  # noqa: E402
+from torch_compile_bench import (hooked_copy, judge_execs, kernel_nodes,  # noqa: E402
                                  raise_recompile_limits, reset, run_and_judge, time_legs,
                                  written)
 
@@ -286,7 +287,7 @@ def run_mode(args, mode):
                       max_position_embeddings=max(2048, args.ctx))
     cfg._attn_implementation = "sdpa"
     floor = LlamaForCausalLM(cfg).to(device="cuda", dtype=dt).eval()
-    hooked = copy.deepcopy(floor)
+    hooked = hooked_copy(floor, args.own_weights)
     ids = torch.randint(0, args.vocab, (max(args.batches), 1), device="cuda")
     out = []
     with graphtoggle.Agent("llama-bench-" + mode, hooks={t: args.layers for t in TYPES},
@@ -325,6 +326,9 @@ def main(argv=None):
     ap.add_argument("--batches", default="32,8,1")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("-n", type=int, default=20, help="back-to-back steps per timing")
+    ap.add_argument("--own-weights", action="store_true",
+                    help="the hooked model with a copy of the weights of its own (before "
+                    "session 11; the default shares the floor's)")
     ap.add_argument("--method", choices=("mul", "copy_out"), default=None,
                     help="the producers' kernel (attach()'s method; default by mode)")
     ap.add_argument("--deterministic", action="store_true",

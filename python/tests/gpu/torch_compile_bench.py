@@ -4,8 +4,9 @@ cost.  Run by scripts/gpu-check.sh when TORCH_COMPILE_BENCH=1 (about 30-60 s).
 
 The model (made here, random weights, bf16): L layers of an attention-like block (a
 strided view of a [tokens, 2H] projection), a gated MLP and the residual stream; hooks
-resid_post, attn_out, mlp_out (3 per layer), attached with declared buffers.  Two copies
-of the same weights: "floor" without hooks and without graphtoggle, "hooked" with them.
+resid_post, attn_out, mlp_out (3 per layer), attached with declared buffers.  Two models
+of the same weights (the same tensors unless --own-weights, hooked_copy): "floor" without
+hooks and without graphtoggle, "hooked" with them.
 
  mode a  torch.compile(fullgraph=True, dynamic=False), one torch.cuda.CUDAGraph per batch
          size captured by the script's own code (vLLM's FULL graphs); floor: the floor
@@ -95,6 +96,22 @@ def judge_execs(st, what, fail_fn=None, prefix=PREFIX):
         fail_fn("%s: all-off steps never ran the producer-free exec" % what)
     if st["full_exec"] and not st["full_replays"]:
         fail_fn("%s: all-on steps never ran the full exec" % what)
+
+
+def hooked_copy(floor, own_weights=False):
+    """The model copy the hooks go on: its own modules, and (unless own_weights) floor's
+    parameters and buffers, the same tensors, so that the floor and hooked graphs read the
+    same memory.  Two copies of the weights put them at different addresses, and on the
+    H200 the same compiled graph ran 8% apart in two processes (session 10): a ratio
+    between graphs that read different copies carries that placement along."""
+    hooked = copy.deepcopy(floor)
+    if not own_weights:
+        hooked.load_state_dict(floor.state_dict(keep_vars=True), assign=True)
+        mine = {n: t.data_ptr() for n, t in hooked.state_dict().items()}
+        for n, t in floor.state_dict().items():
+            if mine.get(n) != t.data_ptr():
+                raise RuntimeError("hooked_copy: %s is not shared" % n)
+    return hooked
 
 
 def kernel_nodes(graph):
@@ -361,7 +378,7 @@ def bench_eager(args, agent, floor, hooked, att, x_all):
     nh = len(att.hook_ids)
     # the floor's weights with a forward hook that does nothing on each hooked module: what
     # torch's own forward-hook call path costs, apart from what graphtoggle's hook does
-    noop_model = copy.deepcopy(floor)
+    noop_model = hooked_copy(floor, args.own_weights)
     for mods in modules_of(noop_model).values():
         for m in mods:
             m.register_forward_hook(lambda mod, inp, out: None)
@@ -413,7 +430,7 @@ def run_mode(args, mode):
     torch.manual_seed(0)
     dt = torch.bfloat16
     floor = Model(args.layers, args.hidden, args.inter, norm=args.norm).cuda().to(dt).eval()
-    hooked = copy.deepcopy(floor)
+    hooked = hooked_copy(floor, args.own_weights)
     x_all = torch.randn(max(args.batches + [8]), args.hidden, device="cuda", dtype=dt)
     with graphtoggle.Agent("compile-bench-" + mode, hooks={t: args.layers for t in TYPES},
                            mode=mode, strict=(mode == "device")) as agent:
@@ -447,6 +464,9 @@ def main(argv=None):
     ap.add_argument("--batches", default="8")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("-n", type=int, default=20, help="back-to-back steps per timing")
+    ap.add_argument("--own-weights", action="store_true",
+                    help="the hooked model with a copy of the weights of its own (before "
+                    "session 11; the default shares the floor's)")
     ap.add_argument("--norm", action="store_true",
                     help="Llama-shaped pre-norm layers (tc_model.py: no fusion for a tap to "
                     "break)")
@@ -460,10 +480,12 @@ def main(argv=None):
     args.legs = args.legs.split(",")
     raise_recompile_limits()
     print(PREFIX + "torch %s, %s, graphtoggle %s; %d layers%s, hidden %d, MLP %d, bf16, %d hooks "
-          "(producers: %s); batches %s; medians of %d x %d steps" % (
+          "(producers: %s; weights %s); batches %s; medians of %d x %d steps" % (
               torch.__version__, torch.cuda.get_device_name(), graphtoggle.__version__,
               args.layers, " (pre-norm)" if args.norm else "", args.hidden, args.inter,
-              3 * args.layers, args.method or "by mode", args.batches, args.reps, args.n), flush=True)
+              3 * args.layers, args.method or "by mode",
+              "copied" if args.own_weights else "shared with the floor", args.batches,
+              args.reps, args.n), flush=True)
     return run_and_judge(PREFIX, args, run_mode, FAILS,
                          "correctness only: the off steps wrote no buffer, the on steps every "
                          "one; figures above")
