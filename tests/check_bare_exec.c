@@ -203,6 +203,36 @@ START_TEST(test_bare_off_switch)
 }
 END_TEST
 
+/* no_full_exec: the bare exec is built, the full one is not; all-on steps run the main exec,
+ * exactly. */
+START_TEST(test_full_off_switch)
+{
+	struct bfx *f = calloc(1, sizeof(*f));
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(toggle_sim_create(&f->sim), 0);
+	ck_assert_int_eq(toggle_sim_stream_create(f->sim, &f->stream), CUDA_SUCCESS);
+	struct toggle_config cfg = bfx_config(f, _i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	cfg.no_full_exec = true;
+	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
+	bfx_capture_bound(f);
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(gs.bare_exec && !gs.full_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 2);
+	struct toggle_set all = spec("all"), none = spec("none");
+	step(f, 1, &all);
+	launch_check(f, &all);
+	ck_assert(!gstatus(f).full_running && !gstatus(f).bare_running);
+	step(f, 2, &none);
+	launch_check(f, &none);
+	ck_assert(gstatus(f).bare_running);
+	struct toggle_stats st;
+	toggle_stats_get(f->agent, &st);
+	ck_assert_uint_eq(st.full_builds, 0);
+	ck_assert_uint_eq(st.full_build_failures, 0);
+	bfx_close(f);
+}
+END_TEST
+
 /* toggle_graph_set_bare: off before the bind builds nothing; on while bound builds it and the
  * next all-off launch runs it; off while it runs destroys it and the main exec (re-synced) runs
  * the step's set; the choice survives a rebind. */
@@ -313,6 +343,7 @@ static Suite *bare_exec_suite(void)
 	tcase_add_loop_test(tc, test_bare_rebind_and_reinstantiate, 0, 2);
 	tcase_add_test(tc, test_bare_forget_and_close);
 	tcase_add_loop_test(tc, test_bare_off_switch, 0, 2);
+	tcase_add_loop_test(tc, test_full_off_switch, 0, 2);
 	tcase_add_loop_test(tc, test_bare_per_graph_switch, 0, 2);
 	tcase_add_loop_test(tc, test_bare_build_failure_keeps_main, 0,
 			    (int)(sizeof(build_ops) / sizeof(build_ops[0])));

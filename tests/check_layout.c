@@ -54,7 +54,7 @@ static const struct want wants[] = {
 	W_T(toggle_registry_check), W_F(toggle_registry_check, graphs),
 	W_F(toggle_registry_check, unbound), W_F(toggle_registry_check, complete),
 	W_F(toggle_registry_check, uniform), W_F(toggle_registry_check, hooks_uncovered),
-	W_F(toggle_config, no_bare_exec),
+	W_F(toggle_config, no_bare_exec), W_F(toggle_config, no_full_exec),
 	W_F(toggle_graph_status, tainted_launches), W_F(toggle_graph_status, tainted_step),
 	W_F(toggle_graph_status, tainted), W_F(toggle_graph_status, blocked),
 	W_F(toggle_graph_status, bare_exec), W_F(toggle_graph_status, bare_running),

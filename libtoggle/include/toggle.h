@@ -67,6 +67,10 @@ struct toggle_config {
 	/* No producer-free exec per bound graph (saves its device and host
 	 * memory; see toggle_graph_status.bare_exec).  Default: built. */
 	bool no_bare_exec;
+	/* No full exec per bound graph (the steps that enable every hook of a
+	 * graph then run its main exec; toggle_graph_status.full_exec).
+	 * no_bare_exec turns both off.  Default: built. */
+	bool no_full_exec;
 };
 
 struct toggle_agent;

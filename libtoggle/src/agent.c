@@ -123,6 +123,7 @@ int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out
 	if (rc == 0 && a->mode == TOGGLE_MODE_DEVICE)
 		rc = agent_start_device(a);
 	a->bare_on = rc == 0 && !cfg->no_bare_exec && tg_cu_bare_ready(&a->cu);
+	a->full_on = a->bare_on && !cfg->no_full_exec;
 	if (rc == 0)
 		tg_life_open(a); /* user objects: the driver says when a graph is destroyed */
 	if (rc == 0) {

@@ -808,5 +808,6 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 	}
 	/* The full exec's reason is the one kept when both fail (its build is the last). */
 	alt_build(a, g, &g->bare);
-	alt_build(a, g, &g->full);
+	if (a->full_on)
+		alt_build(a, g, &g->full);
 }

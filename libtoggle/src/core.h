@@ -235,6 +235,7 @@ struct toggle_agent {
 	bool strict;
 	struct tg_device dev;
 	bool bare_on;             /* build producer-free execs (toggle_config.no_bare_exec) */
+	bool full_on;             /* and full execs (toggle_config.no_full_exec) */
 
 	/* Desired state. */
 	struct toggle_set standing;

@@ -54,6 +54,7 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_config, sim),
 	TG_FIELD(toggle_config, socket_path),
 	TG_FIELD(toggle_config, no_bare_exec),
+	TG_FIELD(toggle_config, no_full_exec),
 
 	TG_TYPE(toggle_plan_entry),
 	TG_FIELD(toggle_plan_entry, step),

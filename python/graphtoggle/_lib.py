@@ -57,6 +57,7 @@ class Config(Structure):
         ("sim", c_void_p),
         ("socket_path", c_char_p),
         ("no_bare_exec", c_bool),
+        ("no_full_exec", c_bool),
     ]
 
 

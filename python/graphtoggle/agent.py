@@ -33,7 +33,7 @@ class Agent:
 
     Agent(name, hooks={"resid_post": 32, "mlp_out": 32}, mode="lazy"|"eager"|"device",
           socket=None, group=None, strict=False, backend="cuda"|"sim", sim=None,
-          bare_exec=None)
+          bare_exec=None, full_exec=True)
 
     hooks: hook type -> layer count (libtoggle's catalog has one layer count, so the
     counts must be equal), or a sequence of type names with layers=N.
@@ -45,10 +45,14 @@ class Agent:
     launch()), and torch graphs replayed through toggle_graph_launch (random_ops=False);
     not for torch graphs replayed by prepare + torch's own replay (the default), which
     never run it.  True: every bound graph.  False: none (toggle_config.no_bare_exec).
+    full_exec: the full exec (every producer on, no lifetime reference), built with the
+    producer-free one and run at the steps whose set enables every hook of the graph.
+    False: none (toggle_config.no_full_exec; those steps run the main exec), for engines
+    that cannot spare one more exec per graph.
     """
 
     def __init__(self, name, hooks, mode="lazy", socket=None, group=None, strict=False,
-                 backend="cuda", sim=None, layers=None, bare_exec=None):
+                 backend="cuda", sim=None, layers=None, bare_exec=None, full_exec=True):
         self._h = None
         self._lib = lib = _lib.lib()
         if not isinstance(name, str) or not name or len(name.encode()) >= _lib.MAX_NAME:
@@ -72,6 +76,8 @@ class Agent:
         if bare_exec is not None and not isinstance(bare_exec, bool):
             raise InvalidArgumentError("bare_exec must be None, True or False, got %r"
                                        % (bare_exec,))
+        if not isinstance(full_exec, bool):
+            raise InvalidArgumentError("full_exec must be True or False, got %r" % (full_exec,))
         if backend not in _BACKENDS:
             raise InvalidArgumentError("backend must be 'cuda' or 'sim', got %r" % (backend,))
         self.catalog = Catalog(names, n_layers)
@@ -84,7 +90,8 @@ class Agent:
             name=name.encode(), group=group.encode() if group else None,
             catalog=self.catalog._c, mode=_MODES[mode], strict=bool(strict),
             backend=_BACKENDS[backend], sim=sim.handle if sim is not None else None,
-            socket_path=socket.encode() if socket else None, no_bare_exec=bare_exec is False)
+            socket_path=socket.encode() if socket else None, no_bare_exec=bare_exec is False,
+            no_full_exec=not full_exec)
         h = _lib.P()
         rc = lib.toggle_agent_open(_byref(cfg), _byref(h))
         if rc:

@@ -280,6 +280,33 @@ def test_reinstantiate_rebinds(agent):
 
 
 @pytest.mark.parametrize("mode", ["lazy", "eager"])
+@pytest.mark.parametrize("full", [True, False])
+def test_full_exec_keyword(mode, full):
+    """full_exec=True (the default) builds the full exec next to the producer-free one and
+    all-on steps run it; full_exec=False builds none and they run the main exec.  Ground
+    truth: the producers' own logs."""
+    kwargs = {} if full else dict(full_exec=False)
+    with Agent("f", hooks=HOOKS, backend="sim", mode=mode, **kwargs) as a:
+        eng = Engine(a)
+        g, e = eng.capture()
+        st = a.graph_status(g)
+        assert st["bare_exec"] and st["full_exec"] is full
+        assert a.stats()["full_builds"] == (1 if full else 0)
+        a.set_enabled("all")
+        a.step(0)
+        every = {(t, l) for t in HOOKS for l in range(4)}
+        assert eng.replay(g, e) == every
+        st = a.graph_status(g)
+        assert st["full_running"] is full and st["full_replays"] == (1 if full else 0)
+        a.set_enabled("attn_out:2")
+        a.step(1)
+        assert eng.replay(g, e) == {("attn_out", 2)}
+        assert not a.graph_status(g)["full_running"]
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="full_exec"):
+        Agent("f", hooks=HOOKS, backend="sim", full_exec=None)
+
+
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
 @pytest.mark.parametrize("bare", [True, False])
 def test_bare_exec_keyword(mode, bare):
     """bare_exec=None (the default: graphs bound through instantiate/bind are launched
