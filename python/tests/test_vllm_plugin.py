@@ -284,7 +284,10 @@ def test_config_from_environment():
     assert gv.Config({"TOGGLE_SOCKET": "/t"}).socket == "/t"
     assert gv.Config({"GRAPHTOGGLE_SOCKET": "none", "TOGGLE_SOCKET": "/t"}).socket is None
     assert gv.Config({}).random_ops is None
+    assert gv.Config({}).full_exec is True
+    assert gv.Config({"GRAPHTOGGLE_FULL_EXEC": "0"}).full_exec is False
     for env in ({"GRAPHTOGGLE_STRICT": "maybe"}, {"GRAPHTOGGLE_RANDOM_OPS": "sometimes"},
+                {"GRAPHTOGGLE_FULL_EXEC": "some"},
                 {"GRAPHTOGGLE_LAYERS": "x"}, {"GRAPHTOGGLE_VLLM_COMPILE_CACHE": "on"},
                 {"GRAPHTOGGLE_VLLM_AGENT_FACTORY": "nocolon"}):
         with pytest.raises(InvalidArgumentError, match=list(env)[0]):
