@@ -138,8 +138,10 @@ def kernel_nodes(graph):
         return None
 
 
-def time_legs(fns, sets, agent, reps, n):
-    """{leg: (median ms per step by CUDA events, median host us per step)}."""
+def time_legs(fns, sets, agent, reps, n, sync=False):
+    """{leg: (median ms per step by CUDA events, median host us per step)}.  sync: each
+    step waits for the GPU (torch.cuda.synchronize), as an engine that reads its output
+    back every step does; the ms per step is then the host's wall time."""
     ev, host = {leg: [] for leg in fns}, {leg: [] for leg in fns}
     stream = torch.cuda.current_stream()
     for _ in range(reps):
@@ -154,10 +156,12 @@ def time_legs(fns, sets, agent, reps, n):
             e0.record(stream)
             for _ in range(n):
                 fn()
+                if sync:
+                    torch.cuda.synchronize()
             e1.record(stream)
             h = time.perf_counter() - t
             e1.synchronize()
-            ev[leg].append(e0.elapsed_time(e1) / n)
+            ev[leg].append(h * 1e3 / n if sync else e0.elapsed_time(e1) / n)
             host[leg].append(h / n * 1e6)
     return {leg: (statistics.median(ev[leg]), statistics.median(host[leg])) for leg in fns}
 
@@ -230,7 +234,8 @@ def bench_a(args, agent, floor, hooked, att, x_all):
                 agent.step()
                 g.replay()
             t = time_legs({"floor": gf.replay, "off": hooked_step, "on": hooked_step},
-                          {"off": "none", "on": "all"}, agent, args.reps, args.n)
+                          {"off": "none", "on": "all"}, agent, args.reps, args.n,
+                          sync=args.sync)
             judge_execs(agent.graph_status(gh.raw_cuda_graph()), "%s a bs %d" % (agent.mode, bs))
             out.append(report("%s a" % agent.mode, bs, t))
             nf, nhk = kernel_nodes(gf.raw_cuda_graph()), kernel_nodes(gh.raw_cuda_graph())
@@ -433,7 +438,8 @@ def run_mode(args, mode):
     hooked = hooked_copy(floor, args.own_weights)
     x_all = torch.randn(max(args.batches + [8]), args.hidden, device="cuda", dtype=dt)
     with graphtoggle.Agent("compile-bench-" + mode, hooks={t: args.layers for t in TYPES},
-                           mode=mode, strict=(mode == "device")) as agent:
+                           mode=mode, strict=(mode == "device"),
+                           full_exec=not args.no_full_exec) as agent:
         att = agent.attach(modules_of(hooked), max_tokens=max(args.batches + [8]),
                            width=args.hidden, dtype=dt, method=args.method)
         out = []
@@ -464,6 +470,11 @@ def main(argv=None):
     ap.add_argument("--batches", default="8")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("-n", type=int, default=20, help="back-to-back steps per timing")
+    ap.add_argument("--sync", action="store_true",
+                    help="mode a: wait for the GPU after every step (an engine reading its "
+                    "output back); ms per step from the host's clock")
+    ap.add_argument("--no-full-exec", action="store_true",
+                    help="Agent(full_exec=False): all-on steps run the main exec")
     ap.add_argument("--own-weights", action="store_true",
                     help="the hooked model with a copy of the weights of its own (before "
                     "session 11; the default shares the floor's)")
