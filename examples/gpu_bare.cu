@@ -22,9 +22,10 @@
  *     start ticket of B, and so on: the reconnected edges), and the
  *     activation equals the main exec's, bit for bit.  No
  *     cuGraphNodeSetEnabled call is made to switch to it.
- *  2. At other steps the main exec runs exactly the set's producers, with
- *     the same order checks; coming back from the bare exec costs only the
- *     hooks that differ from the set the main exec last held.
+ *  2. At other steps the full exec (a clone of the graph without its
+ *     lifetime reference) runs exactly the set's producers, with the same
+ *     order checks; coming back from the bare exec costs only the hooks that
+ *     differ from the set the full exec last held.
  *  3. Pipelined: 512 steps with random sets (a third of them empty), no host
  *     sync; a one-thread kernel writes the step in stream order before each
  *     launch and each producer records (step, hook): every step ran exactly
@@ -362,6 +363,13 @@ static unsigned step_checked(struct toggle_agent *a, struct dev *d, cudaGraph_t 
 		       expect_bare);
 		bad++;
 	}
+	/* Every other set runs the full exec (host modes): never the main exec, whose
+	 * lifetime reference the driver paces. */
+	if (gs.full_running == expect_bare) {
+		printf("gpu-bare: %s: full_running %d, expected %d\n", what, gs.full_running,
+		       !expect_bare);
+		bad++;
+	}
 	return bad;
 }
 
@@ -446,7 +454,7 @@ static unsigned run_steps(const struct toggle_catalog *cat, struct dev *d)
 		       node_calls(a) - c0);
 		bad++;
 	}
-	bad += step_checked(a, d, g, e, ++step, &quarter, false, "main, quarter");
+	bad += step_checked(a, d, g, e, ++step, &quarter, false, "full, quarter");
 	c0 = node_calls(a);
 	bad += step_checked(a, d, g, e, ++step, &none, true, "bare");
 	if (node_calls(a) != c0) {
@@ -456,16 +464,16 @@ static unsigned run_steps(const struct toggle_catalog *cat, struct dev *d)
 	}
 	bad += step_checked(a, d, g, e, ++step, &none, true, "bare, again");
 	c0 = node_calls(a);
-	bad += step_checked(a, d, g, e, ++step, &half, false, "main, half");
-	/* The main exec still held `quarter`: only the producers that differ are set. */
+	bad += step_checked(a, d, g, e, ++step, &half, false, "full, half");
+	/* The full exec still held `quarter`: only the producers that differ are set. */
 	if (node_calls(a) - c0 != producers_differing(&quarter, &half)) {
-		printf("gpu-bare: back to the main exec: %" PRIu64 " node calls, expected %u\n",
+		printf("gpu-bare: back to the full exec: %" PRIu64 " node calls, expected %u\n",
 		       node_calls(a) - c0, producers_differing(&quarter, &half));
 		bad++;
 	}
 	bad += step_checked(a, d, g, e, ++step, &none, true, "bare after half");
-	bad += step_checked(a, d, g, e, ++step, &quarter, false, "main, quarter");
-	printf("gpu-bare: steps: bare and main execs alternate, %u violations\n", bad);
+	bad += step_checked(a, d, g, e, ++step, &quarter, false, "full, quarter");
+	printf("gpu-bare: steps: bare and full execs alternate, %u violations\n", bad);
 
 	/* 4. Rebind: a new exec bound explicitly. */
 	CUDA_CHECK(cudaGraphInstantiate(&e2, g, 0));
@@ -473,11 +481,11 @@ static unsigned run_steps(const struct toggle_catalog *cat, struct dev *d)
 	CUDA_CHECK(cudaGraphExecDestroy(e));
 	e = e2;
 	bad += step_checked(a, d, g, e, ++step, &none, true, "bare after rebind");
-	bad += step_checked(a, d, g, e, ++step, &half, false, "main after rebind");
+	bad += step_checked(a, d, g, e, ++step, &half, false, "full after rebind");
 	/* Re-instantiated and only launched: the launch rebinds. */
 	CUDA_CHECK(cudaGraphInstantiate(&e2, g, 0));
 	bad += step_checked(a, d, g, e2, ++step, &none, true, "bare after re-instantiation");
-	bad += step_checked(a, d, g, e2, ++step, &quarter, false, "main after re-instantiation");
+	bad += step_checked(a, d, g, e2, ++step, &quarter, false, "full after re-instantiation");
 	CUDA_CHECK(cudaGraphExecDestroy(e));
 	e = e2;
 	{
@@ -814,7 +822,7 @@ static void figures(const struct toggle_catalog *cat, struct dev *d)
 		       "after its first launch: device memory %.1f KiB (cudaMemGetInfo), host "
 		       "resident %.0f KiB more\n", bind_on, bind_off, bind_on - bind_off,
 		       free0 >= free1 ? (double)(free0 - free1) / 1024.0 : 0.0, rss1 - rss0);
-		printf("gpu-bare: figures: host us of the launch: switch to bare %.2f, back to main "
+		printf("gpu-bare: figures: host us of the launch: switch to bare %.2f, back to full "
 		       "(1 node) %.2f, without bare exec (1 node) %.2f\n", median(sw_bare, 64),
 		       median(sw_main, 64), median(sw_off, 64));
 	}

@@ -50,6 +50,7 @@
 #define N_HOOKS      (N_TYPES * N_LAYERS)
 #define N_COMPUTE    (N_LAYERS + 1)
 #define ALL_ON       0xffffffffu
+#define MIXED        0x55555555u /* every other hook: a set in between */
 #define STEPS        2000
 #define WARM         64   /* all-on launches of part 2 */
 #define MAX_LAUNCHES (STEPS + WARM + 8)
@@ -118,7 +119,7 @@ static cudaGraph_t capture(struct toggle_agent *a, struct dev *d, cudaStream_t s
 	return g;
 }
 
-static long long step_no[2] = {-1, -1}; /* per agent: device, lazy */
+static long long step_no[3] = {-1, -1, -1}; /* per agent: device, lazy, lazy without full exec */
 
 static void begin(struct toggle_agent *a, int which, uint32_t bits)
 {
@@ -205,12 +206,13 @@ static double median(double *v, int n)
 
 static uint32_t want[MAX_LAUNCHES], seen[MAX_LAUNCHES];
 
-static struct toggle_agent *open_agent(const char *name, enum toggle_mode mode)
+static struct toggle_agent *open_agent_full(const char *name, enum toggle_mode mode, bool full)
 {
 	struct toggle_config cfg;
 	struct toggle_agent *a;
 
 	memset(&cfg, 0, sizeof cfg);
+	cfg.no_full_exec = !full;
 	cfg.name = name;
 	cfg.catalog.type_names = type_names;
 	cfg.catalog.n_types = N_TYPES;
@@ -224,6 +226,11 @@ static struct toggle_agent *open_agent(const char *name, enum toggle_mode mode)
 	if (toggle_agent_mode(a) != mode)
 		die("%s: mode %d is not available here: %s", name, (int)mode, toggle_last_error(a));
 	return a;
+}
+
+static struct toggle_agent *open_agent(const char *name, enum toggle_mode mode)
+{
+	return open_agent_full(name, mode, true);
 }
 
 int main(void)
@@ -386,6 +393,11 @@ int main(void)
 	lz = open_agent("gpu_devfull_lazy", TOGGLE_MODE_LAZY);
 	gl = capture(lz, &d, s[0], LAZY);
 	TG_CHECK(lz, toggle_graph_instantiate(lz, (CUgraph)gl, (CUgraphExec *)&el));
+	/* A lazy agent without the full exec: sets in between run the main exec. */
+	struct toggle_agent *lm = open_agent_full("gpu_devfull_lazy_nofull", TOGGLE_MODE_LAZY, false);
+	cudaGraph_t gm = capture(lm, &d, s[0], LAZY);
+	cudaGraphExec_t em;
+	TG_CHECK(lm, toggle_graph_instantiate(lm, (CUgraph)gm, (CUgraphExec *)&em));
 	gf = capture(NULL, &d, s[0], FLOOR);
 	CUDA_CHECK(cudaGraphInstantiate(&ef, gf, 0));
 	CUDA_CHECK(cudaGraphUpload(ef, s[0]));
@@ -411,6 +423,7 @@ int main(void)
 		double fl[R], dfu[R], dpl[R], lzo[R], hfl[R], hdfu[R], hdpl[R], hlzo[R];
 		double dba[R], lba[R], hdba[R], hlba[R];
 		double pl[R], ppl[R], hpl[R], hppl[R], pl20[R], hpl20[R], fuo[R], hfuo[R], dum;
+		double mxf[R], hmxf[R], mxm[R], hmxm[R];
 
 		for (int r = 0; r < R; r++) {
 			time_steps(NULL, 0, gf, ef, s[0], N, &fl[r], &hfl[r]);
@@ -419,6 +432,12 @@ int main(void)
 			time_steps(a, 0, g, e, s[0], N, &dfu[r], &hdfu[r]);
 			time_steps(a, 0, gnf, enf, s[0], N, &dpl[r], &hdpl[r]);
 			time_steps(lz, 1, gl, el, s[0], N, &lzo[r], &hlzo[r]);
+			/* Half the hooks on (a set in between): lazy's full exec, against the
+			 * main exec of an agent without it. */
+			begin(lz, 1, MIXED);
+			begin(lm, 2, MIXED);
+			time_steps(lz, 1, gl, el, s[0], N, &mxf[r], &hmxf[r]);
+			time_steps(lm, 2, gm, em, s[0], N, &mxm[r], &hmxm[r]);
 			begin(a, 0, 0);
 			begin(lz, 1, 0);
 			time_steps(a, 0, g, e, s[0], N, &dba[r], &hdba[r]);
@@ -444,6 +463,10 @@ int main(void)
 		       N_LAYERS, R, N, mf, mdf, mdf / mf, mdp, mdp / mf, mlz, mlz / mf, mdf / mlz);
 		printf(GPU_TAG ": figures all off: device_bare_us=%.2f (%.4fx) lazy_bare_us=%.2f "
 		       "(%.4fx)\n", mdb, mdb / mf, mlb, mlb / mf);
+		printf(GPU_TAG ": figures half on (set 0x%08x), lazy: full exec GPU us %.2f (%.4fx), "
+		       "host us/step %.2f; main exec (no_full_exec) GPU us %.2f (%.4fx), host us/step "
+		       "%.2f\n", MIXED, median(mxf, R), median(mxf, R) / mf, median(hmxf, R),
+		       median(mxm, R), median(mxm, R) / mf, median(hmxm, R));
 		printf(GPU_TAG ": figures host us per step (step_begin + launch, set unchanged; floor: "
 		       "cudaGraphLaunch): floor %.2f; all on: device full %.2f (+%.2f), device "
 		       "planner %.2f (+%.2f), lazy %.2f (+%.2f); all off: device bare %.2f (+%.2f), "
@@ -468,6 +491,9 @@ int main(void)
 	CUDA_CHECK(cudaDeviceSynchronize());
 	toggle_agent_close(a);
 	toggle_agent_close(lz);
+	toggle_agent_close(lm);
+	CUDA_CHECK(cudaGraphExecDestroy(em));
+	CUDA_CHECK(cudaGraphDestroy(gm));
 	CUDA_CHECK(cudaGraphExecDestroy(e));
 	CUDA_CHECK(cudaGraphDestroy(g));
 	CUDA_CHECK(cudaGraphExecDestroy(enf));

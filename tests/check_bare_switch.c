@@ -46,7 +46,8 @@ static int step_launch(struct bfx *f, int64_t n, const struct toggle_set *s)
  */
 START_TEST(test_bare_switch_failures_run_no_wrong_set)
 {
-	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	/* No full exec: the sets the bare exec does not fit run the main exec. */
+	struct bfx *f = bfx_open_opts(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY, false, true, 0);
 	bfx_capture_bound(f);
 	struct toggle_set a = spec("resid_post:0-3"), b = spec("mlp_out:1,resid_post:5"),
 			  none = spec("none");
@@ -108,6 +109,140 @@ START_TEST(test_bare_switch_failures_run_no_wrong_set)
 	launch_check(f, &a);
 	ck_assert(!gstatus(f).bare_running);
 	ck_assert_uint_eq(gstatus(f).bare_replays, 4);
+	bfx_close(f);
+}
+END_TEST
+
+/*
+ * Host modes: the full exec runs every set the bare exec does not fit, its
+ * producers set from its own states.  A node set that fails on it leaves the
+ * main exec to run that step (synced from its own states: it never ran
+ * before), and the full exec's states are not trusted after; both failing is
+ * a refused launch (lazy) or an out-of-date exec (eager).  Ground truth: the
+ * kernels each launch ran.
+ */
+START_TEST(test_full_sync_failures_run_no_wrong_set)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	struct toggle_set a = spec("resid_post:0-3"), b = spec("mlp_out:1,resid_post:5"),
+			  none = spec("none"), all = spec("all");
+	int64_t n = 0;
+	ck_assert_int_eq(step_launch(f, n++, &a), 0);
+	ck_assert(gstatus(f).full_running);
+	uint64_t full0 = gstatus(f).full_replays;
+
+	/* The full exec's sync fails at its second node set: the main exec runs b. */
+	struct toggle_anomalies an0, an1;
+	toggle_anomalies_get(f->agent, &an0);
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_NODE_SET_ENABLED, 1, 1, CUDA_ERROR_UNKNOWN);
+	ck_assert_int_eq(step_launch(f, n++, &b), 0);
+	struct toggle_graph_status gs = gstatus(f);
+	if (_i == 0) { /* lazy: the launch fell back to the main exec */
+		ck_assert(!gs.full_running && !gs.bare_running);
+		ck_assert_uint_eq(gs.full_replays, full0);
+	} else { /* eager: the step's apply did; the switch of execs sent the launch
+		  * through the slow path, whose sync of the full exec succeeded */
+		ck_assert(gs.full_running);
+		ck_assert_uint_eq(gs.full_replays, full0 + 1);
+	}
+	toggle_anomalies_get(f->agent, &an1);
+	ck_assert_uint_eq(an1.driver_errors, an0.driver_errors + 1);
+	ck_assert_ptr_nonnull(strstr(toggle_last_error(f->agent), "full exec"));
+
+	/* Back to a, b, all: the full exec again, every state it lost set again. */
+	ck_assert_int_eq(step_launch(f, n++, &a), 0);
+	ck_assert(gstatus(f).full_running);
+	ck_assert_int_eq(step_launch(f, n++, &b), 0);
+	ck_assert(gstatus(f).full_running);
+	ck_assert_int_eq(step_launch(f, n++, &all), 0);
+	ck_assert(gstatus(f).full_running);
+
+	/* Both fail: the full exec's sync, then the main exec's. */
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_NODE_SET_ENABLED, 0, 2, CUDA_ERROR_UNKNOWN);
+	ck_assert_int_eq(toggle_set_enabled(f->agent, &a), 0);
+	int rc = toggle_step_begin(f->agent, n++, NULL);
+	ck_assert_int_eq(rc, 0);
+	if (_i == 0) { /* lazy: the launch tries both and is refused, nothing runs */
+		f->nlog = 0;
+		ck_assert_int_eq(toggle_graph_launch(f->agent, f->graph, f->exec, f->stream),
+				 TOGGLE_ECUDA);
+		ck_assert_int_eq(f->nlog, 0);
+	} else { /* eager: the step's apply fails, the exec out of date */
+		ck_assert_uint_eq(gstatus(f).applied_version, 0);
+	}
+	/* Then every set runs exactly, whichever exec. */
+	ck_assert_int_eq(step_launch(f, n++, &a), 0);
+	ck_assert_int_eq(step_launch(f, n++, &none), 0);
+	ck_assert(gstatus(f).bare_running);
+	ck_assert_int_eq(step_launch(f, n++, &b), 0);
+	ck_assert(gstatus(f).full_running);
+
+	/* The full exec's launch fails: refused, nothing ran; the next runs b. */
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_GRAPH_LAUNCH, 0, 1, CUDA_ERROR_LAUNCH_FAILED);
+	f->nlog = 0;
+	ck_assert_int_eq(toggle_graph_launch(f->agent, f->graph, f->exec, f->stream), TOGGLE_ECUDA);
+	ck_assert_int_eq(f->nlog, 0);
+	launch_check(f, &b);
+	bfx_close(f);
+}
+END_TEST
+
+/*
+ * toggle_graph_prepare (the caller launches the application's exec itself,
+ * as torch's replay of a graph with random ops does) while the full exec runs
+ * the sets in between: the main exec is brought to the set from its own
+ * states, and the next guarded launch runs the full exec again, from its own.
+ */
+START_TEST(test_full_and_prepare_keep_their_states)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	struct toggle_set a = spec("resid_post:0-3"), b = spec("resid_post:2-5");
+	int want[MAX_K];
+	step(f, 1, &a);
+	launch_check(f, &a);
+	ck_assert(gstatus(f).full_running);
+
+	/* prepare + the application's launch: a, from the main exec */
+	ck_assert_int_eq(toggle_graph_prepare(f->agent, f->graph, f->exec, f->stream), 0);
+	ck_assert(!gstatus(f).full_running);
+	f->nlog = 0;
+	ck_assert_int_eq(toggle_sim_graph_launch(f->exec, f->stream), CUDA_SUCCESS);
+	int nw = expected(f, &a, want);
+	ck_assert_int_eq(f->nlog, nw);
+	for (int i = 0; i < nw; i++)
+		ck_assert_int_eq(f->log[i], want[i]);
+
+	/* b through the agent: the full exec, which held a (0,1 off and 4,5 on) */
+	uint64_t c = set_calls(f);
+	step(f, 2, &b);
+	launch_check(f, &b);
+	ck_assert(gstatus(f).full_running);
+	ck_assert_uint_eq(set_calls(f) - c, 4);
+
+	/* prepare at b: the main exec held a, the same four */
+	c = set_calls(f);
+	ck_assert_int_eq(toggle_graph_prepare(f->agent, f->graph, f->exec, f->stream), 0);
+	ck_assert_uint_eq(set_calls(f) - c, 4);
+	f->nlog = 0;
+	ck_assert_int_eq(toggle_sim_graph_launch(f->exec, f->stream), CUDA_SUCCESS);
+	nw = expected(f, &b, want);
+	ck_assert_int_eq(f->nlog, nw);
+	for (int i = 0; i < nw; i++)
+		ck_assert_int_eq(f->log[i], want[i]);
+
+	/* a guarded launch at the same set: the main exec, which holds it */
+	c = set_calls(f);
+	launch_check(f, &b);
+	ck_assert(!gstatus(f).full_running);
+	ck_assert_uint_eq(set_calls(f) - c, 0);
+	/* the next set: the full exec again, from the b it held (2,3 off, 6 on) */
+	struct toggle_set d = spec("resid_post:4-6");
+	step(f, 3, &d);
+	launch_check(f, &d);
+	ck_assert(gstatus(f).full_running);
+	ck_assert_uint_eq(set_calls(f) - c, 3);
 	bfx_close(f);
 }
 END_TEST
@@ -188,7 +323,9 @@ START_TEST(test_bare_status_lane_flags)
 	launch_check(f, &some);
 	step(f, 3, &some);
 	ck_assert_int_eq(toggle_shm_status_read(a->shm.st, &st), 0);
-	ck_assert_uint_eq(st.graphs[0].flags, TOGGLE_SHM_GRAPH_BOUND | both);
+	/* host modes: the full exec runs every set the bare one does not fit */
+	ck_assert_uint_eq(st.graphs[0].flags,
+			  TOGGLE_SHM_GRAPH_BOUND | both | TOGGLE_SHM_GRAPH_FULL_RUNNING);
 	struct toggle_set every = spec("all");
 	step(f, 4, &every);
 	launch_check(f, &every);
@@ -291,6 +428,8 @@ static Suite *bare_switch_suite(void)
 	Suite *s = suite_create("bare_switch");
 	TCase *tc = tcase_create("core");
 	tcase_add_loop_test(tc, test_bare_switch_failures_run_no_wrong_set, 0, 2);
+	tcase_add_loop_test(tc, test_full_sync_failures_run_no_wrong_set, 0, 2);
+	tcase_add_loop_test(tc, test_full_and_prepare_keep_their_states, 0, 2);
 	tcase_add_loop_test(tc, test_bare_reinstantiated_behind_handle, 0, 4);
 	tcase_add_test(tc, test_bare_status_lane_flags);
 	tcase_add_test(tc, test_bare_device_mode_decision);

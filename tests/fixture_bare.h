@@ -69,8 +69,10 @@ static inline struct toggle_config bfx_config(struct bfx *f, enum toggle_mode mo
 	};
 }
 
-/* driver_version 0: the simulator's default (no graph or exec ids). */
-static inline struct bfx *bfx_open_drv(enum toggle_mode mode, bool no_bare, int driver_version)
+/* driver_version 0: the simulator's default (no graph or exec ids); no_full: no full exec
+ * (host modes: every set the bare exec does not fit runs the main exec then). */
+static inline struct bfx *bfx_open_opts(enum toggle_mode mode, bool no_bare, bool no_full,
+					int driver_version)
 {
 	struct bfx *f = calloc(1, sizeof(*f));
 	ck_assert_ptr_nonnull(f);
@@ -80,8 +82,14 @@ static inline struct bfx *bfx_open_drv(enum toggle_mode mode, bool no_bare, int 
 	ck_assert_int_eq(toggle_sim_stream_create(f->sim, &f->stream), CUDA_SUCCESS);
 	struct toggle_config cfg = bfx_config(f, mode);
 	cfg.no_bare_exec = no_bare;
+	cfg.no_full_exec = no_full;
 	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
 	return f;
+}
+
+static inline struct bfx *bfx_open_drv(enum toggle_mode mode, bool no_bare, int driver_version)
+{
+	return bfx_open_opts(mode, no_bare, false, driver_version);
 }
 
 static inline struct bfx *bfx_open_cfg(enum toggle_mode mode, bool no_bare)

@@ -94,7 +94,8 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g);  /* (re)build for
 void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g);  /* unbind, forget, new capture */
 void tg_bare_free(struct toggle_agent *a, struct tg_graph *g);  /* agent close */
 /* Point g->run at the exec the current set needs; true (and g holds the
- * current version) when it is the bare or the full one, which need no node set. */
+ * current version) when it is the bare or the full one (host modes: the full
+ * one brought to the set first, tg_full_sync; false if that failed). */
 bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g);
 /* Back to the main exec, out of date (toggle_graph_prepare: the caller launches it). */
 void tg_bare_leave(struct toggle_agent *a, struct tg_graph *g);
@@ -206,6 +207,10 @@ int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec e
 
 /* ---- replay.c ---- */
 int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g);
+/* Host modes: g's full exec brought to the current set (its own node states). */
+int tg_full_sync(struct toggle_agent *a, struct tg_graph *g);
+/* Whether g's full exec (host modes) holds the current set already. */
+bool tg_full_holds(const struct toggle_agent *a, const struct tg_graph *g);
 /* Apply: every bound host-mode exec brought to the current set (toggle_apply_all). */
 int tg_apply_all(struct toggle_agent *a);
 

@@ -134,6 +134,13 @@ bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 	struct tg_bare *want = NULL, *now = alt_now(g);
 	if (!g->blocked && g->bare.exec && bare_fits(a, g))
 		want = &g->bare;
+	else if (!g->blocked && g->full.exec && g->full.nodes)
+		/* Host modes: every other set, its producers set first; a failure
+		 * (counted, kept in the last error) leaves the main exec to run it.
+		 * A graph destroyed while its exec is bound: only a set the full
+		 * exec holds already, untouched, as the main exec's rule is
+		 * (tg_graph_sync). */
+		want = (g->gone ? tg_full_holds(a, g) : tg_full_sync(a, g) == 0) ? &g->full : NULL;
 	else if (!g->blocked && g->full.exec && full_fits(a, g))
 		want = &g->full;
 	if (want != now) {
@@ -181,18 +188,48 @@ static void bare_destroy(struct toggle_agent *a, CUgraphExec *exec)
 	*exec = NULL;
 }
 
+static void bare_graph_destroy(struct toggle_agent *a, CUgraph *graph)
+{
+	if (!*graph)
+		return;
+	if (a->cu.graph_destroy(*graph) != CUDA_SUCCESS)
+		a->anomalies.driver_errors++;
+	*graph = NULL;
+}
+
+/* The parked exec and its clone. */
+static void alt_unpark(struct toggle_agent *a, struct tg_bare *x)
+{
+	bare_destroy(a, &x->parked);
+	bare_graph_destroy(a, &x->parked_graph);
+}
+
+/* The host full exec's node handles and states (its clone goes with its exec). */
+static void alt_forget_nodes(struct tg_bare *x)
+{
+	free(x->nodes);
+	free(x->state);
+	x->nodes = NULL;
+	x->state = NULL;
+	x->synced_valid = false;
+}
+
 /* Destroying an exec inside a capture window is left for later (bind, close). */
 static void alt_drop(struct toggle_agent *a, struct tg_bare *x)
 {
+	alt_forget_nodes(x);
 	if (!x->exec)
 		return;
 	if (a->capture_depth == 0) {
 		bare_destroy(a, &x->exec);
+		bare_graph_destroy(a, &x->graph);
 		return;
 	}
-	bare_destroy(a, &x->parked);
+	alt_unpark(a, x);
 	x->parked = x->exec;
+	x->parked_graph = x->graph;
 	x->exec = NULL;
+	x->graph = NULL;
 }
 
 void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g)
@@ -205,10 +242,12 @@ void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g)
 void tg_bare_free(struct toggle_agent *a, struct tg_graph *g)
 {
 	bare_stop(g);
+	alt_forget_nodes(&g->full);
 	bare_destroy(a, &g->bare.exec);
-	bare_destroy(a, &g->bare.parked);
 	bare_destroy(a, &g->full.exec);
-	bare_destroy(a, &g->full.parked);
+	bare_graph_destroy(a, &g->full.graph);
+	alt_unpark(a, &g->bare);
+	alt_unpark(a, &g->full);
 }
 
 /* The dependencies (deps) or dependents of node, in a new array; with
@@ -315,10 +354,17 @@ static int bare_remove(struct toggle_agent *a, CUgraph clone, CUgraphNode node)
 	return rc;
 }
 
-/* Clone g's graph, remove its producers (unless full), instantiate the clone. */
-static int bare_build(struct toggle_agent *a, struct tg_graph *g, bool full, CUgraphExec *out)
+/*
+ * Clone g's graph, remove its producers (bare) or find each in the clone
+ * (full: *nodes, the handles that set them in its exec), instantiate the
+ * clone.  The bare exec's clone is destroyed (the exec does not need it), the
+ * full exec's kept in *keep: its node handles live as long as it does.
+ */
+static int bare_build(struct toggle_agent *a, struct tg_graph *g, bool full, CUgraphExec *out,
+		      CUgraph *keep, CUgraphNode **nodes)
 {
 	CUgraph clone = NULL;
+	CUgraphNode *found = NULL;
 	CUresult r = a->cu.graph_clone(&clone, g->graph);
 	if (r != CUDA_SUCCESS)
 		return tg_fail(a, TOGGLE_ECUDA, "cuGraphClone: %s", tg_cu_errstr(&a->cu, r));
@@ -326,18 +372,28 @@ static int bare_build(struct toggle_agent *a, struct tg_graph *g, bool full, CUg
 	 * would too: given back first, or the graph's death would wait for this
 	 * exec (life.c). */
 	int rc = tg_life_unclone(a, g, clone);
-	for (uint32_t i = 0; !rc && !full && i < g->n_nodes; i++) {
+	if (!rc && full && !(found = malloc((size_t)g->n_nodes * sizeof(*found))))
+		rc = tg_fail(a, TOGGLE_ENOMEM, "out of memory");
+	for (uint32_t i = 0; !rc && i < g->n_nodes; i++) {
 		CUgraphNode node = NULL;
 		r = a->cu.graph_node_find_in_clone(&node, g->nodes[i].node, clone);
 		if (r != CUDA_SUCCESS)
 			rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphNodeFindInClone: %s",
 				     tg_cu_errstr(&a->cu, r));
+		else if (full)
+			found[i] = node;
 		else
 			rc = bare_remove(a, clone, node);
 	}
 	if (!rc && (r = a->cu.graph_instantiate(out, clone, 0)) != CUDA_SUCCESS)
 		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphInstantiateWithFlags: %s",
 			     tg_cu_errstr(&a->cu, r));
+	if (!rc && full) {
+		*keep = clone;
+		*nodes = found;
+		return 0;
+	}
+	free(found);
 	r = a->cu.graph_destroy(clone); /* the exec does not need it */
 	if (r != CUDA_SUCCESS && !rc) {
 		bare_destroy(a, out);
@@ -746,6 +802,9 @@ static void alt_build(struct toggle_agent *a, struct tg_graph *g, struct tg_bare
 {
 	bool full = x == &g->full;
 	CUgraphExec exec = NULL;
+	CUgraph graph = NULL;
+	CUgraphNode *nodes = NULL;
+	uint8_t *state = NULL;
 	int rc;
 	if (full && g->dev == TG_DEV_ACTIVE && g->n_attrs) {
 		uint32_t h = 0;
@@ -757,9 +816,21 @@ static void alt_build(struct toggle_agent *a, struct tg_graph *g, struct tg_bare
 		rc = tg_fail(a, TOGGLE_ENOTSUP, "producer hook %u:%u may hold launch attributes of "
 			     "its own, which the driver does not copy from a device-updatable node",
 			     h / TOGGLE_MAX_LAYERS, h % TOGGLE_MAX_LAYERS);
+	} else if (g->dev == TG_DEV_ACTIVE) {
+		rc = bare_assemble(a, g, full, &exec);
 	} else {
-		rc = g->dev == TG_DEV_ACTIVE ? bare_assemble(a, g, full, &exec)
-					     : bare_build(a, g, full, &exec);
+		rc = bare_build(a, g, full, &exec, &graph, &nodes);
+		/* Every producer of the clone is on, as captured; the first pick
+		 * sets those its set turns off. */
+		if (!rc && full && !(state = malloc(g->n_nodes ? g->n_nodes : 1))) {
+			rc = tg_fail(a, TOGGLE_ENOMEM, "out of memory");
+			bare_destroy(a, &exec);
+			bare_graph_destroy(a, &graph);
+			free(nodes);
+			nodes = NULL;
+		}
+		if (!rc && full)
+			memset(state, TG_NODE_ON, g->n_nodes);
 	}
 	x->failed = rc != 0;
 	if (rc) {
@@ -774,6 +845,10 @@ static void alt_build(struct toggle_agent *a, struct tg_graph *g, struct tg_bare
 		return;
 	}
 	x->exec = exec;
+	x->graph = graph;
+	x->nodes = nodes;
+	x->state = state;
+	x->synced_valid = false;
 	if (full)
 		a->stats.full_builds++;
 	else
@@ -791,8 +866,8 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 {
 	tg_bare_drop(a, g);
 	if (a->capture_depth == 0) {
-		bare_destroy(a, &g->bare.parked);
-		bare_destroy(a, &g->full.parked);
+		alt_unpark(a, &g->bare);
+		alt_unpark(a, &g->full);
 	}
 	g->bare.failed = false;
 	g->full.failed = false;

@@ -54,6 +54,16 @@ enum tg_dev {
 struct tg_bare {
 	CUgraphExec exec;         /* NULL: none (not built, off, or the build failed) */
 	CUgraphExec parked;       /* one dropped inside a capture window: destroyed later */
+	/* Host modes' full exec (bare.c) also runs the sets in between: its
+	 * producers are set like the main exec's, with their own state (replay.c,
+	 * tg_full_sync), so that no step of a host-mode graph launches the main
+	 * exec, the one holding the lifetime object the driver paces. */
+	CUgraph graph;            /* the clone exec was instantiated from (its node handles) */
+	CUgraph parked_graph;     /* graph of parked */
+	CUgraphNode *nodes;       /* per recorded node of the graph, its node in graph */
+	uint8_t *state;           /* enum tg_node_state per node, for exec */
+	struct toggle_set synced; /* the set every node of exec holds, if synced_valid */
+	bool synced_valid;
 	uint64_t replays;         /* launches that ran such an exec before `since` */
 	uint64_t since;           /* g->replays when the running one was picked */
 	CUstream stream;          /* stream of its last launch (its run_slot) */

@@ -14,34 +14,63 @@
 #include "agent_impl.h"
 #include "record_impl.h"
 
-/* Set node i of g's exec; on failure its state becomes unknown. */
-static int sync_node(struct toggle_agent *a, struct tg_graph *g, uint32_t i, uint8_t on)
+/*
+ * The exec a sync sets and what it knows of it: the main exec (the graph's
+ * own nodes) or, in host modes, the full exec (its clone's nodes, bare.c).
+ * Each keeps its own node states, so running one never leaves the other's
+ * cache wrong.
+ */
+struct sync_target {
+	CUgraphExec exec;
+	CUgraphNode *nodes;       /* NULL: the graph's own (g->nodes[i].node) */
+	uint8_t *state;
+	struct toggle_set *synced;
+	bool *synced_valid;
+	const char *what;         /* for errors: "exec" or "full exec" */
+};
+
+static struct sync_target target_main(struct tg_graph *g)
+{
+	return (struct sync_target){g->exec, NULL, g->state, &g->synced, &g->synced_valid, "exec"};
+}
+
+static struct sync_target target_full(struct tg_graph *g)
+{
+	return (struct sync_target){g->full.exec, g->full.nodes, g->full.state, &g->full.synced,
+				    &g->full.synced_valid, "full exec"};
+}
+
+/* Set node i of t's exec; on failure its state becomes unknown. */
+static int sync_node(struct toggle_agent *a, struct tg_graph *g, const struct sync_target *t,
+		     uint32_t i, uint8_t on)
 {
 	a->stats.node_set_calls++;
-	CUresult r = a->cu.graph_node_set_enabled(g->exec, g->nodes[i].node, on);
+	CUgraphNode node = t->nodes ? t->nodes[i] : g->nodes[i].node;
+	CUresult r = a->cu.graph_node_set_enabled(t->exec, node, on);
 	if (r != CUDA_SUCCESS) {
 		/* The driver may or may not have changed it: unknown, and the
 		 * exec does not hold any version until a sync completes. */
-		g->state[i] = TG_NODE_UNKNOWN;
+		t->state[i] = TG_NODE_UNKNOWN;
 		g->applied_version = 0;
 		a->anomalies.driver_errors++;
 		uint32_t h = g->nodes[i].hook;
 		return tg_fail(a, TOGGLE_ECUDA,
-			       "graph %p exec %p: cuGraphNodeSetEnabled(hook %u:%u, %s): %s",
-			       (void *)g->graph, (void *)g->exec, h / TOGGLE_MAX_LAYERS,
+			       "graph %p %s %p: cuGraphNodeSetEnabled(hook %u:%u, %s): %s",
+			       (void *)g->graph, t->what, (void *)t->exec, h / TOGGLE_MAX_LAYERS,
 			       h % TOGGLE_MAX_LAYERS, on ? "on" : "off", tg_cu_errstr(&a->cu, r));
 	}
-	g->state[i] = on;
-	g->upload_pending |= g->nodes[i].devnode != 0;
+	t->state[i] = on;
+	g->upload_pending |= !t->nodes && g->nodes[i].devnode != 0;
 	return 0;
 }
 
 /* Every node whose cached state differs (after a bind: all of them). */
-static int sync_all(struct toggle_agent *a, struct tg_graph *g, const struct toggle_set *want)
+static int sync_all(struct toggle_agent *a, struct tg_graph *g, const struct sync_target *t,
+		    const struct toggle_set *want)
 {
 	for (uint32_t i = 0; i < g->n_nodes; i++) {
 		uint8_t on = tg_set_has(want, g->nodes[i].hook) ? TG_NODE_ON : TG_NODE_OFF;
-		int rc = g->state[i] == on ? 0 : sync_node(a, g, i, on);
+		int rc = t->state[i] == on ? 0 : sync_node(a, g, t, i, on);
 		if (rc)
 			return rc;
 	}
@@ -113,17 +142,18 @@ static uint32_t sync_seek(const struct tg_graph *g, uint32_t from, uint32_t hook
  * a pass over every node.  Returns 1 when so many changed that the plain
  * pass is cheaper (nothing done then).
  */
-static int sync_changed(struct toggle_agent *a, struct tg_graph *g, const struct toggle_set *want)
+static int sync_changed(struct toggle_agent *a, struct tg_graph *g, const struct sync_target *t,
+			const struct toggle_set *want)
 {
 	uint32_t changed = 0;
 	for (uint32_t w = g->wlo; w < g->whi; w++)
-		changed += (uint32_t)__builtin_popcountll((want->bits[w] ^ g->synced.bits[w]) &
+		changed += (uint32_t)__builtin_popcountll((want->bits[w] ^ t->synced->bits[w]) &
 							   g->covered.bits[w]);
 	if (changed * 8u > g->hooks_covered)
 		return 1;
 	uint32_t pos = 0;
 	for (uint32_t w = g->wlo; w < g->whi; w++) {
-		uint64_t d = (want->bits[w] ^ g->synced.bits[w]) & g->covered.bits[w];
+		uint64_t d = (want->bits[w] ^ t->synced->bits[w]) & g->covered.bits[w];
 		while (d) {
 			uint32_t hook = w * 64 + (uint32_t)__builtin_ctzll(d);
 			d &= d - 1;
@@ -131,7 +161,7 @@ static int sync_changed(struct toggle_agent *a, struct tg_graph *g, const struct
 			for (pos = sync_seek(g, pos, hook);
 			     pos < g->n_nodes && g->nodes[g->by_hook[pos]].hook == hook; pos++) {
 				uint32_t i = g->by_hook[pos];
-				int rc = g->state[i] == on ? 0 : sync_node(a, g, i, on);
+				int rc = t->state[i] == on ? 0 : sync_node(a, g, t, i, on);
 				if (rc)
 					return rc;
 			}
@@ -140,16 +170,38 @@ static int sync_changed(struct toggle_agent *a, struct tg_graph *g, const struct
 	return 0;
 }
 
+/* Whether two sets agree on g's hooks. */
+static bool synced_to_set(const struct tg_graph *g, const struct toggle_set *synced,
+			  const struct toggle_set *want)
+{
+	for (uint32_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++)
+		if ((want->bits[w] ^ synced->bits[w]) & g->covered.bits[w])
+			return false;
+	return true;
+}
+
 /* Whether every node of g's exec holds what want asks of its hook: the
  * exec was last synced to a set that agrees with want on g's hooks. */
 static bool synced_to(const struct tg_graph *g, const struct toggle_set *want)
 {
-	if (!g->synced_valid)
-		return false;
-	for (uint32_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++)
-		if ((want->bits[w] ^ g->synced.bits[w]) & g->covered.bits[w])
-			return false;
-	return true;
+	return g->synced_valid && synced_to_set(g, &g->synced, want);
+}
+
+/* t's exec to want: the changed nodes, or all whose state differs. */
+static int sync_to(struct toggle_agent *a, struct tg_graph *g, const struct sync_target *t,
+		   const struct toggle_set *want)
+{
+	int rc = *t->synced_valid && sync_index(g) ? sync_changed(a, g, t, want) : 1;
+	if (rc == 1)
+		rc = sync_all(a, g, t, want);
+	if (rc) {
+		*t->synced_valid = false;
+		return rc;
+	}
+	*t->synced = *want;
+	*t->synced_valid = true;
+	a->stats.syncs++;
+	return 0;
 }
 
 int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g)
@@ -181,18 +233,32 @@ int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g)
 			       "are toggled by its planner (device mode); host and device toggles "
 			       "never mix on one exec", (void *)g->graph, (void *)g->exec);
 	}
-	int rc = g->synced_valid && sync_index(g) ? sync_changed(a, g, want) : 1;
-	if (rc == 1)
-		rc = sync_all(a, g, want);
-	if (rc) {
-		g->synced_valid = false;
-		return rc;
-	}
-	g->synced = *want;
-	g->synced_valid = true;
-	g->applied_version = a->version;
-	a->stats.syncs++;
-	return 0;
+	struct sync_target t = target_main(g);
+	int rc = sync_to(a, g, &t, want);
+	if (!rc)
+		g->applied_version = a->version;
+	return rc;
+}
+
+/*
+ * Host modes: the full exec to the current set (tg_bare_pick, before it runs a
+ * set in between or all on).  Its failure leaves the full exec's states
+ * unknown (the next pick sets them all) and the caller on the main exec.
+ */
+bool tg_full_holds(const struct toggle_agent *a, const struct tg_graph *g)
+{
+	return g->full.exec && g->full.nodes && g->full.synced_valid &&
+	       synced_to_set(g, &g->full.synced, &a->current);
+}
+
+int tg_full_sync(struct toggle_agent *a, struct tg_graph *g)
+{
+	struct sync_target t = target_full(g);
+	if (!t.exec || !t.nodes)
+		return tg_fail(a, TOGGLE_EINVAL, "graph %p: no full exec to set", (void *)g->graph);
+	if (tg_full_holds(a, g))
+		return 0;
+	return sync_to(a, g, &t, &a->current);
 }
 
 /*

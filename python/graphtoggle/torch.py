@@ -341,12 +341,32 @@ def _owner_of(g):
 
 class _Session:
     """One patched period: from the first owner's patch() to the last owner's end."""
-    __slots__ = ("agent", "owners", "random_ops", "__weakref__")
+    __slots__ = ("agent", "owners", "random_ops", "states", "__weakref__")
 
     def __init__(self, agent, random_ops=None):
         self.agent = agent
         self.owners = 0
         self.random_ops = random_ops
+        self.states = weakref.WeakSet()  # the _GraphState of each graph it adopted
+
+
+def _settle_ended(s):
+    """The session's last owner ended: its graphs replay as torch's own from now on, each
+    launching the application's exec.  In host modes the steps that enabled some hooks ran
+    libtoggle's full exec, so the application's exec may still hold an older set: each
+    bound one is brought to the agent's current set (toggle_graph_prepare, on the current
+    stream; nothing launched), so that an ended session's graph runs the set the agent
+    reported last.  A graph the agent refuses (forgotten, destroyed) is left as it is."""
+    a = s.agent
+    if a.closed or a.mode == "device":  # device mode: the exec's planner reads the set
+        return
+    for st in list(s.states):
+        if st.graph is None or st.exec is None:
+            continue
+        try:
+            a.prepare(st.graph, st.exec, (_raw_stream or _stream_fn())(st.device))
+        except GraphToggleError:
+            pass
 
 
 class _PatchState:
@@ -451,6 +471,7 @@ def unpatch(owner=None):
                 return
         elif s is None:
             return
+        _settle_ended(s)
         cls = _state.cls
         for name, v in _state.saved.items():
             if v is _MISSING:
@@ -494,7 +515,9 @@ def _make_methods(orig):
     def _adopt(self, s, keep_graph):
         # libtoggle needs the template alive: kept whatever was asked; remembered so that a
         # graph asked without it is instantiated at capture end, as torch would
-        self.__dict__["_graphtoggle"] = _GraphState(s.agent, s, want_keep=bool(keep_graph))
+        st = _GraphState(s.agent, s, want_keep=bool(keep_graph))
+        self.__dict__["_graphtoggle"] = st
+        s.states.add(st)
         if "_keep_graph" in self.__dict__:
             self._keep_graph = True
 

@@ -283,8 +283,9 @@ def test_reinstantiate_rebinds(agent):
 @pytest.mark.parametrize("full", [True, False])
 def test_full_exec_keyword(mode, full):
     """full_exec=True (the default) builds the full exec next to the producer-free one and
-    all-on steps run it; full_exec=False builds none and they run the main exec.  Ground
-    truth: the producers' own logs."""
+    every step the producer-free one does not fit (all on, or a set in between) runs it;
+    full_exec=False builds none and they run the main exec.  Ground truth: the producers'
+    own logs."""
     kwargs = {} if full else dict(full_exec=False)
     with Agent("f", hooks=HOOKS, backend="sim", mode=mode, **kwargs) as a:
         eng = Engine(a)
@@ -301,7 +302,13 @@ def test_full_exec_keyword(mode, full):
         a.set_enabled("attn_out:2")
         a.step(1)
         assert eng.replay(g, e) == {("attn_out", 2)}
-        assert not a.graph_status(g)["full_running"]
+        st = a.graph_status(g)
+        assert st["full_running"] is full and st["full_replays"] == (2 if full else 0)
+        a.set_enabled("none")
+        a.step(2)
+        assert eng.replay(g, e) == set()
+        st = a.graph_status(g)
+        assert st["bare_running"] and not st["full_running"]
     with pytest.raises(graphtoggle.InvalidArgumentError, match="full_exec"):
         Agent("f", hooks=HOOKS, backend="sim", full_exec=None)
 

@@ -494,6 +494,32 @@ def _runs_the_bare_exec(a, how):
         owner.end()
 
 
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+@pytest.mark.parametrize("last", ["none", "resid_post:1", "all"])
+def test_ended_session_replays_the_last_set(mode, last):
+    """Launch-path replays (random_ops=False) run libtoggle's bare and full execs, never the
+    application's; when the session ends, its graphs replay as torch's own, launching the
+    application's exec, which must hold the set current at the end (not the capture's, every
+    producer on, nor one older)."""
+    with Agent("ended", hooks=HOOKS, backend="sim", sim=SIM, mode=mode) as a:
+        try:
+            m = Model(a)
+            g, owner = _capture_how(a, m, "patch", False)
+            for step, spec in enumerate(["mlp_out:2", "all", "resid_post:0,mlp_out:1", last]):
+                a.set_enabled(spec)
+                eff = a.step(step)
+                assert m.replay(g) == eff.to_set(), (step, spec)
+            st = a.graph_status(g.raw_cuda_graph())
+            assert st["bare_running"] or st["full_running"]  # not the application's exec
+            owner.end()
+            launches = a.stats()["launches"]
+            assert m.replay(g) == a.hookset(last).to_set()  # torch's own replay
+            assert m.replay(g) == a.hookset(last).to_set()
+            assert a.stats()["launches"] == launches
+        finally:
+            gtt.unpatch()
+
+
 @pytest.mark.parametrize("how", ["patch", "capture"])
 def test_random_ops_true_builds_no_bare_exec(agent, how):
     """random_ops=True (prepare + torch's own replay at every replay) never runs a bare exec,

@@ -67,7 +67,7 @@ from torch_compile_bench import (hooked_copy, judge_execs, kernel_nodes,  # noqa
                                  written)
 
 TYPES = ("resid_post", "mlp_out")
-LEGS = ("floor", "off", "on")
+HALF = "resid_post:*"  # --half's set: half the hooks on, a set in between
 warnings.filterwarnings("ignore", message="graphtoggle.torch.attach")
 FAILS = []
 
@@ -156,8 +156,9 @@ def check_graph(agent, att, g, out, bs, floor_graph, floor_out, exact_floor, wha
     print(PREFIX + "%s: replays until two in a row give the same logits: floor graph %s, "
           "hooked graph (off) %s" % (what, settled_floor, settled), flush=True)
     logits = []
+    half = {h for h in att.hook_ids if h[0] == "resid_post"}
     for spec, want in (("none", set()), ("none", set()), ("all", set(att.hook_ids)),
-                       ("all", set(att.hook_ids)), ("none", set())):
+                       ("all", set(att.hook_ids)), (HALF, half), ("none", set())):
         agent.set_enabled(spec)
         agent.step()
         reset(att)
@@ -212,12 +213,13 @@ def check_graph(agent, att, g, out, bs, floor_graph, floor_out, exact_floor, wha
 
 def report(tag, bs, t):
     f = t["floor"][0]
-    for leg in LEGS:
+    for leg in t:
         print(PREFIX + "%s bs %d %-5s %.4f ms/step  %.4fx floor  host %.2f us/step"
               % (tag, bs, leg, t[leg][0], t[leg][0] / f, t[leg][1]), flush=True)
-    return "%s bs %d: off %.4fx, on %.4fx; host +%.2f us/step off, +%.2f on" % (
-        tag, bs, t["off"][0] / f, t["on"][0] / f, t["off"][1] - t["floor"][1],
-        t["on"][1] - t["floor"][1])
+    return "%s bs %d: off %.4fx, on %.4fx%s; host +%.2f us/step off, +%.2f on" % (
+        tag, bs, t["off"][0] / f, t["on"][0] / f,
+        ", half %.4fx" % (t["half"][0] / f) if "half" in t else "",
+        t["off"][1] - t["floor"][1], t["on"][1] - t["floor"][1])
 
 
 def bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids):
@@ -265,8 +267,11 @@ def bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids):
             def hooked_step(g=gh):
                 agent.step()
                 g.replay()
-            t = time_legs({"floor": gf.replay, "off": hooked_step, "on": hooked_step},
-                          {"off": "none", "on": "all"}, agent, args.reps, args.n)
+            fns = {"floor": gf.replay, "off": hooked_step, "on": hooked_step}
+            if args.half:
+                fns["half"] = hooked_step
+            t = time_legs(fns, {"off": "none", "on": "all", "half": HALF}, agent, args.reps,
+                          args.n)
             st = agent.graph_status(gh.raw_cuda_graph())
             judge_execs(st, "%s bs %d" % (tag, bs), fail, PREFIX)
             out.append(report(tag, bs, t))
@@ -291,7 +296,8 @@ def run_mode(args, mode):
     ids = torch.randint(0, args.vocab, (max(args.batches), 1), device="cuda")
     out = []
     with graphtoggle.Agent("llama-bench-" + mode, hooks={t: args.layers for t in TYPES},
-                           mode=mode, strict=(mode == "device")) as agent:
+                           mode=mode, strict=(mode == "device"),
+                           full_exec=not args.no_full_exec) as agent:
         layers = hooked.model.layers
         att = agent.attach({"resid_post": layers, "mlp_out": [l.mlp for l in layers]},
                            max_tokens=max(args.batches), width=args.hidden, dtype=dt,
@@ -331,6 +337,10 @@ def main(argv=None):
                     "session 11; the default shares the floor's)")
     ap.add_argument("--method", choices=("mul", "copy_out"), default=None,
                     help="the producers' kernel (attach()'s method; default by mode)")
+    ap.add_argument("--half", action="store_true",
+                    help="a leg with half the hooks on (%s): a set in between" % HALF)
+    ap.add_argument("--no-full-exec", action="store_true",
+                    help="Agent(full_exec=False): sets other than all off run the main exec")
     ap.add_argument("--deterministic", action="store_true",
                     help="torch.use_deterministic_algorithms(True) (inductor's deterministic "
                     "mode)")
