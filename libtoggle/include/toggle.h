@@ -67,9 +67,10 @@ struct toggle_config {
 	/* No producer-free exec per bound graph (saves its device and host
 	 * memory; see toggle_graph_status.bare_exec).  Default: built. */
 	bool no_bare_exec;
-	/* No full exec per bound graph (the steps that enable every hook of a
-	 * graph then run its main exec; toggle_graph_status.full_exec).
-	 * no_bare_exec turns both off.  Default: built. */
+	/* No full exec per bound graph (the steps it would run then run the
+	 * graph's main exec: all on, and in host modes every set in between;
+	 * toggle_graph_status.full_exec).  no_bare_exec turns both off.
+	 * Default: built. */
 	bool no_full_exec;
 };
 
@@ -406,14 +407,16 @@ struct toggle_graph_status {
 	bool bare_exec;          /* it has one */
 	bool bare_running;       /* its launches run it (the current set fits) */
 	uint64_t bare_replays;   /* launches that ran it, across execs */
-	/* The full exec: another exec of the graph with every producer on,
-	 * holding no lifetime object (host modes: a clone; device mode:
-	 * without its planner, every producer a plain kernel node), built at
-	 * bind next to the producer-free one, launched at steps whose set
-	 * enables every hook of the graph (toggle_graph_set_bare switches
-	 * both). */
+	/* The full exec: another exec of the graph, holding no lifetime
+	 * object, built at bind next to the producer-free one
+	 * (toggle_graph_set_bare switches both).  Host modes: a clone of the
+	 * graph, launched at every step the producer-free exec does not fit,
+	 * its producers set from node states of its own (the main exec then
+	 * holds the set it was last synced to).  Device mode: without its
+	 * planner, every producer a plain kernel node, launched at steps whose
+	 * set enables every hook of the graph. */
 	bool full_exec;          /* it has one */
-	bool full_running;       /* its launches run it (the current set enables every hook) */
+	bool full_running;       /* its launches run it */
 	uint64_t full_replays;   /* launches that ran it, across execs */
 };
 

@@ -102,7 +102,7 @@ struct toggle_shm_graph {
 #define TOGGLE_SHM_GRAPH_BLOCKED 32u /* strict agent: its launches are refused until then */
 #define TOGGLE_SHM_GRAPH_BARE 64u    /* has a producer-free exec */
 #define TOGGLE_SHM_GRAPH_BARE_RUNNING 128u /* its launches run the producer-free exec */
-#define TOGGLE_SHM_GRAPH_FULL 256u   /* has a full exec (every producer on) */
+#define TOGGLE_SHM_GRAPH_FULL 256u   /* has a full exec (toggle_graph_status.full_exec) */
 #define TOGGLE_SHM_GRAPH_FULL_RUNNING 512u /* its launches run the full exec */
 
 /*

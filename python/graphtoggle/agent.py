@@ -45,10 +45,12 @@ class Agent:
     launch()), and torch graphs replayed through toggle_graph_launch (random_ops=False);
     not for torch graphs replayed by prepare + torch's own replay (the default), which
     never run it.  True: every bound graph.  False: none (toggle_config.no_bare_exec).
-    full_exec: the full exec (every producer on, no lifetime reference), built with the
-    producer-free one and run at the steps whose set enables every hook of the graph.
-    False: none (toggle_config.no_full_exec; those steps run the main exec), for engines
-    that cannot spare one more exec per graph.
+    full_exec: the full exec (a clone of the graph, no lifetime reference), built with the
+    producer-free one and run at the steps whose set enables every hook of the graph (and,
+    lazy and eager, at every other step the producer-free one does not fit, its producers
+    set to the step's set).  False: none (toggle_config.no_full_exec; those steps run the
+    main exec, whose launches the driver paces), for engines that cannot spare one more
+    exec per graph.
     """
 
     def __init__(self, name, hooks, mode="lazy", socket=None, group=None, strict=False,

@@ -42,8 +42,8 @@ Environment (read by register()):
   GRAPHTOGGLE_RANK       the rank to name the agent with (default: the worker's rank)
   GRAPHTOGGLE_MODE       lazy (default), eager or device
   GRAPHTOGGLE_STRICT     1: device mode refuses instead of falling back to lazy
-  GRAPHTOGGLE_FULL_EXEC  0: no full exec per graph (Agent(full_exec=False): all-on steps
-                         run the graph's own exec; saves one exec's memory per graph)
+  GRAPHTOGGLE_FULL_EXEC  0: no full exec per graph (Agent(full_exec=False): the steps it
+                         runs run the graph's own exec; saves one exec's memory per graph)
   GRAPHTOGGLE_HOOKS      type=path,...: the modules each hook type attaches to, paths from
                          the model with "*" for every element of a list; default
                          "resid_post=model.layers,attn_out=model.layers.*.self_attn,
