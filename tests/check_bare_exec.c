@@ -106,7 +106,7 @@ START_TEST(test_bare_main_keeps_its_state)
 	ck_assert(gstatus(f).bare_running);
 	step(f, 3, &b);
 	launch_check(f, &b);
-	/* 0,1 off and 4,5 on: the main exec still held a. */
+	/* 0,1 off and 4,5 on: the exec that ran a (host modes: the full one) still held it. */
 	ck_assert_uint_eq(set_calls(f) - c, 4);
 	ck_assert(!gstatus(f).bare_running);
 	bfx_close(f);

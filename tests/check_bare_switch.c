@@ -188,6 +188,18 @@ START_TEST(test_full_sync_failures_run_no_wrong_set)
 }
 END_TEST
 
+/* The application's exec launched by the caller itself (after a prepare): it ran s. */
+static void direct_check(struct bfx *f, const struct toggle_set *s)
+{
+	int want[MAX_K];
+	int n = expected(f, s, want);
+	f->nlog = 0;
+	ck_assert_int_eq(toggle_sim_graph_launch(f->exec, f->stream), CUDA_SUCCESS);
+	ck_assert_int_eq(f->nlog, n);
+	for (int i = 0; i < n; i++)
+		ck_assert_int_eq(f->log[i], want[i]);
+}
+
 /*
  * toggle_graph_prepare (the caller launches the application's exec itself,
  * as torch's replay of a graph with random ops does) while the full exec runs
@@ -199,7 +211,6 @@ START_TEST(test_full_and_prepare_keep_their_states)
 	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
 	bfx_capture_bound(f);
 	struct toggle_set a = spec("resid_post:0-3"), b = spec("resid_post:2-5");
-	int want[MAX_K];
 	step(f, 1, &a);
 	launch_check(f, &a);
 	ck_assert(gstatus(f).full_running);
@@ -207,12 +218,7 @@ START_TEST(test_full_and_prepare_keep_their_states)
 	/* prepare + the application's launch: a, from the main exec */
 	ck_assert_int_eq(toggle_graph_prepare(f->agent, f->graph, f->exec, f->stream), 0);
 	ck_assert(!gstatus(f).full_running);
-	f->nlog = 0;
-	ck_assert_int_eq(toggle_sim_graph_launch(f->exec, f->stream), CUDA_SUCCESS);
-	int nw = expected(f, &a, want);
-	ck_assert_int_eq(f->nlog, nw);
-	for (int i = 0; i < nw; i++)
-		ck_assert_int_eq(f->log[i], want[i]);
+	direct_check(f, &a);
 
 	/* b through the agent: the full exec, which held a (0,1 off and 4,5 on) */
 	uint64_t c = set_calls(f);
@@ -225,12 +231,7 @@ START_TEST(test_full_and_prepare_keep_their_states)
 	c = set_calls(f);
 	ck_assert_int_eq(toggle_graph_prepare(f->agent, f->graph, f->exec, f->stream), 0);
 	ck_assert_uint_eq(set_calls(f) - c, 4);
-	f->nlog = 0;
-	ck_assert_int_eq(toggle_sim_graph_launch(f->exec, f->stream), CUDA_SUCCESS);
-	nw = expected(f, &b, want);
-	ck_assert_int_eq(f->nlog, nw);
-	for (int i = 0; i < nw; i++)
-		ck_assert_int_eq(f->log[i], want[i]);
+	direct_check(f, &b);
 
 	/* a guarded launch at the same set: the main exec, which holds it */
 	c = set_calls(f);
