@@ -359,7 +359,9 @@ for x in g:
     assert x['bound'] is True and x['stale'] is False, x
     assert x['graph'].startswith('0x') and x['exec'].startswith('0x'), x
     assert x['replays'] >= 1 and x['last_step'] >= 0, x
-    assert x['bare_exec'] is True and x['runs'] in ('main', 'bare'), x
+    # lazy mode: the producer-free exec at all-off steps, the full exec at every other
+    assert x['bare_exec'] is True and x['full_exec'] is True, x
+    assert x['runs'] in ('full', 'bare'), x
 assert len({x['graph'] for x in g}) == 3
 "
 
@@ -415,7 +417,9 @@ expect_rc 0 "set none" && wait_for 5 "every graph runs its producer-free exec" g
 ctl graphs
 expect_rc 0 "graphs, bare" && expect_in out "bare" "graphs shows RUNS bare"
 ctl set resid_post:0-3,attn_out:5,mlp_out:31 --wait
-expect_rc 0 "set back" && wait_for 5 "every graph runs its main exec again" graphs_run main
+expect_rc 0 "set back" && wait_for 5 "every graph runs its full exec again (a set in between)" graphs_run full
+ctl graphs
+expect_rc 0 "graphs, full" && expect_in out "full" "graphs shows RUNS full"
 
 # a user who is not root, not the daemon's user, not in the operator group may read only
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then
