@@ -26,8 +26,8 @@
  *     lifetime reference) runs exactly the set's producers, with the same
  *     order checks; coming back from the bare exec costs only the hooks that
  *     differ from the set the full exec last held.
- *  3. Pipelined: 512 steps with random sets (a third of them empty), no host
- *     sync; a one-thread kernel writes the step in stream order before each
+ *  3. Pipelined: 512 steps with random sets (a third of them empty; in every
+ *     64 steps one held for 20, which gets its set exec), no host sync; a one-thread kernel writes the step in stream order before each
  *     launch and each producer records (step, hook): every step ran exactly
  *     its own set, whichever exec ran it.
  *  4. Rebind (a new exec bound explicitly), re-instantiation (a new exec
@@ -521,7 +521,7 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 	static unsigned char seen[PIPE][N_HOOKS];
 	struct toggle_agent *a = open_agent(cat, "gpu_bare_pipe", TOGGLE_MODE_LAZY, false);
 	unsigned long long n = 0;
-	unsigned bad = 0, bare_steps = 0;
+	unsigned bad = 0, bare_steps = 0, held_mixed = 0;
 	cudaGraph_t g;
 	cudaGraphExec_t e;
 	uint64_t rng = seed;
@@ -537,18 +537,28 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 		unsigned kind = (unsigned)(gpu_rng_next(&rng) % 3);
 
 		toggle_set_clear(&sets[i]);
-		if (kind != 0) {
+		if (i % 64 >= 40 && i % 64 < 60) {
+			/* Held for 20 steps: long enough for a set exec (a set in between
+			 * that holds, libtoggle.md) to be built and run. */
+			sets[i] = sets[i - 1];
+		} else if (kind != 0) {
 			unsigned density = (unsigned)(gpu_rng_next(&rng) % 101);
 			for (int h = 0; h < N_HOOKS; h++)
 				if (gpu_rng_next(&rng) % 100 < density)
 					set_put(&sets[i], h);
 		}
 		{
-			bool fits = true; /* no hook of the graph: the bare exec runs */
-			for (int h = 0; h < N_HOOKS; h++)
-				if (hook_in_graph(h) && toggle_set_contains(&sets[i], hook_of(h)))
+			bool fits = true, all = true; /* none / every hook of the graph */
+			for (int h = 0; h < N_HOOKS; h++) {
+				if (!hook_in_graph(h))
+					continue;
+				if (toggle_set_contains(&sets[i], hook_of(h)))
 					fits = false;
+				else
+					all = false;
+			}
 			bare_steps += fits;
+			held_mixed += i % 64 == 59 && !fits && !all;
 		}
 		TG_CHECK(a, toggle_set_enabled(a, &sets[i]));
 		TG_CHECK(a, toggle_step_begin(a, i, NULL));
@@ -588,6 +598,18 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 			       gs.bare_replays, bare_steps);
 			bad++;
 		}
+		struct toggle_stats st;
+		toggle_stats_get(a, &st);
+		/* The held sets that were in between got set execs, and they ran. */
+		if (held_mixed && (!st.set_builds || !gs.set_replays)) {
+			printf("gpu-bare: pipelined: %u held sets in between, %" PRIu64 " set execs "
+			       "built, %" PRIu64 " set-exec replays\n", held_mixed, st.set_builds,
+			       gs.set_replays);
+			bad++;
+		}
+		printf("gpu-bare: pipelined: %u held sets in between: %" PRIu64 " set execs built "
+		       "(%" PRIu64 " failed), %" PRIu64 " launches ran one\n", held_mixed,
+		       st.set_builds, st.set_build_failures, gs.set_replays);
 	}
 	printf("gpu-bare: pipelined: %d steps (%u without a hook of the graph: bare exec), "
 	       "%llu producer records, %u violations\n", PIPE, bare_steps, n, bad);

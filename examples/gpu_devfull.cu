@@ -169,6 +169,41 @@ static void time_steps(struct toggle_agent *a, int which, cudaGraph_t g, cudaGra
 }
 
 /*
+ * n steps alternating between two sets (bits0, bits1) of one size, so that no
+ * set holds long enough for a set exec (libtoggle.md, *The set exec*): a host-mode
+ * agent runs its full exec, half its producers disabled.  GPU µs per replay, host
+ * µs per step (set + step_begin + launch).
+ */
+static void time_alternating(struct toggle_agent *a, int which, cudaGraph_t g, cudaGraphExec_t e,
+			     cudaStream_t s, int n, uint32_t bits0, uint32_t bits1, double *gpu_us,
+			     double *host_us)
+{
+	cudaEvent_t e0, e1;
+	float ms = 0;
+
+	CUDA_CHECK(cudaEventCreate(&e0));
+	CUDA_CHECK(cudaEventCreate(&e1));
+	for (int i = 0; i < 5; i++) {
+		begin(a, which, i % 2 ? bits1 : bits0);
+		TG_CHECK(a, toggle_graph_launch(a, (CUgraph)g, (CUgraphExec)e, (CUstream)s));
+	}
+	CUDA_CHECK(cudaStreamSynchronize(s));
+	CUDA_CHECK(cudaEventRecord(e0, s));
+	double t0 = gpu_now_us();
+	for (int i = 0; i < n; i++) {
+		begin(a, which, i % 2 ? bits1 : bits0);
+		TG_CHECK(a, toggle_graph_launch(a, (CUgraph)g, (CUgraphExec)e, (CUstream)s));
+	}
+	*host_us = (gpu_now_us() - t0) / n;
+	CUDA_CHECK(cudaEventRecord(e1, s));
+	CUDA_CHECK(cudaEventSynchronize(e1));
+	CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+	CUDA_CHECK(cudaEventDestroy(e0));
+	CUDA_CHECK(cudaEventDestroy(e1));
+	*gpu_us = (double)ms * 1000.0 / n;
+}
+
+/*
  * Plain launches cycling over k execs (e[i % k]), host and GPU time per launch:
  * whether the pacing of an exec that holds a user object is per exec (k execs,
  * each at most n / k launches queued) or per stream (one queue however many
@@ -423,7 +458,7 @@ int main(void)
 		double fl[R], dfu[R], dpl[R], lzo[R], hfl[R], hdfu[R], hdpl[R], hlzo[R];
 		double dba[R], lba[R], hdba[R], hlba[R];
 		double pl[R], ppl[R], hpl[R], hppl[R], pl20[R], hpl20[R], fuo[R], hfuo[R], dum;
-		double mxf[R], hmxf[R], mxm[R], hmxm[R];
+		double mxf[R], hmxf[R], mxm[R], hmxm[R], mxa[R], hmxa[R];
 
 		for (int r = 0; r < R; r++) {
 			time_steps(NULL, 0, gf, ef, s[0], N, &fl[r], &hfl[r]);
@@ -432,12 +467,15 @@ int main(void)
 			time_steps(a, 0, g, e, s[0], N, &dfu[r], &hdfu[r]);
 			time_steps(a, 0, gnf, enf, s[0], N, &dpl[r], &hdpl[r]);
 			time_steps(lz, 1, gl, el, s[0], N, &lzo[r], &hlzo[r]);
-			/* Half the hooks on (a set in between): lazy's full exec, against the
-			 * main exec of an agent without it. */
+			/* Half the hooks on (a set in between), held: lazy's set exec once the
+			 * set has held (libtoggle.md, *The set exec*), against the main exec of
+			 * an agent without the full exec (nor set execs); and alternating
+			 * with the other half: lazy's full exec, half its producers disabled. */
 			begin(lz, 1, MIXED);
 			begin(lm, 2, MIXED);
 			time_steps(lz, 1, gl, el, s[0], N, &mxf[r], &hmxf[r]);
 			time_steps(lm, 2, gm, em, s[0], N, &mxm[r], &hmxm[r]);
+			time_alternating(lz, 1, gl, el, s[0], N, MIXED, ~MIXED, &mxa[r], &hmxa[r]);
 			begin(a, 0, 0);
 			begin(lz, 1, 0);
 			time_steps(a, 0, g, e, s[0], N, &dba[r], &hdba[r]);
@@ -463,10 +501,19 @@ int main(void)
 		       N_LAYERS, R, N, mf, mdf, mdf / mf, mdp, mdp / mf, mlz, mlz / mf, mdf / mlz);
 		printf(GPU_TAG ": figures all off: device_bare_us=%.2f (%.4fx) lazy_bare_us=%.2f "
 		       "(%.4fx)\n", mdb, mdb / mf, mlb, mlb / mf);
-		printf(GPU_TAG ": figures half on (set 0x%08x), lazy: full exec GPU us %.2f (%.4fx), "
-		       "host us/step %.2f; main exec (no_full_exec) GPU us %.2f (%.4fx), host us/step "
-		       "%.2f\n", MIXED, median(mxf, R), median(mxf, R) / mf, median(hmxf, R),
+		printf(GPU_TAG ": figures half on (set 0x%08x), lazy: held, the set exec GPU us %.2f "
+		       "(%.4fx), host us/step %.2f; alternating with 0x%08x, the full exec GPU us %.2f "
+		       "(%.4fx), host us/step %.2f; held, the main exec (no_full_exec) GPU us %.2f "
+		       "(%.4fx), host us/step %.2f\n", MIXED, median(mxf, R), median(mxf, R) / mf,
+		       median(hmxf, R), ~MIXED, median(mxa, R), median(mxa, R) / mf, median(hmxa, R),
 		       median(mxm, R), median(mxm, R) / mf, median(hmxm, R));
+		{
+			struct toggle_graph_status gls;
+			TG_CHECK(lz, toggle_graph_status(lz, (CUgraph)gl, &gls));
+			printf(GPU_TAG ": figures lazy graph: set exec %d (%" PRIu64 " replays), full "
+			       "exec %" PRIu64 " replays\n", gls.set_exec, gls.set_replays,
+			       gls.full_replays);
+		}
 		printf(GPU_TAG ": figures host us per step (step_begin + launch, set unchanged; floor: "
 		       "cudaGraphLaunch): floor %.2f; all on: device full %.2f (+%.2f), device "
 		       "planner %.2f (+%.2f), lazy %.2f (+%.2f); all off: device bare %.2f (+%.2f), "

@@ -418,6 +418,13 @@ struct toggle_graph_status {
 	bool full_exec;          /* it has one */
 	bool full_running;       /* its launches run it */
 	uint64_t full_replays;   /* launches that ran it, across execs */
+	/* The set exec (host modes): the graph without the producers of one
+	 * set in between leaves off, built at a step_begin once that set has
+	 * held for some steps (docs/libtoggle.md, *The set exec*), launched
+	 * while the set agrees with it on the graph's hooks. */
+	bool set_exec;           /* it has one */
+	bool set_running;        /* its launches run it */
+	uint64_t set_replays;    /* launches that ran it, across execs */
 };
 
 /*
@@ -476,6 +483,9 @@ struct toggle_stats {
 	uint64_t full_builds;        /* full execs built (at bind) */
 	uint64_t full_build_failures; /* builds that failed: the main exec runs all-on steps */
 	uint64_t full_switches;      /* picks of the full exec or back from it */
+	uint64_t set_builds;         /* set execs built (at step_begin) */
+	uint64_t set_build_failures; /* builds that failed: the full exec runs that set */
+	uint64_t set_switches;       /* picks of a set exec or back from it */
 };
 
 struct toggle_registry_check {

@@ -103,7 +103,8 @@ struct toggle_shm_graph {
 #define TOGGLE_SHM_GRAPH_BARE 64u    /* has a producer-free exec */
 #define TOGGLE_SHM_GRAPH_BARE_RUNNING 128u /* its launches run the producer-free exec */
 #define TOGGLE_SHM_GRAPH_FULL 256u   /* has a full exec (toggle_graph_status.full_exec) */
-#define TOGGLE_SHM_GRAPH_FULL_RUNNING 512u /* its launches run the full exec */
+#define TOGGLE_SHM_GRAPH_FULL_RUNNING 512u /* its launches run the full exec, or (host
+					      * modes) its set exec */
 
 /*
  * The status lane's anomaly counters, XX(NAME, name) each: it generates enum

@@ -189,6 +189,10 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 	/* Apply. */
 	if (a->dev.on)
 		tg_device_step(a); /* planners' reports; launches from here on are this step's */
+	/* A set that held: one graph's set exec (host modes), before eager's apply
+	 * picks it. */
+	if (a->full_on && !a->dev.on)
+		tg_setx_step(a);
 	/* Eager: apply now.  A failure leaves that exec out of date, and its
 	 * next launch retries the sync and is refused if it fails again. */
 	if (a->mode == TOGGLE_MODE_EAGER)

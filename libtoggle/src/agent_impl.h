@@ -100,6 +100,10 @@ bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g);
 /* Back to the main exec, out of date (toggle_graph_prepare: the caller launches it). */
 void tg_bare_leave(struct toggle_agent *a, struct tg_graph *g);
 bool tg_bare_running(const struct tg_graph *g);
+bool tg_setx_running(const struct tg_graph *g);
+/* Host modes, at step_begin: once a set in between has held for TG_SETX_STEADY
+ * steps, one graph's set exec built for it (bare.c). */
+void tg_setx_step(struct toggle_agent *a);
 uint64_t tg_bare_replays(const struct tg_graph *g);
 bool tg_full_running(const struct tg_graph *g);
 uint64_t tg_full_replays(const struct tg_graph *g);

@@ -58,6 +58,9 @@
 /* Most dependencies or dependents of one node the build accepts from the driver. */
 #define TG_BARE_MAX_EDGES (1u << 20)
 
+/* Steps a set in between must hold before set execs are built for it, one graph a step. */
+#define TG_SETX_STEADY 8u
+
 /* Whether the current set leaves g nothing to run. */
 static bool bare_fits(const struct toggle_agent *a, const struct tg_graph *g)
 {
@@ -72,6 +75,15 @@ static bool full_fits(const struct toggle_agent *a, const struct tg_graph *g)
 {
 	for (uint32_t w = g->alt_wlo; w < g->alt_whi; w++)
 		if ((a->current.bits[w] & g->covered.bits[w]) != g->covered.bits[w])
+			return false;
+	return true;
+}
+
+/* Whether the current set agrees, on g's hooks, with the one its set exec was built for. */
+static bool setx_fits(const struct toggle_agent *a, const struct tg_graph *g)
+{
+	for (uint32_t w = g->alt_wlo; w < g->alt_whi; w++)
+		if ((a->current.bits[w] & g->covered.bits[w]) != g->setx_set.bits[w])
 			return false;
 	return true;
 }
@@ -91,6 +103,11 @@ bool tg_full_running(const struct tg_graph *g)
 	return alt_running(g, &g->full);
 }
 
+bool tg_setx_running(const struct tg_graph *g)
+{
+	return alt_running(g, &g->setx);
+}
+
 uint64_t tg_bare_replays(const struct tg_graph *g)
 {
 	return tg_alt_replays(g, &g->bare);
@@ -104,7 +121,10 @@ uint64_t tg_full_replays(const struct tg_graph *g)
 /* The second exec g runs now, if any. */
 static struct tg_bare *alt_now(struct tg_graph *g)
 {
-	return alt_running(g, &g->bare) ? &g->bare : alt_running(g, &g->full) ? &g->full : NULL;
+	return alt_running(g, &g->bare)   ? &g->bare
+	       : alt_running(g, &g->full) ? &g->full
+	       : alt_running(g, &g->setx) ? &g->setx
+					  : NULL;
 }
 
 /* Close the count of launches of the second exec now running, if any. */
@@ -122,8 +142,10 @@ static void alt_switched(struct toggle_agent *a, struct tg_graph *g, const struc
 {
 	if (x == &g->bare)
 		a->stats.bare_switches++;
-	else
+	else if (x == &g->full)
 		a->stats.full_switches++;
+	else
+		a->stats.set_switches++;
 }
 
 bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
@@ -134,6 +156,8 @@ bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 	struct tg_bare *want = NULL, *now = alt_now(g);
 	if (!g->blocked && g->bare.exec && bare_fits(a, g))
 		want = &g->bare;
+	else if (!g->blocked && g->setx.exec && setx_fits(a, g))
+		want = &g->setx; /* host modes: nothing to set, as the bare exec */
 	else if (!g->blocked && g->full.exec && g->full.nodes)
 		/* Host modes: every other set, its producers set first; a failure
 		 * (counted, kept in the last error) leaves the main exec to run it.
@@ -237,6 +261,9 @@ void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g)
 	bare_stop(g);
 	alt_drop(a, &g->bare);
 	alt_drop(a, &g->full);
+	alt_drop(a, &g->setx);
+	g->setx.failed = false;
+	memset(&g->setx_set, 0, sizeof(g->setx_set));
 }
 
 void tg_bare_free(struct toggle_agent *a, struct tg_graph *g)
@@ -246,8 +273,10 @@ void tg_bare_free(struct toggle_agent *a, struct tg_graph *g)
 	bare_destroy(a, &g->bare.exec);
 	bare_destroy(a, &g->full.exec);
 	bare_graph_destroy(a, &g->full.graph);
+	bare_destroy(a, &g->setx.exec);
 	alt_unpark(a, &g->bare);
 	alt_unpark(a, &g->full);
+	alt_unpark(a, &g->setx);
 }
 
 /* The dependencies (deps) or dependents of node, in a new array; with
@@ -868,6 +897,7 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 	if (a->capture_depth == 0) {
 		alt_unpark(a, &g->bare);
 		alt_unpark(a, &g->full);
+		alt_unpark(a, &g->setx);
 	}
 	g->bare.failed = false;
 	g->full.failed = false;
@@ -885,4 +915,109 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 	alt_build(a, g, &g->bare);
 	if (a->full_on)
 		alt_build(a, g, &g->full);
+}
+
+/* ---- host modes: the set exec ----------------------------------------------- */
+
+/* Whether g should get a set exec for the current set now: a host-mode graph
+ * with a full exec (whose clone it is made from), at a set in between (all
+ * off and all on have their execs, which disable nothing), not already built
+ * for this set, nor failed for it. */
+static bool setx_wanted(const struct toggle_agent *a, const struct tg_graph *g)
+{
+	if (!g->bound || g->stale || g->gone || g->exec_dead || g->late || g->blocked ||
+	    g->dev == TG_DEV_ACTIVE || !g->full.exec || !g->full.graph || !g->full.nodes)
+		return false;
+	if (bare_fits(a, g) || full_fits(a, g))
+		return false;
+	return !((g->setx.exec || g->setx.failed) && setx_fits(a, g));
+}
+
+/*
+ * A clone of the full exec's clone (no lifetime object: bare_build gave it
+ * back) without the producers the current set leaves off, instantiated.
+ * Anything that fails leaves nothing behind.
+ */
+static int setx_build(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *out)
+{
+	CUgraph clone = NULL;
+	CUresult r = a->cu.graph_clone(&clone, g->full.graph);
+	if (r != CUDA_SUCCESS)
+		return tg_fail(a, TOGGLE_ECUDA, "cuGraphClone: %s", tg_cu_errstr(&a->cu, r));
+	int rc = 0;
+	for (uint32_t i = 0; !rc && i < g->n_nodes; i++) {
+		if (tg_set_has(&a->current, g->nodes[i].hook))
+			continue;
+		CUgraphNode node = NULL;
+		r = a->cu.graph_node_find_in_clone(&node, g->full.nodes[i], clone);
+		if (r != CUDA_SUCCESS)
+			rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphNodeFindInClone: %s",
+				     tg_cu_errstr(&a->cu, r));
+		else
+			rc = bare_remove(a, clone, node);
+	}
+	if (!rc && (r = a->cu.graph_instantiate(out, clone, 0)) != CUDA_SUCCESS) {
+		*out = NULL;
+		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphInstantiateWithFlags: %s",
+			     tg_cu_errstr(&a->cu, r));
+	}
+	r = a->cu.graph_destroy(clone); /* the exec does not need it */
+	if (r != CUDA_SUCCESS && !rc) {
+		bare_destroy(a, out);
+		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphDestroy: %s", tg_cu_errstr(&a->cu, r));
+	}
+	return rc;
+}
+
+/* Build g's set exec for the current set, replacing the one it had; its next
+ * pick (the next launch, or eager's apply) runs it.  A failure is counted and
+ * kept in the last error; that set then runs on the full exec. */
+static void setx_make(struct toggle_agent *a, struct tg_graph *g)
+{
+	CUgraphExec exec = NULL;
+	int rc = setx_build(a, g, &exec);
+	if (alt_now(g) == &g->setx)
+		bare_stop(g); /* the old one, picked at an earlier set: closed, main until the pick */
+	alt_drop(a, &g->setx);
+	memset(&g->setx_set, 0, sizeof(g->setx_set));
+	for (uint32_t w = g->alt_wlo; w < g->alt_whi; w++)
+		g->setx_set.bits[w] = a->current.bits[w] & g->covered.bits[w];
+	g->setx.failed = rc != 0;
+	g->applied_version = 0; /* picked again: the set exec, or what ran before */
+	if (rc) {
+		char why[sizeof(a->err)];
+		memcpy(why, a->err, sizeof(why));
+		tg_fail(a, 0, "graph %p: no set exec, the full exec runs this set: %.400s",
+			(void *)g->graph, why);
+		a->stats.set_build_failures++;
+		return;
+	}
+	g->setx.exec = exec;
+	a->stats.set_builds++;
+}
+
+void tg_setx_step(struct toggle_agent *a)
+{
+	if (a->version != a->setx_version) {
+		a->setx_version = a->version;
+		a->setx_steady = 0;
+		return;
+	}
+	if (a->setx_steady < TG_SETX_STEADY) {
+		a->setx_steady++;
+		return;
+	}
+	/* Graph objects are the application's and not thread-safe, and an exec is
+	 * not destroyed inside a capture window: never during a capture. */
+	if (a->capture_depth || !a->n_graphs)
+		return;
+	for (size_t k = 0; k < a->n_graphs; k++) {
+		size_t i = (a->setx_cursor + k) % a->n_graphs;
+		struct tg_graph *g = a->graphs[i];
+		if (!setx_wanted(a, g))
+			continue;
+		a->setx_cursor = i + 1;
+		setx_make(a, g); /* one a step: a build costs about what a bind's does */
+		return;
+	}
 }

@@ -268,7 +268,7 @@ void tg_status_publish(struct toggle_agent *a)
 				 (g->bare.exec ? TOGGLE_SHM_GRAPH_BARE : 0) |
 				 (tg_bare_running(g) ? TOGGLE_SHM_GRAPH_BARE_RUNNING : 0) |
 				 (g->full.exec ? TOGGLE_SHM_GRAPH_FULL : 0) |
-				 (tg_full_running(g) ? TOGGLE_SHM_GRAPH_FULL_RUNNING : 0),
+				 (tg_full_running(g) || tg_setx_running(g) ? TOGGLE_SHM_GRAPH_FULL_RUNNING : 0),
 		};
 	}
 	toggle_shm_status_write(a->shm.st, s);

@@ -187,6 +187,12 @@ struct tg_graph {
 	/* The producer-free exec (bare.c): exec's graph without its producers;
 	 * device mode's full exec: without its planner, producers plain. */
 	struct tg_bare bare, full;
+	/* Host modes' set exec (bare.c): the graph without the producers one
+	 * set leaves off (setx_set: that set on the graph's hooks), built at a
+	 * step_begin once a set in between has held for TG_SETX_STEADY steps,
+	 * launched while the current set agrees with it on the graph's hooks. */
+	struct tg_bare setx;
+	struct toggle_set setx_set;
 	uint32_t alt_wlo, alt_whi; /* set words that hold the graph's covered hooks */
 	uint32_t n_attrs;         /* producers recorded with attrs (struct tg_node) */
 };
@@ -246,6 +252,11 @@ struct toggle_agent {
 	struct tg_device dev;
 	bool bare_on;             /* build producer-free execs (toggle_config.no_bare_exec) */
 	bool full_on;             /* and full execs (toggle_config.no_full_exec) */
+	/* Set execs (bare.c, tg_setx_step): the version seen at the last
+	 * step_begin, the steps it has held, the next graph to look at. */
+	uint64_t setx_version;
+	uint32_t setx_steady;
+	size_t setx_cursor;
 
 	/* Desired state. */
 	struct toggle_set standing;

@@ -84,6 +84,9 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_graph_status, full_exec),
 	TG_FIELD(toggle_graph_status, full_running),
 	TG_FIELD(toggle_graph_status, full_replays),
+	TG_FIELD(toggle_graph_status, set_exec),
+	TG_FIELD(toggle_graph_status, set_running),
+	TG_FIELD(toggle_graph_status, set_replays),
 
 	TG_TYPE(toggle_anomalies),
 	TOGGLE_ANOMALY_MAP(TG_ANOMALY_FIELD)
@@ -108,6 +111,9 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_stats, full_builds),
 	TG_FIELD(toggle_stats, full_build_failures),
 	TG_FIELD(toggle_stats, full_switches),
+	TG_FIELD(toggle_stats, set_builds),
+	TG_FIELD(toggle_stats, set_build_failures),
+	TG_FIELD(toggle_stats, set_switches),
 
 	TG_TYPE(toggle_copy),
 	TG_FIELD(toggle_copy, dst),

@@ -588,6 +588,9 @@ static void graph_status(const struct toggle_agent *a, const struct tg_graph *g,
 		.full_exec = g->full.exec != NULL,
 		.full_running = tg_full_running(g),
 		.full_replays = tg_full_replays(g),
+		.set_exec = g->setx.exec != NULL,
+		.set_running = tg_setx_running(g),
+		.set_replays = tg_alt_replays(g, &g->setx),
 	};
 	memcpy(out->note, g->note, sizeof(out->note));
 }

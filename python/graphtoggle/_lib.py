@@ -90,6 +90,9 @@ class GraphStatus(Structure):
         ("full_exec", c_bool),
         ("full_running", c_bool),
         ("full_replays", c_uint64),
+        ("set_exec", c_bool),
+        ("set_running", c_bool),
+        ("set_replays", c_uint64),
     ]
 
 
@@ -106,7 +109,8 @@ class Stats(Structure):
         "rebinds", "uploads", "mask_writes", "mask_words", "stream_joins", "reuse_fences", "version")] + [
         ("step", c_int64)] + [(n, c_uint64) for n in (
         "bare_builds", "bare_build_failures", "bare_switches", "full_builds",
-        "full_build_failures", "full_switches")]
+        "full_build_failures", "full_switches", "set_builds", "set_build_failures",
+        "set_switches")]
 
 
 class RegistryCheck(Structure):

@@ -68,6 +68,7 @@ from torch_compile_bench import (hooked_copy, judge_execs, kernel_nodes,  # noqa
 
 TYPES = ("resid_post", "mlp_out")
 HALF = "resid_post:*"  # --half's set: half the hooks on, a set in between
+HALF_OTHER = "mlp_out:*"  # the other half: --half's alternating leg
 warnings.filterwarnings("ignore", message="graphtoggle.torch.attach")
 FAILS = []
 
@@ -218,7 +219,8 @@ def report(tag, bs, t):
               % (tag, bs, leg, t[leg][0], t[leg][0] / f, t[leg][1]), flush=True)
     return "%s bs %d: off %.4fx, on %.4fx%s; host +%.2f us/step off, +%.2f on" % (
         tag, bs, t["off"][0] / f, t["on"][0] / f,
-        ", half %.4fx" % (t["half"][0] / f) if "half" in t else "",
+        ", half %.4fx (alternating halves %.4fx)" % (t["half"][0] / f, t["half-alt"][0] / f)
+        if "half" in t else "",
         t["off"][1] - t["floor"][1], t["on"][1] - t["floor"][1])
 
 
@@ -269,7 +271,17 @@ def bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids):
                 g.replay()
             fns = {"floor": gf.replay, "off": hooked_step, "on": hooked_step}
             if args.half:
+                # held: the set exec once it has held (lazy, eager); alternating with the
+                # other half at every step: the full exec, half its producers disabled
                 fns["half"] = hooked_step
+                flip = [False]
+
+                def alt_step(g=gh):
+                    flip[0] = not flip[0]
+                    agent.set_enabled(HALF_OTHER if flip[0] else HALF)
+                    agent.step()
+                    g.replay()
+                fns["half-alt"] = alt_step
             t = time_legs(fns, {"off": "none", "on": "all", "half": HALF}, agent, args.reps,
                           args.n)
             st = agent.graph_status(gh.raw_cuda_graph())
@@ -338,7 +350,8 @@ def main(argv=None):
     ap.add_argument("--method", choices=("mul", "copy_out"), default=None,
                     help="the producers' kernel (attach()'s method; default by mode)")
     ap.add_argument("--half", action="store_true",
-                    help="a leg with half the hooks on (%s): a set in between" % HALF)
+                    help="legs with half the hooks on: %s held, and alternating with %s at "
+                    "every step" % (HALF, HALF_OTHER))
     ap.add_argument("--no-full-exec", action="store_true",
                     help="Agent(full_exec=False): sets other than all off run the main exec")
     ap.add_argument("--deterministic", action="store_true",

@@ -89,9 +89,11 @@ def judge_execs(st, what, fail_fn=None, prefix=PREFIX):
     full one (no planner) at all-on steps where the graph has one (docs/libtoggle.md; a
     failure if built but never run).  prefix: the calling bench's line prefix."""
     fail_fn = fail_fn or fail
-    print(prefix + "%s: execs: producer-free %s (%d replays), full %s (%d replays)"
+    print(prefix + "%s: execs: producer-free %s (%d replays), full %s (%d replays), set "
+          "exec %s (%d replays)"
           % (what, "yes" if st["bare_exec"] else "no", st["bare_replays"],
-             "yes" if st["full_exec"] else "no", st["full_replays"]), flush=True)
+             "yes" if st["full_exec"] else "no", st["full_replays"],
+             "yes" if st.get("set_exec") else "no", st.get("set_replays", 0)), flush=True)
     if st["mode"] != "device" and not st["bare_replays"]:
         fail_fn("%s: all-off steps never ran the producer-free exec" % what)
     if st["full_exec"] and not st["full_replays"]:

@@ -1,0 +1,205 @@
+/*
+ * check_set_exec.c - host modes' set exec on the simulator: a set in between
+ * that holds for some steps gets, one graph a step, an exec of the graph
+ * without the producers it leaves off, which its launches then run with no
+ * node set and no disabled node; other sets run the full exec as before.
+ * Ground truth: the kernels each launch ran (the fixture's log), in order.
+ */
+#include "fixture_bare.h"
+
+/* Steps a set must hold before its set execs are built (bare.c's TG_SETX_STEADY). */
+#define STEADY 8
+
+static struct toggle_stats stats(struct bfx *f)
+{
+	struct toggle_stats st;
+	toggle_stats_get(f->agent, &st);
+	return st;
+}
+
+/* Steps n.. with set s, each launched and checked, until the set exec is built
+ * (or `most` steps): the number of steps it took. */
+static int hold(struct bfx *f, int64_t *n, const struct toggle_set *s, int most)
+{
+	uint64_t built = stats(f).set_builds;
+	for (int i = 1; i <= most; i++) {
+		step(f, (*n)++, s);
+		launch_check(f, s);
+		if (stats(f).set_builds != built)
+			return i;
+	}
+	return 0;
+}
+
+START_TEST(test_set_exec_after_a_steady_set)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	struct toggle_set s = spec("resid_post:1-2,mlp_out:6"), t = spec("mlp_out:0-3"),
+			  all = spec("all"), none = spec("none");
+	int64_t n = 0;
+	unsigned execs = toggle_sim_exec_count(f->sim); /* the application's, bare, full */
+	ck_assert_uint_eq(execs, 3);
+
+	/* Until the set has held for STEADY steps, the full exec; at the step after, the
+	 * set exec is built and that step's launch (eager: its apply) picks it. */
+	for (int i = 0; i < STEADY + 1; i++) {
+		step(f, n++, &s);
+		launch_check(f, &s);
+		ck_assert(gstatus(f).full_running && !gstatus(f).set_exec);
+	}
+	ck_assert_int_eq(hold(f, &n, &s, 1), 1);
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(gs.set_exec && gs.set_running && !gs.full_running && !gs.bare_running);
+	ck_assert_uint_eq(gs.set_replays, 1);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), execs + 1);
+	/* No node set from then on. */
+	uint64_t c = set_calls(f);
+	step(f, n++, &s);
+	launch_check(f, &s);
+	launch_check(f, &s);
+	ck_assert_uint_eq(gstatus(f).set_replays, 3);
+	ck_assert_uint_eq(set_calls(f) - c, 0);
+
+	/* Another set: the full exec again, exactly; back to s: the set exec, not rebuilt. */
+	step(f, n++, &t);
+	launch_check(f, &t);
+	ck_assert(gstatus(f).full_running);
+	c = set_calls(f);
+	step(f, n++, &s);
+	launch_check(f, &s);
+	ck_assert(gstatus(f).set_running);
+	ck_assert_uint_eq(set_calls(f) - c, 0);
+	ck_assert_uint_eq(stats(f).set_builds, 1);
+
+	/* All off and all on never get one (their execs disable nothing). */
+	ck_assert_int_eq(hold(f, &n, &none, 3 * STEADY), 0);
+	ck_assert(gstatus(f).bare_running);
+	ck_assert_int_eq(hold(f, &n, &all, 3 * STEADY), 0);
+	ck_assert(gstatus(f).full_running);
+
+	/* t held: its set exec replaces s's (one at a time). */
+	ck_assert_int_gt(hold(f, &n, &t, 20), 0);
+	step(f, n++, &t);
+	launch_check(f, &t);
+	ck_assert(gstatus(f).set_running);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), execs + 1);
+	step(f, n++, &s);
+	launch_check(f, &s);
+	ck_assert(gstatus(f).full_running);
+	struct toggle_stats st = stats(f);
+	ck_assert_uint_eq(st.set_builds, 2);
+	ck_assert_uint_eq(st.set_build_failures, 0);
+	ck_assert_uint_gt(st.set_switches, 0);
+
+	/* A rebind drops it; unbind and close leave nothing (ASan: no leak). */
+	CUgraphExec old = f->exec;
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&f->exec, f->graph), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
+	ck_assert(!gstatus(f).set_exec);
+	ck_assert_int_eq(toggle_sim_exec_destroy(old), CUDA_SUCCESS);
+	ck_assert_int_gt(hold(f, &n, &s, 20), 0);
+	step(f, n++, &s);
+	launch_check(f, &s);
+	ck_assert(gstatus(f).set_running);
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, NULL), 0);
+	ck_assert(!gstatus(f).set_exec);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1); /* the application's */
+	bfx_close(f);
+}
+END_TEST
+
+/* A build that fails: counted, the full exec runs the set exactly, the same set is
+ * not tried again; another set that holds gets one. */
+START_TEST(test_set_exec_build_failure)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	struct toggle_set s = spec("resid_post:3"), t = spec("resid_post:4");
+	int64_t n = 0;
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_INSTANTIATE, 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+	for (int i = 0; i < 3 * STEADY; i++) {
+		step(f, n++, &s);
+		launch_check(f, &s);
+	}
+	struct toggle_stats st = stats(f);
+	ck_assert_uint_eq(st.set_builds, 0);
+	ck_assert_uint_eq(st.set_build_failures, 1);
+	ck_assert_ptr_nonnull(strstr(toggle_last_error(f->agent), "no set exec"));
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(!gs.set_exec && gs.full_running);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3);
+	ck_assert_int_gt(hold(f, &n, &t, 20), 0);
+	step(f, n++, &t);
+	launch_check(f, &t);
+	ck_assert(gstatus(f).set_running);
+	bfx_close(f);
+}
+END_TEST
+
+/* Several graphs: one build a step, each graph its own set exec, every launch exact. */
+START_TEST(test_set_exec_one_graph_a_step)
+{
+	struct bfx *f = bfx_open(TOGGLE_MODE_LAZY);
+	enum { G = 3 };
+	CUgraph graph[G];
+	CUgraphExec exec[G];
+	for (int i = 0; i < G; i++) {
+		bfx_capture_bound(f);
+		graph[i] = f->graph;
+		exec[i] = f->exec;
+	}
+	struct toggle_set s = spec("mlp_out:5");
+	uint64_t first = 0;
+	for (int64_t n = 0; n < STEADY + 1 + G + 2; n++) {
+		step(f, n, &s);
+		for (int i = 0; i < G; i++) {
+			f->graph = graph[i];
+			f->exec = exec[i];
+			launch_check(f, &s);
+		}
+		uint64_t b = stats(f).set_builds;
+		if (b && !first)
+			first = (uint64_t)n;
+		/* never more than one build a step */
+		ck_assert_uint_le(b, first ? (uint64_t)n - first + 1 : 0);
+	}
+	ck_assert_uint_eq(stats(f).set_builds, G);
+	for (int i = 0; i < G; i++) {
+		struct toggle_graph_status gs;
+		ck_assert_int_eq(toggle_graph_status(f->agent, graph[i], &gs), 0);
+		ck_assert(gs.set_exec && gs.set_running);
+	}
+	bfx_close(f);
+}
+END_TEST
+
+/* no_full_exec: no set exec either (it is made from the full exec's clone). */
+START_TEST(test_set_exec_needs_the_full_exec)
+{
+	struct bfx *f = bfx_open_opts(TOGGLE_MODE_LAZY, false, true, 0);
+	bfx_capture_bound(f);
+	struct toggle_set s = spec("resid_post:0,mlp_out:7");
+	int64_t n = 0;
+	ck_assert_int_eq(hold(f, &n, &s, 3 * STEADY), 0);
+	ck_assert(!gstatus(f).set_exec);
+	bfx_close(f);
+}
+END_TEST
+
+static Suite *set_exec_suite(void)
+{
+	Suite *s = suite_create("set_exec");
+	TCase *tc = tcase_create("core");
+	tcase_add_loop_test(tc, test_set_exec_after_a_steady_set, 0, 2);
+	tcase_add_loop_test(tc, test_set_exec_build_failure, 0, 2);
+	tcase_add_test(tc, test_set_exec_one_graph_a_step);
+	tcase_add_test(tc, test_set_exec_needs_the_full_exec);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run_suite(set_exec_suite());
+}
