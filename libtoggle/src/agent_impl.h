@@ -209,12 +209,18 @@ void tg_copyout_close(struct toggle_agent *a);
  */
 int tg_graph_bind_exec(struct toggle_agent *a, struct tg_graph *g, CUgraphExec exec);
 
-/* ---- replay.c ---- */
-int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g);
+/* ---- sync.c: node states of the main and the full exec (host modes) ---- */
+/* g's main exec brought to the current set; 0 or the failure (states then unknown). */
+int tg_sync_main(struct toggle_agent *a, struct tg_graph *g);
+/* Whether every node of g's main exec holds what want asks of its hook. */
+bool tg_synced_to(const struct tg_graph *g, const struct toggle_set *want);
 /* Host modes: g's full exec brought to the current set (its own node states). */
 int tg_full_sync(struct toggle_agent *a, struct tg_graph *g);
 /* Whether g's full exec (host modes) holds the current set already. */
 bool tg_full_holds(const struct toggle_agent *a, const struct tg_graph *g);
+
+/* ---- replay.c ---- */
+int tg_graph_sync(struct toggle_agent *a, struct tg_graph *g);
 /* Apply: every bound host-mode exec brought to the current set (toggle_apply_all). */
 int tg_apply_all(struct toggle_agent *a);
 
