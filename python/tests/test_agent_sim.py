@@ -412,3 +412,33 @@ def test_copy_out_bad_geometry(agent):
     with pytest.raises(graphtoggle.InvalidArgumentError, match="neither contiguous"):
         agent.copy_out(odd, FakeTensor(sim, (2, 2, 2)), ("resid_post", 0), stream=sim.stream())
     assert col.numel() == 4
+
+
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+def test_set_exec_through_the_binding(mode):
+    """A set in between held for 8 steps gets its set exec at the next step_begin; the
+    binding reports it (graph_status set_exec/set_running/set_replays, stats set_builds)
+    and every replay runs exactly the step's producers (their own logs)."""
+    with Agent("s", hooks=HOOKS, backend="sim", mode=mode) as a:
+        eng = Engine(a)
+        g, e = eng.capture()
+        held = {("resid_post", 1), ("mlp_out", 3)}
+        a.set_enabled(sorted(held))
+        for step in range(9):
+            a.step(step)
+            assert eng.replay(g, e) == held
+            st = a.graph_status(g)
+            assert st["full_running"] and not st["set_exec"], step
+        a.step(9)
+        assert eng.replay(g, e) == held
+        st = a.graph_status(g)
+        assert st["set_exec"] and st["set_running"] and st["set_replays"] == 1
+        assert a.stats()["set_builds"] == 1 and a.stats()["set_build_failures"] == 0
+        a.set_enabled("attn_out:0,resid_post:2")
+        a.step(10)
+        assert eng.replay(g, e) == {("attn_out", 0), ("resid_post", 2)}
+        assert a.graph_status(g)["full_running"]
+        a.set_enabled(sorted(held))
+        a.step(11)
+        assert eng.replay(g, e) == held
+        assert a.graph_status(g)["set_running"] and a.stats()["set_builds"] == 1
