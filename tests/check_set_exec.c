@@ -174,15 +174,64 @@ START_TEST(test_set_exec_one_graph_a_step)
 }
 END_TEST
 
-/* no_full_exec: no set exec either (it is made from the full exec's clone). */
-START_TEST(test_set_exec_needs_the_full_exec)
+/* no_full_exec (_i 0: it is made from the full exec's clone) or no_set_exec (_i 1): none;
+ * the held set runs the main exec (0) or the full exec (1), exactly. */
+START_TEST(test_set_exec_off)
 {
-	struct bfx *f = bfx_open_opts(TOGGLE_MODE_LAZY, false, true, 0);
+	struct bfx *f = calloc(1, sizeof(*f));
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(toggle_sim_create(&f->sim), 0);
+	ck_assert_int_eq(toggle_sim_stream_create(f->sim, &f->stream), CUDA_SUCCESS);
+	struct toggle_config cfg = bfx_config(f, TOGGLE_MODE_LAZY);
+	cfg.no_full_exec = _i == 0;
+	cfg.no_set_exec = _i == 1;
+	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
 	bfx_capture_bound(f);
 	struct toggle_set s = spec("resid_post:0,mlp_out:7");
 	int64_t n = 0;
 	ck_assert_int_eq(hold(f, &n, &s, 3 * STEADY), 0);
-	ck_assert(!gstatus(f).set_exec);
+	struct toggle_graph_status gs = gstatus(f);
+	ck_assert(!gs.set_exec && gs.full_running == (_i == 1));
+	ck_assert_uint_eq(stats(f).set_build_failures, 0);
+	bfx_close(f);
+}
+END_TEST
+
+/* A graph not launched since the set became current (an engine's batch size it no
+ * longer replays) gets none; once launched at that set it gets one. */
+START_TEST(test_set_exec_only_for_graphs_in_use)
+{
+	struct bfx *f = bfx_open(TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	CUgraph g0 = f->graph;
+	CUgraphExec e0 = f->exec;
+	bfx_capture_bound(f); /* the one launched */
+	struct toggle_set s = spec("mlp_out:1-2");
+	int64_t n = 0;
+	ck_assert_int_gt(hold(f, &n, &s, 20), 0);
+	for (int i = 0; i < 2 * STEADY; i++) {
+		step(f, n++, &s);
+		launch_check(f, &s);
+	}
+	struct toggle_graph_status gs;
+	ck_assert_int_eq(toggle_graph_status(f->agent, g0, &gs), 0);
+	ck_assert(!gs.set_exec);
+	ck_assert(gstatus(f).set_running);
+	ck_assert_uint_eq(stats(f).set_builds, 1);
+	/* g0 launched: its set exec comes at a later step (the set still holds). */
+	CUgraph g1 = f->graph;
+	CUgraphExec e1 = f->exec;
+	f->graph = g0;
+	f->exec = e0;
+	step(f, n++, &s);
+	launch_check(f, &s);
+	step(f, n++, &s);
+	launch_check(f, &s);
+	ck_assert_int_eq(toggle_graph_status(f->agent, g0, &gs), 0);
+	ck_assert(gs.set_exec && gs.set_running);
+	ck_assert_uint_eq(stats(f).set_builds, 2);
+	f->graph = g1;
+	f->exec = e1;
 	bfx_close(f);
 }
 END_TEST
@@ -194,7 +243,8 @@ static Suite *set_exec_suite(void)
 	tcase_add_loop_test(tc, test_set_exec_after_a_steady_set, 0, 2);
 	tcase_add_loop_test(tc, test_set_exec_build_failure, 0, 2);
 	tcase_add_test(tc, test_set_exec_one_graph_a_step);
-	tcase_add_test(tc, test_set_exec_needs_the_full_exec);
+	tcase_add_loop_test(tc, test_set_exec_off, 0, 2);
+	tcase_add_test(tc, test_set_exec_only_for_graphs_in_use);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -72,6 +72,11 @@ struct toggle_config {
 	 * toggle_graph_status.full_exec).  no_bare_exec turns both off.
 	 * Default: built. */
 	bool no_full_exec;
+	/* No set execs (host modes: a set in between that has held for 8 steps
+	 * gets, one graph a step at toggle_step_begin, an exec of each graph
+	 * without the producers it leaves off; toggle_graph_status.set_exec).
+	 * no_full_exec and no_bare_exec turn it off too.  Default: built. */
+	bool no_set_exec;
 };
 
 struct toggle_agent;

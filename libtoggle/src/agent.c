@@ -124,6 +124,7 @@ int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out
 		rc = agent_start_device(a);
 	a->bare_on = rc == 0 && !cfg->no_bare_exec && tg_cu_bare_ready(&a->cu);
 	a->full_on = a->bare_on && !cfg->no_full_exec;
+	a->setx_on = a->full_on && !cfg->no_set_exec;
 	if (rc == 0)
 		tg_life_open(a); /* user objects: the driver says when a graph is destroyed */
 	if (rc == 0) {
@@ -191,7 +192,7 @@ int toggle_step_begin(struct toggle_agent *a, int64_t step, struct toggle_set *e
 		tg_device_step(a); /* planners' reports; launches from here on are this step's */
 	/* A set that held: one graph's set exec (host modes), before eager's apply
 	 * picks it. */
-	if (a->full_on && !a->dev.on)
+	if (a->setx_on && !a->dev.on)
 		tg_setx_step(a);
 	/* Eager: apply now.  A failure leaves that exec out of date, and its
 	 * next launch retries the sync and is refused if it fails again. */

@@ -920,13 +920,15 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 /* ---- host modes: the set exec ----------------------------------------------- */
 
 /* Whether g should get a set exec for the current set now: a host-mode graph
- * with a full exec (whose clone it is made from), at a set in between (all
- * off and all on have their execs, which disable nothing), not already built
- * for this set, nor failed for it. */
+ * with a full exec (whose clone it is made from), launched since the set
+ * became current (a graph the engine no longer replays gets none), at a set
+ * in between (all off and all on have their execs, which disable nothing),
+ * not already built for this set, nor failed for it. */
 static bool setx_wanted(const struct toggle_agent *a, const struct tg_graph *g)
 {
 	if (!g->bound || g->stale || g->gone || g->exec_dead || g->late || g->blocked ||
-	    g->dev == TG_DEV_ACTIVE || !g->full.exec || !g->full.graph || !g->full.nodes)
+	    g->dev == TG_DEV_ACTIVE || !g->full.exec || !g->full.graph || !g->full.nodes ||
+	    g->last_step < a->setx_step0)
 		return false;
 	if (bare_fits(a, g) || full_fits(a, g))
 		return false;
@@ -1000,6 +1002,7 @@ void tg_setx_step(struct toggle_agent *a)
 {
 	if (a->version != a->setx_version) {
 		a->setx_version = a->version;
+		a->setx_step0 = a->step;
 		a->setx_steady = 0;
 		return;
 	}

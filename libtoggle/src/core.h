@@ -252,9 +252,12 @@ struct toggle_agent {
 	struct tg_device dev;
 	bool bare_on;             /* build producer-free execs (toggle_config.no_bare_exec) */
 	bool full_on;             /* and full execs (toggle_config.no_full_exec) */
+	bool setx_on;             /* and set execs (toggle_config.no_set_exec) */
 	/* Set execs (bare.c, tg_setx_step): the version seen at the last
-	 * step_begin, the steps it has held, the next graph to look at. */
+	 * step_begin, the step it was first seen at, the steps it has held, the
+	 * next graph to look at. */
 	uint64_t setx_version;
+	int64_t setx_step0;
 	uint32_t setx_steady;
 	size_t setx_cursor;
 

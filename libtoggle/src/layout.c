@@ -55,6 +55,7 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_config, socket_path),
 	TG_FIELD(toggle_config, no_bare_exec),
 	TG_FIELD(toggle_config, no_full_exec),
+	TG_FIELD(toggle_config, no_set_exec),
 
 	TG_TYPE(toggle_plan_entry),
 	TG_FIELD(toggle_plan_entry, step),

@@ -58,6 +58,7 @@ class Config(Structure):
         ("socket_path", c_char_p),
         ("no_bare_exec", c_bool),
         ("no_full_exec", c_bool),
+        ("no_set_exec", c_bool),
     ]
 
 

@@ -33,7 +33,7 @@ class Agent:
 
     Agent(name, hooks={"resid_post": 32, "mlp_out": 32}, mode="lazy"|"eager"|"device",
           socket=None, group=None, strict=False, backend="cuda"|"sim", sim=None,
-          bare_exec=None, full_exec=True)
+          bare_exec=None, full_exec=True, set_exec=True)
 
     hooks: hook type -> layer count (libtoggle's catalog has one layer count, so the
     counts must be equal), or a sequence of type names with layers=N.
@@ -51,10 +51,15 @@ class Agent:
     set to the step's set).  False: none (toggle_config.no_full_exec; those steps run the
     main exec, whose launches the driver paces), for engines that cannot spare one more
     exec per graph.
+    set_exec: lazy and eager, a set in between that has held for 8 steps gets, one graph
+    a step at step(), an exec of each graph it runs without the producers it leaves off
+    (graph_status()'s set_exec / set_running).  False: none (toggle_config.no_set_exec),
+    for engines that cannot spare a build (about a bind's) in a step or the exec's memory.
     """
 
     def __init__(self, name, hooks, mode="lazy", socket=None, group=None, strict=False,
-                 backend="cuda", sim=None, layers=None, bare_exec=None, full_exec=True):
+                 backend="cuda", sim=None, layers=None, bare_exec=None, full_exec=True,
+                 set_exec=True):
         self._h = None
         self._lib = lib = _lib.lib()
         if not isinstance(name, str) or not name or len(name.encode()) >= _lib.MAX_NAME:
@@ -80,6 +85,8 @@ class Agent:
                                        % (bare_exec,))
         if not isinstance(full_exec, bool):
             raise InvalidArgumentError("full_exec must be True or False, got %r" % (full_exec,))
+        if not isinstance(set_exec, bool):
+            raise InvalidArgumentError("set_exec must be True or False, got %r" % (set_exec,))
         if backend not in _BACKENDS:
             raise InvalidArgumentError("backend must be 'cuda' or 'sim', got %r" % (backend,))
         self.catalog = Catalog(names, n_layers)
@@ -93,7 +100,7 @@ class Agent:
             catalog=self.catalog._c, mode=_MODES[mode], strict=bool(strict),
             backend=_BACKENDS[backend], sim=sim.handle if sim is not None else None,
             socket_path=socket.encode() if socket else None, no_bare_exec=bare_exec is False,
-            no_full_exec=not full_exec)
+            no_full_exec=not full_exec, no_set_exec=not set_exec)
         h = _lib.P()
         rc = lib.toggle_agent_open(_byref(cfg), _byref(h))
         if rc:

@@ -44,6 +44,8 @@ Environment (read by register()):
   GRAPHTOGGLE_STRICT     1: device mode refuses instead of falling back to lazy
   GRAPHTOGGLE_FULL_EXEC  0: no full exec per graph (Agent(full_exec=False): the steps it
                          runs run the graph's own exec; saves one exec's memory per graph)
+  GRAPHTOGGLE_SET_EXEC   0: no set execs (Agent(set_exec=False)): a set in between that
+                         holds keeps running on the full exec
   GRAPHTOGGLE_HOOKS      type=path,...: the modules each hook type attaches to, paths from
                          the model with "*" for every element of a list; default
                          "resid_post=model.layers,attn_out=model.layers.*.self_attn,
@@ -103,6 +105,7 @@ class Config:
                                        % (self.mode, ", ".join(_MODES)))
         self.strict = _bool(env, "GRAPHTOGGLE_STRICT", False)
         self.full_exec = _bool(env, "GRAPHTOGGLE_FULL_EXEC", True)
+        self.set_exec = _bool(env, "GRAPHTOGGLE_SET_EXEC", True)
         ro = env.get("GRAPHTOGGLE_RANDOM_OPS")
         if ro is None or ro == "":
             self.random_ops = None
@@ -312,8 +315,11 @@ def _ensure_agent(worker):
         name = cfg.agent_name(rank, local_rank, dp_rank, dp_size)
         layers = cfg.layers if cfg.layers is not None else _num_layers(vc)
         hooks = {t: layers for t, _ in cfg.hooks}
-        # full_exec only when off: an agent factory of the user's need not know the keyword
+        # full_exec and set_exec only when off: an agent factory of the user's need not
+        # know the keywords
         more = {} if cfg.full_exec else {"full_exec": False}
+        if not cfg.set_exec:
+            more["set_exec"] = False
         agent = _make_agent(cfg, name=name, hooks=hooks, mode=cfg.mode, socket=cfg.socket,
                             group=cfg.group, strict=cfg.strict, **more)
         from . import torch as gtt

@@ -442,3 +442,20 @@ def test_set_exec_through_the_binding(mode):
         a.step(11)
         assert eng.replay(g, e) == held
         assert a.graph_status(g)["set_running"] and a.stats()["set_builds"] == 1
+
+
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+def test_set_exec_keyword(mode):
+    """set_exec=False: a held set in between keeps running on the full exec, exactly;
+    anything but a bool is refused."""
+    with Agent("s", hooks=HOOKS, backend="sim", mode=mode, set_exec=False) as a:
+        eng = Engine(a)
+        g, e = eng.capture()
+        a.set_enabled("resid_post:0-1")
+        for step in range(3 * 9):
+            a.step(step)
+            assert eng.replay(g, e) == {("resid_post", 0), ("resid_post", 1)}
+        st = a.graph_status(g)
+        assert not st["set_exec"] and st["full_running"] and a.stats()["set_builds"] == 0
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="set_exec"):
+        Agent("s", hooks=HOOKS, backend="sim", set_exec=1)

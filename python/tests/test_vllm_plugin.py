@@ -286,8 +286,10 @@ def test_config_from_environment():
     assert gv.Config({}).random_ops is None
     assert gv.Config({}).full_exec is True
     assert gv.Config({"GRAPHTOGGLE_FULL_EXEC": "0"}).full_exec is False
+    assert gv.Config({}).set_exec is True
+    assert gv.Config({"GRAPHTOGGLE_SET_EXEC": "0"}).set_exec is False
     for env in ({"GRAPHTOGGLE_STRICT": "maybe"}, {"GRAPHTOGGLE_RANDOM_OPS": "sometimes"},
-                {"GRAPHTOGGLE_FULL_EXEC": "some"},
+                {"GRAPHTOGGLE_FULL_EXEC": "some"}, {"GRAPHTOGGLE_SET_EXEC": "perhaps"},
                 {"GRAPHTOGGLE_LAYERS": "x"}, {"GRAPHTOGGLE_VLLM_COMPILE_CACHE": "on"},
                 {"GRAPHTOGGLE_VLLM_AGENT_FACTORY": "nocolon"}):
         with pytest.raises(InvalidArgumentError, match=list(env)[0]):
