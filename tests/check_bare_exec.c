@@ -230,10 +230,7 @@ END_TEST
  * exactly. */
 START_TEST(test_full_off_switch)
 {
-	struct bfx *f = calloc(1, sizeof(*f));
-	ck_assert_ptr_nonnull(f);
-	ck_assert_int_eq(toggle_sim_create(&f->sim), 0);
-	ck_assert_int_eq(toggle_sim_stream_create(f->sim, &f->stream), CUDA_SUCCESS);
+	struct bfx *f = bfx_new(0);
 	struct toggle_config cfg = bfx_config(f, _i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
 	cfg.no_full_exec = true;
 	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);

@@ -178,10 +178,7 @@ END_TEST
  * the held set runs the main exec (0) or the full exec (1), exactly. */
 START_TEST(test_set_exec_off)
 {
-	struct bfx *f = calloc(1, sizeof(*f));
-	ck_assert_ptr_nonnull(f);
-	ck_assert_int_eq(toggle_sim_create(&f->sim), 0);
-	ck_assert_int_eq(toggle_sim_stream_create(f->sim, &f->stream), CUDA_SUCCESS);
+	struct bfx *f = bfx_new(0);
 	struct toggle_config cfg = bfx_config(f, TOGGLE_MODE_LAZY);
 	cfg.no_full_exec = _i == 0;
 	cfg.no_set_exec = _i == 1;

@@ -69,10 +69,9 @@ static inline struct toggle_config bfx_config(struct bfx *f, enum toggle_mode mo
 	};
 }
 
-/* driver_version 0: the simulator's default (no graph or exec ids); no_full: no full exec
- * (host modes: every set the bare exec does not fit runs the main exec then). */
-static inline struct bfx *bfx_open_opts(enum toggle_mode mode, bool no_bare, bool no_full,
-					int driver_version)
+/* A fixture with its simulator and stream, no agent yet (the caller opens one with a
+ * config of its own: bfx_config, then toggle_agent_open into f->agent). */
+static inline struct bfx *bfx_new(int driver_version)
 {
 	struct bfx *f = calloc(1, sizeof(*f));
 	ck_assert_ptr_nonnull(f);
@@ -80,6 +79,15 @@ static inline struct bfx *bfx_open_opts(enum toggle_mode mode, bool no_bare, boo
 	if (driver_version)
 		toggle_sim_set_driver_version(f->sim, driver_version);
 	ck_assert_int_eq(toggle_sim_stream_create(f->sim, &f->stream), CUDA_SUCCESS);
+	return f;
+}
+
+/* driver_version 0: the simulator's default (no graph or exec ids); no_full: no full exec
+ * (host modes: every set the bare exec does not fit runs the main exec then). */
+static inline struct bfx *bfx_open_opts(enum toggle_mode mode, bool no_bare, bool no_full,
+					int driver_version)
+{
+	struct bfx *f = bfx_new(driver_version);
 	struct toggle_config cfg = bfx_config(f, mode);
 	cfg.no_bare_exec = no_bare;
 	cfg.no_full_exec = no_full;
