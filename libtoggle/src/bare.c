@@ -903,14 +903,7 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 	g->full.failed = false;
 	if (!bare_wanted(a, g))
 		return;
-	g->alt_wlo = TOGGLE_MAX_HOOKS / 64;
-	g->alt_whi = 0;
-	for (uint32_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++) {
-		if (!g->covered.bits[w])
-			continue;
-		g->alt_wlo = w < g->alt_wlo ? w : g->alt_wlo;
-		g->alt_whi = w + 1;
-	}
+	tg_covered_words(g, &g->alt_wlo, &g->alt_whi);
 	/* The full exec's reason is the one kept when both fail (its build is the last). */
 	alt_build(a, g, &g->bare);
 	if (a->full_on)

@@ -403,6 +403,19 @@ static inline uint64_t tg_fast_version(const struct toggle_agent *a)
 	return __atomic_load_n(&a->fast_version, __ATOMIC_RELAXED);
 }
 
+/* The words [*lo, *hi) of the hook bitmap that hold g's covered hooks (lo > hi: none). */
+static inline void tg_covered_words(const struct tg_graph *g, uint32_t *lo, uint32_t *hi)
+{
+	*lo = TOGGLE_MAX_HOOKS / 64;
+	*hi = 0;
+	for (uint32_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++) {
+		if (!g->covered.bits[w])
+			continue;
+		*lo = w < *lo ? w : *lo;
+		*hi = w + 1;
+	}
+}
+
 /* Launches of x (g's bare or full exec), across execs, the running one's included. */
 static inline uint64_t tg_alt_replays(const struct tg_graph *g, const struct tg_bare *x)
 {

@@ -98,15 +98,7 @@ static bool sync_index(struct tg_graph *g)
 		idx[i] = (uint32_t)keys[i];
 	free(keys);
 	g->by_hook = idx;
-	/* The words of the hook bitmap this graph covers at all. */
-	g->wlo = TOGGLE_MAX_HOOKS / 64;
-	g->whi = 0;
-	for (uint32_t w = 0; w < TOGGLE_MAX_HOOKS / 64; w++) {
-		if (!g->covered.bits[w])
-			continue;
-		g->wlo = w < g->wlo ? w : g->wlo;
-		g->whi = w + 1;
-	}
+	tg_covered_words(g, &g->wlo, &g->whi); /* the words this graph covers at all */
 	return true;
 }
 
