@@ -93,10 +93,12 @@ int tg_life_describe(const struct tg_graph *g, char *buf, size_t len);
 void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g);  /* (re)build for g->exec */
 void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g);  /* unbind, forget, new capture */
 void tg_bare_free(struct toggle_agent *a, struct tg_graph *g);  /* agent close */
-/* Point g->run at the exec the current set needs; true (and g holds the
- * current version) when it is the bare or the full one (host modes: the full
- * one brought to the set first, tg_full_sync; false if that failed). */
-bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g);
+/* Point g->run at the exec the current set needs: 1 (and g holds the current
+ * version) when it is the bare, set or full one (host modes: the full one
+ * brought to the set first, tg_full_sync); 0 when the main exec runs it (the
+ * caller syncs it); < 0: the full exec's sync failed, the launch is refused
+ * (its states unknown, g out of date). */
+int tg_bare_pick(struct toggle_agent *a, struct tg_graph *g);
 /* Back to the main exec, out of date (toggle_graph_prepare: the caller launches it). */
 void tg_bare_leave(struct toggle_agent *a, struct tg_graph *g);
 bool tg_bare_running(const struct tg_graph *g);

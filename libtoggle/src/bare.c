@@ -148,7 +148,7 @@ static void alt_switched(struct toggle_agent *a, struct tg_graph *g, const struc
 		a->stats.set_switches++;
 }
 
-bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
+int tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 {
 	/* Device mode: a strict agent refuses a blocked graph's launches
 	 * (tg_device_sync), the bare and full execs' too; the caller polled the
@@ -158,14 +158,21 @@ bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 		want = &g->bare;
 	else if (!g->blocked && g->setx.exec && setx_fits(a, g))
 		want = &g->setx; /* host modes: nothing to set, as the bare exec */
-	else if (!g->blocked && g->full.exec && g->full.nodes)
-		/* Host modes: every other set, its producers set first; a failure
-		 * (counted, kept in the last error) leaves the main exec to run it.
-		 * A graph destroyed while its exec is bound: only a set the full
+	else if (!g->blocked && g->full.exec && g->full.nodes && !g->gone) {
+		/* Host modes: every other set, its producers set first.  A failing
+		 * node set refuses the launch as any failed sync does (counted, kept
+		 * in the last error); the full exec's states are then unknown and the
+		 * next pick sets them all. */
+		int rc = tg_full_sync(a, g);
+		if (rc)
+			return rc;
+		want = &g->full;
+	} else if (!g->blocked && g->full.exec && g->full.nodes && tg_full_holds(a, g)) {
+		/* A graph destroyed while its exec is bound: only a set the full
 		 * exec holds already, untouched, as the main exec's rule is
-		 * (tg_graph_sync). */
-		want = (g->gone ? tg_full_holds(a, g) : tg_full_sync(a, g) == 0) ? &g->full : NULL;
-	else if (!g->blocked && g->full.exec && full_fits(a, g))
+		 * (tg_graph_sync); else the main exec's rule decides. */
+		want = &g->full;
+	} else if (!g->blocked && g->full.exec && !g->full.nodes && full_fits(a, g))
 		want = &g->full;
 	if (want != now) {
 		if (now) {
@@ -184,7 +191,7 @@ bool tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 		tg_run_set(g, g->exec, &g->last_stream);
 	if (want)
 		g->applied_version = a->version; /* it holds every set it fits */
-	return want != NULL;
+	return want != NULL ? 1 : 0;
 }
 
 /*

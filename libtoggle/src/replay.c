@@ -139,8 +139,12 @@ static int launch_prepare(struct toggle_agent *a, struct tg_graph *g, CUgraphExe
 	else if (g->dev == TG_DEV_ACTIVE && (g->bare.exec || g->full.exec) &&
 		 g->applied_version != a->version)
 		tg_device_poll(a, g); /* a taint that blocks it blocks the bare and full execs too */
-	if (g->applied_version != a->version && (own_exec || !tg_bare_pick(a, g))) {
-		int rc = g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream) : tg_graph_sync(a, g);
+	int pick = g->applied_version != a->version && !own_exec ? tg_bare_pick(a, g) : 0;
+	if (g->applied_version != a->version && pick <= 0) {
+		/* pick < 0: the full exec's sync failed, refused as any failed sync */
+		int rc = pick < 0                  ? pick
+			 : g->dev == TG_DEV_ACTIVE ? tg_device_sync(a, g, stream)
+						   : tg_graph_sync(a, g);
 		if (rc && !g->gone && tg_graph_replaced(a, g)) {
 			/* Bound graph destroyed, its handle reused: not ours any more
 			 * (unless its exec, this one, lives on: then refused). */
@@ -396,7 +400,11 @@ int tg_apply_all(struct toggle_agent *a)
 		int rc = rebind ? tg_graph_bind_exec(a, g, g->exec) : 0;
 		CUgraphExec ran = g->run;
 		if (rc == 0)
-			rc = tg_bare_pick(a, g) ? 0 : tg_graph_sync(a, g);
+			rc = tg_bare_pick(a, g);
+		if (rc == 0)
+			rc = tg_graph_sync(a, g); /* the main exec runs this set */
+		else if (rc > 0)
+			rc = 0; /* picked another exec, which holds the set */
 		CUgraphExec last = NULL;
 		if (rc == 0 && g->run != ran && tg_last_launch(g, &last))
 			g->applied_version = 0; /* a switch of execs: its launch orders it (replay_slow) */
