@@ -199,17 +199,18 @@ int tg_sync_main(struct toggle_agent *a, struct tg_graph *g)
 	return sync_to(a, g, &t, &a->current);
 }
 
-/*
- * Host modes: the full exec to the current set (tg_bare_pick, before it runs a
- * set in between or all on).  Its failure leaves the full exec's states
- * unknown (the next pick sets them all) and the caller on the main exec.
- */
+/* Whether the full exec (host modes) holds the current set already. */
 bool tg_full_holds(const struct toggle_agent *a, const struct tg_graph *g)
 {
 	return g->full.exec && g->full.nodes && g->full.synced_valid &&
 	       synced_to_set(g, &g->full.synced, &a->current);
 }
 
+/*
+ * Host modes: the full exec to the current set (tg_bare_pick, before it runs a
+ * set in between or all on).  Its failure leaves the full exec's states
+ * unknown (the next pick sets them all); the caller refuses the launch.
+ */
 int tg_full_sync(struct toggle_agent *a, struct tg_graph *g)
 {
 	struct sync_target t = target_full(g);
