@@ -391,28 +391,34 @@ static int bare_remove(struct toggle_agent *a, CUgraph clone, CUgraphNode node)
 }
 
 /*
- * Clone g's graph, remove its producers (bare) or find each in the clone
- * (full: *nodes, the handles that set them in its exec), instantiate the
- * clone.  The bare exec's clone is destroyed (the exec does not need it), the
- * full exec's kept in *keep: its node handles live as long as it does.
+ * Clone src (g's graph, or the full exec's clone: src_nodes then names g's
+ * producers in it), and remove from the clone each producer whose hook is
+ * not in on (NULL: every producer; the bare and set execs) or, full, find
+ * each in it (*nodes: the handles that set them in its exec); instantiate
+ * the clone.  The clone is destroyed (the exec does not need it), except the
+ * full exec's, kept in *keep: its node handles live as long as it does.
  */
-static int bare_build(struct toggle_agent *a, struct tg_graph *g, bool full, CUgraphExec *out,
-		      CUgraph *keep, CUgraphNode **nodes)
+static int clone_build(struct toggle_agent *a, struct tg_graph *g, CUgraph src,
+		       CUgraphNode *src_nodes, const struct toggle_set *on, bool full,
+		       CUgraphExec *out, CUgraph *keep, CUgraphNode **nodes)
 {
 	CUgraph clone = NULL;
 	CUgraphNode *found = NULL;
-	CUresult r = a->cu.graph_clone(&clone, g->graph);
+	CUresult r = a->cu.graph_clone(&clone, src);
 	if (r != CUDA_SUCCESS)
 		return tg_fail(a, TOGGLE_ECUDA, "cuGraphClone: %s", tg_cu_errstr(&a->cu, r));
-	/* The clone holds a copy of the graph's lifetime object, and an exec of it
-	 * would too: given back first, or the graph's death would wait for this
-	 * exec (life.c). */
-	int rc = tg_life_unclone(a, g, clone);
+	/* A clone of the graph holds a copy of its lifetime object, and an exec of
+	 * it would too: given back first, or the graph's death would wait for
+	 * this exec (life.c).  The full exec's clone gave its back already. */
+	int rc = src == g->graph ? tg_life_unclone(a, g, clone) : 0;
 	if (!rc && full && !(found = malloc((size_t)g->n_nodes * sizeof(*found))))
 		rc = tg_fail(a, TOGGLE_ENOMEM, "out of memory");
 	for (uint32_t i = 0; !rc && i < g->n_nodes; i++) {
+		if (!full && on && tg_set_has(on, g->nodes[i].hook))
+			continue;
 		CUgraphNode node = NULL;
-		r = a->cu.graph_node_find_in_clone(&node, g->nodes[i].node, clone);
+		r = a->cu.graph_node_find_in_clone(&node, src_nodes ? src_nodes[i] : g->nodes[i].node,
+						   clone);
 		if (r != CUDA_SUCCESS)
 			rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphNodeFindInClone: %s",
 				     tg_cu_errstr(&a->cu, r));
@@ -421,9 +427,11 @@ static int bare_build(struct toggle_agent *a, struct tg_graph *g, bool full, CUg
 		else
 			rc = bare_remove(a, clone, node);
 	}
-	if (!rc && (r = a->cu.graph_instantiate(out, clone, 0)) != CUDA_SUCCESS)
+	if (!rc && (r = a->cu.graph_instantiate(out, clone, 0)) != CUDA_SUCCESS) {
+		*out = NULL;
 		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphInstantiateWithFlags: %s",
 			     tg_cu_errstr(&a->cu, r));
+	}
 	if (!rc && full) {
 		*keep = clone;
 		*nodes = found;
@@ -436,6 +444,13 @@ static int bare_build(struct toggle_agent *a, struct tg_graph *g, bool full, CUg
 		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphDestroy: %s", tg_cu_errstr(&a->cu, r));
 	}
 	return rc;
+}
+
+/* Host modes: the bare exec (every producer removed) or the full exec (every one kept). */
+static int bare_build(struct toggle_agent *a, struct tg_graph *g, bool full, CUgraphExec *out,
+		      CUgraph *keep, CUgraphNode **nodes)
+{
+	return clone_build(a, g, g->graph, NULL, NULL, full, out, keep, nodes);
 }
 
 /* ---- device mode: the bare exec assembled node by node ---------------------- */
@@ -935,40 +950,10 @@ static bool setx_wanted(const struct toggle_agent *a, const struct tg_graph *g)
 	return !((g->setx.exec || g->setx.failed) && setx_fits(a, g));
 }
 
-/*
- * A clone of the full exec's clone (no lifetime object: bare_build gave it
- * back) without the producers the current set leaves off, instantiated.
- * Anything that fails leaves nothing behind.
- */
+/* The set exec: the full exec's clone without the producers the current set leaves off. */
 static int setx_build(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *out)
 {
-	CUgraph clone = NULL;
-	CUresult r = a->cu.graph_clone(&clone, g->full.graph);
-	if (r != CUDA_SUCCESS)
-		return tg_fail(a, TOGGLE_ECUDA, "cuGraphClone: %s", tg_cu_errstr(&a->cu, r));
-	int rc = 0;
-	for (uint32_t i = 0; !rc && i < g->n_nodes; i++) {
-		if (tg_set_has(&a->current, g->nodes[i].hook))
-			continue;
-		CUgraphNode node = NULL;
-		r = a->cu.graph_node_find_in_clone(&node, g->full.nodes[i], clone);
-		if (r != CUDA_SUCCESS)
-			rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphNodeFindInClone: %s",
-				     tg_cu_errstr(&a->cu, r));
-		else
-			rc = bare_remove(a, clone, node);
-	}
-	if (!rc && (r = a->cu.graph_instantiate(out, clone, 0)) != CUDA_SUCCESS) {
-		*out = NULL;
-		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphInstantiateWithFlags: %s",
-			     tg_cu_errstr(&a->cu, r));
-	}
-	r = a->cu.graph_destroy(clone); /* the exec does not need it */
-	if (r != CUDA_SUCCESS && !rc) {
-		bare_destroy(a, out);
-		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphDestroy: %s", tg_cu_errstr(&a->cu, r));
-	}
-	return rc;
+	return clone_build(a, g, g->full.graph, g->full.nodes, &a->current, false, out, NULL, NULL);
 }
 
 /* Build g's set exec for the current set, replacing the one it had; its next
