@@ -215,6 +215,11 @@ START_TEST(test_set_exec_only_for_graphs_in_use)
 	ck_assert(!gs.set_exec);
 	ck_assert(gstatus(f).set_running);
 	ck_assert_uint_eq(stats(f).set_builds, 1);
+	/* White-box: the candidates come from the picks of launched graphs, not from a
+	 * walk over every record at each step (bench_host idle: the step's cost must not
+	 * grow with the graphs bound): one was named, and it is taken. */
+	ck_assert_uint_eq(f->agent->setx_n, 1);
+	ck_assert_uint_eq(f->agent->setx_head, 1);
 	/* g0 launched: its set exec comes at a later step (the set still holds). */
 	CUgraph g1 = f->graph;
 	CUgraphExec e1 = f->exec;

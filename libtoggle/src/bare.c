@@ -167,6 +167,14 @@ int tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 		if (rc)
 			return rc;
 		want = &g->full;
+		/* A set in between on the full exec: a candidate for a set exec
+		 * (tg_setx_step), once a version; found here, not by a walk over
+		 * every record at each step. */
+		if (a->setx_on && g->setx_queued != a->version && !full_fits(a, g) &&
+		    a->setx_n < TOGGLE_MAX_GRAPHS) {
+			g->setx_queued = a->version;
+			a->setx_queue[a->setx_n++] = g->slot;
+		}
 	} else if (!g->blocked && g->full.exec && g->full.nodes && tg_full_holds(a, g)) {
 		/* A graph destroyed while its exec is bound: only a set the full
 		 * exec holds already, untouched, as the main exec's rule is
@@ -986,9 +994,12 @@ static void setx_make(struct toggle_agent *a, struct tg_graph *g)
 void tg_setx_step(struct toggle_agent *a)
 {
 	if (a->version != a->setx_version) {
+		/* A new set: the candidates go (the picks at this version name them
+		 * again), the count of steps starts. */
 		a->setx_version = a->version;
 		a->setx_step0 = a->step;
 		a->setx_steady = 0;
+		a->setx_head = a->setx_n = 0;
 		return;
 	}
 	if (a->setx_steady < TG_SETX_STEADY) {
@@ -997,15 +1008,16 @@ void tg_setx_step(struct toggle_agent *a)
 	}
 	/* Graph objects are the application's and not thread-safe, and an exec is
 	 * not destroyed inside a capture window: never during a capture. */
-	if (a->capture_depth || !a->n_graphs)
+	if (a->capture_depth)
 		return;
-	for (size_t k = 0; k < a->n_graphs; k++) {
-		size_t i = (a->setx_cursor + k) % a->n_graphs;
-		struct tg_graph *g = a->graphs[i];
-		if (!setx_wanted(a, g))
-			continue;
-		a->setx_cursor = i + 1;
-		setx_make(a, g); /* one a step: a build costs about what a bind's does */
-		return;
+	/* The next candidate still wanted: each is taken once, so the walk costs
+	 * nothing per step once they are done, however many graphs are bound. */
+	while (a->setx_head < a->setx_n) {
+		uint32_t slot = a->setx_queue[a->setx_head++];
+		struct tg_graph *g = slot < a->n_graphs ? a->graphs[slot] : NULL;
+		if (g && setx_wanted(a, g)) {
+			setx_make(a, g); /* one a step: a build costs about what a bind's does */
+			return;
+		}
 	}
 }

@@ -193,6 +193,7 @@ struct tg_graph {
 	 * launched while the current set agrees with it on the graph's hooks. */
 	struct tg_bare setx;
 	struct toggle_set setx_set;
+	uint64_t setx_queued;     /* the version at which it became a candidate (a->setx_queue) */
 	uint32_t alt_wlo, alt_whi; /* set words that hold the graph's covered hooks */
 	uint32_t n_attrs;         /* producers recorded with attrs (struct tg_node) */
 };
@@ -254,12 +255,14 @@ struct toggle_agent {
 	bool full_on;             /* and full execs (toggle_config.no_full_exec) */
 	bool setx_on;             /* and set execs (toggle_config.no_set_exec) */
 	/* Set execs (bare.c, tg_setx_step): the version seen at the last
-	 * step_begin, the step it was first seen at, the steps it has held, the
-	 * next graph to look at. */
+	 * step_begin, the step it was first seen at, the steps it has held; the
+	 * candidates, the slots of the graphs whose pick ran the full exec at
+	 * this version (each once: tg_graph.setx_queued), taken from setx_head. */
 	uint64_t setx_version;
 	int64_t setx_step0;
 	uint32_t setx_steady;
-	size_t setx_cursor;
+	uint32_t setx_queue[TOGGLE_MAX_GRAPHS];
+	uint32_t setx_head, setx_n;
 
 	/* Desired state. */
 	struct toggle_set standing;
