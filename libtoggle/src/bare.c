@@ -48,6 +48,14 @@
  * its planner sets exactly the nodes whose state differs from the set.
  * Each is uploaded once, at the build.
  *
+ * Host modes' set exec: a set in between that has held for TG_SETX_STEADY
+ * steps gets, at a step_begin and one graph a step (tg_setx_step), a clone
+ * of the full exec's clone without the producers it leaves off, picked while
+ * the set agrees with it on the graph's hooks: no node set and no disabled
+ * node for a set an operator keeps.  Its candidates are the graphs whose
+ * pick ran the full exec at that version (a queue), so a step's cost does
+ * not grow with the records.
+ *
  * toggle_graph_set_bare(), the switch over both, is bind.c's.
  */
 #include <stdlib.h>
