@@ -3,13 +3,15 @@
  * the same graph with its producer nodes removed, launched at the steps whose
  * set enables none of the graph's hooks.  Disabled nodes are not free on the
  * GPU (docs/benchmarks.md); a graph without them replays at the floor.
- * A third, the "full" exec, runs the steps whose set enables every hook of
- * the graph: in host modes the graph as it is (a clone), in device mode the
- * graph without its planner, every producer a plain kernel node (the planner
- * and device-updatable nodes are not free either).  In host modes what the
- * full exec saves is the main exec's lifetime object (life.c): the driver
- * paces the launches of an exec that holds one (docs/libtoggle.md,
- * *What the references cost*), neither second exec holds it.
+ * A third, the "full" exec: in host modes the graph as it is (a clone, kept
+ * for its node handles), run at every step the bare exec does not fit, its
+ * producers set from states of its own (sync.c); in device mode the graph
+ * without its planner, every producer a plain kernel node (the planner and
+ * device-updatable nodes are not free either), run at steps whose set
+ * enables every hook of the graph.  In host modes what the full exec saves
+ * is the main exec's lifetime object (life.c): the driver paces the
+ * launches of an exec that holds one (docs/libtoggle.md, *What the
+ * references cost*), none of libtoggle's execs holds it.
  *
  * Built at bind (never in the background: graph objects are not thread-safe
  * and the application owns the graph): clone the graph, find each producer
