@@ -125,6 +125,11 @@ class Agent:
         # graphtoggle.record.Recorder once recorder() opened the ring: graphtoggle.torch
         # and the op test it (one attribute load) before recording behind torch's replay
         self._rec = None
+        # objects a producer recorded in an open capture window writes into (the torch
+        # op's monitor buffers): capture_end hands them to the graph's owner, which holds
+        # them while the graph can replay (docs/python.md, Buffer lifetime)
+        self._capture_keep = []
+        self._capture_depth = 0
         # the per-step path: bound functions and a prebuilt reference, no lookups
         self._launch = lib.toggle_graph_launch
         self._prepare = lib.toggle_graph_prepare
@@ -275,11 +280,31 @@ class Agent:
         rc = self._lib.toggle_capture_begin(self._agent())
         if rc:
             self._raise(rc, "capture_begin")
+        self._capture_depth += 1
 
     def capture_end(self):
+        """Close a capture window.  Returns the objects kept for producers recorded while
+        any window was open (keep_for_capture): whoever owns the graph holds them for as
+        long as the graph can replay.  Windows can nest (or overlap on several threads):
+        each end returns all of them; the last end lets them go."""
         rc = self._lib.toggle_capture_end(self._agent())
         if rc:
             self._raise(rc, "capture_end")
+        keep = tuple(self._capture_keep)
+        self._capture_depth -= 1
+        if self._capture_depth <= 0:
+            self._capture_depth = 0
+            self._capture_keep = []
+        return keep
+
+    def keep_for_capture(self, obj):
+        """Keep obj (what a producer recorded now writes into) alive with the graph being
+        captured: capture_end returns it to the graph's owner.  A CUDA graph holds no
+        reference to the memory its kernels write; without this, a monitor buffer dropped
+        (Attachment.detach) while the graph lives would be reused, and a replay enabling
+        its hook would write into someone else's tensor."""
+        if self._capture_depth:
+            self._capture_keep.append(obj)
 
     def capture(self, graph=None, **kwargs):
         """Context manager.  With a torch.cuda.CUDAGraph: graphtoggle.torch.capture (the

@@ -196,6 +196,7 @@ def _record(a, x, buf, hook):
         # what this graph's producer of the hook writes, for the recorder (its replays
         # copy it to the ring when their step enables the hook and a recording runs)
         declare_in_capture(a, _gtt._current_stream(dst.device.index), hook & HOOK_MASK, dst)
+        a.keep_for_capture(buf)  # the graph holds buf while it can replay into it
     except CaptureError as e:
         raise CaptureError(
             "graphtoggle::tap: %s was refused in this CUDA graph capture, nothing recorded "

@@ -147,15 +147,17 @@ def capture(agent, g, pool=None, stream=None, capture_error_mode="global", rando
     if agent.closed:
         raise _closed_refusal(agent, "agent.capture(g)")
     agent.capture_begin()
+    keep = ()
     try:
         with torch.cuda.graph(g, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
             agent.capture_planner(torch.cuda.current_stream().cuda_stream)
             yield g
     finally:
-        agent.capture_end()
+        keep = agent.capture_end()
     graph = g.raw_cuda_graph()
     if agent.has_producers(graph):
         st = _GraphState(agent, None, graph)
+        st.keep = keep
         st.random_ops = random_ops
         _want_bare(st)  # before the bind: decided once, kept through rebinds
         g.instantiate()
@@ -186,6 +188,7 @@ def _wrap_instance(g, st):
             st.finalizer()
         st.graph = st.exec = None
         cls.reset(ref())
+        st.keep = ()  # the exec is gone: nothing replays into the buffers any more
 
     g.instantiate = instantiate
     g.reset = reset
@@ -315,7 +318,8 @@ def _want_bare(st):
 class _GraphState:
     """What graphtoggle knows about one CUDAGraph object (attribute _graphtoggle)."""
     __slots__ = ("agent", "session", "graph", "exec", "want_keep", "finalizer", "device",
-                 "random_ops", "no_random", "random_used", "rng_registered", "__weakref__")
+                 "random_ops", "no_random", "random_used", "rng_registered", "keep",
+                 "__weakref__")
 
     def __init__(self, agent, session, graph=None, exec_=None, want_keep=True):
         self.agent = agent
@@ -330,6 +334,7 @@ class _GraphState:
         self.no_random = False    # the check replay found no random numbers drawn
         self.random_used = False  # ... found the generator advanced: False refused
         self.rng_registered = False  # register_generator_state was called (patched)
+        self.keep = ()  # what its producers write (the monitor buffers), held while it lives
 
 
 def _owner_of(g):
@@ -560,14 +565,16 @@ def _make_methods(orig):
         if st is None or s is None or st.session is not s:
             return o_end(self)
         agent = s.agent
+        keep = ()
         try:
             o_end(self)
         finally:
-            agent.capture_end()
+            keep = agent.capture_end()
         graph = self.raw_cuda_graph()
         producers = agent.has_producers(graph)
         _watch_capture(agent, graph, producers)
         if producers:
+            st.keep = keep
             st.graph = graph
             st.device = _torch().cuda.current_device()
             st.random_ops = s.random_ops
@@ -627,7 +634,10 @@ def _make_methods(orig):
             if st.finalizer is not None:
                 st.finalizer()  # forgets now, once
             st.graph = st.exec = None
-        return o_reset(self)
+        r = o_reset(self)
+        if st is not None:
+            st.keep = ()  # the exec is gone: nothing replays into the buffers any more
+        return r
 
     o_register = orig.get("register_generator_state")
 

@@ -6,9 +6,11 @@ attached hooks recorded nothing is refused at the next step; random_ops automati
 `import graphtoggle` reaching graphtoggle.torch without importing torch.  torch.compile
 itself (dynamo, inductor) is test_torch_compile.py's, on the real torch."""
 
+import gc
 import os
 import subprocess
 import sys
+import weakref
 
 import pytest
 import torch
@@ -165,6 +167,58 @@ def test_direct_op_call(agent):
         buf.fill_(NAN)
         torch.ops.graphtoggle.tap.default(x, buf, hid)  # eager
         assert (buf.data[:4] == X) is (spec == "mlp_out:2")
+
+
+def _bufs_alive(refs):
+    gc.collect()
+    return [r() is not None for r in refs]
+
+
+def test_a_graph_holds_the_buffers_its_producers_write(agent):
+    """A CUDA graph holds no reference to the memory its kernels write.  A monitor buffer
+    dropped by detach() while a graph that writes it lives would go back to torch's
+    allocator, and a replay enabling its hook would write into whatever tensor got that
+    memory next.  So the graph holds the buffers its producers write (patched capture and
+    agent.capture(g)) until it is reset or collected."""
+    net = Net()
+    att = agent.attach(modules_of(net), max_tokens=4, width=2)
+    refs = [weakref.ref(b) for b in att.buffers.values()]
+    mlp1 = att.buffer("mlp_out", 1)
+    x = x22()
+    with gtt.patch(agent):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            net(x)
+        g2 = torch.cuda.CUDAGraph()  # a second graph of the same buffers, reset below
+        with torch.cuda.graph(g2):
+            net(x)
+        att.detach()
+        del att
+        assert all(_bufs_alive(refs)), "a buffer went while graphs that write it live"
+        agent.set_enabled("mlp_out:1")
+        agent.step(1)
+        mlp1.fill_(NAN)
+        g.replay()
+        assert mlp1.data[:4] == [v * 2 * 3 for v in X]  # it still writes there
+        g2.reset()
+        assert all(_bufs_alive(refs))  # g still holds them
+        del g
+        del mlp1
+        assert not any(_bufs_alive(refs)), "the graphs are gone: so are the buffers"
+    # agent.capture(g) (no patch): the same
+    hid = gtt.hook_id(agent, ("resid_post", 0))
+    buf = torch.empty((8,))
+    ref = weakref.ref(buf)
+    g = torch.cuda.CUDAGraph(keep_graph=True)
+    with agent.capture(g):
+        torch.ops.graphtoggle.tap(x, buf, hid)
+    del buf
+    assert _bufs_alive([ref]) == [True]
+    g.reset()
+    assert _bufs_alive([ref]) == [False]
+    with agent.capture():  # a window alone lets go of what it kept at its end
+        pass
+    assert agent._capture_keep == []
 
 
 def test_declared_buffers_hold_any_leading_shape(agent):
