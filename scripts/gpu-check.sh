@@ -202,6 +202,8 @@ run_py_leg torch_proof python/tests/gpu/torch_proof.py ${TORCH_PROOF_ARGS:-}
 # shellcheck disable=SC2086 # TORCH_COMPILE_PROOF_ARGS is a list of words
 run_py_leg torch_compile_proof python/tests/gpu/torch_compile_proof.py \
 	${TORCH_COMPILE_PROOF_ARGS:-}
+# the same with a dynamic token count (vLLM compiles one graph for every size)
+run_py_leg torch_compile_proof_dynamic python/tests/gpu/torch_compile_proof.py --dynamic
 # a graph keeps the monitor buffers its producers write (detach() while it lives)
 run_py_leg buffer_lifetime python/tests/gpu/buffer_lifetime_proof.py
 # the example engine standalone (nn.Module forward-hook producers, graphs per batch size

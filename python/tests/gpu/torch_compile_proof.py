@@ -29,6 +29,10 @@ buffers, made before torch.compile.
      (warm-up and recording runs included), the trees freed mid-run
      (torch._dynamo.reset(): every graph forgotten) and re-recorded, freed at the end.
 
+With --dynamic, (a) and (c) compile with a dynamic token count, as vLLM does
+(torch.compile(dynamic=None) and torch._dynamo.mark_dynamic(x, 0)): one compiled graph for
+every size above 1, still captured (a) or recorded (c) once per size.
+
 Prints one "torch-compile-proof: <mode> <leg>: PASS|FAIL ..." line per leg with its
 counts, then "torch-compile-proof: PASS" or "torch-compile-proof: FAIL (...)"; exit 0 on
 PASS and on SKIPPED (no torch, no torch.compile, no GPU), 1 on FAIL.  About 20-60 s on an
@@ -173,6 +177,14 @@ def random_set(rng, hooks):
     return rng.sample(hooks, rng.randrange(1, len(hooks) + 1))
 
 
+def dyn(args, x):
+    """x, its token dimension marked dynamic under --dynamic (a size of 1 is specialised
+    by dynamo, as it is for vLLM: it gets a compiled graph of its own)."""
+    if args.dynamic and x.shape[0] > 1:
+        torch._dynamo.mark_dynamic(x, 0)
+    return x
+
+
 def unique_graphs():
     return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
@@ -186,25 +198,25 @@ def leg_a_d(args, mode, agent, model, att, rng):
     H = args.hidden
     static_in = torch.rand(max(big, max(sizes)), H, device="cuda") * 2 - 1
     t0 = time.perf_counter()
-    compiled = torch.compile(model.forward, fullgraph=True, dynamic=False)
+    compiled = torch.compile(model.forward, fullgraph=True, dynamic=None if args.dynamic else False)
     graphs, outs = {}, {}
     pool = torch.cuda.graph_pool_handle()
     agent.set_enabled("none")
     with gtt.patch(agent):
         for bs in sizes:
-            x = static_in[:bs]
+            x = dyn(args, static_in[:bs])
             s = torch.cuda.Stream()  # torch's rule: warm up on a side stream
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):
                 for _ in range(2):
-                    compiled(x)  # compiles for bs (dynamic=False), runs outside a graph
+                    compiled(x)  # compiles for bs (or once, --dynamic), runs outside a graph
             torch.cuda.current_stream().wait_stream(s)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()  # the engine's own, patched
             with torch.cuda.graph(g, pool=pool):
                 outs[bs] = compiled(x)
             graphs[bs] = g
-        compiled(static_in[:big])  # compiles the eager batch size before the steps
+        compiled(dyn(args, static_in[:big]))  # compiles the eager size before the steps
         torch.cuda.synchronize()
         t_compile = time.perf_counter() - t0
         n_hooks = len(ck.hooks)
@@ -305,7 +317,8 @@ def leg_c(args, mode, agent, model, att, rng):
     frees = 0
     t0 = time.perf_counter()
     with gtt.patch(agent):
-        cc = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True, dynamic=False)
+        cc = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True,
+                           dynamic=None if args.dynamic else False)
         calls = 0
         live_max = 0
         for step in range(args.steps_c):
@@ -322,12 +335,12 @@ def leg_c(args, mode, agent, model, att, rng):
                             % (len(still), len(live)))
                 frees += len(live)
                 cc = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True,
-                                   dynamic=False)
+                                   dynamic=None if args.dynamic else False)
             if rng.random() < 0.25:
                 agent.set_enabled(random_set(rng, ck.hooks))
             eff = agent.step()
             bs = rng.choice(sizes)
-            x = torch.rand(bs, H, device="cuda") * 2 - 1
+            x = dyn(args, torch.rand(bs, H, device="cuda") * 2 - 1)
             ck.reset()
             torch.compiler.cudagraph_mark_step_begin()
             cc(x)
@@ -422,6 +435,10 @@ def main(argv=None):
     ap.add_argument("--eager-tokens", type=int, default=48,
                     help="the compiled model's eager runs (above the largest graph)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dynamic", action="store_true",
+                    help="dynamic token count, as vLLM compiles: torch.compile(dynamic=None) "
+                    "with torch._dynamo.mark_dynamic(x, 0) on every input of more than one "
+                    "token (one compiled graph for those sizes; graphs still per size)")
     args = ap.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",")]
     modes = [m for m in args.modes.split(",") if m]
@@ -431,10 +448,11 @@ def main(argv=None):
         if hasattr(d, k):
             setattr(d, k, 64)
     print(PREFIX + "torch %s, %s, graphtoggle %s (%s); %d layers, hidden %d, %d hooks; graphs "
-          "for bs %s, eager %d tokens" % (
+          "for bs %s, eager %d tokens; %s shapes" % (
               torch.__version__, torch.cuda.get_device_name(), graphtoggle.__version__,
               graphtoggle.library_path(), args.layers, args.hidden, 3 * args.layers,
-              args.sizes, args.eager_tokens), flush=True)
+              args.sizes, args.eager_tokens, "dynamic" if args.dynamic else "static"),
+          flush=True)
     t0 = time.perf_counter()
     fails = []
     for mode in modes:
