@@ -195,10 +195,12 @@ START_TEST(test_set_exec_off)
 END_TEST
 
 /* A graph not launched since the set became current (an engine's batch size it no
- * longer replays) gets none; once launched at that set it gets one. */
+ * longer replays) gets none; once launched at that set it gets one, in eager mode too
+ * (_i 1), where the step that changes the set names every bound graph before any
+ * launch. */
 START_TEST(test_set_exec_only_for_graphs_in_use)
 {
-	struct bfx *f = bfx_open(TOGGLE_MODE_LAZY);
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
 	bfx_capture_bound(f);
 	CUgraph g0 = f->graph;
 	CUgraphExec e0 = f->exec;
@@ -215,12 +217,16 @@ START_TEST(test_set_exec_only_for_graphs_in_use)
 	ck_assert(!gs.set_exec);
 	ck_assert(gstatus(f).set_running);
 	ck_assert_uint_eq(stats(f).set_builds, 1);
-	/* White-box: the candidates come from the picks of launched graphs, not from a
-	 * walk over every record at each step (bench_host idle: the step's cost must not
-	 * grow with the graphs bound): one was named, and it is taken. */
-	ck_assert_uint_eq(f->agent->setx_n, 1);
-	ck_assert_uint_eq(f->agent->setx_head, 1);
-	/* g0 launched: its set exec comes at a later step (the set still holds). */
+	/* White-box: the candidates come from the picks, not from a walk over every record
+	 * at each step (bench_host idle: the step's cost must not grow with the graphs
+	 * bound).  Lazy: the launched graph's pick named it, and it is taken; eager: the
+	 * set's apply named both, and g0 waits for a launch. */
+	ck_assert_uint_eq(f->agent->setx_n, _i ? 1 : 0);
+	if (_i)
+		ck_assert_uint_eq(f->agent->setx_queue[f->agent->setx_head],
+				  f->agent->graphs[0]->slot);
+	/* g0 launched: its set exec comes at a later step (the set still holds; eager: the
+	 * launch's step looks at it again). */
 	CUgraph g1 = f->graph;
 	CUgraphExec e1 = f->exec;
 	f->graph = g0;
@@ -238,6 +244,33 @@ START_TEST(test_set_exec_only_for_graphs_in_use)
 }
 END_TEST
 
+/* Eager: the set's apply names every bound graph; the ones never launched wait at the
+ * back of the ring, looked at a few a step, and one launched behind more of them than a
+ * step looks at still gets its set exec. */
+START_TEST(test_set_exec_behind_waiting_graphs)
+{
+	struct bfx *f = bfx_open(TOGGLE_MODE_EAGER);
+	enum { G = 20 };
+	for (int i = 0; i < G; i++)
+		bfx_capture_bound(f); /* f->graph, f->exec: the last, the one launched */
+	struct toggle_set s = spec("resid_post:3,mlp_out:0");
+	int64_t n = 0;
+	int took = hold(f, &n, &s, STEADY + 1 + 2 * G);
+	ck_assert_int_gt(took, 0);
+	step(f, n++, &s);
+	launch_check(f, &s);
+	ck_assert(gstatus(f).set_running);
+	ck_assert_uint_eq(stats(f).set_builds, 1);
+	ck_assert_uint_eq(f->agent->setx_n, G - 1); /* the others still wait */
+	for (int i = 0; i < 4 * G; i++) {
+		step(f, n++, &s);
+		launch_check(f, &s);
+	}
+	ck_assert_uint_eq(stats(f).set_builds, 1); /* never launched: none built */
+	bfx_close(f);
+}
+END_TEST
+
 static Suite *set_exec_suite(void)
 {
 	Suite *s = suite_create("set_exec");
@@ -246,7 +279,8 @@ static Suite *set_exec_suite(void)
 	tcase_add_loop_test(tc, test_set_exec_build_failure, 0, 2);
 	tcase_add_test(tc, test_set_exec_one_graph_a_step);
 	tcase_add_loop_test(tc, test_set_exec_off, 0, 2);
-	tcase_add_test(tc, test_set_exec_only_for_graphs_in_use);
+	tcase_add_loop_test(tc, test_set_exec_only_for_graphs_in_use, 0, 2);
+	tcase_add_test(tc, test_set_exec_behind_waiting_graphs);
 	suite_add_tcase(s, tc);
 	return s;
 }

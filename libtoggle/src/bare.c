@@ -70,6 +70,9 @@
 
 /* Steps a set in between must hold before set execs are built for it, one graph a step. */
 #define TG_SETX_STEADY 8u
+/* Most candidates a step looks at (tg_setx_step): a step's cost stays bounded
+ * while graphs wait to be launched at the set (setx_want's LATER). */
+#define TG_SETX_LOOKS 8u
 
 /* Whether the current set leaves g nothing to run. */
 static bool bare_fits(const struct toggle_agent *a, const struct tg_graph *g)
@@ -158,6 +161,16 @@ static void alt_switched(struct toggle_agent *a, struct tg_graph *g, const struc
 		a->stats.set_switches++;
 }
 
+/* Name slot a candidate for a set exec (tg_setx_step's ring); false when full. */
+static bool setx_push(struct toggle_agent *a, uint32_t slot)
+{
+	if (a->setx_n >= TOGGLE_MAX_GRAPHS)
+		return false;
+	a->setx_queue[(a->setx_head + a->setx_n) % TOGGLE_MAX_GRAPHS] = slot;
+	a->setx_n++;
+	return true;
+}
+
 int tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 {
 	/* Device mode: a strict agent refuses a blocked graph's launches
@@ -181,10 +194,8 @@ int tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 		 * (tg_setx_step), once a version; found here, not by a walk over
 		 * every record at each step. */
 		if (a->setx_on && g->setx_queued != a->version && !full_fits(a, g) &&
-		    a->setx_n < TOGGLE_MAX_GRAPHS) {
+		    setx_push(a, g->slot))
 			g->setx_queued = a->version;
-			a->setx_queue[a->setx_n++] = g->slot;
-		}
 	} else if (!g->blocked && g->full.exec && g->full.nodes && tg_full_holds(a, g)) {
 		/* A graph destroyed while its exec is bound: only a set the full
 		 * exec holds already, untouched, as the main exec's rule is
@@ -952,20 +963,25 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 
 /* ---- host modes: the set exec ----------------------------------------------- */
 
+enum setx_want { SETX_NO, SETX_LATER, SETX_NOW };
+
 /* Whether g should get a set exec for the current set now: a host-mode graph
- * with a full exec (whose clone it is made from), launched since the set
- * became current (a graph the engine no longer replays gets none), at a set
- * in between (all off and all on have their execs, which disable nothing),
- * not already built for this set, nor failed for it. */
-static bool setx_wanted(const struct toggle_agent *a, const struct tg_graph *g)
+ * with a full exec (whose clone it is made from), at a set in between (all
+ * off and all on have their execs, which disable nothing), not already built
+ * for this set, nor failed for it; and launched since the set became current
+ * (a graph the engine no longer replays gets none), else LATER: eager mode
+ * names every bound graph at the step that changes the set, before its
+ * launches, so one launched late still gets its exec. */
+static enum setx_want setx_want(const struct toggle_agent *a, const struct tg_graph *g)
 {
 	if (!g->bound || g->stale || g->gone || g->exec_dead || g->late || g->blocked ||
-	    g->dev == TG_DEV_ACTIVE || !g->full.exec || !g->full.graph || !g->full.nodes ||
-	    g->last_step < a->setx_step0)
-		return false;
+	    g->dev == TG_DEV_ACTIVE || !g->full.exec || !g->full.graph || !g->full.nodes)
+		return SETX_NO;
 	if (bare_fits(a, g) || full_fits(a, g))
-		return false;
-	return !((g->setx.exec || g->setx.failed) && setx_fits(a, g));
+		return SETX_NO;
+	if ((g->setx.exec || g->setx.failed) && setx_fits(a, g))
+		return SETX_NO;
+	return g->last_step < a->setx_step0 ? SETX_LATER : SETX_NOW;
 }
 
 /* The set exec: the full exec's clone without the producers the current set leaves off. */
@@ -1020,14 +1036,21 @@ void tg_setx_step(struct toggle_agent *a)
 	 * not destroyed inside a capture window: never during a capture. */
 	if (a->capture_depth)
 		return;
-	/* The next candidate still wanted: each is taken once, so the walk costs
-	 * nothing per step once they are done, however many graphs are bound. */
-	while (a->setx_head < a->setx_n) {
-		uint32_t slot = a->setx_queue[a->setx_head++];
+	/* The next candidate wanted now, looking at TG_SETX_LOOKS at most: the
+	 * step's cost does not grow with the graphs bound.  One not launched yet
+	 * at this set goes to the back: it is looked at again at a later step. */
+	uint32_t looks = a->setx_n < TG_SETX_LOOKS ? a->setx_n : TG_SETX_LOOKS;
+	while (looks--) {
+		uint32_t slot = a->setx_queue[a->setx_head];
+		a->setx_head = (a->setx_head + 1) % TOGGLE_MAX_GRAPHS;
+		a->setx_n--;
 		struct tg_graph *g = slot < a->n_graphs ? a->graphs[slot] : NULL;
-		if (g && setx_wanted(a, g)) {
+		enum setx_want w = g ? setx_want(a, g) : SETX_NO;
+		if (w == SETX_NOW) {
 			setx_make(a, g); /* one a step: a build costs about what a bind's does */
 			return;
 		}
+		if (w == SETX_LATER)
+			(void)setx_push(a, slot); /* room: one was just taken */
 	}
 }

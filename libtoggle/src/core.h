@@ -257,7 +257,8 @@ struct toggle_agent {
 	/* Set execs (bare.c, tg_setx_step): the version seen at the last
 	 * step_begin, the step it was first seen at, the steps it has held; the
 	 * candidates, the slots of the graphs whose pick ran the full exec at
-	 * this version (each once: tg_graph.setx_queued), taken from setx_head. */
+	 * this version (each named once: tg_graph.setx_queued): a ring of
+	 * setx_n from setx_head. */
 	uint64_t setx_version;
 	int64_t setx_step0;
 	uint32_t setx_steady;
