@@ -5,6 +5,7 @@
 # with the sanitizer runtimes preloaded (leak checks off: CPython itself keeps
 # memory to exit).  Uses $PYTHON, else the first python3 that has pytest
 # (scripts/deps.sh installs python3-pytest for /usr/bin/python3).
+# Usage: scripts/pytest.sh [pytest args, paths relative to python/]   (default: tests)
 set -eu
 cd "$(dirname "$0")/.."
 B=${B:-build}
@@ -35,7 +36,8 @@ if [ -z "$preload" ]; then
 	lib="$B/libtoggle.so"
 fi
 export GRAPHTOGGLE_LIB="$PWD/$lib" B="$B"
-echo "== python/tests ($py, $lib)"
+[ $# -gt 0 ] || set -- tests
+echo "== python/$* ($py, $lib)"
 cd python
 LD_PRELOAD="${preload# }" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	exec "$py" -m pytest -q -p no:cacheprovider tests
+	exec "$py" -m pytest -q -p no:cacheprovider "$@"
