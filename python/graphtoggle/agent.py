@@ -130,6 +130,7 @@ class Agent:
         # them while the graph can replay (docs/python.md, Buffer lifetime)
         self._capture_keep = []
         self._capture_depth = 0
+        self._capture_refusal = None  # the first producer refused in the open window
         # the per-step path: bound functions and a prebuilt reference, no lookups
         self._launch = lib.toggle_graph_launch
         self._prepare = lib.toggle_graph_prepare
@@ -295,7 +296,20 @@ class Agent:
         if self._capture_depth <= 0:
             self._capture_depth = 0
             self._capture_keep = []
+            self._capture_refusal = None
         return keep
+
+    def refuse_capture(self, why):
+        """A producer was refused while a capture window is open (graphtoggle.ops: a shape
+        without a buffer, say): the graph being captured holds only the producers recorded
+        before it, so its owner must not bind it (capture_refusal() tells, until the last
+        window ends)."""
+        if self._capture_depth and self._capture_refusal is None:
+            self._capture_refusal = str(why)
+
+    def capture_refusal(self):
+        """Why a producer was refused in the open capture window, or None."""
+        return self._capture_refusal
 
     def keep_for_capture(self, obj):
         """Keep obj (what a producer recorded now writes into) alive with the graph being

@@ -26,7 +26,7 @@ import weakref
 import torch
 
 from . import torch as _gtt
-from .errors import CaptureError, InvalidArgumentError
+from .errors import CaptureError, GraphToggleError, InvalidArgumentError
 from .record import declare_in_capture
 
 # hook id layout: bits 0-12 the hook (type * 256 + layer, libtoggle's bit index), bit 13
@@ -135,10 +135,14 @@ def tap(x, buf, hook):
     if a is None or not a._h:
         a = _agent_of(hook)  # raises, naming the fix, unless the id is good
         _ready[hook] = _slots[hook >> SLOT_SHIFT]
+    if x.is_cuda and _capturing():
+        try:
+            return _record(a, x, buf, hook)
+        except GraphToggleError as e:
+            a.refuse_capture(e)  # the graph holds only the producers before this one
+            raise
     if x.numel() > buf.numel() or x.dtype != buf.dtype:
         check(x, buf, hook)  # raises
-    if x.is_cuda and _capturing():
-        return _record(a, x, buf, hook)
     f = hook & HOOK_MASK
     raw = a._last_raw if a._step >= 0 else a._current_raw()
     if raw[f >> 3] >> (f & 7) & 1:

@@ -319,7 +319,7 @@ class _GraphState:
     """What graphtoggle knows about one CUDAGraph object (attribute _graphtoggle)."""
     __slots__ = ("agent", "session", "graph", "exec", "want_keep", "finalizer", "device",
                  "random_ops", "no_random", "random_used", "rng_registered", "keep",
-                 "__weakref__")
+                 "refused", "__weakref__")
 
     def __init__(self, agent, session, graph=None, exec_=None, want_keep=True):
         self.agent = agent
@@ -335,6 +335,7 @@ class _GraphState:
         self.random_used = False  # ... found the generator advanced: False refused
         self.rng_registered = False  # register_generator_state was called (patched)
         self.keep = ()  # what its producers write (the monitor buffers), held while it lives
+        self.refused = None  # why its capture was refused (a producer in it was): never runs
 
 
 def _owner_of(g):
@@ -566,11 +567,22 @@ def _make_methods(orig):
             return o_end(self)
         agent = s.agent
         keep = ()
+        refusal = agent.capture_refusal()  # read before the window closes
         try:
             o_end(self)
         finally:
+            refusal = refusal or agent.capture_refusal()
             keep = agent.capture_end()
         graph = self.raw_cuda_graph()
+        if refusal is not None:
+            # a producer was refused in this capture (torch.cuda.graph's __exit__ ends the
+            # capture as the error propagates): the graph holds only the producers recorded
+            # before it, so it is never bound, and its replays are refused
+            st.refused = refusal
+            _forget(weakref.ref(agent), graph)  # its record (device mode: its registry slot)
+            if not st.want_keep:
+                self.instantiate()
+            return None
         producers = agent.has_producers(graph)
         _watch_capture(agent, graph, producers)
         if producers:
@@ -612,6 +624,11 @@ def _make_methods(orig):
         # instead (_replay), after the first replay's check.
         st = self.__dict__.get("_graphtoggle")
         if st is None or st.graph is None or st.session is not _state.session:
+            if st is not None and st.refused is not None:
+                raise CaptureError(
+                    "this CUDA graph's capture was refused (%s): it holds only some of its "
+                    "producers, so it never replays; capture it again once the error is "
+                    "fixed" % st.refused)
             return o_replay(self)  # unrelated, or of an ended session: torch's own
         if st.random_ops is not True:
             return _replay(st, self, st.random_ops)  # launch (the bare exec can run), or the check
@@ -875,6 +892,23 @@ def _widths(width, types):
     return {t: one(width, t) for t in types}
 
 
+def _selects(select, types):
+    """{hook type: select callable or None} from attach()'s select=."""
+    if isinstance(select, dict):
+        extra = [t for t in select if t not in types]
+        if extra:
+            raise InvalidArgumentError("select= names %s, which modules= does not"
+                                       % ", ".join(map(str, extra)))
+        out = {t: select.get(t) for t in types}
+    else:
+        out = {t: select for t in types}
+    bad = [t for t, f in out.items() if f is not None and not callable(f)]
+    if bad:
+        raise InvalidArgumentError("select for %s must be callable (output -> tensor), got %r"
+                                   % (bad[0], out[bad[0]]))
+    return out
+
+
 def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens=None,
            width=None, dtype=None, device=None, check_captures=True):
     """Attach producers to nn.Module forward hooks: each hook calls the registered op
@@ -897,7 +931,8 @@ def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens
         max_tokens): a buffer per (hook, shape, dtype), made by the first eager forward
         outside a capture that meets the shape (torch's warm-up); compiled code and
         captures that meet a shape without a buffer are refused, naming the fix.
-    select: output -> tensor (default: the output, or its first element for tuples).
+    select: output -> tensor (default: the output, or its first element for tuples), or a
+        dict {hook type: that callable, or None for the default}.
     method: "mul" (torch.mul(x, 1, out=buf) in a producer region; not device mode) or
         "copy_out" (libtoggle's built-in copy kernel, needed for device mode); default by
         the agent's mode.
@@ -949,6 +984,7 @@ def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens
     elif buffers is not None and not callable(buffers):
         raise InvalidArgumentError("buffers must be a dict {(type, layer): tensor} or a "
                                    "callable, got %r" % (buffers,))
+    selects = _selects(select, list(modules))
     ids = {(t, l): ops.hook_id(agent, (t, l), method) for t, l, _ in plan}
     d = sys.modules.get("torch._dynamo")
     if d is not None and getattr(d, "utils", None) is not None and \
@@ -977,7 +1013,7 @@ def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens
     for t, l, mod in plan:
         att._handles.append(mod.register_forward_hook(_forward_hook(
             att, torch, ops, t, l, ids[(t, l)], fixed.get((t, l)),
-            buffers if callable(buffers) else None, select)))
+            buffers if callable(buffers) else None, selects[t])))
     if check_captures:
         w = _watch_of(agent)
         w.attached += 1
@@ -1009,6 +1045,12 @@ _TAP_BUFS = {}
 _ATTACH_SERIAL = itertools.count(1)
 
 
+def _refuse_in_capture(agent, err):
+    """err, after telling the agent that the open capture holds a refused producer."""
+    agent.refuse_capture(err)
+    return err
+
+
 def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
     global _TAP_OP
     if _TAP_OP is None:
@@ -1029,11 +1071,11 @@ def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
         # a block an earlier kernel of the same graph writes (seen on the H200: every
         # "disabled" producer's buffer changed at each replay).
         if _capture_query(torch) and make is None:
-            raise InvalidArgumentError(
+            raise _refuse_in_capture(att.agent, InvalidArgumentError(
                 "no monitor buffer for %s:%d with shape %s: run the model once outside the "
                 "capture with this batch size first (torch's warm-up before capture), or "
                 "declare buffers (attach(..., max_tokens=N, width=...)) or pass buffers="
-                % (hook_type, layer, tuple(x.shape)))
+                % (hook_type, layer, tuple(x.shape))))
         b = make(hook_type, layer, x) if make is not None else \
             torch.empty_like(x, memory_format=torch.contiguous_format)
         _mark_static(torch, b)

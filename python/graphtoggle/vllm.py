@@ -46,9 +46,16 @@ Environment (read by register()):
                          runs run the graph's own exec; saves one exec's memory per graph)
   GRAPHTOGGLE_SET_EXEC   0: no set execs (Agent(set_exec=False)): a set in between that
                          holds keeps running on the full exec
-  GRAPHTOGGLE_HOOKS      type=path,...: the modules each hook type attaches to, paths from
-                         the model with "*" for every element of a list; default
-                         "resid_post=model.layers,attn_out=model.layers.*.self_attn,
+  GRAPHTOGGLE_HOOKS      type=source,...: what each hook type copies.  A source is a path
+                         of modules from the model, "*" for every element of a list (the
+                         element's index is the layer): the module's output (a tuple's
+                         first element); path[N]: element N of the module's output tuple;
+                         @residual: the residual stream after each decoder layer (vLLM's
+                         layers return their MLP's output and the residual apart, and the
+                         sum is made inside the next fused add+norm: element 1 of
+                         model.layers[i + 1].input_layernorm's output, of model.norm's
+                         after the last layer).  Default
+                         "resid_post=@residual,attn_out=model.layers.*.self_attn,
                          mlp_out=model.layers.*.mlp" (vLLM's Llama-style models)
   GRAPHTOGGLE_LAYERS     the catalog's layer count (default: the model config's
                          num_hidden_layers)
@@ -76,7 +83,8 @@ from .errors import InvalidArgumentError
 
 ENTRY_POINT = "graphtoggle.vllm:register"
 GROUP = "vllm.general_plugins"
-DEFAULT_HOOKS = "resid_post=model.layers,attn_out=model.layers.*.self_attn,mlp_out=model.layers.*.mlp"
+DEFAULT_HOOKS = "resid_post=@residual,attn_out=model.layers.*.self_attn,mlp_out=model.layers.*.mlp"
+RESIDUAL = "@residual"
 WORKER_MODULE = "vllm.v1.worker.gpu_worker"
 _MODES = ("lazy", "eager", "device")
 _TRUE = ("1", "true", "yes", "on")
@@ -163,7 +171,9 @@ def _bool(env, name, default):
 
 
 def parse_hooks(spec):
-    """"type=path,type=path" -> [(type, path)], paths dotted with "*" for a list's elements."""
+    """"type=source,type=source" -> [(type, source)]: a source is a path dotted with "*" for
+    a list's elements, optionally ending in [N] (element N of the output tuple), or
+    @residual."""
     out = []
     for part in spec.split(","):
         part = part.strip()
@@ -171,11 +181,16 @@ def parse_hooks(spec):
             continue
         t, eq, path = part.partition("=")
         t, path = t.strip(), path.strip()
-        if not eq or not t or not path or any(not p for p in path.split(".")):
+        if eq and t and path == RESIDUAL:
+            out.append((t, path))
+            continue
+        dotted, index = _split_index(path)
+        if not eq or not t or not dotted or index == -1 or any(
+                not (p == "*" or p.isidentifier()) for p in dotted.split(".")):
             raise InvalidArgumentError(
-                "GRAPHTOGGLE_HOOKS: %r is not type=path (e.g. attn_out=model.layers.*.self_attn)"
-                % (part,))
-        if path.split(".").count("*") > 1:
+                "GRAPHTOGGLE_HOOKS: %r is not type=path, type=path[N] or type=@residual (e.g. "
+                "attn_out=model.layers.*.self_attn)" % (part,))
+        if dotted.split(".").count("*") > 1:
             raise InvalidArgumentError("GRAPHTOGGLE_HOOKS: %r has more than one '*'" % (part,))
         out.append((t, path))
     if not out:
@@ -183,6 +198,16 @@ def parse_hooks(spec):
     if len({t for t, _ in out}) != len(out):
         raise InvalidArgumentError("GRAPHTOGGLE_HOOKS names a hook type twice: %r" % (spec,))
     return out
+
+
+def _split_index(path):
+    """"a.b[2]" -> ("a.b", 2); "a.b" -> ("a.b", None); a malformed index -> (path, -1)."""
+    if not path.endswith("]"):
+        return path, (None if "[" not in path else -1)
+    head, br, num = path[:-1].partition("[")
+    if not br or not num.isdigit() or "[" in num or len(num) > 3:
+        return path, -1
+    return head, int(num)
 
 
 class State:
@@ -416,13 +441,62 @@ def _attach(st, worker):
     model = unwrap(model)
     if st.attachment is not None:
         st.attachment.detach()  # the model was loaded again: attach to the new one
-    modules = {t: resolve(model, path) for t, path in st.config.hooks}
+    modules, select = {}, {}
+    for t, path in st.config.hooks:
+        modules[t], select[t] = source(model, path)
     # vLLM compiles the model before any eager forward meets a shape, so the monitor
     # buffers are declared now: one per hook, rows for the most tokens a step can carry
     # (the runner's max_num_tokens, scheduler_config.max_num_batched_tokens), the model's
     # hidden size wide, in its dtype (docs/python.md, Declared buffers)
-    st.attachment = st.agent.attach(modules, **_declared_buffers(runner))
+    st.attachment = st.agent.attach(modules, select=select, **_declared_buffers(runner))
     return st.attachment
+
+
+def source(model, path):
+    """(modules per layer, select or None) for a GRAPHTOGGLE_HOOKS source of model."""
+    if path == RESIDUAL:
+        return _residual_stream(model), _element(1, RESIDUAL)
+    dotted, index = _split_index(path)
+    return resolve(model, dotted), (None if index is None else _element(index, path))
+
+
+def _residual_stream(model):
+    """The modules whose output's element 1 is the residual stream after layer 0, 1, ...:
+    each next layer's input_layernorm, then the final norm (vLLM sums the MLP's output and
+    the residual there, in place or not: the copy follows the sum in stream order)."""
+    layers = resolve(model, "model.layers")
+    if not hasattr(model.model, "norm"):
+        raise InvalidArgumentError(
+            "GRAPHTOGGLE_HOOKS: %s: the model (%s) has no model.norm (the fused add+norm after "
+            "its last layer); name the hook's source as a path"
+            % (RESIDUAL, type(model).__name__))
+    out = []
+    for i in range(len(layers)):
+        nxt = layers[i + 1] if i + 1 < len(layers) else None
+        m = model.model.norm if nxt is None else getattr(nxt, "input_layernorm", None)
+        missing = (nxt is not None and "Missing" in type(nxt).__name__) or (
+            "Missing" in type(m).__name__)
+        if missing:
+            m = _placeholder()  # another pipeline stage sums it: never runs here
+        elif m is None:
+            raise InvalidArgumentError(
+                "GRAPHTOGGLE_HOOKS: %s: model.layers[%d] (%s) has no input_layernorm (the "
+                "fused add+norm that makes the residual stream); name the hook's source as "
+                "a path" % (RESIDUAL, i + 1, type(nxt).__name__))
+        out.append(m)
+    return out
+
+
+def _element(n, what):
+    """The select taking element n of a module's output tuple (traceable: torch.compile runs
+    it in the hook)."""
+    def select(output):
+        if not isinstance(output, (tuple, list)) or len(output) <= n:
+            raise InvalidArgumentError(
+                "GRAPHTOGGLE_HOOKS: %s: the module returned %s, not a tuple of more than %d "
+                "elements" % (what, type(output).__name__, n))
+        return output[n]
+    return select
 
 
 def _declared_buffers(runner):
@@ -441,5 +515,5 @@ def _declared_buffers(runner):
     return out
 
 
-__all__ = ["register", "current", "Config", "State", "parse_hooks", "resolve", "unwrap",
+__all__ = ["register", "current", "Config", "State", "parse_hooks", "resolve", "source", "unwrap",
            "ENTRY_POINT", "GROUP", "DEFAULT_HOOKS"]

@@ -273,7 +273,10 @@ def test_attach_arguments_checked_first(agent):
                     (dict(max_tokens=4, width={"resid_post": 2}), "no entry for mlp_out"),
                     (dict(max_tokens=4, width=2, buffers={}), "cannot be given too"),
                     (dict(buffers={("resid_post", 0): torch.empty((4,))}), "no tensor for"),
-                    (dict(buffers=3), "dict"), (dict(method="memcpy"), "method")]:
+                    (dict(buffers=3), "dict"), (dict(method="memcpy"), "method"),
+                    (dict(select={"attn_out": None}), "select= names attn_out"),
+                    (dict(select={"mlp_out": 3}), "select for mlp_out must be callable"),
+                    (dict(select="x"), "select for resid_post must be callable")]:
         with pytest.raises(graphtoggle.InvalidArgumentError, match=msg):
             agent.attach(modules_of(net), **kw)
         assert _no_hooks(net), kw
@@ -301,6 +304,41 @@ def test_shape_with_no_buffer(agent):
     buf = torch.empty((8,), dtype="bfloat16")
     with pytest.raises(graphtoggle.InvalidArgumentError, match="bfloat16"):
         torch.ops.graphtoggle.tap(x22(), buf, gtt.hook_id(agent, ("mlp_out", 0)))
+
+
+def test_a_later_producer_refused_leaves_the_graph_unbound(agent):
+    """The first hooks of a capture record their producers, a later one is refused (its
+    buffer has another dtype): torch.cuda.graph's __exit__ still ends the capture, and the
+    graph, holding only some producers, is neither bound nor replayed; the next capture
+    (the error fixed) binds."""
+    net = Net()
+    bufs = {(t, l): torch.empty((8,)) for t in HOOKS for l in range(3)}
+    bufs[("mlp_out", 1)] = torch.empty((8,), dtype="bfloat16")
+    att = agent.attach(modules_of(net), buffers=bufs)
+    agent.set_enabled("all")
+    with gtt.patch(agent):
+        g = torch.cuda.CUDAGraph()
+        with pytest.raises(graphtoggle.InvalidArgumentError, match=r"mlp_out:1.*bfloat16"):
+            with torch.cuda.graph(g):
+                net(x22())
+        # its record forgotten: resid_post:0, mlp_out:0, resid_post:1 are not kept either
+        assert [r for r in agent.graphs() if r["bound"] or not r["stale"]] == []
+        assert gtt._owner_of(g).graph is None
+        reset(att)
+        with pytest.raises(graphtoggle.CaptureError, match=r"capture was refused.*mlp_out:1"):
+            g.replay()
+        assert written(att) == set()  # its producers did not run
+        agent.step(0)  # the refusal does not linger into the next window
+        att.detach()
+        bufs[("mlp_out", 1)] = torch.empty((8,))
+        att = agent.attach(modules_of(net), buffers=bufs)
+        g2 = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g2):
+            net(x22())
+        assert agent.graph_status(g2.raw_cuda_graph())["bound"]
+        reset(att)
+        g2.replay()
+        assert written(att) == {(t, l) for t in HOOKS for l in range(3)}
 
 
 def test_capture_outside_the_window_is_refused(agent):

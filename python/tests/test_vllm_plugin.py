@@ -105,6 +105,7 @@ STEPS = [[1, True, "all"], [2, True, None], [4, False, None], [3, True, "attn_ou
 def _check_steps(res, n_ranks):
     assert len(res["steps"]) == len(STEPS)
     modes = set()
+    residual_checks = [0]
     for i, recs in enumerate(res["steps"]):
         assert [r["rank"] for r in recs] == list(range(n_ranks))
         # every rank counts the same steps and runs the same set (a standing set, changed
@@ -121,6 +122,12 @@ def _check_steps(res, n_ranks):
                 assert got in ([], want), (i, r)
             else:
                 assert got == want, (i, r)
+            # what resid_post holds is the residual stream (vLLM's layers return the MLP's
+            # output and the residual apart: their sum is nowhere a module's output)
+            checked, wrong = r["residual"]
+            assert wrong == [], (i, r)
+            residual_checks[0] += checked
+    assert residual_checks[0] >= 4 * n_ranks  # the all-on steps checked every layer
     return modes
 
 
@@ -267,9 +274,12 @@ def test_pyproject_declares_the_entry_point():
 
 def test_parse_hooks():
     assert gv.parse_hooks(gv.DEFAULT_HOOKS) == [
-        ("resid_post", "model.layers"), ("attn_out", "model.layers.*.self_attn"),
+        ("resid_post", "@residual"), ("attn_out", "model.layers.*.self_attn"),
         ("mlp_out", "model.layers.*.mlp")]
-    for bad in ("", "x", "a=", "=b", "a=b..c", "a=b.*.*", "a=b,a=c"):
+    assert gv.parse_hooks("a=model.layers.*.input_layernorm[1], b=model.layers") == [
+        ("a", "model.layers.*.input_layernorm[1]"), ("b", "model.layers")]
+    for bad in ("", "x", "a=", "=b", "a=b..c", "a=b.*.*", "a=b,a=c", "a=b[", "a=b[x]",
+                "a=b[1]c", "a=b[-1]", "a=[1]", "a=b[1][2]", "a=@other"):
         with pytest.raises(InvalidArgumentError, match="GRAPHTOGGLE_HOOKS"):
             gv.parse_hooks(bad)
 
@@ -345,6 +355,61 @@ def test_resolve_and_unwrap():
     top.model.layers[2] = Attn()
     with pytest.raises(InvalidArgumentError, match=r"model.layers\[2\] \(Attn\) has no self_attn"):
         gv.resolve(top, "model.layers.*.self_attn")
+
+
+def test_sources_residual_stream_and_tuple_elements():
+    """@residual: element 1 of the next layer's input_layernorm (the final norm's after the
+    last layer), a placeholder where another pipeline stage holds the layer; path[N]:
+    element N; a module that returns no such tuple is refused when it runs."""
+    import torch
+    from torch import nn
+
+    class Norm(nn.Module):
+        def forward(self, x):
+            return x
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.input_layernorm = Norm()
+
+    class PPMissingLayer(nn.Module):
+        pass
+
+    class Inner(nn.Module):
+        def __init__(self, layers, norm=True):
+            super().__init__()
+            self.layers = nn.ModuleList(layers)
+            if norm:
+                self.norm = Norm()
+
+    class Top(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.model = inner
+
+    top = Top(Inner([Layer(), Layer(), Layer()]))
+    mods, sel = gv.source(top, gv.RESIDUAL)
+    L = top.model.layers
+    assert mods == [L[1].input_layernorm, L[2].input_layernorm, top.model.norm]
+    a, b = object(), object()
+    assert sel((a, b)) is b
+    with pytest.raises(InvalidArgumentError, match="not a tuple of more than 1"):
+        sel(a)
+    mods, sel = gv.source(top, "model.layers.*.input_layernorm[0]")
+    assert mods == [l.input_layernorm for l in L] and sel((a, b)) is a
+    mods, sel = gv.source(top, "model.layers.*.input_layernorm")
+    assert sel is None
+    pp = Top(Inner([Layer(), PPMissingLayer(), Layer()]))
+    mods, _ = gv.source(pp, gv.RESIDUAL)
+    assert isinstance(mods[0], torch.nn.Module) and mods[0] is not pp.model.layers[1]
+    assert mods[1] is pp.model.layers[2].input_layernorm and mods[2] is pp.model.norm
+    with pytest.raises(InvalidArgumentError, match="has no model.norm"):
+        gv.source(Top(Inner([Layer()], norm=False)), gv.RESIDUAL)
+    odd = Top(Inner([Layer(), Norm()]))
+    with pytest.raises(InvalidArgumentError, match=r"model.layers\[1\] \(Norm\) has no "
+                       "input_layernorm"):
+        gv.source(odd, gv.RESIDUAL)
 
 
 def _child(code, env=None):

@@ -90,7 +90,38 @@ def check(w):
     st = _state()
     wrote = sorted({(k[0], k[1]) for k, b in st.attachment.buffers.items()
                     if k in _RESET and any(v != SENT for v in b.data)})
-    last = w.worker.model_runner.last
+    runner = w.worker.model_runner
+    last = runner.last
     return {"rank": w.worker.rank, "step": st.agent.current_step,
             "set": sorted(st.last_set), "wrote": wrote, "mode": last.runtime_mode,
-            "padded": last.padded, "output": last.output[:4]}
+            "padded": last.padded, "output": last.output[:4],
+            "residual": _residual_checks(st, wrote, runner, last)}
+
+
+def _residual_checks(st, wrote, runner, last):
+    """resid_post against the residual stream, from what ran: after layer i it is
+    resid_post[i - 1] (the model's input for layer 0) + attn_out[i] + mlp_out[i], summed as
+    the model sums it, and after the last layer the model's output (the fake norm copies).
+    [checked, wrong]: the layers whose sources this step wrote, and those that disagree."""
+    if "resid_post" not in st.agent.catalog.names:
+        return [0, []]
+    n = last.padded * runner.H
+    bufs = {(k[0], k[1]): b.data[:n] for k, b in st.attachment.buffers.items()}
+    on = set(wrote)
+    checked, wrong = 0, []
+    prev = runner.inputs[last.padded].data[:n]
+    for i in range(st.agent.catalog.n_layers):
+        r = bufs.get(("resid_post", i)) if ("resid_post", i) in on else None
+        if r is not None and prev is not None and ("attn_out", i) in on and (
+                "mlp_out", i) in on:
+            a, m = bufs[("attn_out", i)], bufs[("mlp_out", i)]
+            checked += 1
+            if list(r) != [mv + (av + pv) for mv, av, pv in zip(m, a, prev)]:
+                wrong.append(i)
+        prev = r
+    last_layer = st.agent.catalog.n_layers - 1
+    if ("resid_post", last_layer) in on:
+        checked += 1
+        if list(bufs[("resid_post", last_layer)]) != list(last.output[:n]):
+            wrong.append("output")
+    return [checked, wrong]

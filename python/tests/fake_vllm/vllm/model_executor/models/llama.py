@@ -1,6 +1,12 @@
-"""A Llama-shaped model on the fake torch: LlamaForCausalLM.model.layers[i].self_attn and
-.mlp, as vLLM's; each "linear" is a simulator kernel; attention is
-unified_attention_with_output writing into a tensor the layer allocates.  The compiled
+"""A Llama-shaped model on the fake torch: LlamaForCausalLM.model.layers[i].input_layernorm,
+.self_attn, .post_attention_layernorm and .mlp, and model.norm, as vLLM's, with vLLM's
+residual convention: a decoder layer returns (its MLP's output, the residual before it),
+and the residual stream after layer i exists only inside the next fused add+norm
+(layers[i + 1].input_layernorm, model.norm after the last layer), as the second element
+of its output (vllm/model_executor/models/llama.py, LlamaDecoderLayer.forward and
+LlamaModel.forward; vllm/model_executor/layers/layernorm.py, RMSNorm).  Each "linear" is
+a simulator kernel; attention is unified_attention_with_output writing into a tensor the
+layer allocates.  The compiled
 forward (vLLM's @support_torch_compile: traced at the first call) is a PiecewiseBackend
 when the cudagraph mode has piecewise graphs."""
 
@@ -50,15 +56,36 @@ class LlamaMLP(nn.Module):
         return _linear(x, 0.25, 0.1)
 
 
+class RMSNorm(nn.Module):
+    """vLLM's RMSNorm: with a residual, the fused add+norm, returning (normed, x + residual);
+    the "norm" here is an exact copy (1.0 * v + 0.0), so that the model's output is the
+    residual stream after its last layer."""
+
+    def forward(self, x, residual=None):
+        if residual is not None:
+            x = _add(x, residual)
+            residual = x
+        out = _linear(x, 1.0, 0.0)
+        return out if residual is None else (out, residual)
+
+
 class LlamaDecoderLayer(nn.Module):
     def __init__(self, i):
         super().__init__()
+        self.input_layernorm = RMSNorm()
         self.self_attn = LlamaAttention(i)
+        self.post_attention_layernorm = RMSNorm()
         self.mlp = LlamaMLP(i)
 
-    def forward(self, x):
-        h = _add(x, self.self_attn(x))
-        return _add(h, self.mlp(h))
+    def forward(self, hidden_states, residual):
+        if residual is None:
+            residual = hidden_states
+            hidden_states = self.input_layernorm(hidden_states)
+        else:
+            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states = self.self_attn(hidden_states)
+        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        return self.mlp(hidden_states), residual
 
 
 class PPMissingLayer(nn.Module):
@@ -76,13 +103,16 @@ class LlamaModel(nn.Module):
         self.start_layer, self.end_layer = start_layer, end
         self.layers = nn.ModuleList(LlamaDecoderLayer(i) if start_layer <= i < end
                                     else PPMissingLayer() for i in range(n))
+        self.norm = RMSNorm()
         self.vllm_config = vllm_config
         self._compiled = None
         self.first_forward_hooks = None  # test aid: the forward hooks present when compiled
 
     def _forward(self, x):
+        residual = None
         for layer in self.layers[self.start_layer:self.end_layer]:
-            x = layer(x)
+            x, residual = layer(x, residual)
+        x, _ = self.norm(x, residual)
         return x
 
     def __call__(self, x):
@@ -91,9 +121,10 @@ class LlamaModel(nn.Module):
             return self._forward(x)
         if self._compiled is None:
             # torch.compile traces here, at the first forward: what it sees is compiled
-            self.first_forward_hooks = sum(
+            self.first_forward_hooks = len(self.norm._forward_hooks) + sum(
                 len(m._forward_hooks) for l in self.layers
-                for m in (l, getattr(l, "self_attn", None), getattr(l, "mlp", None))
+                for m in (l, getattr(l, "input_layernorm", None), getattr(l, "self_attn", None),
+                          getattr(l, "post_attention_layernorm", None), getattr(l, "mlp", None))
                 if m is not None)
             from vllm.compilation.breakable_cudagraph import is_breakable_cudagraph_enabled
             if cc.cudagraph_mode.has_piecewise_cudagraphs() and \
