@@ -110,6 +110,18 @@ def check(x, buf, hook):
             "dtype=...)), pass buffers={(type, layer): tensor}, or run every shape eagerly "
             "before compiling (then torch.compiler.reset())"
             % (_describe(hook), tuple(x.shape), x.dtype))
+    # a buffer of 2 or more dims holds rows (declared: (max_tokens, *width)): the output's
+    # trailing dims must be its width, else its values would land across rows; a 1-D
+    # buffer takes any shape
+    k = len(buf.shape) - 1
+    if k > 0 and n and (len(x.shape) < k or tuple(x.shape[len(x.shape) - k:]) != tuple(
+            buf.shape[1:])):
+        raise InvalidArgumentError(
+            "graphtoggle::tap: %s: no monitor buffer for an output of shape %s: its buffer "
+            "is %s, rows of width %s, and the output's trailing dims are not that width; "
+            "declare the output's width (attach(..., width=...), a dict per hook type when "
+            "they differ) or give a 1-D buffer (buffers=), which takes any shape"
+            % (_describe(hook), tuple(x.shape), tuple(buf.shape), tuple(buf.shape[1:])))
     if n > buf.numel() or x.dtype != buf.dtype or not buf.is_contiguous() or (
             x.device != buf.device):
         raise InvalidArgumentError(
@@ -121,6 +133,8 @@ def check(x, buf, hook):
                buf.dtype, buf.device, "" if buf.is_contiguous() else ", not contiguous"))
 
 
+# hook id -> (buf, x's shape, dtype, device) that check() last passed in an eager call
+_checked = {}
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (lambda: False)
 _ready = {}  # hook id -> its agent's weakref, once the id was checked against the catalog
 _no_grad = torch.no_grad
@@ -128,8 +142,8 @@ _no_grad = torch.no_grad
 
 def tap(x, buf, hook):
     """The eager body (what the op runs; attach()'s forward hooks call it directly when
-    not compiling, which skips the dispatcher).  A disabled hook costs a dict lookup, two
-    sizes, a dtype and a bit test (the per-call target: <= 5 us)."""
+    not compiling, which skips the dispatcher).  A disabled hook costs two dict lookups,
+    a shape, dtype and device compare and a bit test (the per-call target: <= 5 us)."""
     ref = _ready.get(hook)
     a = ref() if ref is not None else None
     if a is None or not a._h:
@@ -141,8 +155,13 @@ def tap(x, buf, hook):
         except GraphToggleError as e:
             a.refuse_capture(e)  # the graph holds only the producers before this one
             raise
-    if x.numel() > buf.numel() or x.dtype != buf.dtype:
-        check(x, buf, hook)  # raises
+    c = _checked.get(hook)
+    if c is None or c[0] is not buf or c[1] != x.shape or c[2] != x.dtype or (
+            c[3] != x.device):
+        # every check, enabled or not (the same run would be refused at capture), once per
+        # buffer, shape, dtype and device
+        check(x, buf, hook)
+        _checked[hook] = (buf, x.shape, x.dtype, x.device)
     f = hook & HOOK_MASK
     raw = a._last_raw if a._step >= 0 else a._current_raw()
     if raw[f >> 3] >> (f & 7) & 1:
@@ -185,6 +204,7 @@ def forget(hooks):
     """Drop the cached views of these hook ids (Attachment.detach: its buffers go)."""
     for h in hooks:
         _dsts.pop(h, None)
+        _checked.pop(h, None)
 
 
 def _record(a, x, buf, hook):

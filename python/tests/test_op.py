@@ -306,6 +306,58 @@ def test_shape_with_no_buffer(agent):
         torch.ops.graphtoggle.tap(x22(), buf, gtt.hook_id(agent, ("mlp_out", 0)))
 
 
+def test_another_width_is_refused(agent):
+    """Declared rows of width 3, outputs (2, 2): 4 elements fit in 12, but their values
+    would straddle rows; refused in an eager run (the hooks disabled) and at capture,
+    where the graph is not bound.  A width per hook type: only the wrong one is."""
+    net = Net()
+    att = agent.attach(modules_of(net), max_tokens=4, width=3)
+    reset(att)
+    with pytest.raises(graphtoggle.InvalidArgumentError,
+                       match=r"mlp_out:0.*shape \(2, 2\).*rows of width \(3,\)"):
+        net(x22())
+    assert written(att) == set()
+    agent.set_enabled("all")
+    with gtt.patch(agent):
+        g = torch.cuda.CUDAGraph()
+        with pytest.raises(graphtoggle.InvalidArgumentError, match="width"):
+            with torch.cuda.graph(g):
+                net(x22())
+        assert gtt._owner_of(g).graph is None
+    att.detach()
+    att = agent.attach(modules_of(net), max_tokens=4, width={"resid_post": 2, "mlp_out": (4,)})
+    with pytest.raises(graphtoggle.InvalidArgumentError, match=r"mlp_out:0.*width \(4,\)"):
+        net(x22())
+    att.detach()
+    flat = {(t, l): torch.empty((4,)) for t in HOOKS for l in range(3)}
+    att = agent.attach(modules_of(net), buffers=flat)  # 1-D: any shape that fits
+    reset(att)
+    net(x22())
+    assert written(att) == {(t, l) for t in HOOKS for l in range(3)}
+
+
+def test_disabled_hooks_check_device_and_layout(agent):
+    """A buffer on another device: refused in an eager run even while its hook is disabled
+    (the same run would be refused at capture), also for a hook whose earlier buffer
+    passed (the check is remembered per buffer, shape, dtype and device, not skipped)."""
+    net = Net()
+    bufs = {(t, l): torch.empty((8,)) for t in HOOKS for l in range(3)}
+    bufs[("mlp_out", 2)].device = "cuda:1"
+    att = agent.attach(modules_of(net), buffers=bufs)
+    with pytest.raises(graphtoggle.InvalidArgumentError, match=r"mlp_out:2.*cuda:1"):
+        net(x22())
+    att.detach()
+    bufs[("mlp_out", 2)] = torch.empty((8,))
+    att = agent.attach(modules_of(net), buffers=bufs)
+    net(x22())  # all disabled, every check passed
+    att.detach()
+    other = {(t, l): torch.empty((8,)) for t in HOOKS for l in range(3)}
+    other[("resid_post", 1)].device = "cuda:1"
+    agent.attach(modules_of(net), buffers=other)  # a new buffer for the same hook id
+    with pytest.raises(graphtoggle.InvalidArgumentError, match=r"resid_post:1.*cuda:1"):
+        net(x22())
+
+
 def test_a_later_producer_refused_leaves_the_graph_unbound(agent):
     """The first hooks of a capture record their producers, a later one is refused (its
     buffer has another dtype): torch.cuda.graph's __exit__ still ends the capture, and the
