@@ -153,7 +153,12 @@ def tap(x, buf, hook):
         try:
             return _record(a, x, buf, hook)
         except GraphToggleError as e:
-            a.refuse_capture(e)  # the graph holds only the producers before this one
+            # the graph holds only the producers before this one: whichever agent's window
+            # is open (the patched one, when the hook is another agent's) must not bind it
+            a.refuse_capture(e)
+            p = _gtt.patched()
+            if p is not None and p is not a:
+                p.refuse_capture(e)
             raise
     c = _checked.get(hook)
     if c is None or c[0] is not buf or c[1] != x.shape or c[2] != x.dtype or (
@@ -222,6 +227,15 @@ def _record(a, x, buf, hook):
         declare_in_capture(a, _gtt._current_stream(dst.device.index), hook & HOOK_MASK, dst)
         a.keep_for_capture(buf)  # the graph holds buf while it can replay into it
     except CaptureError as e:
+        other = _gtt.patched()
+        if other is not None and other is not a:
+            raise CaptureError(
+                "graphtoggle::tap: %s was refused in this CUDA graph capture, nothing "
+                "recorded (%s): graphtoggle.torch.patch is active for agent %r, not for this "
+                "hook's agent %r, so the capture window open is the other agent's.  Attach "
+                "the hooks to agent %r, or end that patch and patch agent %r"
+                % (_describe(hook), e.detail or e, other.name, a.name, other.name, a.name)
+            ) from None
         raise CaptureError(
             "graphtoggle::tap: %s was refused in this CUDA graph capture, nothing recorded "
             "(%s).  Usually the agent's capture window does not cover the capture: capture "

@@ -703,15 +703,23 @@ def _graph_nodes(agent, graph):
 class _Watch:
     """Graphs captured under the patch while an attachment with check_captures=True is
     live on the agent (counted since the latest such attach())."""
-    __slots__ = ("attached", "graphs", "with_producers", "silent", "agent_ref")
+    __slots__ = ("attached", "graphs", "with_producers", "silent", "agent_ref", "stale",
+                 "stale_silent")
 
     def __init__(self, agent):
         self.agent_ref = weakref.ref(agent)
         self.attached = 0
+        self.stale = {}  # attachment serial -> code torch.compile had compiled before it
         self.restart()
 
     def restart(self):
         self.graphs = self.with_producers = self.silent = 0
+        self.stale_silent = 0  # silent graphs while such code is still compiled
+
+    def stale_code(self):
+        """True while code torch.compile compiled before a live attach() is still in its
+        caches (torch.compiler.reset() drops it): graphs captured from it run no hooks."""
+        return any(_still_compiled(snap) for snap in self.stale.values())
 
     def report(self):
         return {"graphs": self.graphs, "with_producers": self.with_producers,
@@ -721,6 +729,18 @@ class _Watch:
         a = self.agent_ref()
         if a is not None:
             a._gt_check = None  # once: the next step() begins
+        if self.stale_silent:
+            n, self.stale_silent = self.stale_silent, 0
+            raise CaptureError(
+                "%d CUDA graph(s) captured under graphtoggle.torch.patch recorded no producer "
+                "while torch.compile still holds code it compiled before hooks were attached "
+                "to agent %r (attach() warned): graphs captured from that code run without "
+                "the hooks (e.g. a batch size compiled before attach(); %d graph(s) with "
+                "producers were captured since attach()).  Attach before the model is first compiled, or call "
+                "torch.compiler.reset() after attach() and capture again; "
+                "attach(..., check_captures=False) if these graphs are meant to have no "
+                "producer (this step did not begin; the next step() does)"
+                % (n, a.name if a is not None else "?", self.with_producers))
         raise CaptureError(
             "%d CUDA graph(s) captured under graphtoggle.torch.patch while hooks are attached "
             "to agent %r, and none recorded a producer: the code captured runs without the "
@@ -746,15 +766,71 @@ def _watch_capture(agent, graph, producers):
     w.graphs += 1
     if producers:
         w.with_producers += 1
-        agent._gt_check = None  # the hooks ran in a capture: later graphs without are pieces
+        if not w.stale_silent:
+            # the hooks ran in a capture: graphs without them are pieces without hooks
+            agent._gt_check = None
         return
     n = _graph_nodes(agent, graph)
     # device mode captured the planner first in every graph: one kernel node of ours
     if n is not None and n <= (1 if agent.mode == "device" else 0):
         return  # an empty capture (CUDA Graph Trees' pool keeper): no hook could run
     w.silent += 1
-    if w.with_producers == 0:
+    if w.stale and w.stale_code():
+        # code compiled before attach() is still cached: this graph may be captured from
+        # it, whatever other graphs recorded (pieces without hooks cannot be told apart)
+        w.stale_silent += 1
         agent._gt_check = w.refuse
+    elif w.with_producers == 0:
+        agent._gt_check = w.refuse
+
+
+def _compiled_snapshot():
+    """What torch.compile has compiled and still holds: weak references to the code dynamo
+    generated, one per entry of its caches (eval_frame._debug_get_cache_entry_list of each
+    code object it converted, convert_frame.input_codes.seen); None when it holds nothing,
+    True when it compiled something that cannot be listed."""
+    d = sys.modules.get("torch._dynamo")
+    utils = getattr(d, "utils", None) if d is not None else None
+    try:
+        if utils is None or not utils.counters["stats"]["unique_graphs"]:
+            return None
+    except (AttributeError, KeyError, TypeError):
+        return None
+    entries = _cache_entries()
+    if entries is None:
+        return True
+    return [weakref.ref(c) for c in entries] or None  # none: torch.compiler.reset() ran
+
+
+def _cache_entries():
+    """The code objects in dynamo's caches now (a recompile makes new ones; reset drops
+    them all), or None when dynamo's internals are not as read (torch 2.1 to 2.11)."""
+    cf = sys.modules.get("torch._dynamo.convert_frame")
+    ef = sys.modules.get("torch._dynamo.eval_frame")
+    seen = getattr(getattr(cf, "input_codes", None), "seen", None)
+    get = getattr(ef, "_debug_get_cache_entry_list", None)
+    if not isinstance(seen, list) or get is None:
+        return None
+    out = []
+    try:
+        for r in seen:
+            code = r()
+            if code is not None:
+                out.extend(e.code for e in get(code))
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+    return out
+
+
+def _still_compiled(snap):
+    """True while any code of snap is still in dynamo's caches."""
+    if snap is True:
+        return True
+    now = _cache_entries()
+    if now is None:
+        return True
+    ids = {id(c) for c in now}
+    return any(r() is not None and id(r()) in ids for r in snap)
 
 
 # ---- nn.Module forward hooks ---------------------------------------------------------------
@@ -802,6 +878,7 @@ class Attachment:
             self._watched = False
             w = _watch_of(self.agent)
             w.attached -= 1
+            w.stale.pop(self._serial, None)
             if not w.attached:
                 self.agent._gt_check = None
 
@@ -986,9 +1063,8 @@ def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens
                                    "callable, got %r" % (buffers,))
     selects = _selects(select, list(modules))
     ids = {(t, l): ops.hook_id(agent, (t, l), method) for t, l, _ in plan}
-    d = sys.modules.get("torch._dynamo")
-    if d is not None and getattr(d, "utils", None) is not None and \
-            d.utils.counters["stats"]["unique_graphs"]:
+    stale = _compiled_snapshot()
+    if stale is not None:
         warnings.warn(
             "graphtoggle.torch.attach(): torch.compile has already compiled code in this "
             "process; code compiled before the hooks were attached does not run them (dynamo "
@@ -1018,6 +1094,8 @@ def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens
         w = _watch_of(agent)
         w.attached += 1
         w.restart()
+        if stale is not None:
+            w.stale[att._serial] = stale
         att._watched = True
     return att
 

@@ -448,6 +448,20 @@ def test_second_patch_with_another_agent(agent):
         with torch.cuda.graph(g):
             net(x22())
         assert agent.graph_status(g.raw_cuda_graph())["bound"]  # the first patch still works
+        # hooks of another agent captured under this patch: the error names both agents
+        with Agent("third", hooks=HOOKS, backend="sim", sim=SIM) as c:
+            net3 = Net()
+            c.attach(modules_of(net3), max_tokens=4, width=2)
+            g3 = torch.cuda.CUDAGraph()
+            with pytest.raises(graphtoggle.CaptureError,
+                               match=r"patch is active for agent 'op-test', not for this "
+                                     r"hook's agent 'third'"):
+                with torch.cuda.graph(g3):
+                    net(x22())  # the patched agent's producers first: not bound either
+                    net3(x22())
+            assert gtt._owner_of(g3).graph is None
+            with pytest.raises(graphtoggle.CaptureError, match="capture was refused"):
+                g3.replay()
     assert dict(torch.cuda.CUDAGraph.__dict__) == pristine
 
 
@@ -488,6 +502,83 @@ def test_capture_without_the_hooks_is_refused_at_the_next_step(agent):
             _plain_kernels()
         agent.step(2)
         assert att.captures()["with_producers"] == 1
+
+
+class _FakeDynamo:
+    """torch._dynamo as attach() reads it: a count of graphs compiled, the code objects
+    dynamo converted (convert_frame.input_codes.seen: weak references) and each one's cache
+    entries (eval_frame._debug_get_cache_entry_list: .code, the code dynamo generated).
+    compile(): a new entry; reset(): torch.compiler.reset(), every entry dropped."""
+
+    def __init__(self, monkeypatch):
+        import collections
+        import types
+        d = types.ModuleType("torch._dynamo")
+        d.utils = types.SimpleNamespace(counters=collections.defaultdict(collections.Counter))
+        cf = types.ModuleType("torch._dynamo.convert_frame")
+        cf.input_codes = types.SimpleNamespace(seen=[])
+        ef = types.ModuleType("torch._dynamo.eval_frame")
+        ef._debug_get_cache_entry_list = lambda code: list(self.entries.get(code, []))
+        for name, m in (("", d), (".convert_frame", cf), (".eval_frame", ef)):
+            monkeypatch.setitem(sys.modules, "torch._dynamo" + name, m)
+        self.d, self.seen, self.entries = d, cf.input_codes.seen, {}
+
+    def compile(self, fn):
+        import types
+        code = fn.__code__
+        if code not in self.entries:
+            self.seen.append(weakref.ref(code))
+        gen = code.replace()  # a new code object: what dynamo generated for this compile
+        self.entries.setdefault(code, []).append(types.SimpleNamespace(code=gen))
+        self.d.utils.counters["stats"]["unique_graphs"] += 1
+
+    def reset(self):
+        self.seen.clear()
+        self.entries.clear()
+
+
+def test_code_compiled_before_attach_makes_every_silent_graph_refused(agent, monkeypatch):
+    """Code torch.compile compiled before attach() (one batch size, say) runs no hooks, and
+    its graphs cannot be told from pieces without hooks: while that code is still compiled,
+    a graph without producers is refused at the next step whatever other graphs recorded,
+    in either order; after torch.compiler.reset() (dynamo's code caches cleared), such
+    graphs are pieces again."""
+    def forward():
+        pass
+    dyn = _FakeDynamo(monkeypatch)
+    dyn.compile(forward)  # one size compiled before attach()
+    net = Net()
+    with pytest.warns(UserWarning, match="already compiled code"):
+        att = agent.attach(modules_of(net), max_tokens=4, width=2)
+    with gtt.patch(agent):
+        for first_silent in (False, True):
+            gs = [torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()]
+            for i, g in enumerate(gs):
+                with torch.cuda.graph(g):
+                    if (i == 0) == first_silent:
+                        _plain_kernels()  # the size compiled before attach()
+                    else:
+                        net(x22())
+            with pytest.raises(graphtoggle.CaptureError,
+                               match=r"1 CUDA graph\(s\).*compiled before hooks were attached"
+                                     r".*%d graph\(s\) with producers" % (1 + first_silent)):
+                agent.step()
+            agent.step()  # once: the engine may go on, loudly told
+        dyn.reset()  # torch.compiler.reset(): what was compiled before attach() is gone
+        dyn.compile(forward)  # the same function compiled again, now with the hooks
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            _plain_kernels()  # a piece without hooks
+        agent.step()
+        assert att.captures()["silent"] == 3
+    att.detach()
+    with pytest.warns(UserWarning):  # forward's new entry was compiled before this attach
+        att = agent.attach(modules_of(net), max_tokens=4, width=2, check_captures=False)
+    with gtt.patch(agent):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            _plain_kernels()
+        agent.step()  # opted out
 
 
 def test_capture_check_order_and_opt_out(agent):

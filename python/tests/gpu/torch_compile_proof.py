@@ -23,6 +23,10 @@ buffers, made before torch.compile.
      nn.Module (forward hooks in Python), each checked like a replay; now and then every
      hook on, and the buffers of a replay compared with an eager run's (the bytes
      copied are the activations).
+ (s) never a silent loss beside graphs with producers: compiled at one size before
+     attach(), captured at two: attach() warns, the next step() is refused once; after
+     torch.compiler.reset() and a new capture, every graph has producers and every replay
+     follows the step's set.
  (c) torch.compile(model.forward, mode="reduce-overhead", fullgraph=True, dynamic=False):
      CUDA Graph Trees record graphs while the program runs (warm-up, record, replay):
      each recorded graph bound when recorded (one producer per hook), every call checked
@@ -303,6 +307,96 @@ def leg_a_d(args, mode, agent, model, att, rng):
     return ck.fails
 
 
+def _capture_sizes(fwd, xs, sizes, pool):
+    """The engine's way: per size, warm-up on a side stream, then one patched
+    torch.cuda.CUDAGraph captured into the shared pool."""
+    graphs = {}
+    for bs in sizes:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                fwd(xs[bs])
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=pool):
+            fwd(xs[bs])
+        graphs[bs] = g
+    return graphs
+
+
+def leg_s(args, mode, agent, rng):
+    """(s) never a silent loss (issue 23 item 3) beside graphs with producers: the model
+    compiled (fullgraph, static shapes) at the smallest size before attach(), then attached
+    and captured at the largest (a recompile, with the hooks) and the smallest (the code
+    compiled before attach(): no producer).  attach() warns, the next step() raises
+    CaptureError once; after torch.compiler.reset() and a new capture every graph has
+    producers, no step is refused, and the replays follow the step's set."""
+    name = "%s s" % mode
+    torch._dynamo.reset()
+    model = Model(args.layers, args.hidden).cuda().eval()
+    H, small, big = args.hidden, min(args.sizes), max(args.sizes)
+    xs = {n: torch.rand(n, H, device="cuda") * 2 - 1 for n in (small, big)}
+    fwd = torch.compile(model.forward, fullgraph=True, dynamic=False)
+    fwd(xs[small])  # compiled before the hooks exist
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        att = agent.attach(modules_of(model), max_tokens=big, width=H, dtype=torch.float32)
+    ck = Checker(name, agent, att, args.layers)
+    if not any("already compiled code" in str(w.message) for w in caught):
+        ck.fail("attach() did not warn about the code compiled before it")
+    refused = steps = 0
+    pool = torch.cuda.graph_pool_handle()
+    try:
+        with gtt.patch(agent):
+            graphs = _capture_sizes(fwd, xs, (big, small), pool)
+            have = {bs: agent.has_producers(g.raw_cuda_graph()) for bs, g in graphs.items()}
+            if have != {big: True, small: False}:
+                ck.fail("producers per graph %s, want bs %d with and bs %d without"
+                        % (have, big, small))
+            try:
+                agent.step()
+                ck.fail("step() ran although graph bs %d was captured without producers from "
+                        "code compiled before attach()" % small)
+            except graphtoggle.CaptureError as e:
+                refused += 1
+                if "compiled before hooks were attached" not in str(e):
+                    ck.fail("step() refused with another reason: %s" % e)
+            agent.step()  # once: the engine may go on
+            for g in graphs.values():
+                g.reset()
+            del graphs
+            torch._dynamo.reset()  # the fix the error names; the model compiled again
+            fwd = torch.compile(model.forward, fullgraph=True, dynamic=False)
+            graphs = _capture_sizes(fwd, xs, (big, small), pool)
+            for bs, g in graphs.items():
+                st = agent.graph_status(g.raw_cuda_graph())
+                if not st["bound"] or st["hooks_covered"] != len(ck.hooks):
+                    ck.fail("after reset: graph bs %d bound %s, %d hooks" % (
+                        bs, st["bound"], st["hooks_covered"]))
+            for _ in range(40):
+                agent.set_enabled(random_set(rng, ck.hooks))
+                eff = agent.step()  # raises if anything is still armed
+                bs = rng.choice((big, small))
+                ck.reset()
+                graphs[bs].replay()
+                ck.check("replay bs %d after reset" % bs, bs, eff)
+                steps += 1
+            for g in graphs.values():
+                g.reset()
+            del graphs
+    finally:
+        att.detach()
+        torch._dynamo.reset()
+    print(PREFIX + "%s s: code compiled before attach(): warned, step refused %d time(s); after "
+          "torch.compiler.reset(): %d steps, %d checked, %d mismatches"
+          % (mode, refused, steps, ck.runs, ck.mismatches), flush=True)
+    print(PREFIX + "%s s: %s" % (mode, "PASS" if not ck.fails else "FAIL (%d failures)"
+                                 % len(ck.fails)), flush=True)
+    return ck.fails
+
+
 def leg_c(args, mode, agent, model, att, rng):
     """(c) torch.compile(mode="reduce-overhead"): CUDA Graph Trees under the patch."""
     name = "%s c" % mode
@@ -402,6 +496,15 @@ def run_mode(args, mode, legs):
         with torch.no_grad():
             # one model per leg, hooks attached before it is compiled
             for leg in legs:
+                if leg == "s":  # compiles before it attaches
+                    try:
+                        fails += leg_s(args, mode, agent, rng)
+                    except Exception as e:
+                        traceback.print_exc()
+                        print(PREFIX + "%s s: FAIL (exception: %s)" % (mode, e), flush=True)
+                        fails.append("%s s: %s" % (mode, e))
+                        gtt.unpatch()
+                    continue
                 model = Model(args.layers, args.hidden).cuda().eval()
                 att = agent.attach(modules_of(model), max_tokens=max(args.eager_tokens,
                                                                      max(args.sizes)),
@@ -426,7 +529,7 @@ def run_mode(args, mode, legs):
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--modes", default="lazy,device")
-    ap.add_argument("--legs", default="a,c", help="a (with d) and c")
+    ap.add_argument("--legs", default="a,c,s", help="a (with d), c and s")
     ap.add_argument("--steps", type=int, default=600, help="steps of leg a+d per mode")
     ap.add_argument("--steps-c", type=int, default=300, help="calls of leg c per mode")
     ap.add_argument("--layers", type=int, default=4)
@@ -465,7 +568,7 @@ def main(argv=None):
         print(PREFIX + "FAIL (%d failures: %s)" % (len(fails), "; ".join(fails[:3])))
         return 1
     print(PREFIX + "PASS (modes %s, legs %s: 0 mismatches; %.0f s)" % (
-        ",".join(modes), "+".join("a+d" if l == "a" else l for l in legs),
+        ",".join(modes), ", ".join("a+d" if l == "a" else l for l in legs),
         time.perf_counter() - t0))
     return 0
 
