@@ -347,10 +347,9 @@ def leg_s(args, mode, agent, rng):
     if not any("already compiled code" in str(w.message) for w in caught):
         ck.fail("attach() did not warn about the code compiled before it")
     refused = steps = 0
-    pool = torch.cuda.graph_pool_handle()
     try:
         with gtt.patch(agent):
-            graphs = _capture_sizes(fwd, xs, (big, small), pool)
+            graphs = _capture_sizes(fwd, xs, (big, small), torch.cuda.graph_pool_handle())
             have = {bs: agent.has_producers(g.raw_cuda_graph()) for bs, g in graphs.items()}
             if have != {big: True, small: False}:
                 ck.fail("producers per graph %s, want bs %d with and bs %d without"
@@ -369,7 +368,9 @@ def leg_s(args, mode, agent, rng):
             del graphs
             torch._dynamo.reset()  # the fix the error names; the model compiled again
             fwd = torch.compile(model.forward, fullgraph=True, dynamic=False)
-            graphs = _capture_sizes(fwd, xs, (big, small), pool)
+            # a new pool: the graphs that used the first are freed, and torch's allocator
+            # refuses a pool handle whose last graph is gone (use_count assertion)
+            graphs = _capture_sizes(fwd, xs, (big, small), torch.cuda.graph_pool_handle())
             for bs, g in graphs.items():
                 st = agent.graph_status(g.raw_cuda_graph())
                 if not st["bound"] or st["hooks_covered"] != len(ck.hooks):
@@ -397,8 +398,18 @@ def leg_s(args, mode, agent, rng):
     return ck.fails
 
 
+def _compile_c(args, fn):
+    """Leg c's compile: torch.compile(mode=...) (reduce-overhead, max-autotune: both record
+    CUDA Graph Trees), or backend="cudagraphs" (the trees without inductor)."""
+    dynamic = None if args.dynamic else False
+    if args.c_compile == "cudagraphs":
+        return torch.compile(fn, backend="cudagraphs", fullgraph=True, dynamic=dynamic)
+    return torch.compile(fn, mode=args.c_compile, fullgraph=True, dynamic=dynamic)
+
+
 def leg_c(args, mode, agent, model, att, rng):
-    """(c) torch.compile(mode="reduce-overhead"): CUDA Graph Trees under the patch."""
+    """(c) torch.compile(mode="reduce-overhead") (or --c-compile's): CUDA Graph Trees under
+    the patch."""
     name = "%s c" % mode
     ck = Checker(name, agent, att, args.layers)
     sizes = list(args.sizes)
@@ -411,8 +422,7 @@ def leg_c(args, mode, agent, model, att, rng):
     frees = 0
     t0 = time.perf_counter()
     with gtt.patch(agent):
-        cc = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True,
-                           dynamic=None if args.dynamic else False)
+        cc = _compile_c(args, model.forward)
         calls = 0
         live_max = 0
         for step in range(args.steps_c):
@@ -428,8 +438,7 @@ def leg_c(args, mode, agent, model, att, rng):
                     ck.fail("%d of %d graphs not forgotten when CUDA Graph Trees freed them"
                             % (len(still), len(live)))
                 frees += len(live)
-                cc = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True,
-                                   dynamic=None if args.dynamic else False)
+                cc = _compile_c(args, model.forward)
             if rng.random() < 0.25:
                 agent.set_enabled(random_set(rng, ck.hooks))
             eff = agent.step()
@@ -438,7 +447,7 @@ def leg_c(args, mode, agent, model, att, rng):
             ck.reset()
             torch.compiler.cudagraph_mark_step_begin()
             cc(x)
-            ck.check("reduce-overhead call bs %d" % bs, bs, eff)
+            ck.check("%s call bs %d" % (args.c_compile, bs), bs, eff)
             calls += 1
             # graphs with producers (device mode also registers, by its planner, graphs
             # without: CUDA Graph Trees' empty pool keeper)
@@ -473,11 +482,12 @@ def leg_c(args, mode, agent, model, att, rng):
         if an["driver_errors"]:
             ck.fail("%d driver errors" % an["driver_errors"])
     ok = not ck.fails
-    print(PREFIX + "%s c: %d calls (bs %s): %d checked (warm-up, recording and replay runs), "
+    print(PREFIX + "%s c (%s): %d calls (bs %s): %d checked (warm-up, recording and replay runs), "
           "%d mismatches; %d graphs recorded and bound (up to %d live), %d guarded replays, "
           "%d forgotten when freed (mid-run and at the end), re-recorded after the free; "
-          "%.1f s" % (mode, calls, ",".join(map(str, sizes)), ck.runs, ck.mismatches, recorded,
-                      live_max, replays, frees, time.perf_counter() - t0), flush=True)
+          "%.1f s" % (mode, args.c_compile, calls, ",".join(map(str, sizes)), ck.runs,
+                      ck.mismatches, recorded, live_max, replays, frees,
+                      time.perf_counter() - t0), flush=True)
     print(PREFIX + "%s c: %s" % (mode, "PASS" if ok else "FAIL (%d failures)" % len(ck.fails)),
           flush=True)
     return ck.fails
@@ -537,6 +547,10 @@ def main(argv=None):
     ap.add_argument("--sizes", default="1,8,32", help="batch sizes with graphs")
     ap.add_argument("--eager-tokens", type=int, default=48,
                     help="the compiled model's eager runs (above the largest graph)")
+    ap.add_argument("--c-compile", default="reduce-overhead",
+                    choices=("reduce-overhead", "max-autotune", "cudagraphs"),
+                    help="leg c: torch.compile(mode=reduce-overhead or max-autotune), or "
+                    "backend=cudagraphs")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--dynamic", action="store_true",
                     help="dynamic token count, as vLLM compiles: torch.compile(dynamic=None) "
