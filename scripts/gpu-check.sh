@@ -21,7 +21,8 @@
 #   torch_proof graphtoggle from PyTorch (python/tests/gpu/torch_proof.py)
 #   torch_compile_proof  issue #23: the producer op under torch.compile (fullgraph,
 #               engine-captured graphs per batch size in one pool; CUDA Graph Trees;
-#               eager runs), lazy and device (python/tests/gpu/torch_compile_proof.py;
+#               eager runs; a size compiled before attach() refused at the next step),
+#               lazy and device (python/tests/gpu/torch_compile_proof.py;
 #               ~20-60 s, most of it torch.compile)
 #   torch_engine_lazy, torch_engine_device  examples/torch_engine.py standalone
 #   record_proof  issue #24: the example engine recorded into the agent's data ring
