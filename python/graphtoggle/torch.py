@@ -148,12 +148,26 @@ def capture(agent, g, pool=None, stream=None, capture_error_mode="global", rando
         raise _closed_refusal(agent, "agent.capture(g)")
     agent.capture_begin()
     keep = ()
+    refusal = "the capture raised"
     try:
         with torch.cuda.graph(g, pool=pool, stream=stream, capture_error_mode=capture_error_mode):
             agent.capture_planner(torch.cuda.current_stream().cuda_stream)
             yield g
+        refusal = agent.capture_refusal()  # a producer refused, its error caught inside
+    except BaseException as e:
+        refusal = agent.capture_refusal() or "%s: %s" % (type(e).__name__, e)
+        raise
     finally:
         keep = agent.capture_end()
+        if refusal is not None:
+            # the graph holds only the producers recorded before the failure: never bound,
+            # and agent.replay(g) refuses it (g.replay() is torch's own: not ours to stop)
+            _forget(weakref.ref(agent), g.raw_cuda_graph())
+            st = _GraphState(agent, None)
+            st.refused = refusal
+            g._graphtoggle = st
+    if refusal is not None:
+        raise _refused(refusal, "agent.capture(g)")
     graph = g.raw_cuda_graph()
     if agent.has_producers(graph):
         st = _GraphState(agent, None, graph)
@@ -167,6 +181,15 @@ def capture(agent, g, pool=None, stream=None, capture_error_mode="global", rando
         st.device = torch.cuda.current_device()
         st.finalizer = weakref.finalize(g, _forget, weakref.ref(agent), graph)
         _wrap_instance(g, st)
+
+
+def _refused(why, what="this CUDA graph"):
+    """The error for a graph whose capture had a producer refused (never bound, never
+    replayed: it holds only the producers recorded before the refusal)."""
+    return CaptureError(
+        "%s: the capture was refused (%s): the graph holds only some of its producers, so "
+        "it is not bound and never replays; capture it again once the error is fixed"
+        % (what, why))
 
 
 def _wrap_instance(g, st):
@@ -209,6 +232,8 @@ def replay(agent, g, stream=None, random_ops=None):
     later replays of g with False are refused before anything runs; automatic keeps
     torch's own replay for g from then on, silently."""
     st = _owner_of(g)
+    if st is not None and st.refused is not None:
+        raise _refused(st.refused)
     if st is None or st.agent is not agent or st.graph is None:
         g.replay()
         return
@@ -625,10 +650,7 @@ def _make_methods(orig):
         st = self.__dict__.get("_graphtoggle")
         if st is None or st.graph is None or st.session is not _state.session:
             if st is not None and st.refused is not None:
-                raise CaptureError(
-                    "this CUDA graph's capture was refused (%s): it holds only some of its "
-                    "producers, so it never replays; capture it again once the error is "
-                    "fixed" % st.refused)
+                raise _refused(st.refused)
             return o_replay(self)  # unrelated, or of an ended session: torch's own
         if st.random_ops is not True:
             return _replay(st, self, st.random_ops)  # launch (the bare exec can run), or the check

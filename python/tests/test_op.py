@@ -393,6 +393,35 @@ def test_a_later_producer_refused_leaves_the_graph_unbound(agent):
         assert written(att) == {(t, l) for t in HOOKS for l in range(3)}
 
 
+def test_agent_capture_with_a_refused_producer_is_not_bound(agent):
+    """agent.capture(g) (no patch): a producer refused after others were recorded, whether
+    the error leaves the block or is caught inside it: the graph is not bound, its record
+    is forgotten, agent.replay(g) refuses it; nothing of it runs."""
+    net = Net()
+    bufs = {(t, l): torch.empty((8,)) for t in HOOKS for l in range(3)}
+    bufs[("mlp_out", 1)] = torch.empty((8,), dtype="bfloat16")
+    att = agent.attach(modules_of(net), buffers=bufs)
+    agent.set_enabled("all")
+    agent.step(0)
+    for caught in (False, True):
+        g = torch.cuda.CUDAGraph(keep_graph=True)
+        if caught:
+            with pytest.raises(graphtoggle.CaptureError, match=r"agent.capture\(g\).*refused"
+                               r".*mlp_out:1"):
+                with agent.capture(g):
+                    with pytest.raises(graphtoggle.InvalidArgumentError):
+                        net(x22())
+        else:
+            with pytest.raises(graphtoggle.InvalidArgumentError, match=r"mlp_out:1.*bfloat16"):
+                with agent.capture(g):
+                    net(x22())
+        assert [r for r in agent.graphs() if r["bound"] or not r["stale"]] == []
+        reset(att)
+        with pytest.raises(graphtoggle.CaptureError, match=r"capture was refused.*mlp_out:1"):
+            agent.replay(g)
+        assert written(att) == set()
+
+
 def test_capture_outside_the_window_is_refused(agent):
     """The op in a capture no patch or agent.capture(g) covers (torch.compile's CUDA Graph
     Trees without the patch, say): CaptureError naming the patch, nothing recorded."""
