@@ -758,8 +758,9 @@ class _Watch:
                 "while torch.compile still holds code it compiled before hooks were attached "
                 "to agent %r (attach() warned): graphs captured from that code run without "
                 "the hooks (e.g. a batch size compiled before attach(); %d graph(s) with "
-                "producers were captured since attach()).  Attach before the model is first compiled, or call "
-                "torch.compiler.reset() after attach() and capture again; "
+                "producers were captured since attach()).  Attach before the model is "
+                "first compiled, or call torch.compiler.reset() after attach() and capture "
+                "again; "
                 "attach(..., check_captures=False) if these graphs are meant to have no "
                 "producer (this step did not begin; the next step() does)"
                 % (n, a.name if a is not None else "?", self.with_producers))
