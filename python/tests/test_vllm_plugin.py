@@ -190,6 +190,26 @@ def test_engine(dist_dir, mode, env, kinds, want_modes, tp):
         assert res["workers"][0]["pid"] == res["front"]["pid"]
 
 
+def test_hooks_from_a_tuple_element(dist_dir):
+    """GRAPHTOGGLE_HOOKS' path[N]: resid_mid=model.layers[1] copies element 1 of each
+    decoder layer's output tuple (the residual after attention), checked at every step
+    against resid_post[i - 1] + attn_out[i] from the buffers, under piecewise and FULL
+    graphs and eager sizes."""
+    hooks = gv.DEFAULT_HOOKS + ",resid_mid=model.layers[1]"
+    res = run_engine(dist_dir, {"tp": 1, "backend": "uni", "cudagraph_mode":
+                                "FULL_AND_PIECEWISE", "layers": L, "steps": STEPS},
+                     env={"GRAPHTOGGLE_HOOKS": hooks})
+    assert res["rc"] == 0, res["stderr"][-3000:]
+    mids = 0
+    for i, recs in enumerate(res["steps"]):
+        r = recs[0]
+        if r["mode"] != "NONE":
+            assert _pairs(r["wrote"]) == _pairs(r["set"]), (i, r)
+        assert r["residual"][1] == [], (i, r)
+        mids += sum(1 for t, _ in _pairs(r["wrote"]) if t == "resid_mid")
+    assert mids >= 4 * L  # the all-on steps wrote every layer's resid_mid
+
+
 def test_plugin_off_unless_asked(dist_dir):
     res = run_engine(dist_dir, {"tp": 1, "backend": "uni", "steps": STEPS}, on=False)
     assert res["rc"] == 0, res["stderr"][-3000:]

@@ -119,6 +119,17 @@ def _residual_checks(st, wrote, runner, last):
             if list(r) != [mv + (av + pv) for mv, av, pv in zip(m, a, prev)]:
                 wrong.append(i)
         prev = r
+    # resid_mid (GRAPHTOGGLE_HOOKS=resid_mid=model.layers[1]: element 1 of each layer's
+    # output, the residual after attention) is resid_post[i - 1] + attn_out[i]
+    if "resid_mid" in st.agent.catalog.names:
+        prev = runner.inputs[last.padded].data[:n]
+        for i in range(st.agent.catalog.n_layers):
+            mid = ("resid_mid", i)
+            if mid in on and prev is not None and ("attn_out", i) in on:
+                checked += 1
+                if list(bufs[mid]) != [av + pv for av, pv in zip(bufs[("attn_out", i)], prev)]:
+                    wrong.append("mid%d" % i)
+            prev = bufs.get(("resid_post", i)) if ("resid_post", i) in on else None
     last_layer = st.agent.catalog.n_layers - 1
     if ("resid_post", last_layer) in on:
         checked += 1
