@@ -344,7 +344,7 @@ class _GraphState:
     """What graphtoggle knows about one CUDAGraph object (attribute _graphtoggle)."""
     __slots__ = ("agent", "session", "graph", "exec", "want_keep", "finalizer", "device",
                  "random_ops", "no_random", "random_used", "rng_registered", "keep",
-                 "refused", "__weakref__")
+                 "refused", "exc_at_begin", "__weakref__")
 
     def __init__(self, agent, session, graph=None, exec_=None, want_keep=True):
         self.agent = agent
@@ -361,6 +361,7 @@ class _GraphState:
         self.rng_registered = False  # register_generator_state was called (patched)
         self.keep = ()  # what its producers write (the monitor buffers), held while it lives
         self.refused = None  # why its capture was refused (a producer in it was): never runs
+        self.exc_at_begin = None  # the exception being handled when its capture began
 
 
 def _owner_of(g):
@@ -578,6 +579,9 @@ def _make_methods(orig):
         if agent.closed:
             raise _closed_refusal(agent, "a CUDA graph capture under graphtoggle.torch.patch")
         agent.capture_begin()
+        # capture_end tells an exception that ends the capture (torch.cuda.graph's __exit__
+        # as it propagates) from one an enclosing except clause was already handling
+        st.exc_at_begin = sys.exc_info()[1]
         try:
             o_begin(self, *args, **kwargs)
             agent.capture_planner(_current_stream())
@@ -593,6 +597,11 @@ def _make_methods(orig):
         agent = s.agent
         keep = ()
         refusal = agent.capture_refusal()  # read before the window closes
+        exc = sys.exc_info()[1]
+        if refusal is None and exc is not None and exc is not st.exc_at_begin:
+            # torch.cuda.graph's __exit__ as an exception from the captured code propagates
+            refusal = "the captured code raised %s: %s" % (type(exc).__name__, exc)
+        st.exc_at_begin = None
         try:
             o_end(self)
         finally:
@@ -600,9 +609,10 @@ def _make_methods(orig):
             keep = agent.capture_end()
         graph = self.raw_cuda_graph()
         if refusal is not None:
-            # a producer was refused in this capture (torch.cuda.graph's __exit__ ends the
-            # capture as the error propagates): the graph holds only the producers recorded
-            # before it, so it is never bound, and its replays are refused
+            # a producer was refused in this capture, or the captured code raised: the
+            # capture ended midway (torch.cuda.graph's __exit__ ends it as the error
+            # propagates), so the graph holds only the producers recorded before; it is
+            # never bound, and its replays are refused
             st.refused = refusal
             _forget(weakref.ref(agent), graph)  # its record (device mode: its registry slot)
             if not st.want_keep:

@@ -393,6 +393,56 @@ def test_a_later_producer_refused_leaves_the_graph_unbound(agent):
         assert written(att) == {(t, l) for t in HOOKS for l in range(3)}
 
 
+class Boom(Exception):
+    pass
+
+
+def test_a_capture_the_model_aborts_is_not_bound(agent):
+    """The captured code raises midway (after some producers were recorded):
+    torch.cuda.graph's __exit__ still ends the capture under the patch; the graph is not
+    bound and its replays are refused.  A capture begun inside an except clause (the
+    exception already being handled) and one whose block catches its own exception bind
+    as usual."""
+    net = Net()
+    att = agent.attach(modules_of(net), max_tokens=4, width=2)
+    agent.set_enabled("all")
+    agent.step(0)
+
+    def boom(module, args, out):
+        raise Boom("layer 1 failed")
+    h = net.layers[1].mlp.register_forward_hook(boom)  # after mlp_out:1's own hook
+    with gtt.patch(agent):
+        g = torch.cuda.CUDAGraph()
+        with pytest.raises(Boom):
+            with torch.cuda.graph(g):
+                net(x22())
+        assert gtt._owner_of(g).graph is None
+        assert [r for r in agent.graphs() if r["bound"] or not r["stale"]] == []
+        reset(att)
+        with pytest.raises(graphtoggle.CaptureError, match=r"captured code raised Boom"):
+            g.replay()
+        assert written(att) == set()
+        h.remove()
+        try:
+            raise Boom("handled before the capture")
+        except Boom:
+            g2 = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g2):
+                net(x22())
+        assert agent.graph_status(g2.raw_cuda_graph())["bound"]
+        g3 = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g3):
+            try:
+                raise Boom("caught inside")
+            except Boom:
+                pass
+            net(x22())
+        assert agent.graph_status(g3.raw_cuda_graph())["bound"]
+        reset(att)
+        g3.replay()
+        assert written(att) == {(t, l) for t in HOOKS for l in range(3)}
+
+
 def test_agent_capture_with_a_refused_producer_is_not_bound(agent):
     """agent.capture(g) (no patch): a producer refused after others were recorded, whether
     the error leaves the block or is caught inside it: the graph is not bound, its record
