@@ -387,10 +387,15 @@ def test_a_later_producer_refused_leaves_the_graph_unbound(agent):
         g2 = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g2):
             net(x22())
-        assert agent.graph_status(g2.raw_cuda_graph())["bound"]
-        reset(att)
-        g2.replay()
-        assert written(att) == {(t, l) for t in HOOKS for l in range(3)}
+        _bound_and_replays_every_producer(agent, att, g2)
+
+
+def _bound_and_replays_every_producer(agent, att, g):
+    """g is bound, and its replay (every hook enabled) writes every buffer of att."""
+    assert agent.graph_status(g.raw_cuda_graph())["bound"]
+    reset(att)
+    g.replay()
+    assert written(att) == {(t, l) for t in HOOKS for l in range(3)}
 
 
 class Boom(Exception):
@@ -429,7 +434,7 @@ def test_a_capture_the_model_aborts_is_not_bound(agent):
             g2 = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g2):
                 net(x22())
-        assert agent.graph_status(g2.raw_cuda_graph())["bound"]
+        _bound_and_replays_every_producer(agent, att, g2)
         g3 = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g3):
             try:
@@ -437,10 +442,7 @@ def test_a_capture_the_model_aborts_is_not_bound(agent):
             except Boom:
                 pass
             net(x22())
-        assert agent.graph_status(g3.raw_cuda_graph())["bound"]
-        reset(att)
-        g3.replay()
-        assert written(att) == {(t, l) for t in HOOKS for l in range(3)}
+        _bound_and_replays_every_producer(agent, att, g3)
 
 
 def test_agent_capture_with_a_refused_producer_is_not_bound(agent):
