@@ -153,13 +153,7 @@ def tap(x, buf, hook):
         try:
             return _record(a, x, buf, hook)
         except GraphToggleError as e:
-            # the graph holds only the producers before this one: whichever agent's window
-            # is open (the patched one, when the hook is another agent's) must not bind it
-            a.refuse_capture(e)
-            p = _gtt.patched()
-            if p is not None and p is not a:
-                p.refuse_capture(e)
-            raise
+            raise _gtt._refuse_in_capture(a, e)
     c = _checked.get(hook)
     if c is None or c[0] is not buf or c[1] != x.shape or c[2] != x.dtype or (
             c[3] != x.device):

@@ -1157,8 +1157,13 @@ _ATTACH_SERIAL = itertools.count(1)
 
 
 def _refuse_in_capture(agent, err):
-    """err, after telling the agent that the open capture holds a refused producer."""
+    """err, after telling the agent whose hook it is, and the patched agent when that is
+    another, that the open capture holds a refused producer: the graph holds only the
+    producers before it, so whichever agent's window is open must not bind it."""
     agent.refuse_capture(err)
+    p = patched()
+    if p is not None and p is not agent:
+        p.refuse_capture(err)
     return err
 
 
