@@ -416,7 +416,7 @@ def resolve(model, path):
         m = item
         for p in tail:
             if not hasattr(m, p):
-                if "Missing" in type(item).__name__:
+                if _held_elsewhere(item):
                     m = _placeholder()
                     break
                 raise InvalidArgumentError(
@@ -425,6 +425,11 @@ def resolve(model, path):
             m = getattr(m, p)
         out.append(m)
     return out
+
+
+def _held_elsewhere(module):
+    """True for a module another pipeline stage holds (vLLM's PPMissingLayer)."""
+    return "Missing" in type(module).__name__
 
 
 def _placeholder():
@@ -474,9 +479,7 @@ def _residual_stream(model):
     for i in range(len(layers)):
         nxt = layers[i + 1] if i + 1 < len(layers) else None
         m = model.model.norm if nxt is None else getattr(nxt, "input_layernorm", None)
-        missing = (nxt is not None and "Missing" in type(nxt).__name__) or (
-            "Missing" in type(m).__name__)
-        if missing:
+        if (nxt is not None and _held_elsewhere(nxt)) or _held_elsewhere(m):
             m = _placeholder()  # another pipeline stage sums it: never runs here
         elif m is None:
             raise InvalidArgumentError(
