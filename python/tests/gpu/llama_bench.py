@@ -14,6 +14,14 @@ graphtoggle.torch.patch(agent) (the default random_ops: automatic).
  kind eager     the model's own forward captured as is (issue 31's table: the eager engine)
  kind compiled  torch.compile(fullgraph=True, dynamic=False) of the forward, the graphs
                 captured by the script (vLLM's FULL graphs: issue 23's mode a)
+ kind trees     torch.compile(mode="reduce-overhead", fullgraph=True, dynamic=False): CUDA
+                Graph Trees record and replay the graphs (issue 23's mode c).  The forward
+                runs without a KV cache (use_cache=False: transformers' StaticCache does not
+                run under CUDA Graph Trees), one token per sequence, the same layers and
+                hooks; the floor's trees are recorded before the patch, the hooked model's
+                under it, agent.step() before each call.  Checked at off, on and off again:
+                which buffers were written (none, all), and the logits: equal at every step
+                when the floor's own calls agree, else within 4x their difference.
 
 Per mode (lazy, device) x kind x batch size: floor, off (every hook off) and on (every
 hook on), legs interleaved, medians over --reps rounds of --n back-to-back steps timed with
@@ -62,9 +70,9 @@ import graphtoggle  # noqa: E402
 import graphtoggle.torch as gtt  # noqa: E402
 
 sys.path.insert(0, HERE)
-from torch_compile_bench import (hooked_copy, judge_execs, kernel_nodes,  # noqa: E402
-                                 raise_recompile_limits, reset, run_and_judge, time_legs,
-                                 written)
+from torch_compile_bench import (_replays_by_graph, _timed_graphs, hooked_copy,  # noqa: E402
+                                 judge_execs, kernel_nodes, raise_recompile_limits, reset,
+                                 run_and_judge, time_legs, written)
 
 TYPES = ("resid_post", "mlp_out")
 HALF = "resid_post:*"  # --half's set: half the hooks on, a set in between
@@ -224,7 +232,90 @@ def report(tag, bs, t):
         t["off"][1] - t["floor"][1], t["on"][1] - t["floor"][1])
 
 
+def own_forward_nocache(model):
+    """own_forward's call without a KV cache (kind trees)."""
+    ns = {"model": model}
+    exec("def forward_nocache_%d(ids, pos):\n"
+         "    return model(input_ids=ids, position_ids=pos, use_cache=False).logits\n"
+         % id(model), ns)
+    return ns["forward_nocache_%d" % id(model)]
+
+
+def bench_trees(args, agent, floor, hooked, att, ids):
+    """Kind trees (mode c): see the module's docstring."""
+    out = []
+    cf = torch.compile(own_forward_nocache(floor), mode="reduce-overhead", fullgraph=True,
+                       dynamic=False)
+    ch = torch.compile(own_forward_nocache(hooked), mode="reduce-overhead", fullgraph=True,
+                       dynamic=False)
+    mark = torch.compiler.cudagraph_mark_step_begin
+    inputs = {bs: (ids[:bs].clone(), torch.full((bs, 1), args.ctx // 2, device="cuda"))
+              for bs in args.batches}
+    for bs in args.batches:
+        for _ in range(3):  # warm-up, record, replay: before any patch
+            mark()
+            cf(*inputs[bs])
+    torch.cuda.synchronize()
+    agent.set_enabled("none")
+    agent.step()
+    with gtt.patch(agent):
+        for bs in args.batches:
+            for _ in range(3):
+                agent.step()
+                mark()
+                ch(*inputs[bs])
+        torch.cuda.synchronize()
+        recorded = [s for s in agent.graphs() if not s["stale"] and s["bound"] and s["nodes"]]
+        if len(recorded) < len(args.batches):
+            fail("trees: %d graphs with producers recorded and bound for %d batch sizes"
+                 % (len(recorded), len(args.batches)))
+        for bs in args.batches:
+            tag = "%s trees" % agent.mode
+
+            def floor_step(a=inputs[bs]):
+                mark()
+                return cf(*a)
+
+            def hooked_step(a=inputs[bs]):
+                agent.step()
+                mark()
+                return ch(*a)
+            f1 = floor_step().clone()
+            f2 = floor_step().clone()
+            logits = []
+            for spec, want in (("none", set()), ("all", set(att.hook_ids)), ("none", set())):
+                agent.set_enabled(spec)
+                reset(att)
+                logits.append(hooked_step().clone())
+                got = written(att, bs)
+                if got != want:
+                    fail("%s bs %d: at %s steps %d of %d hooks wrote"
+                         % (tag, bs, spec, len(got), len(want)))
+            noise = float((f1.float() - f2.float()).abs().max())
+            worst = max(float((l.float() - f1.float()).abs().max()) for l in logits)
+            print(PREFIX + "%s bs %d: the floor's two calls %s; the hooked calls (off, on, off) "
+                  "against the floor's: %s" % (tag, bs, _diff(f1, f2),
+                                               ", ".join(_diff(l, f1) for l in logits)),
+                  flush=True)
+            if noise == 0:
+                if any(not torch.equal(l, logits[0]) for l in logits):
+                    fail("%s bs %d: the hooked logits differ between off and on steps (the "
+                         "producers only read)" % (tag, bs))
+            elif not worst <= 4 * noise:
+                fail("%s bs %d: the hooked logits are %g from the floor's, its own calls %g "
+                     "from each other" % (tag, bs, worst, noise))
+            before = _replays_by_graph(agent)
+            t = time_legs({"floor": floor_step, "off": hooked_step, "on": hooked_step},
+                          {"off": "none", "on": "all"}, agent, args.reps, args.n)
+            judge_execs(_timed_graphs(agent, before, fail), "%s bs %d" % (tag, bs), fail,
+                        PREFIX)
+            out.append(report(tag, bs, t))
+    return out
+
+
 def bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids):
+    if kind == "trees":
+        return bench_trees(args, agent, floor, hooked, att, ids)
     out = []
     if kind == "compiled":
         ff = torch.compile(own_forward(floor), fullgraph=True, dynamic=False)
@@ -360,6 +451,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     args.batches = [int(b) for b in args.batches.split(",")]
     args.kinds = args.kinds.split(",")
+    bad = [k for k in args.kinds if k not in ("eager", "compiled", "trees")]
+    if bad:
+        ap.error("--kinds: unknown %s (eager, compiled, trees)" % ", ".join(bad))
     raise_recompile_limits()
     if args.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

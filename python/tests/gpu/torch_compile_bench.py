@@ -21,6 +21,12 @@ hooks and without graphtoggle, "hooked" with them.
          (torch.ops.graphtoggle.tap, what compiled code run without a graph does), and
          per hook in a plain eager forward of the hooked model against the floor model.
 
+ stand-in  in modes a and c, a third copy of the weights whose hooks call an op of the
+         tap's kind that does nothing (standin_copy; --no-standin leaves it out): the
+         compiled code the hooked model's all-off steps run, without graphtoggle.  off
+         against it is graphtoggle's own all-off cost; it against the floor, the cost of
+         where the hooks are (each hooked activation written, fusions across it lost).
+
 Each graph figure is the median over --reps rounds (legs interleaved in each round) of
 --n back-to-back steps timed with CUDA events (ms per step, and x floor), plus the host
 time per step (bursts synchronised between them).  Targets (docs/benchmarks.md): all off
@@ -59,7 +65,6 @@ import graphtoggle  # noqa: E402
 import graphtoggle.torch as gtt  # noqa: E402
 
 TYPES = ("resid_post", "attn_out", "mlp_out")
-LEGS = ("floor", "off", "on")
 warnings.filterwarnings("ignore", message="graphtoggle.torch.attach")
 FAILS = []
 
@@ -193,29 +198,81 @@ def check_sets(agent, att, run, n, what):
 
 def report(mode, bs, t):
     f = t["floor"][0]
-    for leg in LEGS:
-        print(PREFIX + "%s bs %d %-5s %.4f ms/step  %.4fx floor  host %.2f us/step"
+    for leg in t:
+        print(PREFIX + "%s bs %d %-7s %.4f ms/step  %.4fx floor  host %.2f us/step"
               % (mode, bs, leg, t[leg][0], t[leg][0] / f, t[leg][1]), flush=True)
-    return "%s bs %d: off %.4fx (target <= 1.003), on %.4fx (<= 1.03); host +%.2f us/step off" % (
-        mode, bs, t["off"][0] / f, t["on"][0] / f, t["off"][1] - t["floor"][1])
+    return "%s bs %d: off %.4fx (target <= 1.003), on %.4fx (<= 1.03); host +%.2f us/step off%s" % (
+        mode, bs, t["off"][0] / f, t["on"][0] / f, t["off"][1] - t["floor"][1],
+        "; the stand-in %.4fx floor, off %.4fx the stand-in" % (
+            t["standin"][0] / f, t["off"][0] / t["standin"][0]) if "standin" in t else "")
 
 
-def bench_a(args, agent, floor, hooked, att, x_all):
+# The stand-in: a third copy of the model (the floor's weights) whose hooked modules call
+# graphtoggle_bench::hold(x, buf), an op of the tap's kind (registered as graphtoggle.ops
+# registers it: Library, impl and fake, flexible layout, mutating buf) whose body does
+# nothing.  Inductor compiles it as it compiles the hooked model (each hooked activation
+# materialised, the same fusions lost) and it launches nothing, so its graph is what the
+# hooked graph's all-off steps run (the producer-free exec) without graphtoggle: off against
+# the stand-in is graphtoggle's own all-off cost, the stand-in against the floor the cost of
+# where the hooks are (an activation the floor never writes must be written for a hook).
+_BENCH_LIB = []
+_HOLD_OP = None
+_HOLD_BUFS = {}  # a global dict, as graphtoggle's _TAP_BUFS (dynamo guards closure cells)
+
+
+def _bench_lib():
+    if not _BENCH_LIB:
+        _BENCH_LIB.append(torch.library.Library("graphtoggle_bench", "DEF"))
+    return _BENCH_LIB[0]
+
+
+def standin_copy(floor, own_weights, rows, width, dtype):
+    """The stand-in model (above): hooked_copy(floor) with hold() hooks on modules_of()."""
+    global _HOLD_OP
+    if _HOLD_OP is None:
+        lib = _bench_lib()
+        lib.define("hold(Tensor x, Tensor(a!) buf) -> ()", tags=(torch.Tag.flexible_layout,))
+        lib.impl("hold", lambda x, buf: None, "CompositeExplicitAutograd")
+        torch.library.register_fake("graphtoggle_bench::hold")(lambda x, buf: None)
+        _HOLD_OP = torch.ops.graphtoggle_bench.hold.default
+    model = hooked_copy(floor, own_weights)
+    device = next(floor.parameters()).device
+
+    def hook(key):
+        def fn(mod, args, out):
+            x = out[0] if isinstance(out, (tuple, list)) else out
+            _HOLD_OP(x, _HOLD_BUFS[key])
+        return fn
+    for t, mods in modules_of(model).items():
+        for layer, m in enumerate(mods):
+            key = (id(model), t, layer)
+            _HOLD_BUFS[key] = torch.empty((rows, width), dtype=dtype, device=device)
+            torch._dynamo.mark_static_address(_HOLD_BUFS[key])
+            m.register_forward_hook(hook(key))
+    return model
+
+
+def bench_a(args, agent, floor, hooked, att, x_all, standin=None):
     out = []
     cf = torch.compile(_own_forward(floor), fullgraph=True, dynamic=False)
     ch = torch.compile(_own_forward(hooked), fullgraph=True, dynamic=False)
+    cs = torch.compile(_own_forward(standin), fullgraph=True, dynamic=False) \
+        if standin is not None else None
     pool = torch.cuda.graph_pool_handle()
     graphs = {}
     for bs in sorted(args.batches, reverse=True):
         x = x_all[:bs]
-        for fn in (cf, ch):
-            fn(x)
-            fn(x)
+        for fn in (cf, ch, cs):
+            if fn is not None:
+                fn(x)
+                fn(x)
         torch.cuda.synchronize()
-        gf = torch.cuda.CUDAGraph(keep_graph=True)  # kept: its kernel nodes are counted
-        with torch.cuda.graph(gf, pool=pool):
-            cf(x)
-        graphs[("floor", bs)] = gf
+        for who, fn in (("floor", cf), ("standin", cs)):
+            if fn is not None:
+                g = torch.cuda.CUDAGraph(keep_graph=True)  # kept: its kernel nodes are counted
+                with torch.cuda.graph(g, pool=pool):
+                    fn(x)
+                graphs[(who, bs)] = g
     agent.set_enabled("none")
     agent.step()
     with gtt.patch(agent):
@@ -235,32 +292,41 @@ def bench_a(args, agent, floor, hooked, att, x_all):
             def hooked_step(g=gh):
                 agent.step()
                 g.replay()
-            t = time_legs({"floor": gf.replay, "off": hooked_step, "on": hooked_step},
-                          {"off": "none", "on": "all"}, agent, args.reps, args.n,
+            fns = {"floor": gf.replay, "off": hooked_step, "on": hooked_step}
+            if ("standin", bs) in graphs:
+                fns["standin"] = graphs[("standin", bs)].replay
+            t = time_legs(fns, {"off": "none", "on": "all"}, agent, args.reps, args.n,
                           sync=args.sync)
             judge_execs(agent.graph_status(gh.raw_cuda_graph()), "%s a bs %d" % (agent.mode, bs))
             out.append(report("%s a" % agent.mode, bs, t))
             nf, nhk = kernel_nodes(gf.raw_cuda_graph()), kernel_nodes(gh.raw_cuda_graph())
-            print(PREFIX + "%s a bs %d: kernel nodes: floor graph %s, hooked graph %s (%d "
-                  "producers): what the hooked model's compiled code runs without its "
-                  "producers is %s kernels" % (agent.mode, bs, nf, nhk, len(att.hook_ids),
-                                              "?" if nf is None or nhk is None else
-                                              nhk - len(att.hook_ids)), flush=True)
+            ns = kernel_nodes(graphs[("standin", bs)].raw_cuda_graph()) \
+                if ("standin", bs) in graphs else "-"
+            print(PREFIX + "%s a bs %d: kernel nodes: floor graph %s, stand-in graph %s, hooked "
+                  "graph %s (%d producers): what the hooked model's compiled code runs "
+                  "without its producers is %s kernels"
+                  % (agent.mode, bs, nf, ns, nhk, len(att.hook_ids),
+                     "?" if nf is None or nhk is None else nhk - len(att.hook_ids)),
+                  flush=True)
     for g in graphs.values():
         g.reset()
     return out
 
 
-def bench_c(args, agent, floor, hooked, att, x_all):
+def bench_c(args, agent, floor, hooked, att, x_all, standin=None):
     out = []
     cf = torch.compile(_own_forward(floor), mode="reduce-overhead", fullgraph=True, dynamic=False)
     ch = torch.compile(_own_forward(hooked), mode="reduce-overhead", fullgraph=True, dynamic=False)
+    cs = torch.compile(_own_forward(standin), mode="reduce-overhead", fullgraph=True,
+                       dynamic=False) if standin is not None else None
     mark = torch.compiler.cudagraph_mark_step_begin
     xs = {bs: x_all[:bs].clone() for bs in args.batches}
     for bs in args.batches:
         for _ in range(3):  # warm-up, record, replay: before any patch
-            mark()
-            cf(xs[bs])
+            for fn in (cf, cs):
+                if fn is not None:
+                    mark()
+                    fn(xs[bs])
     torch.cuda.synchronize()
     agent.set_enabled("none")
     agent.step()
@@ -291,9 +357,14 @@ def bench_c(args, agent, floor, hooked, att, x_all):
                 agent.step()
                 mark()
                 ch(x)
+            fns = {"floor": floor_step, "off": hooked_step, "on": hooked_step}
+            if cs is not None:
+                def standin_step(x=x):
+                    mark()
+                    cs(x)
+                fns["standin"] = standin_step
             before = _replays_by_graph(agent)
-            t = time_legs({"floor": floor_step, "off": hooked_step, "on": hooked_step},
-                          {"off": "none", "on": "all"}, agent, args.reps, args.n)
+            t = time_legs(fns, {"off": "none", "on": "all"}, agent, args.reps, args.n)
             judge_execs(_timed_graphs(agent, before), "%s c bs %d" % (agent.mode, bs))
             out.append(report("%s c" % agent.mode, bs, t))
             if args.profile_c:
@@ -308,13 +379,14 @@ def _replays_by_graph(agent):
     return {g["graph"]: g["replays"] for g in agent.graphs()}
 
 
-def _timed_graphs(agent, before):
+def _timed_graphs(agent, before, fail_fn=None):
     """The graphs CUDA Graph Trees replayed since before (bound, with producers), their
-    exec counts summed into one status for judge_execs."""
+    exec counts summed into one status for judge_execs.  fail_fn: the calling bench's."""
     ran = [g for g in agent.graphs() if g["bound"] and not g["stale"] and g["nodes"] and
            g["replays"] > before.get(g["graph"], 0)]
     if not ran:
-        fail("mode c: no bound graph with producers was replayed by the timed steps")
+        (fail_fn or fail)("mode c: no bound graph with producers was replayed by the timed "
+                          "steps")
         return {"mode": agent.mode, "bare_exec": False, "bare_replays": 0,
                 "full_exec": False, "full_replays": 0}
     return {"mode": ran[0]["mode"], "bare_exec": any(g["bare_exec"] for g in ran),
@@ -376,7 +448,7 @@ def bench_eager(args, agent, floor, hooked, att, x_all):
     # dispatcher), and the capture query every CUDA call of the op makes
     global _NOOP_LIB
     if _NOOP_LIB is None:
-        _NOOP_LIB = torch.library.Library("graphtoggle_bench", "DEF")
+        _NOOP_LIB = _bench_lib()
         _NOOP_LIB.define("noop(Tensor x, Tensor(a!) buf, int hook) -> ()")
         _NOOP_LIB.impl("noop", lambda x, b, h: None, "CompositeExplicitAutograd")
     noop = torch.ops.graphtoggle_bench.noop.default
@@ -444,12 +516,15 @@ def run_mode(args, mode):
                            full_exec=not args.no_full_exec) as agent:
         att = agent.attach(modules_of(hooked), max_tokens=max(args.batches + [8]),
                            width=args.hidden, dtype=dt, method=args.method)
+        standin = None if args.no_standin else standin_copy(
+            floor, args.own_weights, max(args.batches + [8]), args.hidden, dt)
         out = []
         for leg, fn in (("a", bench_a), ("c", bench_c), ("eager", bench_eager)):
             if leg not in args.legs:
                 continue
             try:  # each leg on its own: one that breaks leaves the others' figures
-                lines = fn(args, agent, floor, hooked, att, x_all)
+                lines = fn(args, agent, floor, hooked, att, x_all, **(
+                    {"standin": standin} if leg != "eager" else {}))
                 out += lines if leg != "eager" else ["%s %s" % (mode, ln) for ln in lines]
             except Exception as e:
                 traceback.print_exc()
@@ -485,6 +560,9 @@ def main(argv=None):
                     "break)")
     ap.add_argument("--method", choices=("mul", "copy_out"), default=None,
                     help="the producers' kernel (attach()'s method; default by mode)")
+    ap.add_argument("--no-standin", action="store_true",
+                    help="modes a and c without the stand-in leg (a model whose hooks call an "
+                    "op of the tap's kind that does nothing: standin_copy)")
     ap.add_argument("--profile-c", action="store_true",
                     help="mode c: print where the host time of 300 steps goes (cProfile), "
                     "floor and all off")
