@@ -72,7 +72,7 @@ import graphtoggle.torch as gtt  # noqa: E402
 sys.path.insert(0, HERE)
 from torch_compile_bench import (_replays_by_graph, _timed_graphs, hooked_copy,  # noqa: E402
                                  judge_execs, kernel_nodes, raise_recompile_limits, reset,
-                                 run_and_judge, time_legs, written)
+                                 run_and_judge, time_legs, warm_trees, written)
 
 TYPES = ("resid_post", "mlp_out")
 HALF = "resid_post:*"  # --half's set: half the hooks on, a set in between
@@ -251,24 +251,11 @@ def bench_trees(args, agent, floor, hooked, att, ids):
     mark = torch.compiler.cudagraph_mark_step_begin
     inputs = {bs: (ids[:bs].clone(), torch.full((bs, 1), args.ctx // 2, device="cuda"))
               for bs in args.batches}
-    for bs in args.batches:
-        for _ in range(3):  # warm-up, record, replay: before any patch
-            mark()
-            cf(*inputs[bs])
-    torch.cuda.synchronize()
+    warm_trees((cf,), inputs)  # before any patch
     agent.set_enabled("none")
     agent.step()
     with gtt.patch(agent):
-        for bs in args.batches:
-            for _ in range(3):
-                agent.step()
-                mark()
-                ch(*inputs[bs])
-        torch.cuda.synchronize()
-        recorded = [s for s in agent.graphs() if not s["stale"] and s["bound"] and s["nodes"]]
-        if len(recorded) < len(args.batches):
-            fail("trees: %d graphs with producers recorded and bound for %d batch sizes"
-                 % (len(recorded), len(args.batches)))
+        warm_trees((ch,), inputs, agent, fail, "trees")
         for bs in args.batches:
             tag = "%s trees" % agent.mode
 

@@ -321,26 +321,11 @@ def bench_c(args, agent, floor, hooked, att, x_all, standin=None):
                        dynamic=False) if standin is not None else None
     mark = torch.compiler.cudagraph_mark_step_begin
     xs = {bs: x_all[:bs].clone() for bs in args.batches}
-    for bs in args.batches:
-        for _ in range(3):  # warm-up, record, replay: before any patch
-            for fn in (cf, cs):
-                if fn is not None:
-                    mark()
-                    fn(xs[bs])
-    torch.cuda.synchronize()
+    warm_trees((cf, cs), {bs: (x,) for bs, x in xs.items()})  # before any patch
     agent.set_enabled("none")
     agent.step()
     with gtt.patch(agent):
-        for bs in args.batches:
-            for _ in range(3):
-                agent.step()
-                mark()
-                ch(xs[bs])
-        torch.cuda.synchronize()
-        recorded = [s for s in agent.graphs() if not s["stale"] and s["bound"]]
-        if len(recorded) < len(args.batches):
-            fail("mode c: %d graphs recorded and bound for %d batch sizes"
-                 % (len(recorded), len(args.batches)))
+        warm_trees((ch,), {bs: (x,) for bs, x in xs.items()}, agent, fail, "mode c")
         for bs in args.batches:
             x = xs[bs]
 
@@ -373,6 +358,28 @@ def bench_c(args, agent, floor, hooked, att, x_all, standin=None):
                 profile_steps("%s c bs %d off" % (agent.mode, bs), hooked_step)
     torch._dynamo.reset()
     return out
+
+
+def warm_trees(fns, inputs, agent=None, fail_fn=None, what=None):
+    """CUDA Graph Trees' warm-up, recording and first replay: three calls of each compiled fn
+    (None: left out) per batch size (inputs: {bs: the call's arguments}).  agent: under its
+    patch, agent.step() before each call, then a failure (fail_fn, naming what) unless a
+    graph with producers was recorded and bound for every batch size."""
+    mark = torch.compiler.cudagraph_mark_step_begin
+    for a in inputs.values():
+        for _ in range(3):
+            for fn in fns:
+                if fn is not None:
+                    if agent is not None:
+                        agent.step()
+                    mark()
+                    fn(*a)
+    torch.cuda.synchronize()
+    if agent is not None:
+        recorded = [s for s in agent.graphs() if not s["stale"] and s["bound"] and s["nodes"]]
+        if len(recorded) < len(inputs):
+            fail_fn("%s: %d graphs with producers recorded and bound for %d batch sizes"
+                    % (what, len(recorded), len(inputs)))
 
 
 def _replays_by_graph(agent):
