@@ -60,14 +60,17 @@
 #               ~12 GiB of GPU memory, ~30-60 s)
 #   torch_compile_bench  only with TORCH_COMPILE_BENCH=1: issue #23's targets, the
 #               op under torch.compile (modes a and c) against the same compiled model
-#               without graphtoggle, and the op's eager cost
-#               (python/tests/gpu/torch_compile_bench.py; ~30-60 s)
+#               without graphtoggle and against a stand-in whose hooks call an op that
+#               does nothing (the hooks' placement apart), and the op's eager cost
+#               (python/tests/gpu/torch_compile_bench.py; ~30-90 s)
 #   llama_bench  only with LLAMA_BENCH=1: issues #23 and #31 on transformers' Llama
 #               (16 layers, hidden 2048, bf16, random weights from a config), graphs
 #               per batch size (32, 8, 1) in one pool, eager and torch.compile
-#               (fullgraph) forwards, lazy and device mode: all off / all on against
-#               the same graphs without graphtoggle (python/tests/gpu/llama_bench.py;
-#               needs transformers, skips without it; ~2-4 min)
+#               (fullgraph) forwards, and with --kinds trees CUDA Graph Trees
+#               (reduce-overhead, no KV cache), lazy and device mode: all off / all on
+#               against the same graphs without graphtoggle
+#               (python/tests/gpu/llama_bench.py; needs transformers, skips without it;
+#               ~2-4 min)
 #   record_bench  only with RECORD_BENCH=1: issue #24's targets, 32 hooks of 128 KiB a
 #               step recorded at the example engine's full rate: step time against the
 #               producers on and nothing recorded, bytes/s to disk and to a Python
