@@ -99,13 +99,19 @@ def make_cache(cfg, bs, ctx, dt):
     return StaticCache(**kw)
 
 
-def own_forward(model):
+def own_forward(model, cache=True):
     """A function with a code object of its own calling model's decode step (torch.compile
-    keeps compiled code per code object: see torch_compile_bench._own_forward)."""
+    keeps compiled code per code object: see torch_compile_bench._own_forward): through a
+    KV cache, f(ids, pos, cpos, cache); cache=False without one, f(ids, pos) (kind trees)."""
     ns = {"model": model}
-    exec("def decode_%d(ids, pos, cpos, cache):\n"
-         "    return model(input_ids=ids, position_ids=pos, cache_position=cpos,\n"
-         "                 past_key_values=cache, use_cache=True).logits\n" % id(model), ns)
+    if cache:
+        exec("def decode_%d(ids, pos, cpos, cache):\n"
+             "    return model(input_ids=ids, position_ids=pos, cache_position=cpos,\n"
+             "                 past_key_values=cache, use_cache=True).logits\n" % id(model), ns)
+    else:
+        exec("def decode_%d(ids, pos):\n"
+             "    return model(input_ids=ids, position_ids=pos, use_cache=False).logits\n"
+             % id(model), ns)
     return ns["decode_%d" % id(model)]
 
 
@@ -232,22 +238,13 @@ def report(tag, bs, t):
         t["off"][1] - t["floor"][1], t["on"][1] - t["floor"][1])
 
 
-def own_forward_nocache(model):
-    """own_forward's call without a KV cache (kind trees)."""
-    ns = {"model": model}
-    exec("def forward_nocache_%d(ids, pos):\n"
-         "    return model(input_ids=ids, position_ids=pos, use_cache=False).logits\n"
-         % id(model), ns)
-    return ns["forward_nocache_%d" % id(model)]
-
-
 def bench_trees(args, agent, floor, hooked, att, ids):
     """Kind trees (mode c): see the module's docstring."""
     out = []
-    cf = torch.compile(own_forward_nocache(floor), mode="reduce-overhead", fullgraph=True,
-                       dynamic=False)
-    ch = torch.compile(own_forward_nocache(hooked), mode="reduce-overhead", fullgraph=True,
-                       dynamic=False)
+    cf = torch.compile(own_forward(floor, cache=False), mode="reduce-overhead",
+                       fullgraph=True, dynamic=False)
+    ch = torch.compile(own_forward(hooked, cache=False), mode="reduce-overhead",
+                       fullgraph=True, dynamic=False)
     mark = torch.compiler.cudagraph_mark_step_begin
     inputs = {bs: (ids[:bs].clone(), torch.full((bs, 1), args.ctx // 2, device="cuda"))
               for bs in args.batches}

@@ -37,6 +37,7 @@ on steps), never speed.  Exit 0 on PASS and on SKIPPED, 1 on FAIL.
 
 import argparse
 import copy
+import itertools
 import os
 import statistics
 import sys
@@ -218,6 +219,7 @@ def report(mode, bs, t):
 _BENCH_LIB = []
 _HOLD_OP = None
 _HOLD_BUFS = {}  # a global dict, as graphtoggle's _TAP_BUFS (dynamo guards closure cells)
+_HOLD_SERIAL = itertools.count(1)  # one per stand-in model: its buffers' keys
 
 
 def _bench_lib():
@@ -237,6 +239,7 @@ def standin_copy(floor, own_weights, rows, width, dtype):
         _HOLD_OP = torch.ops.graphtoggle_bench.hold.default
     model = hooked_copy(floor, own_weights)
     device = next(floor.parameters()).device
+    serial = next(_HOLD_SERIAL)
 
     def hook(key):
         def fn(mod, args, out):
@@ -245,7 +248,7 @@ def standin_copy(floor, own_weights, rows, width, dtype):
         return fn
     for t, mods in modules_of(model).items():
         for layer, m in enumerate(mods):
-            key = (id(model), t, layer)
+            key = (serial, t, layer)
             _HOLD_BUFS[key] = torch.empty((rows, width), dtype=dtype, device=device)
             torch._dynamo.mark_static_address(_HOLD_BUFS[key])
             m.register_forward_hook(hook(key))
@@ -437,8 +440,8 @@ def host_us(fn, n=2000, rounds=15):
 _NOOP_LIB = None
 
 
-def bench_eager(args, agent, floor, hooked, att, x_all):
-    """The op's eager cost (host time per call)."""
+def bench_eager(args, agent, floor, hooked, att, x_all, standin=None):
+    """The op's eager cost (host time per call); the stand-in is not used."""
     ops = gtt._ops()
     hid = att.hook_ids[("mlp_out", 0)]
     buf = att.buffer("mlp_out", 0)
@@ -530,8 +533,7 @@ def run_mode(args, mode):
             if leg not in args.legs:
                 continue
             try:  # each leg on its own: one that breaks leaves the others' figures
-                lines = fn(args, agent, floor, hooked, att, x_all, **(
-                    {"standin": standin} if leg != "eager" else {}))
+                lines = fn(args, agent, floor, hooked, att, x_all, standin)
                 out += lines if leg != "eager" else ["%s %s" % (mode, ln) for ln in lines]
             except Exception as e:
                 traceback.print_exc()
