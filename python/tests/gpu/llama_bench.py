@@ -71,8 +71,9 @@ import graphtoggle.torch as gtt  # noqa: E402
 
 sys.path.insert(0, HERE)
 from torch_compile_bench import (_replays_by_graph, _timed_graphs, hooked_copy,  # noqa: E402
-                                 judge_execs, kernel_nodes, raise_recompile_limits, reset,
-                                 run_and_judge, time_legs, warm_trees, written)
+                                 judge_execs, kernel_nodes, profile_steps,
+                                 raise_recompile_limits, reset, run_and_judge, time_legs,
+                                 warm_trees, written)
 
 TYPES = ("resid_post", "mlp_out")
 HALF = "resid_post:*"  # --half's set: half the hooks on, a set in between
@@ -294,6 +295,10 @@ def bench_trees(args, agent, floor, hooked, att, ids):
             judge_execs(_timed_graphs(agent, before, fail), "%s bs %d" % (tag, bs), fail,
                         PREFIX)
             out.append(report(tag, bs, t))
+            if args.profile_trees:
+                agent.set_enabled("none")
+                profile_steps("%s bs %d floor" % (tag, bs), floor_step, prefix=PREFIX)
+                profile_steps("%s bs %d off" % (tag, bs), hooked_step, prefix=PREFIX)
     return out
 
 
@@ -429,6 +434,9 @@ def main(argv=None):
                     "every step" % (HALF, HALF_OTHER))
     ap.add_argument("--no-full-exec", action="store_true",
                     help="Agent(full_exec=False): sets other than all off run the main exec")
+    ap.add_argument("--profile-trees", action="store_true",
+                    help="kind trees: where the host time of 300 calls goes, floor and hooked "
+                    "at all off (cProfile)")
     ap.add_argument("--deterministic", action="store_true",
                     help="torch.use_deterministic_algorithms(True) (inductor's deterministic "
                     "mode)")

@@ -405,7 +405,7 @@ def _timed_graphs(agent, before, fail_fn=None):
             "full_replays": sum(g["full_replays"] for g in ran)}
 
 
-def profile_steps(what, fn, n=300):
+def profile_steps(what, fn, n=300, prefix=PREFIX):
     """Where the host time of n steps goes (cProfile, the 18 costliest by own time)."""
     import cProfile
     import io
@@ -422,7 +422,7 @@ def profile_steps(what, fn, n=300):
     pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(18)
     for ln in buf.getvalue().splitlines():
         if ln.strip():
-            print(PREFIX + "profile %s: %s" % (what, ln), flush=True)
+            print(prefix + "profile %s: %s" % (what, ln), flush=True)
 
 
 def host_us(fn, n=2000, rounds=15):
