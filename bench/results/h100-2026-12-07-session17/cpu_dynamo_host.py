@@ -4,7 +4,7 @@ only dynamo's per-call work is timed).  Run from the repository root."""
 import copy, sys, time, warnings, statistics
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
-sys.path.insert(0, "python")
+sys.path.insert(0, "python")  # from the repository root
 import graphtoggle
 from graphtoggle import Agent
 warnings.simplefilter("ignore")
