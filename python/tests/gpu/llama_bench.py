@@ -70,10 +70,10 @@ import graphtoggle  # noqa: E402
 import graphtoggle.torch as gtt  # noqa: E402
 
 sys.path.insert(0, HERE)
-from torch_compile_bench import (_replays_by_graph, _timed_graphs, hooked_copy,  # noqa: E402
-                                 judge_execs, kernel_nodes, profile_steps,
-                                 raise_recompile_limits, reset, run_and_judge, time_legs,
-                                 warm_trees, written)
+from torch_compile_bench import (_replays_by_graph, _timed_graphs, check_sets,  # noqa: E402
+                                 hooked_copy, judge_execs, kernel_nodes, profile_steps,
+                                 raise_recompile_limits, run_and_judge, time_legs,
+                                 warm_trees)
 
 TYPES = ("resid_post", "mlp_out")
 HALF = "resid_post:*"  # --half's set: half the hooks on, a set in between
@@ -171,18 +171,16 @@ def check_graph(agent, att, g, out, bs, floor_graph, floor_out, exact_floor, wha
     settled = settle(off_replay, out)
     print(PREFIX + "%s: replays until two in a row give the same logits: floor graph %s, "
           "hooked graph (off) %s" % (what, settled_floor, settled), flush=True)
-    logits = []
     half = {h for h in att.hook_ids if h[0] == "resid_post"}
-    for spec, want in (("none", set()), ("none", set()), ("all", set(att.hook_ids)),
-                       ("all", set(att.hook_ids)), (HALF, half), ("none", set())):
-        agent.set_enabled(spec)
-        agent.step()
-        reset(att)
+    every = set(att.hook_ids)
+    steps = (("none", set()), ("none", set()), ("all", every), ("all", every), (HALF, half),
+             ("none", set()))
+
+    def replay():
         g.replay()
-        got = written(att, bs)
-        if got != want:
-            fail("%s: at %s steps %d of %d hooks wrote" % (what, spec, len(got), len(want)))
-        logits.append((spec, out.clone()))
+        return out
+    logits = list(zip((spec for spec, _ in steps),
+                      check_sets(agent, att, replay, bs, what, fail, steps)))
     floor_graph.replay()
     torch.cuda.synchronize()
     f1 = floor_out.clone()
@@ -267,15 +265,13 @@ def bench_trees(args, agent, floor, hooked, att, ids):
                 return ch(*a)
             f1 = floor_step().clone()
             f2 = floor_step().clone()
-            logits = []
-            for spec, want in (("none", set()), ("all", set(att.hook_ids)), ("none", set())):
-                agent.set_enabled(spec)
-                reset(att)
-                logits.append(hooked_step().clone())
-                got = written(att, bs)
-                if got != want:
-                    fail("%s bs %d: at %s steps %d of %d hooks wrote"
-                         % (tag, bs, spec, len(got), len(want)))
+
+            def hooked_call(a=inputs[bs]):  # hooked_step without its agent.step()
+                mark()
+                return ch(*a)
+            every = set(att.hook_ids)
+            logits = check_sets(agent, att, hooked_call, bs, "%s bs %d" % (tag, bs), fail,
+                                (("none", set()), ("all", every), ("none", set())))
             noise = float((f1.float() - f2.float()).abs().max())
             worst = max(float((l.float() - f1.float()).abs().max()) for l in logits)
             print(PREFIX + "%s bs %d: the floor's two calls %s; the hooked calls (off, on, off) "

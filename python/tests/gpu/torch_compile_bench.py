@@ -185,16 +185,23 @@ def reset(att):
         b.fill_(float("nan"))
 
 
-def check_sets(agent, att, run, n, what):
-    """The off and on steps write nothing and everything."""
-    for spec, want in (("none", set()), ("all", set(att.hook_ids))):
+def check_sets(agent, att, run, n, what, fail_fn=None, steps=None):
+    """At each step of steps ((set spec, the hooks it must write) pairs, in order; default
+    all off, then all on) exactly those hooks' buffers are written.  Returns what run()
+    returned at each step (a copy, for a tensor: a graph's next replay overwrites its
+    outputs).  fail_fn: the calling bench's."""
+    outs = []
+    for spec, want in steps or (("none", set()), ("all", set(att.hook_ids))):
         agent.set_enabled(spec)
         agent.step()
         reset(att)
-        run()
+        r = run()
+        outs.append(r.clone() if isinstance(r, torch.Tensor) else r)
         got = written(att, n)
         if got != want:
-            fail("%s: at %s steps %d of %d hooks wrote" % (what, spec, len(got), len(want)))
+            (fail_fn or fail)("%s: at %s steps %d of %d hooks wrote"
+                              % (what, spec, len(got), len(want)))
+    return outs
 
 
 def report(mode, bs, t):
