@@ -1172,7 +1172,13 @@ int td_store_parse_journal(const char *path, const char *buf, size_t size, uint6
 		err[0] = '\0';
 	if (size == 0)
 		return 0;
-	scan->format = buf[0] == '{' ? 1 : 2;
+	/*
+	 * Format 1 is UTF-8 JSON text, which never holds the byte 0xff that begins
+	 * every format-2 record: a journal that starts with '{' but holds a record
+	 * magic is format 2 missing its start (its first header lost), whose
+	 * unchecked bytes are damage.  Read as format 1 they would be applied.
+	 */
+	scan->format = buf[0] == '{' && !memmem(buf, size, REC_MAGIC, 4) ? 1 : 2;
 	int rc = scan->format == 1 ? parse_v1(path, buf, size, out, scan, &dm, err, errlen)
 				   : parse_v2(path, buf, size, after_seq, out, scan, &dm, err, errlen);
 	if (rc)

@@ -268,6 +268,64 @@ START_TEST(test_record_checksums)
 }
 END_TEST
 
+/*
+ * A format-2 journal that lost its first header (bytes gone at its start) begins
+ * with that record's JSON: it is still read as format 2, so the payload without
+ * its checksums is damage, never applied, and the records after it are (fuzz_store
+ * found the old first-byte rule reading it as format 1: the unchecked payload
+ * applied, every later record refused).
+ */
+START_TEST(test_journal_lost_first_header)
+{
+	struct td_desired v = { 0 };
+	snprintf(v.name, sizeof(v.name), "alpha");
+	v.standing = (char *)(uintptr_t)"resid_post:1";
+	size_t l1 = 0, l2 = 0;
+	char *r1 = td_store_encode_record(1, &v, 1, &l1);
+	snprintf(v.name, sizeof(v.name), "beta");
+	v.standing = (char *)(uintptr_t)"mlp_out:2";
+	char *r2 = td_store_encode_record(2, &v, 1, &l2);
+	ck_assert_ptr_nonnull(r1);
+	ck_assert_ptr_nonnull(r2);
+	ck_assert_uint_gt(l1, 24);
+	char *j = malloc(l1 + l2);
+	ck_assert_ptr_nonnull(j);
+	memcpy(j, r1 + 24, l1 - 24); /* the first record without its 24-byte header */
+	memcpy(j + l1 - 24, r2, l2);
+	ck_assert_int_eq(j[0], '{');
+	struct td_store st = { 0 };
+	struct td_journal_scan scan;
+	char err[512] = "";
+	int rc = td_store_parse_journal("j", j, l1 - 24 + l2, 0, &st, &scan, err, sizeof(err));
+	ck_assert_int_eq(rc, TOGGLE_EINVAL);
+	ck_assert_int_eq(scan.format, 2);
+	ck_assert(scan.corrupt);
+	ck_assert_uint_eq(scan.records, 1);
+	ck_assert_ptr_null(td_store_get(&st, "alpha", false)); /* unchecked: not applied */
+	struct td_desired *b = td_store_get(&st, "beta", false);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_str_eq(b->standing, "mlp_out:2");
+	ck_assert_msg(strstr(err, "not a record") != NULL, "%s", err);
+	td_store_free(&st);
+
+	/* A format-1 journal (JSON lines, before issue 30) is still read as one. */
+	static const char v1[] = "{\"entries\":[{\"enabled\":\"resid_post:3\",\"format\":1,"
+				 "\"name\":\"gamma\",\"plans\":[]}],\"format\":1}\n";
+	memset(&st, 0, sizeof(st));
+	ck_assert_int_eq(td_store_parse_journal("j", v1, strlen(v1), 0, &st, &scan, err,
+						sizeof(err)), 0);
+	ck_assert_int_eq(scan.format, 1);
+	ck_assert_uint_eq(scan.records, 1);
+	struct td_desired *g = td_store_get(&st, "gamma", false);
+	ck_assert_ptr_nonnull(g);
+	ck_assert_str_eq(g->standing, "resid_post:3");
+	td_store_free(&st);
+	free(j);
+	free(r1);
+	free(r2);
+}
+END_TEST
+
 /* ---- store: keys of name and uid (issue 11, item 7) ----------------------- */
 
 START_TEST(test_store_keys)
@@ -372,6 +430,7 @@ static Suite *store_journal_suite(void)
 	tcase_add_test(tc, test_journal);
 	tcase_add_test(tc, test_checkpoint_beside_saves);
 	tcase_add_test(tc, test_record_checksums);
+	tcase_add_test(tc, test_journal_lost_first_header);
 	tcase_add_test(tc, test_quarantine);
 	suite_add_tcase(s, tc);
 	return s;
