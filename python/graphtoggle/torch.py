@@ -757,10 +757,14 @@ class _Watch:
         return {"graphs": self.graphs, "with_producers": self.with_producers,
                 "silent": self.silent}
 
-    def refuse(self):
+    def refuse(self, after=None):
+        """Raise the CaptureError owed (once); after: what happens next, for the message
+        (default: step()'s)."""
         a = self.agent_ref()
         if a is not None:
             a._gt_check = None  # once: the next step() begins
+        if after is None:
+            after = "this step did not begin; the next step() does"
         if self.stale_silent:
             n, self.stale_silent = self.stale_silent, 0
             raise CaptureError(
@@ -772,8 +776,8 @@ class _Watch:
                 "first compiled, or call torch.compiler.reset() after attach() and capture "
                 "again; "
                 "attach(..., check_captures=False) if these graphs are meant to have no "
-                "producer (this step did not begin; the next step() does)"
-                % (n, a.name if a is not None else "?", self.with_producers))
+                "producer (%s)"
+                % (n, a.name if a is not None else "?", self.with_producers, after))
         raise CaptureError(
             "%d CUDA graph(s) captured under graphtoggle.torch.patch while hooks are attached "
             "to agent %r, and none recorded a producer: the code captured runs without the "
@@ -781,8 +785,8 @@ class _Watch:
             "dynamo's guards, or loaded from a compile cache built without them).  Attach "
             "the hooks before the model is first compiled and clear or disable that cache; "
             "attach(..., check_captures=False) if such graphs are meant to have no producer "
-            "(this step did not begin; the next step() does)"
-            % (self.silent, a.name if a is not None else "?"))
+            "(%s)"
+            % (self.silent, a.name if a is not None else "?", after))
 
 
 def _watch_of(agent):
@@ -897,6 +901,19 @@ class Attachment:
         """Graphs captured under the patch since this attach (check_captures=True):
         {"graphs", "with_producers", "silent": non-empty ones without a producer}."""
         return _watch_of(self.agent).report()
+
+    def verify_captures(self):
+        """Raises now the CaptureError that the next agent.step() would raise for the graphs
+        captured so far (check_captures=True); returns captures() when none is owed.
+        For an engine whose captures end at start-up: called then (graphtoggle.vllm calls
+        it after Worker.compile_or_warm_up_model), a capture without producers fails the
+        start-up instead of the first step of a serving engine.  The error is owed once,
+        as step()'s: raised here, no step() raises it again."""
+        check = self.agent._gt_check
+        if check is not None:
+            check(after="raised by Attachment.verify_captures(); step() will not raise it "
+                        "again")
+        return self.captures()
 
     def detach(self):
         for h in self._handles:

@@ -26,6 +26,11 @@ installed package changes nothing in vLLM until asked.  When on, register():
        graph's bound `replay`, so a patch installed after a capture would miss it);
      - after the model is loaded, attaches the producers (graphtoggle.torch.attach) to its
        modules, before the first forward, which is where vLLM compiles it;
+     - after Worker.compile_or_warm_up_model, where vLLM captures every CUDA graph it
+       will replay, checks that the captures recorded producers
+       (Attachment.verify_captures()): graphs captured from code compiled without the
+       hooks (an artifact from a compile cache, say) fail the engine's start-up with a
+       CaptureError naming the fix, rather than its first engine step;
      - calls agent.step() once per engine iteration, at the start of Worker.execute_model,
        before the iteration's replays.
    Processes that never load a model (the front end, an engine core whose workers are
@@ -297,6 +302,7 @@ def _patch_worker(mod):
     if cls is None or getattr(cls, "_graphtoggle_patched", False):
         return
     o_load, o_exec = cls.load_model, cls.execute_model
+    o_warm = getattr(cls, "compile_or_warm_up_model", None)
 
     def load_model(self, *args, **kwargs):
         st = _ensure_agent(self)
@@ -312,10 +318,23 @@ def _patch_worker(mod):
             st.steps += 1
         return o_exec(self, *args, **kwargs)
 
+    def compile_or_warm_up_model(self, *args, **kwargs):
+        out = o_warm(self, *args, **kwargs)
+        st = _state
+        if st is not None and st.attachment is not None:
+            # the engine's captures are done: graphs captured without a producer fail the
+            # start-up here, not the first engine step of a serving engine
+            st.attachment.verify_captures()
+        return out
+
     load_model.__wrapped__ = o_load
     execute_model.__wrapped__ = o_exec
     load_model.__doc__, execute_model.__doc__ = o_load.__doc__, o_exec.__doc__
     cls.load_model, cls.execute_model = load_model, execute_model
+    if o_warm is not None:
+        compile_or_warm_up_model.__wrapped__ = o_warm
+        compile_or_warm_up_model.__doc__ = o_warm.__doc__
+        cls.compile_or_warm_up_model = compile_or_warm_up_model
     cls._graphtoggle_patched = True
 
 

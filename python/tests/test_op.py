@@ -585,6 +585,37 @@ def test_capture_without_the_hooks_is_refused_at_the_next_step(agent):
         assert att.captures()["with_producers"] == 1
 
 
+def test_verify_captures_raises_what_the_next_step_would_once(agent):
+    """Attachment.verify_captures(): an engine's end of start-up captures.  Nothing owed:
+    captures() back.  Owed: the same CaptureError as step()'s, now, and step() does not
+    raise it again."""
+    net = Net()
+    att = agent.attach(modules_of(net), max_tokens=4, width=2)
+    with gtt.patch(agent):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            net(x22())
+        assert att.verify_captures() == {"graphs": 1, "with_producers": 1, "silent": 0}
+        agent.step(0)
+    att.detach()
+    agent.step(1)
+    att = agent.attach(modules_of(net), max_tokens=4, width=2)
+    with gtt.patch(agent):
+        gs = []
+        for _ in range(2):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                _plain_kernels()
+            gs.append(g)
+        with pytest.raises(graphtoggle.CaptureError,
+                           match=r"2 CUDA graph\(s\).*none recorded a producer.*"
+                                 r"raised by Attachment.verify_captures\(\)"):
+            att.verify_captures()
+        assert att.verify_captures()["silent"] == 2  # once: not owed any more
+        agent.step(2)  # and not raised by step()
+        assert agent.current_step == 2
+
+
 class _FakeDynamo:
     """torch._dynamo as attach() reads it: a count of graphs compiled, the code objects
     dynamo converted (convert_frame.input_codes.seen: weak references) and each one's cache

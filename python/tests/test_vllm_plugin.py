@@ -248,6 +248,33 @@ def test_a_hook_path_the_model_lacks_stops_the_worker(dist_dir):
     assert "GRAPHTOGGLE_HOOKS: model.layers[0] (LlamaDecoderLayer) has no ffn" in res["stderr"]
 
 
+@pytest.mark.parametrize("mode,tp", [("FULL_AND_PIECEWISE", 1), ("FULL", 1), ("PIECEWISE", 2)])
+def test_captures_without_producers_fail_the_start_up(dist_dir, mode, tp):
+    """Graphs captured from code that runs none of the hooks (the fake's stand-in for an
+    artifact compiled without them) fail the engine at compile_or_warm_up_model, the last
+    start-up RPC: no worker reaches the first engine step (before, the first
+    execute_model raised, so a serving engine died at its first request)."""
+    res = run_engine(dist_dir, {"tp": tp, "backend": "mp" if tp > 1 else "uni",
+                                "cudagraph_mode": mode, "layers": L, "steps": STEPS[:3]},
+                     env={"FAKE_VLLM_CAPTURE_WITHOUT_HOOKS": "1"})
+    assert res["rc"] != 0
+    assert res["workers"] == [] and res["steps"] == []  # start-up failed: no engine step
+    assert "CaptureError" in res["stderr"]
+    assert "none recorded a producer" in res["stderr"]
+    assert "raised by Attachment.verify_captures()" in res["stderr"]
+    assert "compile_or_warm_up_model" in res["stderr"]
+
+
+def test_captures_with_producers_start_as_before(dist_dir):
+    """The same engine with the hooks in its captures: compile_or_warm_up_model's check
+    passes and every step runs its set (test_engine checks the sets in every mode)."""
+    res = run_engine(dist_dir, {"tp": 1, "backend": "uni", "cudagraph_mode": "FULL",
+                                "layers": L, "steps": STEPS[:3]},
+                     env={"FAKE_VLLM_CAPTURE_WITHOUT_HOOKS": "0"})
+    assert res["rc"] == 0, res["stderr"][-3000:]
+    assert len(res["workers"]) == 1 and len(res["steps"]) == 3
+
+
 @pytest.mark.skipif(not (os.access(TOGGLED, os.X_OK) and os.access(TOGGLECTL, os.X_OK)),
                     reason="build/toggled and build/togglectl are built by `make`")
 def test_daemon_drives_every_rank_through_the_group(dist_dir):

@@ -4,6 +4,8 @@ captures its graphs per batch size (largest first; warm-ups with runtime mode NO
 each capture) and runs one forward per engine step, dispatched to FULL, PIECEWISE or NONE
 by batch shape.  Inputs are copied into static per-size buffers, as vLLM's are."""
 
+import os
+
 import torch
 
 from vllm.compilation.breakable_cudagraph import (BreakableCUDAGraphWrapper,
@@ -73,6 +75,10 @@ class GPUModelRunner:
         self._dummy_run(self.max_num_tokens)
 
     def capture_model(self):
+        if os.environ.get("FAKE_VLLM_CAPTURE_WITHOUT_HOOKS") == "1":
+            # test aid: what a compiled artifact built without the hooks does (vLLM's
+            # compile cache, say): the captured code runs none of the modules' hooks
+            return self._capture_without_hooks()
         cc = self.compilation_config
         mode = cc.cudagraph_mode
         breakable = is_breakable_cudagraph_enabled()
@@ -90,6 +96,31 @@ class GPUModelRunner:
                     self._dummy_run(n, CUDAGraphMode.NONE, uniform)
                 self._dummy_run(n, rt, uniform)
                 self.captured.add((rt, BatchDescriptor(n, uniform)))
+
+    def _capture_without_hooks(self):
+        mods, seen = [], set()
+
+        def walk(m):
+            if id(m) in seen or not isinstance(m, torch.nn.Module):
+                return
+            seen.add(id(m))
+            mods.append(m)
+            for v in list(vars(m).values()) + (list(m) if isinstance(m, list) else []):
+                walk(v)
+        m = self.model
+        while hasattr(type(m), "unwrap"):  # CUDAGraphWrapper, BreakableCUDAGraphWrapper
+            m = m.unwrap()
+        walk(m)
+        saved = [(m, dict(m._forward_hooks)) for m in mods]
+        for m, _ in saved:
+            m._forward_hooks.clear()
+        try:
+            os.environ["FAKE_VLLM_CAPTURE_WITHOUT_HOOKS"] = "0"
+            self.capture_model()
+        finally:
+            os.environ["FAKE_VLLM_CAPTURE_WITHOUT_HOOKS"] = "1"
+            for m, hooks in saved:
+                m._forward_hooks.update(hooks)
 
     def dispatch(self, num_tokens, uniform_decode):
         """(runtime mode, padded size): the smallest captured size that fits, FULL for a
