@@ -50,6 +50,13 @@
  * its planner sets exactly the nodes whose state differs from the set.
  * Each is uploaded once, at the build.
  *
+ * Host modes assemble their bare and full execs the same way when asked
+ * (toggle_config.assemble_execs; the producers then keep their attributes),
+ * and clone the graph when the assembly fails.  Why asked: on the compiled
+ * Llama device mode's assembled execs ran 0.3 to 1 point of the floor
+ * faster than host modes' clones of the same graphs (benchmarks.md section
+ * 11, session 19); whether assembly is the cause is not yet measured.
+ *
  * Host modes' set exec: a set in between that has held for TG_SETX_STEADY
  * steps gets, at a step_begin and one graph a step (tg_setx_step), a clone
  * of the full exec's clone without the producers it leaves off, picked while
@@ -482,7 +489,7 @@ static int bare_build(struct toggle_agent *a, struct tg_graph *g, bool full, CUg
 	return clone_build(a, g, g->graph, NULL, NULL, full, out, keep, nodes);
 }
 
-/* ---- device mode: the bare exec assembled node by node ---------------------- */
+/* ---- assembled node by node (device mode; host modes with assemble_execs) ---- */
 
 /* Most nodes of a graph the assembly accepts from the driver. */
 #define TG_BARE_MAX_NODES (1u << 20)
@@ -772,8 +779,8 @@ static int bare_assemble_map(struct toggle_agent *a, struct tg_graph *g, bool fu
 			free(m);
 			return tg_fail(a, TOGGLE_ECUDA, "cuGraphGetNodes: a node twice");
 		}
-	/* The producers and the planner: each must be a node of the graph. */
-	for (uint32_t i = 0; i <= g->n_nodes; i++) {
+	/* The producers and the planner (device mode): each must be a node of the graph. */
+	for (uint32_t i = 0; i < g->n_nodes + (g->planner_node != NULL); i++) {
 		CUgraphNode node = i < g->n_nodes ? g->nodes[i].node : g->planner_node;
 		struct bare_map *p = bare_map_find(m, n, node);
 		if (!p) {
@@ -795,13 +802,18 @@ static int bare_assemble_map(struct toggle_agent *a, struct tg_graph *g, bool fu
 }
 
 /*
- * Device mode: assemble g's graph without its planner and (bare) its
- * producers or (full) with them plain, instantiate it and upload it once.
- * Anything that fails leaves nothing behind (the new graph and its exec are
- * destroyed): no half-built state.
+ * Assemble g's graph without its planner and (bare) its producers or (full)
+ * with them (device mode: plain, without the device-updatable attribute),
+ * and instantiate it; device mode uploads it once.  Host modes' full exec
+ * (keep, nodes) keeps the new graph and its producers' copies, in g->nodes'
+ * order, as clone_build keeps the clone's.  Anything that fails leaves
+ * nothing behind (the new graph and its exec are destroyed): no half-built
+ * state.
  */
-static int bare_assemble(struct toggle_agent *a, struct tg_graph *g, bool full, CUgraphExec *out)
+static int bare_assemble(struct toggle_agent *a, struct tg_graph *g, bool full, CUgraphExec *out,
+			 CUgraph *keep, CUgraphNode **nodes)
 {
+	bool host = g->dev != TG_DEV_ACTIVE;
 	struct bare_map *map = NULL;
 	CUgraphNode *order = NULL;
 	struct bare_edgelist l = {0};
@@ -826,8 +838,8 @@ static int bare_assemble(struct toggle_agent *a, struct tg_graph *g, bool full, 
 			rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphNodeGetType: %s",
 				     tg_cu_errstr(&a->cu, r));
 		else
-			rc = bare_copy_node(a, graph, m->orig, t, m->producer, &ctx, &have_ctx,
-					    &m->copy);
+			rc = bare_copy_node(a, graph, m->orig, t, m->producer && !host, &ctx,
+					    &have_ctx, &m->copy);
 	}
 	for (size_t i = 0; !rc && i < n; i++) {
 		struct bare_map *m = bare_map_find(map, n, order[i]);
@@ -844,12 +856,24 @@ static int bare_assemble(struct toggle_agent *a, struct tg_graph *g, bool full, 
 			     tg_cu_errstr(&a->cu, r));
 	}
 	/* Uploaded once, here, on the agent's own stream: its first launch pays no upload. */
-	if (!rc && (r = a->cu.graph_upload(*out, a->dev.setup)) == CUDA_SUCCESS)
+	if (!rc && !host && (r = a->cu.graph_upload(*out, a->dev.setup)) == CUDA_SUCCESS)
 		r = a->cu.stream_synchronize(a->dev.setup);
-	if (!rc && r != CUDA_SUCCESS)
+	if (!rc && !host && r != CUDA_SUCCESS)
 		rc = tg_fail(a, TOGGLE_ECUDA, "cuGraphUpload: %s", tg_cu_errstr(&a->cu, r));
+	/* Host modes' full exec: its graph and producer copies are kept, as the
+	 * clone's are (the node sets and the set exec's clone use them). */
+	CUgraphNode *found = NULL;
+	if (!rc && keep && !(found = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof(*found))))
+		rc = tg_fail(a, TOGGLE_ENOMEM, "out of memory");
+	for (uint32_t i = 0; !rc && found && i < g->n_nodes; i++)
+		found[i] = bare_map_find(map, n, g->nodes[i].node)->copy;
 	if (rc && *out)
 		bare_destroy(a, out);
+	if (!rc && keep) {
+		*keep = graph;
+		*nodes = found;
+		graph = NULL;
+	}
 	if (graph && (r = a->cu.graph_destroy(graph)) != CUDA_SUCCESS) {
 		/* the exec does not need it */
 		a->anomalies.driver_errors++;
@@ -897,9 +921,21 @@ static void alt_build(struct toggle_agent *a, struct tg_graph *g, struct tg_bare
 			     "its own, which the driver does not copy from a device-updatable node",
 			     h / TOGGLE_MAX_LAYERS, h % TOGGLE_MAX_LAYERS);
 	} else if (g->dev == TG_DEV_ACTIVE) {
-		rc = bare_assemble(a, g, full, &exec);
+		rc = bare_assemble(a, g, full, &exec, NULL, NULL);
 	} else {
-		rc = bare_build(a, g, full, &exec, &graph, &nodes);
+		/* Host modes: assembled when asked, else (or when the assembly
+		 * fails: a node it cannot copy, say) a clone of the graph. */
+		rc = 1;
+		if (a->host_assemble) {
+			rc = bare_assemble(a, g, full, &exec, full ? &graph : NULL,
+					   full ? &nodes : NULL);
+			if (rc)
+				a->stats.assemble_fallbacks++;
+			else
+				a->stats.assembled_builds++;
+		}
+		if (rc)
+			rc = bare_build(a, g, full, &exec, &graph, &nodes);
 		/* Every producer of the clone is on, as captured; the first pick
 		 * sets those its set turns off. */
 		if (!rc && full && !(state = malloc(g->n_nodes ? g->n_nodes : 1))) {

@@ -56,6 +56,7 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_config, no_bare_exec),
 	TG_FIELD(toggle_config, no_full_exec),
 	TG_FIELD(toggle_config, no_set_exec),
+	TG_FIELD(toggle_config, assemble_execs),
 
 	TG_TYPE(toggle_plan_entry),
 	TG_FIELD(toggle_plan_entry, step),
@@ -115,6 +116,8 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_stats, set_builds),
 	TG_FIELD(toggle_stats, set_build_failures),
 	TG_FIELD(toggle_stats, set_switches),
+	TG_FIELD(toggle_stats, assembled_builds),
+	TG_FIELD(toggle_stats, assemble_fallbacks),
 
 	TG_TYPE(toggle_copy),
 	TG_FIELD(toggle_copy, dst),

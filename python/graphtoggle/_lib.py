@@ -59,6 +59,7 @@ class Config(Structure):
         ("no_bare_exec", c_bool),
         ("no_full_exec", c_bool),
         ("no_set_exec", c_bool),
+        ("assemble_execs", c_bool),
     ]
 
 
@@ -111,7 +112,7 @@ class Stats(Structure):
         ("step", c_int64)] + [(n, c_uint64) for n in (
         "bare_builds", "bare_build_failures", "bare_switches", "full_builds",
         "full_build_failures", "full_switches", "set_builds", "set_build_failures",
-        "set_switches")]
+        "set_switches", "assembled_builds", "assemble_fallbacks")]
 
 
 class RegistryCheck(Structure):

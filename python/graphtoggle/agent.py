@@ -55,11 +55,15 @@ class Agent:
     a step at step(), an exec of each graph it runs without the producers it leaves off
     (graph_status()'s set_exec / set_running).  False: none (toggle_config.no_set_exec),
     for engines that cannot spare a build (about a bind's) in a step or the exec's memory.
+    assemble_execs: lazy and eager, build the producer-free and full execs node by node
+    (as device mode does) instead of cloning the captured graph; a graph the assembly
+    cannot copy is cloned (toggle_config.assemble_execs; stats() assembled_builds,
+    assemble_fallbacks).  Off by default until measured (docs/libtoggle.md).
     """
 
     def __init__(self, name, hooks, mode="lazy", socket=None, group=None, strict=False,
                  backend="cuda", sim=None, layers=None, bare_exec=None, full_exec=True,
-                 set_exec=True):
+                 set_exec=True, assemble_execs=False):
         self._h = None
         self._lib = lib = _lib.lib()
         if not isinstance(name, str) or not name or len(name.encode()) >= _lib.MAX_NAME:
@@ -87,6 +91,9 @@ class Agent:
             raise InvalidArgumentError("full_exec must be True or False, got %r" % (full_exec,))
         if not isinstance(set_exec, bool):
             raise InvalidArgumentError("set_exec must be True or False, got %r" % (set_exec,))
+        if not isinstance(assemble_execs, bool):
+            raise InvalidArgumentError("assemble_execs must be True or False, got %r"
+                                       % (assemble_execs,))
         if backend not in _BACKENDS:
             raise InvalidArgumentError("backend must be 'cuda' or 'sim', got %r" % (backend,))
         self.catalog = Catalog(names, n_layers)
@@ -100,7 +107,8 @@ class Agent:
             catalog=self.catalog._c, mode=_MODES[mode], strict=bool(strict),
             backend=_BACKENDS[backend], sim=sim.handle if sim is not None else None,
             socket_path=socket.encode() if socket else None, no_bare_exec=bare_exec is False,
-            no_full_exec=not full_exec, no_set_exec=not set_exec)
+            no_full_exec=not full_exec, no_set_exec=not set_exec,
+            assemble_execs=assemble_execs)
         h = _lib.P()
         rc = lib.toggle_agent_open(_byref(cfg), _byref(h))
         if rc:

@@ -445,6 +445,35 @@ def test_set_exec_through_the_binding(mode):
 
 
 @pytest.mark.parametrize("mode", ["lazy", "eager"])
+@pytest.mark.parametrize("assemble", [True, False])
+def test_assemble_execs_keyword(mode, assemble):
+    """assemble_execs=True: the producer-free and full execs are assembled node by node
+    (stats: assembled_builds), not cloned; every set runs exactly its producers on them,
+    a held set in between gets its set exec.  Default: cloned.  Ground truth: the
+    producers' own logs."""
+    kwargs = dict(assemble_execs=True) if assemble else {}
+    with Agent("a", hooks=HOOKS, backend="sim", mode=mode, **kwargs) as a:
+        eng = Engine(a)
+        g, e = eng.capture()
+        st = a.stats()
+        assert st["assembled_builds"] == (2 if assemble else 0)
+        assert st["assemble_fallbacks"] == 0
+        every = {(t, l) for t in HOOKS for l in range(4)}
+        for n, (spec, want) in enumerate([("all", every), ("none", set()),
+                                          ("attn_out:2", {("attn_out", 2)}), ("all", every)]):
+            a.set_enabled(spec)
+            a.step(n)
+            assert eng.replay(g, e) == want, spec
+        a.set_enabled("resid_post:0-1")
+        for n in range(4, 4 + 12):
+            a.step(n)
+            assert eng.replay(g, e) == {("resid_post", 0), ("resid_post", 1)}
+        assert a.graph_status(g)["set_running"]
+    with pytest.raises(graphtoggle.InvalidArgumentError, match="assemble_execs"):
+        Agent("a", hooks=HOOKS, backend="sim", assemble_execs="yes")
+
+
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
 def test_set_exec_keyword(mode):
     """set_exec=False: a held set in between keeps running on the full exec, exactly;
     anything but a bool is refused."""

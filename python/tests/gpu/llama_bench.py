@@ -39,7 +39,6 @@ judges correctness only, never speed.  Exit 0 on PASS and SKIPPED, 1 on FAIL.
 """
 
 import argparse
-import copy
 import inspect
 import os
 import sys
@@ -385,7 +384,8 @@ def run_mode(args, mode):
     out = []
     with graphtoggle.Agent("llama-bench-" + mode, hooks={t: args.layers for t in TYPES},
                            mode=mode, strict=(mode == "device"),
-                           full_exec=not args.no_full_exec) as agent:
+                           full_exec=not args.no_full_exec,
+                           assemble_execs=args.assemble_execs) as agent:
         layers = hooked.model.layers
         att = agent.attach({"resid_post": layers, "mlp_out": [l.mlp for l in layers]},
                            max_tokens=max(args.batches), width=args.hidden, dtype=dt,
@@ -399,6 +399,10 @@ def run_mode(args, mode):
                 gtt.unpatch()
             torch.cuda.synchronize()
             torch._dynamo.reset()
+        if args.assemble_execs:  # ground for the comparison: the execs were assembled
+            st = agent.stats()
+            print(PREFIX + "%s: execs assembled %d, cloned after a failed assembly %d"
+                  % (mode, st["assembled_builds"], st["assemble_fallbacks"]))
         att.detach()
         torch.cuda.synchronize()
     del floor, hooked
@@ -430,6 +434,9 @@ def main(argv=None):
                     "every step" % (HALF, HALF_OTHER))
     ap.add_argument("--no-full-exec", action="store_true",
                     help="Agent(full_exec=False): sets other than all off run the main exec")
+    ap.add_argument("--assemble-execs", action="store_true",
+                    help="Agent(assemble_execs=True): lazy and eager, the producer-free and "
+                    "full execs assembled node by node (as device mode's), not cloned")
     ap.add_argument("--profile-trees", action="store_true",
                     help="kind trees: where the host time of 300 calls goes, floor and hooked "
                     "at all off (cProfile)")
