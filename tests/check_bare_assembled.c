@@ -8,9 +8,6 @@
  */
 #include "fixture_bare.h"
 
-/* Steps a set must hold before its set execs are built (bare.c's TG_SETX_STEADY). */
-#define STEADY 8
-
 static struct bfx *open_assembled(enum toggle_mode mode)
 {
 	struct bfx *f = bfx_new(0);
@@ -18,13 +15,6 @@ static struct bfx *open_assembled(enum toggle_mode mode)
 	cfg.assemble_execs = true;
 	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
 	return f;
-}
-
-static struct toggle_stats stats(struct bfx *f)
-{
-	struct toggle_stats st;
-	toggle_stats_get(f->agent, &st);
-	return st;
 }
 
 static const char *const walk[] = {
@@ -46,7 +36,7 @@ START_TEST(test_assembled_execs_run_each_set)
 	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 3); /* the application's, bare, full */
 	/* the bare exec's graph is gone, the full exec's kept (its node handles) */
 	ck_assert_uint_eq(toggle_sim_graph_count(f->sim), 2);
-	struct toggle_stats st = stats(f);
+	struct toggle_stats st = bfx_stats(f);
 	ck_assert_uint_eq(st.assembled_builds, 2);
 	ck_assert_uint_eq(st.assemble_fallbacks, 0);
 	ck_assert_uint_eq(st.bare_builds, 1);
@@ -57,15 +47,7 @@ START_TEST(test_assembled_execs_run_each_set)
 	for (size_t i = 0; i < sizeof(walk) / sizeof(walk[0]); i++) {
 		struct toggle_set s = spec(walk[i]);
 		bool fits = set_fits(&s);
-		uint64_t calls = set_calls(f), want = 0;
-		if (!fits)
-			for (int k = 0; k < f->nk; k++) {
-				bool on = toggle_set_contains(&s, f->k[k].hook);
-				if (f->k[k].producer && state[k] != on) {
-					state[k] = on;
-					want++;
-				}
-			}
+		uint64_t calls = set_calls(f), want = fits ? 0 : sets_to(f, state, &s);
 		step(f, (int64_t)i, &s);
 		launch_check(f, &s);
 		launch_check(f, &s);
@@ -94,7 +76,7 @@ START_TEST(test_assembled_full_graph_gives_the_set_exec)
 	}
 	struct toggle_graph_status gs = gstatus(f);
 	ck_assert(gs.set_exec && gs.set_running);
-	ck_assert_uint_eq(stats(f).set_builds, 1);
+	ck_assert_uint_eq(bfx_stats(f).set_builds, 1);
 	ck_assert_uint_eq(toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_CLONE), 1);
 	uint64_t c = set_calls(f);
 	step(f, n++, &s);
@@ -117,7 +99,7 @@ START_TEST(test_failed_assembly_falls_back_to_a_clone)
 	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
 	struct toggle_graph_status gs = gstatus(f);
 	ck_assert(gs.bound && gs.bare_exec && gs.full_exec);
-	struct toggle_stats st = stats(f);
+	struct toggle_stats st = bfx_stats(f);
 	ck_assert_uint_eq(st.assemble_fallbacks, (_i ? 2 : 1));
 	ck_assert_uint_eq(st.assembled_builds, (_i ? 0 : 1));
 	ck_assert_uint_eq(st.bare_build_failures + st.full_build_failures, 0);
@@ -147,7 +129,7 @@ START_TEST(test_assembled_execs_rebind_and_close)
 	CUgraphExec old = f->exec;
 	ck_assert_int_eq(toggle_sim_graph_instantiate(&f->exec, f->graph), CUDA_SUCCESS);
 	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
-	ck_assert_uint_eq(stats(f).assembled_builds, 4);
+	ck_assert_uint_eq(bfx_stats(f).assembled_builds, 4);
 	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 4); /* old, new, new bare, new full */
 	ck_assert_uint_eq(toggle_sim_graph_count(f->sim), 2);
 	step(f, 2, &all);
@@ -173,8 +155,8 @@ START_TEST(test_default_clones)
 	struct bfx *f = bfx_open(TOGGLE_MODE_LAZY);
 	bfx_capture_bound(f);
 	ck_assert_uint_eq(toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_CLONE), 2);
-	ck_assert_uint_eq(stats(f).assembled_builds, 0);
-	ck_assert_uint_eq(stats(f).assemble_fallbacks, 0);
+	ck_assert_uint_eq(bfx_stats(f).assembled_builds, 0);
+	ck_assert_uint_eq(bfx_stats(f).assemble_fallbacks, 0);
 	bfx_close(f);
 }
 END_TEST

@@ -17,21 +17,6 @@ static const char *const walk[] = {
 	"attn_out:2", "resid_post:*", "none", "resid_post:*,mlp_out:*", "all", "mlp_out:3",
 };
 
-/* The node sets that bring an exec whose producers hold *state (per kernel of
- * f, true: on) to set s; *state then holds s. */
-static uint64_t sets_to(const struct bfx *f, bool *state, const struct toggle_set *s)
-{
-	uint64_t n = 0;
-	for (int i = 0; i < f->nk; i++) {
-		bool on = toggle_set_contains(s, f->k[i].hook);
-		if (f->k[i].producer && state[i] != on) {
-			state[i] = on;
-			n++;
-		}
-	}
-	return n;
-}
-
 /* Host modes: every set the bare exec does not fit runs the full exec (a clone
  * of the graph holding no lifetime object), its producers set from its own
  * states; the application's exec never runs and is never set. */

@@ -7,25 +7,15 @@
  */
 #include "fixture_bare.h"
 
-/* Steps a set must hold before its set execs are built (bare.c's TG_SETX_STEADY). */
-#define STEADY 8
-
-static struct toggle_stats stats(struct bfx *f)
-{
-	struct toggle_stats st;
-	toggle_stats_get(f->agent, &st);
-	return st;
-}
-
 /* Steps n.. with set s, each launched and checked, until the set exec is built
  * (or `most` steps): the number of steps it took. */
 static int hold(struct bfx *f, int64_t *n, const struct toggle_set *s, int most)
 {
-	uint64_t built = stats(f).set_builds;
+	uint64_t built = bfx_stats(f).set_builds;
 	for (int i = 1; i <= most; i++) {
 		step(f, (*n)++, s);
 		launch_check(f, s);
-		if (stats(f).set_builds != built)
+		if (bfx_stats(f).set_builds != built)
 			return i;
 	}
 	return 0;
@@ -70,7 +60,7 @@ START_TEST(test_set_exec_after_a_steady_set)
 	launch_check(f, &s);
 	ck_assert(gstatus(f).set_running);
 	ck_assert_uint_eq(set_calls(f) - c, 0);
-	ck_assert_uint_eq(stats(f).set_builds, 1);
+	ck_assert_uint_eq(bfx_stats(f).set_builds, 1);
 
 	/* All off and all on never get one (their execs disable nothing). */
 	ck_assert_int_eq(hold(f, &n, &none, 3 * STEADY), 0);
@@ -87,7 +77,7 @@ START_TEST(test_set_exec_after_a_steady_set)
 	step(f, n++, &s);
 	launch_check(f, &s);
 	ck_assert(gstatus(f).full_running);
-	struct toggle_stats st = stats(f);
+	struct toggle_stats st = bfx_stats(f);
 	ck_assert_uint_eq(st.set_builds, 2);
 	ck_assert_uint_eq(st.set_build_failures, 0);
 	ck_assert_uint_gt(st.set_switches, 0);
@@ -122,7 +112,7 @@ START_TEST(test_set_exec_build_failure)
 		step(f, n++, &s);
 		launch_check(f, &s);
 	}
-	struct toggle_stats st = stats(f);
+	struct toggle_stats st = bfx_stats(f);
 	ck_assert_uint_eq(st.set_builds, 0);
 	ck_assert_uint_eq(st.set_build_failures, 1);
 	ck_assert_ptr_nonnull(strstr(toggle_last_error(f->agent), "no set exec"));
@@ -158,13 +148,13 @@ START_TEST(test_set_exec_one_graph_a_step)
 			f->exec = exec[i];
 			launch_check(f, &s);
 		}
-		uint64_t b = stats(f).set_builds;
+		uint64_t b = bfx_stats(f).set_builds;
 		if (b && !first)
 			first = (uint64_t)n;
 		/* never more than one build a step */
 		ck_assert_uint_le(b, first ? (uint64_t)n - first + 1 : 0);
 	}
-	ck_assert_uint_eq(stats(f).set_builds, G);
+	ck_assert_uint_eq(bfx_stats(f).set_builds, G);
 	for (int i = 0; i < G; i++) {
 		struct toggle_graph_status gs;
 		ck_assert_int_eq(toggle_graph_status(f->agent, graph[i], &gs), 0);
@@ -189,7 +179,7 @@ START_TEST(test_set_exec_off)
 	ck_assert_int_eq(hold(f, &n, &s, 3 * STEADY), 0);
 	struct toggle_graph_status gs = gstatus(f);
 	ck_assert(!gs.set_exec && gs.full_running == (_i == 1));
-	ck_assert_uint_eq(stats(f).set_build_failures, 0);
+	ck_assert_uint_eq(bfx_stats(f).set_build_failures, 0);
 	bfx_close(f);
 }
 END_TEST
@@ -216,7 +206,7 @@ START_TEST(test_set_exec_only_for_graphs_in_use)
 	ck_assert_int_eq(toggle_graph_status(f->agent, g0, &gs), 0);
 	ck_assert(!gs.set_exec);
 	ck_assert(gstatus(f).set_running);
-	ck_assert_uint_eq(stats(f).set_builds, 1);
+	ck_assert_uint_eq(bfx_stats(f).set_builds, 1);
 	/* White-box: the candidates come from the picks, not from a walk over every record
 	 * at each step (bench_host idle: the step's cost must not grow with the graphs
 	 * bound).  Lazy: the launched graph's pick named it, and it is taken; eager: the
@@ -237,7 +227,7 @@ START_TEST(test_set_exec_only_for_graphs_in_use)
 	launch_check(f, &s);
 	ck_assert_int_eq(toggle_graph_status(f->agent, g0, &gs), 0);
 	ck_assert(gs.set_exec && gs.set_running);
-	ck_assert_uint_eq(stats(f).set_builds, 2);
+	ck_assert_uint_eq(bfx_stats(f).set_builds, 2);
 	f->graph = g1;
 	f->exec = e1;
 	bfx_close(f);
@@ -260,13 +250,13 @@ START_TEST(test_set_exec_behind_waiting_graphs)
 	step(f, n++, &s);
 	launch_check(f, &s);
 	ck_assert(gstatus(f).set_running);
-	ck_assert_uint_eq(stats(f).set_builds, 1);
+	ck_assert_uint_eq(bfx_stats(f).set_builds, 1);
 	ck_assert_uint_eq(f->agent->setx_n, G - 1); /* the others still wait */
 	for (int i = 0; i < 4 * G; i++) {
 		step(f, n++, &s);
 		launch_check(f, &s);
 	}
-	ck_assert_uint_eq(stats(f).set_builds, 1); /* never launched: none built */
+	ck_assert_uint_eq(bfx_stats(f).set_builds, 1); /* never launched: none built */
 	bfx_close(f);
 }
 END_TEST

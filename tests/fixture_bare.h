@@ -230,6 +230,31 @@ static inline void step(struct bfx *f, int64_t n, const struct toggle_set *s)
 	ck_assert_int_eq(toggle_step_begin(f->agent, n, NULL), 0);
 }
 
+static inline struct toggle_stats bfx_stats(struct bfx *f)
+{
+	struct toggle_stats st;
+	toggle_stats_get(f->agent, &st);
+	return st;
+}
+
+/* Steps a set must hold before its set execs are built (bare.c's TG_SETX_STEADY). */
+#define STEADY 8
+
+/* The node sets that bring an exec whose producers hold *state (per kernel of
+ * f, true: on) to set s; *state then holds s. */
+static inline uint64_t sets_to(const struct bfx *f, bool *state, const struct toggle_set *s)
+{
+	uint64_t n = 0;
+	for (int i = 0; i < f->nk; i++) {
+		bool on = toggle_set_contains(s, f->k[i].hook);
+		if (f->k[i].producer && state[i] != on) {
+			state[i] = on;
+			n++;
+		}
+	}
+	return n;
+}
+
 static inline void k_devprod(void **p)
 {
 	struct kern *k;
