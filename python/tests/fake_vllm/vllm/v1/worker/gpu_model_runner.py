@@ -79,6 +79,9 @@ class GPUModelRunner:
             # test aid: what a compiled artifact built without the hooks does (vLLM's
             # compile cache, say): the captured code runs none of the modules' hooks
             return self._capture_without_hooks()
+        self._capture_all()
+
+    def _capture_all(self):
         cc = self.compilation_config
         mode = cc.cudagraph_mode
         breakable = is_breakable_cudagraph_enabled()
@@ -115,10 +118,8 @@ class GPUModelRunner:
         for m, _ in saved:
             m._forward_hooks.clear()
         try:
-            os.environ["FAKE_VLLM_CAPTURE_WITHOUT_HOOKS"] = "0"
-            self.capture_model()
+            self._capture_all()
         finally:
-            os.environ["FAKE_VLLM_CAPTURE_WITHOUT_HOOKS"] = "1"
             for m, hooks in saved:
                 m._forward_hooks.update(hooks)
 
