@@ -1,18 +1,18 @@
 /*
  * check_bare_assembled.c - host modes' producer-free and full execs assembled
- * node by node (toggle_config.assemble_execs) on the simulator: no clone of the
+ * node by node (the default; toggle_config.clone_execs opts out) on the
+ * simulator: no clone of the
  * captured graph, what each launch ran (every kernel records itself: the
  * fixture's log, in capture order), node sets on the assembled full exec, a
  * set exec cloned from its graph, the fallback to a clone when the assembly
- * fails, rebind and close.  The default (cloned) is check_bare_exec.c's.
+ * fails, rebind and close, clone_execs.  The clones are check_bare_exec.c's.
  */
 #include "fixture_bare.h"
 
 static struct bfx *open_assembled(enum toggle_mode mode)
 {
 	struct bfx *f = bfx_new(0);
-	struct toggle_config cfg = bfx_config(f, mode);
-	cfg.assemble_execs = true;
+	struct toggle_config cfg = bfx_config(f, mode); /* the default: assembled */
 	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
 	return f;
 }
@@ -149,10 +149,20 @@ START_TEST(test_assembled_execs_rebind_and_close)
 }
 END_TEST
 
-/* Off by default: the execs are clones, as before. */
-START_TEST(test_default_clones)
+/* The default, through the fixture's own opening: assembled, no clone.  With
+ * clone_execs the execs are clones, as before session 20. */
+START_TEST(test_default_assembles_clone_execs_clones)
 {
 	struct bfx *f = bfx_open(TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	ck_assert_uint_eq(toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_CLONE), 0);
+	ck_assert_uint_eq(bfx_stats(f).assembled_builds, 2);
+	bfx_close(f);
+
+	f = bfx_new(0);
+	struct toggle_config cfg = bfx_config(f, TOGGLE_MODE_LAZY);
+	cfg.clone_execs = true;
+	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
 	bfx_capture_bound(f);
 	ck_assert_uint_eq(toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_CLONE), 2);
 	ck_assert_uint_eq(bfx_stats(f).assembled_builds, 0);
@@ -169,7 +179,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_assembled_full_graph_gives_the_set_exec);
 	tcase_add_loop_test(t, test_failed_assembly_falls_back_to_a_clone, 0, 2);
 	tcase_add_test(t, test_assembled_execs_rebind_and_close);
-	tcase_add_test(t, test_default_clones);
+	tcase_add_test(t, test_default_assembles_clone_execs_clones);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -297,11 +297,12 @@ static const enum toggle_sim_op build_ops[] = {
 	TOGGLE_SIM_OP_INSTANTIATE,
 };
 
-/* A build that fails at any step: the bind succeeds, nothing leaks, the full exec (or the
- * main one) runs the steps the bare exec would have. */
+/* A clone's build (clone_execs; the assembly's fallback) that fails at any step: the bind
+ * succeeds, nothing leaks, the full exec (or the main one) runs the steps the bare exec
+ * would have. */
 START_TEST(test_bare_build_failure_keeps_main)
 {
-	struct bfx *f = bfx_open(TOGGLE_MODE_LAZY);
+	struct bfx *f = bfx_open_clones(TOGGLE_MODE_LAZY, 0);
 	bfx_capture(f);
 	toggle_sim_fail(f->sim, build_ops[_i], _i == 1 ? 3 : 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
 	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);

@@ -249,12 +249,13 @@ END_TEST
  * while the bare exec runs, without a bind.  The next change rebinds through
  * the exec id and rebuilds the bare exec for the new exec; _i 1, 3: that
  * rebuild fails, and the main exec must then run the all-off step with
- * every producer off.  _i 0-1 lazy, 2-3 eager.
+ * every producer off.  _i 0-1 lazy, 2-3 eager; the execs cloned (clone_execs), the
+ * clone's failure injected.
  */
 START_TEST(test_bare_reinstantiated_behind_handle)
 {
 	bool eager = _i >= 2, fail_build = _i % 2;
-	struct bfx *f = bfx_open_drv(eager ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY, false, 13010);
+	struct bfx *f = bfx_open_clones(eager ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY, 13010);
 	toggle_sim_set_handle_reuse(f->sim, true);
 	bfx_capture_bound(f);
 	struct toggle_set a = spec("resid_post:2"), none = spec("none"), b = spec("mlp_out:6");

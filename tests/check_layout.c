@@ -55,7 +55,7 @@ static const struct want wants[] = {
 	W_F(toggle_registry_check, unbound), W_F(toggle_registry_check, complete),
 	W_F(toggle_registry_check, uniform), W_F(toggle_registry_check, hooks_uncovered),
 	W_F(toggle_config, no_bare_exec), W_F(toggle_config, no_full_exec),
-	W_F(toggle_config, no_set_exec), W_F(toggle_config, assemble_execs),
+	W_F(toggle_config, no_set_exec), W_F(toggle_config, clone_execs),
 	W_F(toggle_graph_status, tainted_launches), W_F(toggle_graph_status, tainted_step),
 	W_F(toggle_graph_status, tainted), W_F(toggle_graph_status, blocked),
 	W_F(toggle_graph_status, bare_exec), W_F(toggle_graph_status, bare_running),

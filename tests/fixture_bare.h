@@ -95,6 +95,17 @@ static inline struct bfx *bfx_open_opts(enum toggle_mode mode, bool no_bare, boo
 	return f;
 }
 
+/* Host modes' second execs cloned, not assembled (toggle_config.clone_execs): for the
+ * tests of the clone's own build. */
+static inline struct bfx *bfx_open_clones(enum toggle_mode mode, int driver_version)
+{
+	struct bfx *f = bfx_new(driver_version);
+	struct toggle_config cfg = bfx_config(f, mode);
+	cfg.clone_execs = true;
+	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
+	return f;
+}
+
 static inline struct bfx *bfx_open_drv(enum toggle_mode mode, bool no_bare, int driver_version)
 {
 	return bfx_open_opts(mode, no_bare, false, driver_version);

@@ -77,13 +77,14 @@ struct toggle_config {
 	 * without the producers it leaves off; toggle_graph_status.set_exec).
 	 * no_full_exec and no_bare_exec turn it off too.  Default: built. */
 	bool no_set_exec;
-	/* Host modes: assemble the producer-free and full execs node by node,
-	 * as device mode does (a new graph of copies of the captured nodes,
-	 * without the producers or with them), instead of cloning the captured
-	 * graph; a graph with a node the assembly cannot copy is cloned.  The
-	 * set execs are clones of the full exec's graph either way.  Default:
-	 * cloned.  Opt-in until measured on a GPU (docs/libtoggle.md). */
-	bool assemble_execs;
+	/* Host modes: clone the captured graph for the producer-free and full
+	 * execs instead of assembling them node by node as device mode does (a
+	 * new graph of copies of the captured nodes, without the producers or
+	 * with them).  Default: assembled, which ran the compiled Llama up to
+	 * 0.7 point of the floor faster all on (docs/benchmarks.md section 11, session 20);
+	 * a graph with a node the assembly cannot copy is cloned either way.
+	 * The set execs are clones of the full exec's graph either way. */
+	bool clone_execs;
 };
 
 struct toggle_agent;
@@ -498,7 +499,7 @@ struct toggle_stats {
 	uint64_t set_builds;         /* set execs built (at step_begin) */
 	uint64_t set_build_failures; /* builds that failed: the full exec runs that set */
 	uint64_t set_switches;       /* picks of a set exec or back from it */
-	/* Host modes with toggle_config.assemble_execs: producer-free and full
+	/* Host modes (unless toggle_config.clone_execs): producer-free and full
 	 * execs assembled, and those cloned because the assembly failed (a node
 	 * it cannot copy; the reason was the last error until the clone). */
 	uint64_t assembled_builds;

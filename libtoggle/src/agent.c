@@ -125,7 +125,7 @@ int toggle_agent_open(const struct toggle_config *cfg, struct toggle_agent **out
 	a->bare_on = rc == 0 && !cfg->no_bare_exec && tg_cu_bare_ready(&a->cu);
 	a->full_on = a->bare_on && !cfg->no_full_exec;
 	a->setx_on = a->full_on && !cfg->no_set_exec;
-	a->host_assemble = a->bare_on && cfg->assemble_execs && tg_cu_assemble_ready(&a->cu);
+	a->host_assemble = a->bare_on && !cfg->clone_execs && tg_cu_assemble_ready(&a->cu);
 	if (rc == 0)
 		tg_life_open(a); /* user objects: the driver says when a graph is destroyed */
 	if (rc == 0) {

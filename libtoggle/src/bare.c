@@ -50,12 +50,12 @@
  * its planner sets exactly the nodes whose state differs from the set.
  * Each is uploaded once, at the build.
  *
- * Host modes assemble their bare and full execs the same way when asked
- * (toggle_config.assemble_execs; the producers then keep their attributes),
- * and clone the graph when the assembly fails.  Why asked: on the compiled
- * Llama device mode's assembled execs ran 0.3 to 1 point of the floor
- * faster than host modes' clones of the same graphs (benchmarks.md section
- * 11, session 19); whether assembly is the cause is not yet measured.
+ * Host modes assemble their bare and full execs the same way (the producers
+ * then keep their attributes) unless toggle_config.clone_execs, and clone the
+ * graph when the assembly fails.  Why not clones: on the compiled Llama
+ * (H100, benchmarks.md section 11, session 20) lazy mode's assembled execs
+ * ran 0.25 to 0.7 point of the floor faster all on than its clones of the
+ * same graphs, in interleaved runs.
  *
  * Host modes' set exec: a set in between that has held for TG_SETX_STEADY
  * steps gets, at a step_begin and one graph a step (tg_setx_step), a clone
@@ -489,7 +489,7 @@ static int bare_build(struct toggle_agent *a, struct tg_graph *g, bool full, CUg
 	return clone_build(a, g, g->graph, NULL, NULL, full, out, keep, nodes);
 }
 
-/* ---- assembled node by node (device mode; host modes with assemble_execs) ---- */
+/* ---- assembled node by node (device mode; host modes unless clone_execs) ---- */
 
 /* Most nodes of a graph the assembly accepts from the driver. */
 #define TG_BARE_MAX_NODES (1u << 20)
@@ -923,8 +923,8 @@ static void alt_build(struct toggle_agent *a, struct tg_graph *g, struct tg_bare
 	} else if (g->dev == TG_DEV_ACTIVE) {
 		rc = bare_assemble(a, g, full, &exec, NULL, NULL);
 	} else {
-		/* Host modes: assembled when asked, else (or when the assembly
-		 * fails: a node it cannot copy, say) a clone of the graph. */
+		/* Host modes: assembled unless clone_execs, else (or when the
+		 * assembly fails: a node it cannot copy, say) a clone of the graph. */
 		rc = 1;
 		if (a->host_assemble) {
 			rc = bare_assemble(a, g, full, &exec, full ? &graph : NULL,

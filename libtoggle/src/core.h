@@ -252,7 +252,7 @@ struct toggle_agent {
 	bool strict;
 	struct tg_device dev;
 	bool bare_on;             /* build producer-free execs (toggle_config.no_bare_exec) */
-	bool host_assemble;       /* host modes: assemble the second execs (toggle_config.assemble_execs) */
+	bool host_assemble;       /* host modes: assemble the second execs (unless toggle_config.clone_execs) */
 	bool full_on;             /* and full execs (toggle_config.no_full_exec) */
 	bool setx_on;             /* and set execs (toggle_config.no_set_exec) */
 	/* Set execs (bare.c, tg_setx_step): the version seen at the last

@@ -56,7 +56,7 @@ static const struct toggle_layout_entry tg_layout[] = {
 	TG_FIELD(toggle_config, no_bare_exec),
 	TG_FIELD(toggle_config, no_full_exec),
 	TG_FIELD(toggle_config, no_set_exec),
-	TG_FIELD(toggle_config, assemble_execs),
+	TG_FIELD(toggle_config, clone_execs),
 
 	TG_TYPE(toggle_plan_entry),
 	TG_FIELD(toggle_plan_entry, step),

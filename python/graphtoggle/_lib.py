@@ -59,7 +59,7 @@ class Config(Structure):
         ("no_bare_exec", c_bool),
         ("no_full_exec", c_bool),
         ("no_set_exec", c_bool),
-        ("assemble_execs", c_bool),
+        ("clone_execs", c_bool),
     ]
 
 

@@ -55,15 +55,16 @@ class Agent:
     a step at step(), an exec of each graph it runs without the producers it leaves off
     (graph_status()'s set_exec / set_running).  False: none (toggle_config.no_set_exec),
     for engines that cannot spare a build (about a bind's) in a step or the exec's memory.
-    assemble_execs: lazy and eager, build the producer-free and full execs node by node
-    (as device mode does) instead of cloning the captured graph; a graph the assembly
-    cannot copy is cloned (toggle_config.assemble_execs; stats() assembled_builds,
-    assemble_fallbacks).  Off by default until measured (docs/libtoggle.md).
+    assemble_execs: lazy and eager, the producer-free and full execs are built node by
+    node (as device mode does), which ran the compiled Llama faster than clones
+    (docs/libtoggle.md); a graph the assembly cannot copy is cloned (stats()
+    assembled_builds, assemble_fallbacks).  False: both are clones of the captured
+    graph (toggle_config.clone_execs).
     """
 
     def __init__(self, name, hooks, mode="lazy", socket=None, group=None, strict=False,
                  backend="cuda", sim=None, layers=None, bare_exec=None, full_exec=True,
-                 set_exec=True, assemble_execs=False):
+                 set_exec=True, assemble_execs=True):
         self._h = None
         self._lib = lib = _lib.lib()
         if not isinstance(name, str) or not name or len(name.encode()) >= _lib.MAX_NAME:
@@ -108,7 +109,7 @@ class Agent:
             backend=_BACKENDS[backend], sim=sim.handle if sim is not None else None,
             socket_path=socket.encode() if socket else None, no_bare_exec=bare_exec is False,
             no_full_exec=not full_exec, no_set_exec=not set_exec,
-            assemble_execs=assemble_execs)
+            clone_execs=not assemble_execs)
         h = _lib.P()
         rc = lib.toggle_agent_open(_byref(cfg), _byref(h))
         if rc:

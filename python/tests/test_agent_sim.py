@@ -447,11 +447,11 @@ def test_set_exec_through_the_binding(mode):
 @pytest.mark.parametrize("mode", ["lazy", "eager"])
 @pytest.mark.parametrize("assemble", [True, False])
 def test_assemble_execs_keyword(mode, assemble):
-    """assemble_execs=True: the producer-free and full execs are assembled node by node
-    (stats: assembled_builds), not cloned; every set runs exactly its producers on them,
-    a held set in between gets its set exec.  Default: cloned.  Ground truth: the
-    producers' own logs."""
-    kwargs = dict(assemble_execs=True) if assemble else {}
+    """assemble_execs (the default): the producer-free and full execs are assembled node
+    by node (stats: assembled_builds), not cloned; False: cloned.  Either way every set
+    runs exactly its producers on them, a held set in between gets its set exec.
+    Ground truth: the producers' own logs."""
+    kwargs = {} if assemble else dict(assemble_execs=False)
     with Agent("a", hooks=HOOKS, backend="sim", mode=mode, **kwargs) as a:
         eng = Engine(a)
         g, e = eng.capture()

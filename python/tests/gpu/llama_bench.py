@@ -385,7 +385,7 @@ def run_mode(args, mode):
     with graphtoggle.Agent("llama-bench-" + mode, hooks={t: args.layers for t in TYPES},
                            mode=mode, strict=(mode == "device"),
                            full_exec=not args.no_full_exec,
-                           assemble_execs=args.assemble_execs) as agent:
+                           assemble_execs=not args.clone_execs) as agent:
         layers = hooked.model.layers
         att = agent.attach({"resid_post": layers, "mlp_out": [l.mlp for l in layers]},
                            max_tokens=max(args.batches), width=args.hidden, dtype=dt,
@@ -399,7 +399,7 @@ def run_mode(args, mode):
                 gtt.unpatch()
             torch.cuda.synchronize()
             torch._dynamo.reset()
-        if args.assemble_execs:  # ground for the comparison: the execs were assembled
+        if mode != "device":  # ground for a comparison: which execs the figures are of
             st = agent.stats()
             print(PREFIX + "%s: execs assembled %d, cloned after a failed assembly %d"
                   % (mode, st["assembled_builds"], st["assemble_fallbacks"]))
@@ -434,9 +434,10 @@ def main(argv=None):
                     "every step" % (HALF, HALF_OTHER))
     ap.add_argument("--no-full-exec", action="store_true",
                     help="Agent(full_exec=False): sets other than all off run the main exec")
-    ap.add_argument("--assemble-execs", action="store_true",
-                    help="Agent(assemble_execs=True): lazy and eager, the producer-free and "
-                    "full execs assembled node by node (as device mode's), not cloned")
+    ap.add_argument("--clone-execs", action="store_true",
+                    help="Agent(assemble_execs=False): lazy and eager, the producer-free and "
+                    "full execs cloned from the captured graph, not assembled node by node "
+                    "(the default, as device mode's)")
     ap.add_argument("--profile-trees", action="store_true",
                     help="kind trees: where the host time of 300 calls goes, floor and hooked "
                     "at all off (cProfile)")
