@@ -392,6 +392,29 @@ static uint64_t node_calls(struct toggle_agent *a)
 	return st.node_set_calls;
 }
 
+/* Host modes' second execs cloned (toggle_config.clone_execs) instead of assembled, the
+ * default: main runs the lazy legs once each way. */
+static bool g_clone_execs;
+
+/* How the host-mode agent a built its second execs, as it should: every build assembled
+ * (none cloned) by default, every one cloned with clone_execs; a violation else. */
+static unsigned check_exec_builds(struct toggle_agent *a, const char *leg)
+{
+	struct toggle_stats st;
+
+	toggle_stats_get(a, &st);
+	printf("gpu-bare: %s: execs assembled %" PRIu64 ", cloned after a failed assembly %"
+	       PRIu64 " (%s)\n", leg, st.assembled_builds, st.assemble_fallbacks,
+	       g_clone_execs ? "clone_execs" : "the default");
+	if (g_clone_execs ? st.assembled_builds != 0 || st.assemble_fallbacks != 0
+			  : st.assembled_builds == 0 || st.assemble_fallbacks != 0) {
+		printf("gpu-bare: %s: expected %s\n", leg,
+		       g_clone_execs ? "no assembly" : "every exec assembled");
+		return 1;
+	}
+	return 0;
+}
+
 static struct toggle_agent *open_agent(const struct toggle_catalog *cat, const char *name,
 				       enum toggle_mode mode, bool no_bare)
 {
@@ -406,6 +429,7 @@ static struct toggle_agent *open_agent(const struct toggle_catalog *cat, const c
 	cfg.strict = true;
 	cfg.backend = TOGGLE_BACKEND_CUDA;
 	cfg.no_bare_exec = no_bare;
+	cfg.clone_execs = g_clone_execs;
 	r = toggle_agent_open(&cfg, &a);
 	if (r != TOGGLE_OK)
 		return NULL;
@@ -497,6 +521,7 @@ static unsigned run_steps(const struct toggle_catalog *cat, struct dev *d)
 			bad++;
 		}
 	}
+	bad += check_exec_builds(a, "steps");
 	/* Forget: launches refused. */
 	TG_CHECK(a, toggle_graph_forget(a, g));
 	TG_CHECK(a, toggle_step_begin(a, ++step, NULL));
@@ -611,6 +636,7 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 		       "(%" PRIu64 " failed), %" PRIu64 " launches ran one\n", held_mixed,
 		       st.set_builds, st.set_build_failures, gs.set_replays);
 	}
+	bad += check_exec_builds(a, "pipelined");
 	printf("gpu-bare: pipelined: %d steps (%u without a hook of the graph: bare exec), "
 	       "%llu producer records, %u violations\n", PIPE, bare_steps, n, bad);
 	toggle_agent_close(a);
@@ -848,6 +874,42 @@ static void figures(const struct toggle_catalog *cat, struct dev *d)
 		       "(1 node) %.2f, without bare exec (1 node) %.2f\n", median(sw_bare, 64),
 		       median(sw_main, 64), median(sw_off, 64));
 	}
+	/* Bind us, medians of R rebinds of one exec (unbound between): the second execs
+	 * assembled (the default), cloned (clone_execs), none (no_bare_exec), alternating. */
+	{
+		struct toggle_agent *cl;
+		cudaGraph_t gcl;
+		cudaGraphExec_t ecl;
+		double b_as[R], b_cl[R], b_no[R];
+
+		g_clone_execs = true;
+		cl = open_agent(cat, "gpu_bare_fig_clone", TOGGLE_MODE_LAZY, false);
+		g_clone_execs = false;
+		if (!cl)
+			die("figures: toggle_agent_open(clone_execs) failed");
+		gcl = capture(cl, d, true);
+		CUDA_CHECK(cudaGraphInstantiate(&ecl, gcl, 0));
+		for (int r = 0; r < R; r++) {
+			TG_CHECK(on, toggle_graph_bind(on, gon, NULL));
+			t0 = gpu_now_us();
+			TG_CHECK(on, toggle_graph_bind(on, gon, eon));
+			b_as[r] = gpu_now_us() - t0;
+			TG_CHECK(cl, toggle_graph_bind(cl, gcl, NULL));
+			t0 = gpu_now_us();
+			TG_CHECK(cl, toggle_graph_bind(cl, gcl, ecl));
+			b_cl[r] = gpu_now_us() - t0;
+			TG_CHECK(off, toggle_graph_bind(off, goff, NULL));
+			t0 = gpu_now_us();
+			TG_CHECK(off, toggle_graph_bind(off, goff, eoff));
+			b_no[r] = gpu_now_us() - t0;
+		}
+		printf("gpu-bare: figures: bind us, medians of %d rebinds: second execs assembled "
+		       "%.0f, cloned (clone_execs) %.0f, none (no_bare_exec) %.0f\n", R,
+		       median(b_as, R), median(b_cl, R), median(b_no, R));
+		toggle_agent_close(cl);
+		CUDA_CHECK(cudaGraphExecDestroy(ecl));
+		CUDA_CHECK(cudaGraphDestroy(gcl));
+	}
 	toggle_agent_close(on);
 	toggle_agent_close(off);
 	CUDA_CHECK(cudaGraphExecDestroy(ef));
@@ -907,6 +969,11 @@ int main(int argc, char **argv)
 
 	bad += run_steps(&cat, &d);
 	bad += run_pipelined(&cat, &d, 0xba7e);
+	g_clone_execs = true; /* the clones: the assembly's fallback and the opt-out */
+	printf("gpu-bare: the lazy legs again, with clone_execs\n");
+	bad += run_steps(&cat, &d);
+	bad += run_pipelined(&cat, &d, 0xc10e);
+	g_clone_execs = false;
 	bad += run_device(&cat, &d);
 	if (figs)
 		figures(&cat, &d);

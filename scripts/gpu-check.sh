@@ -17,7 +17,8 @@
 #               reported), every stranger launched untouched and exact; a graph
 #               destroyed before its exec; a bound exec destroyed
 #   gpu_bare    issue #14: the producer-free exec (what ran, in which order,
-#               outputs equal to the main exec's), its figures
+#               outputs equal to the main exec's; the lazy legs assembled, the
+#               default, and again with clone_execs), its figures
 #   torch_proof graphtoggle from PyTorch (python/tests/gpu/torch_proof.py)
 #   torch_compile_proof  issue #23: the producer op under torch.compile (fullgraph,
 #               engine-captured graphs per batch size in one pool; CUDA Graph Trees;
