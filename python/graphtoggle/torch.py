@@ -822,9 +822,10 @@ def _watch_capture(agent, graph, producers):
 
 
 def _compiled_snapshot():
-    """What torch.compile has compiled and still holds: weak references to the code dynamo
-    generated, one per entry of its caches (eval_frame._debug_get_cache_entry_list of each
-    code object it converted, convert_frame.input_codes.seen); None when it holds nothing,
+    """What torch.compile has compiled, still holds and may run nn.Modules with: weak
+    references to the code dynamo generated, one per entry of its caches
+    (eval_frame._debug_get_cache_entry_list of each code object it converted,
+    convert_frame.input_codes.seen) that _may_run_modules keeps; None when it holds none,
     True when it compiled something that cannot be listed."""
     d = sys.modules.get("torch._dynamo")
     utils = getattr(d, "utils", None) if d is not None else None
@@ -836,12 +837,19 @@ def _compiled_snapshot():
     entries = _cache_entries()
     if entries is None:
         return True
-    return [weakref.ref(c) for c in entries] or None  # none: torch.compiler.reset() ran
+    # inline_inbuilt_nn_modules=False (not torch 2.11's default) traces modules as constants
+    # of the graph: then a guard filter can leave no trace of a module in the entry
+    inline = getattr(getattr(d, "config", None), "inline_inbuilt_nn_modules", False) is True
+    module = _torch().nn.Module
+    # none kept: torch.compiler.reset() ran, or all that is cached reaches no nn.Module
+    return [weakref.ref(e.code) for code, e in entries
+            if not inline or _may_run_modules(module, code, e)] or None
 
 
 def _cache_entries():
-    """The code objects in dynamo's caches now (a recompile makes new ones; reset drops
-    them all), or None when dynamo's internals are not as read (torch 2.1 to 2.11)."""
+    """(the code object dynamo converted, one of its cache entries) for every entry in
+    dynamo's caches now (a recompile makes new ones; reset drops them all), or None when
+    dynamo's internals are not as read (torch 2.1 to 2.11)."""
     cf = sys.modules.get("torch._dynamo.convert_frame")
     ef = sys.modules.get("torch._dynamo.eval_frame")
     seen = getattr(getattr(cf, "input_codes", None), "seen", None)
@@ -853,10 +861,55 @@ def _cache_entries():
         for r in seen:
             code = r()
             if code is not None:
-                out.extend(e.code for e in get(code))
+                out.extend((code, e) for e in get(code))
     except (AttributeError, TypeError, RuntimeError):
         return None
     return out
+
+
+# what nn.Module.__getattr__ reads: the code dynamo generates (entry.code) loads every
+# parameter and buffer of the modules it traced from them, as inputs of its graph
+_MODULE_STORES = frozenset(("_modules", "_parameters", "_buffers"))
+
+
+def _may_run_modules(module, code, entry):
+    """Whether the dynamo cache entry (of the converted code object code) may run an
+    nn.Module (module: the class), hence attached modules traced without their hooks.
+    Fail-closed: False only where the entry shows no way to one, that is (torch 2.11,
+    with inline_inbuilt_nn_modules=True) when all of these hold, and its guards can be
+    read:
+    - the code it generated reads no _modules, _parameters or _buffers (it would load the
+      parameters of any module it traced, whatever guards were filtered away);
+    - code is no method (no argument named self) and has no free variables (a closure
+      may hold a module), and no global it names is an nn.Module;
+    - no node of its guard tree (entry.guard_manager.root) guards an nn.Module: dynamo
+      guards the type of every module it traces.
+    Which modules it traced cannot narrow this further: their guards are on types, not
+    instances (a model's compiled forward serves another instance of its class), and
+    guard filters (torch.compiler.skip_guard_on_inbuilt_nn_modules_unsafe) drop nodes of
+    some modules but not of their parents."""
+    try:
+        if _MODULE_STORES.intersection(entry.code.co_names):
+            return True
+        if "self" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] \
+                or code.co_freevars:
+            return True
+        g = entry.guard_manager.global_scope.get("G") or {}
+        if any(isinstance(g.get(n), module) for n in code.co_names):
+            return True
+        nodes = [entry.guard_manager.root]
+        while nodes:
+            m = nodes.pop()
+            t = m.get_type_of_guarded_value()
+            if isinstance(t, type) and issubclass(t, module):
+                return True
+            pairs = getattr(m, "get_key_value_managers", None)  # a DictGuardManager
+            if pairs is not None:
+                nodes.extend(x for kv in pairs().values() for x in kv if x is not None)
+            nodes.extend(m.get_child_managers())
+    except (AttributeError, TypeError, RuntimeError):
+        return True
+    return False
 
 
 def _still_compiled(snap):
@@ -866,7 +919,7 @@ def _still_compiled(snap):
     now = _cache_entries()
     if now is None:
         return True
-    ids = {id(c) for c in now}
+    ids = {id(e.code) for _, e in now}
     return any(r() is not None and id(r()) in ids for r in snap)
 
 
@@ -1117,9 +1170,10 @@ def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens
     if stale is not None:
         warnings.warn(
             "graphtoggle.torch.attach(): torch.compile has already compiled code in this "
-            "process; code compiled before the hooks were attached does not run them (dynamo "
-            "does not recompile for them): attach before compiling the model, or call "
-            "torch.compiler.reset() after attach()", stacklevel=2)
+            "process that may run nn.Modules; code compiled before the hooks were attached "
+            "does not run them (dynamo does not recompile for them): attach before "
+            "compiling the model, or call torch.compiler.reset() after attach()",
+            stacklevel=2)
 
     att = Attachment(agent)
     att.hook_ids = ids

@@ -10,6 +10,7 @@ import gc
 import os
 import subprocess
 import sys
+import warnings
 import weakref
 
 import pytest
@@ -616,17 +617,37 @@ def test_verify_captures_raises_what_the_next_step_would_once(agent):
         assert agent.current_step == 2
 
 
+class _FakeNode:
+    """A node of dynamo's guard tree (torch._C._dynamo.guards.GuardManager) as attach()
+    reads it: the type of the value it guards, its children; pairs: those of a dict's
+    (DictGuardManager.get_key_value_managers: index -> (key node, value node))."""
+
+    def __init__(self, typ, children=(), pairs=None):
+        self.typ, self.children = typ, list(children)
+        if pairs is not None:
+            self.get_key_value_managers = lambda: dict(enumerate(pairs))
+
+    def get_type_of_guarded_value(self):
+        return self.typ
+
+    def get_child_managers(self):
+        return self.children
+
+
 class _FakeDynamo:
     """torch._dynamo as attach() reads it: a count of graphs compiled, the code objects
     dynamo converted (convert_frame.input_codes.seen: weak references) and each one's cache
-    entries (eval_frame._debug_get_cache_entry_list: .code, the code dynamo generated).
-    compile(): a new entry; reset(): torch.compiler.reset(), every entry dropped."""
+    entries (eval_frame._debug_get_cache_entry_list: .code, the code dynamo generated;
+    .guard_manager: .root, the guard tree, and .global_scope), config.inline_inbuilt_nn_modules
+    (torch 2.11's default, True).  compile(): a new entry; reset(): torch.compiler.reset(),
+    every entry dropped."""
 
     def __init__(self, monkeypatch):
         import collections
         import types
         d = types.ModuleType("torch._dynamo")
         d.utils = types.SimpleNamespace(counters=collections.defaultdict(collections.Counter))
+        d.config = types.SimpleNamespace(inline_inbuilt_nn_modules=True)
         cf = types.ModuleType("torch._dynamo.convert_frame")
         cf.input_codes = types.SimpleNamespace(seen=[])
         ef = types.ModuleType("torch._dynamo.eval_frame")
@@ -635,18 +656,35 @@ class _FakeDynamo:
             monkeypatch.setitem(sys.modules, "torch._dynamo" + name, m)
         self.d, self.seen, self.entries = d, cf.input_codes.seen, {}
 
-    def compile(self, fn):
+    def compile(self, fn, traced=(), guards=True):
+        """traced: the nn.Modules the trace met, guarded (by type) under a dict's pair as
+        dynamo guards a module's children; guards=False: an entry without a guard tree."""
         import types
         code = fn.__code__
         if code not in self.entries:
             self.seen.append(weakref.ref(code))
         gen = code.replace()  # a new code object: what dynamo generated for this compile
-        self.entries.setdefault(code, []).append(types.SimpleNamespace(code=gen))
+        root = _FakeNode(None, [_FakeNode(torch.Tensor), _FakeNode(dict, pairs=[
+            (_FakeNode(str), _FakeNode(type(m))) for m in traced])])
+        gm = types.SimpleNamespace(root=root, global_scope={"G": fn.__globals__})
+        e = types.SimpleNamespace(code=gen, **({"guard_manager": gm} if guards else {}))
+        self.entries.setdefault(code, []).append(e)
         self.d.utils.counters["stats"]["unique_graphs"] += 1
 
     def reset(self):
         self.seen.clear()
         self.entries.clear()
+
+
+def _producers_then_silent(net):
+    """A graph the hooks recorded in, then one without producers (a piece, or a size
+    compiled before attach())."""
+    gs = [torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()]
+    with torch.cuda.graph(gs[0]):
+        net(x22())
+    with torch.cuda.graph(gs[1]):
+        _plain_kernels()
+    return gs
 
 
 def test_code_compiled_before_attach_makes_every_silent_graph_refused(agent, monkeypatch):
@@ -658,8 +696,8 @@ def test_code_compiled_before_attach_makes_every_silent_graph_refused(agent, mon
     def forward():
         pass
     dyn = _FakeDynamo(monkeypatch)
-    dyn.compile(forward)  # one size compiled before attach()
     net = Net()
+    dyn.compile(forward, traced=[net])  # one size compiled before attach()
     with pytest.warns(UserWarning, match="already compiled code"):
         att = agent.attach(modules_of(net), max_tokens=4, width=2)
     with gtt.patch(agent):
@@ -677,7 +715,7 @@ def test_code_compiled_before_attach_makes_every_silent_graph_refused(agent, mon
                 agent.step()
             agent.step()  # once: the engine may go on, loudly told
         dyn.reset()  # torch.compiler.reset(): what was compiled before attach() is gone
-        dyn.compile(forward)  # the same function compiled again, now with the hooks
+        dyn.compile(forward, traced=[net])  # compiled again, now with the hooks
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             _plain_kernels()  # a piece without hooks
@@ -691,6 +729,45 @@ def test_code_compiled_before_attach_makes_every_silent_graph_refused(agent, mon
         with torch.cuda.graph(g):
             _plain_kernels()
         agent.step()  # opted out
+
+
+def test_only_code_that_may_run_modules_arms_the_refusal(agent, monkeypatch):
+    """Cached code whose entry shows no way to an nn.Module (no module in its guard tree,
+    no method, no closure, no module global, none of a module's stores read) cannot run
+    the attached ones: compiled before attach(), it neither warns nor makes pieces without
+    hooks refused.  Any sign of a module arms it, whatever module; so does an entry whose
+    guards cannot be read (fail-closed)."""
+    def unrelated():
+        pass
+    net = Net()
+
+    def closure():
+        return net
+
+    def reads_stores(m):
+        return m._parameters
+    cases = [(unrelated, (), True, False),
+             (unrelated, (Mlp(),), True, True),  # another model's module: types, not ids
+             (unrelated, (), False, True),
+             (closure, (), True, True),
+             (reads_stores, (), True, True)]
+    for fn, traced, guards, arms in cases:
+        dyn = _FakeDynamo(monkeypatch)
+        dyn.compile(fn, traced=traced, guards=guards)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            att = agent.attach(modules_of(net), max_tokens=4, width=2)
+        case = (fn.__name__, traced, guards)
+        assert any("already compiled code" in str(x.message) for x in w) == arms, case
+        with gtt.patch(agent):
+            gs = _producers_then_silent(net)
+            if arms:
+                with pytest.raises(graphtoggle.CaptureError,
+                                   match="compiled before hooks were attached"):
+                    agent.step()
+            agent.step()  # the piece beside a graph with producers is fine
+        att.detach()
+        del gs
 
 
 def test_capture_check_order_and_opt_out(agent):

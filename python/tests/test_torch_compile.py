@@ -226,6 +226,65 @@ def test_attach_after_compile_warns(agent):
     assert written(att) == agent.hookset("all").to_set()
 
 
+def _unrelated(x):
+    return torch.sin(x) + 1
+
+
+def _captures_then_step(agent, monkeypatch):
+    """What the patch's capture_end tells the capture check of a graph with producers,
+    then of one without (a piece), then agent.step(): CPU tensors capture nothing, so the
+    graphs are stand-ins the check counts as non-empty."""
+    monkeypatch.setattr(gtt, "_graph_nodes", lambda agent, graph: None)
+    gtt._watch_capture(agent, 1, True)
+    gtt._watch_capture(agent, 2, False)
+    agent.step()
+
+
+def test_unrelated_code_compiled_before_attach_does_not_arm_the_refusal(agent, monkeypatch):
+    """A function compiled before attach() and still cached whose cache entry reaches no
+    nn.Module (nothing of a module in its guard tree or its generated code): it cannot run
+    the attached modules, so attach() does not warn and a piece without hooks beside a
+    graph with producers is not refused (before, any cached code armed the refusal)."""
+    m = Model().eval()
+    torch.compile(_unrelated, fullgraph=True, backend="eager")(torch.randn(2, H))
+    assert stats()[0]["unique_graphs"] == 1  # compiled, and still cached:
+    assert gtt._cache_entries()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        att = agent.attach(modules_of(m), max_tokens=4, width=H, device="cpu")
+    assert not any("already compiled code" in str(x.message) for x in w)
+    _captures_then_step(agent, monkeypatch)
+    assert att.captures() == {"graphs": 2, "with_producers": 1, "silent": 1}
+
+
+_RUNNER = {}
+
+
+def _calls_the_model(x):
+    return _RUNNER["model"](x)  # no module global: the model is found through a dict
+
+
+@pytest.mark.parametrize("how", ["model", "caller", "caller, no guards"])
+def test_model_compiled_before_attach_arms_the_refusal(agent, monkeypatch, how):
+    """The attached modules' model compiled before attach() (torch.compile(model), or a
+    function calling it, also with every dynamo guard filtered away): attach() warns and a
+    graph without producers is refused while that code is cached, even beside one with
+    producers; torch.compiler.reset() ends it."""
+    m = Model().eval()
+    _RUNNER["model"] = m
+    opts = {"guard_filter_fn": torch.compiler.skip_all_guards_unsafe} if "no" in how else {}
+    fn = m if how == "model" else _calls_the_model
+    torch.compile(fn, fullgraph=True, dynamic=False, backend="eager", options=opts)(
+        torch.randn(2, H))
+    with pytest.warns(UserWarning, match="already compiled code"):
+        agent.attach(modules_of(m), max_tokens=4, width=H, device="cpu")
+    with pytest.raises(graphtoggle.CaptureError, match="compiled before hooks were attached"):
+        _captures_then_step(agent, monkeypatch)
+    torch.compiler.reset()
+    _captures_then_step(agent, monkeypatch)
+    _RUNNER.clear()
+
+
 def test_eager_per_op_cost_is_small(agent):
     """The eager body of a disabled hook: a few checks and a bit test (the <= 5 us target is
     measured on the H200 by torch_compile_bench.py); here only an order of magnitude."""
