@@ -3,6 +3,8 @@
  * that holds for some steps gets, one graph a step, an exec of the graph
  * without the producers it leaves off, which its launches then run with no
  * node set and no disabled node; other sets run the full exec as before.
+ * All on too, once a set in between ran on the full exec (node sets leave an
+ * exec slower all on than one never set: the full exec's graph again).
  * Ground truth: the kernels each launch ran (the fixture's log), in order.
  */
 #include "fixture_bare.h"
@@ -62,11 +64,18 @@ START_TEST(test_set_exec_after_a_steady_set)
 	ck_assert_uint_eq(set_calls(f) - c, 0);
 	ck_assert_uint_eq(bfx_stats(f).set_builds, 1);
 
-	/* All off and all on never get one (their execs disable nothing). */
+	/* All off never gets one (its exec disables nothing).  All on, now that sets in
+	 * between have run on the full exec (its producers disabled and enabled again by
+	 * node sets), does: the full exec's graph instantiated again, which no node set
+	 * touched; its launches set no node. */
 	ck_assert_int_eq(hold(f, &n, &none, 3 * STEADY), 0);
 	ck_assert(gstatus(f).bare_running);
-	ck_assert_int_eq(hold(f, &n, &all, 3 * STEADY), 0);
-	ck_assert(gstatus(f).full_running);
+	ck_assert_int_eq(hold(f, &n, &all, 3 * STEADY), STEADY + 2);
+	c = set_calls(f);
+	step(f, n++, &all);
+	launch_check(f, &all);
+	ck_assert(gstatus(f).set_running);
+	ck_assert_uint_eq(set_calls(f) - c, 0);
 
 	/* t held: its set exec replaces s's (one at a time). */
 	ck_assert_int_gt(hold(f, &n, &t, 20), 0);
@@ -78,7 +87,7 @@ START_TEST(test_set_exec_after_a_steady_set)
 	launch_check(f, &s);
 	ck_assert(gstatus(f).full_running);
 	struct toggle_stats st = bfx_stats(f);
-	ck_assert_uint_eq(st.set_builds, 2);
+	ck_assert_uint_eq(st.set_builds, 3);
 	ck_assert_uint_eq(st.set_build_failures, 0);
 	ck_assert_uint_gt(st.set_switches, 0);
 
@@ -95,6 +104,38 @@ START_TEST(test_set_exec_after_a_steady_set)
 	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, NULL), 0);
 	ck_assert(!gstatus(f).set_exec);
 	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), 1); /* the application's */
+	bfx_close(f);
+}
+END_TEST
+
+/* All on gets a set exec only once a set in between has run on the full exec: a full
+ * exec no node set touched is as good; a rebind's new full exec starts untouched. */
+START_TEST(test_all_on_set_exec_only_after_node_sets)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	struct toggle_set s = spec("mlp_out:2"), all = spec("all"), none = spec("none");
+	int64_t n = 0;
+	ck_assert_int_eq(hold(f, &n, &none, 2), 0);
+	ck_assert_int_eq(hold(f, &n, &all, 3 * STEADY), 0);
+	ck_assert(gstatus(f).full_running && !gstatus(f).set_exec);
+	/* one step of a set in between on the full exec */
+	step(f, n++, &s);
+	launch_check(f, &s);
+	ck_assert(gstatus(f).full_running);
+	ck_assert_int_eq(hold(f, &n, &all, 3 * STEADY), STEADY + 2);
+	step(f, n++, &all);
+	launch_check(f, &all);
+	ck_assert(gstatus(f).set_running);
+	ck_assert_uint_eq(bfx_stats(f).set_builds, 1);
+	/* a rebind: new execs, the full one untouched again */
+	CUgraphExec old = f->exec;
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&f->exec, f->graph), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_graph_bind(f->agent, f->graph, f->exec), 0);
+	ck_assert_int_eq(toggle_sim_exec_destroy(old), CUDA_SUCCESS);
+	ck_assert_int_eq(hold(f, &n, &all, 3 * STEADY), 0);
+	ck_assert(gstatus(f).full_running && !gstatus(f).set_exec);
+	ck_assert_uint_eq(bfx_stats(f).set_builds, 1);
 	bfx_close(f);
 }
 END_TEST
@@ -266,6 +307,7 @@ static Suite *set_exec_suite(void)
 	Suite *s = suite_create("set_exec");
 	TCase *tc = tcase_create("core");
 	tcase_add_loop_test(tc, test_set_exec_after_a_steady_set, 0, 2);
+	tcase_add_loop_test(tc, test_all_on_set_exec_only_after_node_sets, 0, 2);
 	tcase_add_loop_test(tc, test_set_exec_build_failure, 0, 2);
 	tcase_add_test(tc, test_set_exec_one_graph_a_step);
 	tcase_add_loop_test(tc, test_set_exec_off, 0, 2);

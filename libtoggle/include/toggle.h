@@ -74,7 +74,9 @@ struct toggle_config {
 	bool no_full_exec;
 	/* No set execs (host modes: a set in between that has held for 8 steps
 	 * gets, one graph a step at toggle_step_begin, an exec of each graph
-	 * without the producers it leaves off; toggle_graph_status.set_exec).
+	 * without the producers it leaves off; all on too, once a set in
+	 * between ran on the graph's full exec, whose node sets leave it slower
+	 * all on; toggle_graph_status.set_exec).
 	 * no_full_exec and no_bare_exec turn it off too.  Default: built. */
 	bool no_set_exec;
 	/* Host modes: clone the captured graph for the producer-free and full

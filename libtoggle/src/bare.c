@@ -63,7 +63,10 @@
  * the set agrees with it on the graph's hooks: no node set and no disabled
  * node for a set an operator keeps.  Its candidates are the graphs whose
  * pick ran the full exec at that version (a queue), so a step's cost does
- * not grow with the records.
+ * not grow with the records.  All on gets one too, the full exec's graph
+ * instantiated again, once a set in between has run on the full exec: an
+ * exec whose producers were disabled and enabled again by node sets replays
+ * all on slower than one never set (benchmarks.md section 11, session 21).
  *
  * toggle_graph_set_bare(), the switch over both, is bind.c's.
  */
@@ -193,14 +196,17 @@ int tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 		 * node set refuses the launch as any failed sync does (counted, kept
 		 * in the last error); the full exec's states are then unknown and the
 		 * next pick sets them all. */
+		bool all_on = full_fits(a, g);
+		if (!all_on)
+			g->full.toggled = true; /* also when the sync fails: states unknown */
 		int rc = tg_full_sync(a, g);
 		if (rc)
 			return rc;
 		want = &g->full;
-		/* A set in between on the full exec: a candidate for a set exec
-		 * (tg_setx_step), once a version; found here, not by a walk over
-		 * every record at each step. */
-		if (a->setx_on && g->setx_queued != a->version && !full_fits(a, g) &&
+		/* A set in between on the full exec, or all on once a set in between
+		 * ran on it: a candidate for a set exec (tg_setx_step), once a
+		 * version; found here, not by a walk over every record at each step. */
+		if (a->setx_on && g->setx_queued != a->version && (!all_on || g->full.toggled) &&
 		    setx_push(a, g->slot))
 			g->setx_queued = a->version;
 	} else if (!g->blocked && g->full.exec && g->full.nodes && tg_full_holds(a, g)) {
@@ -279,6 +285,7 @@ static void alt_forget_nodes(struct tg_bare *x)
 	x->nodes = NULL;
 	x->state = NULL;
 	x->synced_valid = false;
+	x->toggled = false;
 }
 
 /* Destroying an exec inside a capture window is left for later (bind, close). */
@@ -965,6 +972,7 @@ static void alt_build(struct toggle_agent *a, struct tg_graph *g, struct tg_bare
 	x->nodes = nodes;
 	x->state = state;
 	x->synced_valid = false;
+	x->toggled = false;
 	if (full)
 		a->stats.full_builds++;
 	else
@@ -1013,16 +1021,29 @@ static enum setx_want setx_want(const struct toggle_agent *a, const struct tg_gr
 	if (!g->bound || g->stale || g->gone || g->exec_dead || g->late || g->blocked ||
 	    g->dev == TG_DEV_ACTIVE || !g->full.exec || !g->full.graph || !g->full.nodes)
 		return SETX_NO;
-	if (bare_fits(a, g) || full_fits(a, g))
+	/* All off has its exec, which disables nothing; all on too, until a set
+	 * in between has run on the full exec (toggled). */
+	if (bare_fits(a, g) || (full_fits(a, g) && !g->full.toggled))
 		return SETX_NO;
 	if ((g->setx.exec || g->setx.failed) && setx_fits(a, g))
 		return SETX_NO;
 	return g->last_step < a->setx_step0 ? SETX_LATER : SETX_NOW;
 }
 
-/* The set exec: the full exec's clone without the producers the current set leaves off. */
+/* The set exec: the full exec's clone without the producers the current set
+ * leaves off; for all on, the full exec's own graph instantiated again (its
+ * nodes as built: node sets change an exec, never its graph), a full exec
+ * no node set has touched. */
 static int setx_build(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *out)
 {
+	if (full_fits(a, g)) {
+		CUresult r = a->cu.graph_instantiate(out, g->full.graph, 0);
+		if (r == CUDA_SUCCESS)
+			return 0;
+		*out = NULL;
+		return tg_fail(a, TOGGLE_ECUDA, "cuGraphInstantiateWithFlags: %s",
+			       tg_cu_errstr(&a->cu, r));
+	}
 	return clone_build(a, g, g->full.graph, g->full.nodes, &a->current, false, out, NULL, NULL);
 }
 

@@ -68,6 +68,12 @@ struct tg_bare {
 	uint64_t since;           /* g->replays when the running one was picked */
 	CUstream stream;          /* stream of its last launch (its run_slot) */
 	bool failed;              /* the last build failed: the main exec runs instead */
+	/* Host modes' full exec: a set in between has run on it (a producer
+	 * disabled by a node set) since it was built.  An exec whose nodes were
+	 * disabled and enabled again replays all on slower than one never set
+	 * (H100, benchmarks.md section 11, session 21): such a full exec gets an
+	 * all-on set exec once all on holds (bare.c). */
+	bool toggled;
 };
 
 struct tg_graph {

@@ -53,7 +53,8 @@ class Agent:
     exec per graph.
     set_exec: lazy and eager, a set in between that has held for 8 steps gets, one graph
     a step at step(), an exec of each graph it runs without the producers it leaves off
-    (graph_status()'s set_exec / set_running).  False: none (toggle_config.no_set_exec),
+    (graph_status()'s set_exec / set_running); all on too, once a set in between ran on
+    the full exec (node sets leave it slower all on).  False: none (toggle_config.no_set_exec),
     for engines that cannot spare a build (about a bind's) in a step or the exec's memory.
     assemble_execs: lazy and eager, the producer-free and full execs are built node by
     node (as device mode does), which ran the compiled Llama faster than clones
