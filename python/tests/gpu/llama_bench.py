@@ -340,6 +340,11 @@ def bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids):
             tag = "%s %s" % (agent.mode, kind)
             check_graph(agent, att, gh, outs[("hooked", bs)], bs, gf, outs[("floor", bs)],
                         kind == "eager", "%s bs %d" % (tag, bs))
+            if args.fresh_execs and agent.mode != "device":
+                # the check ran a half set on the full exec (producers disabled, then
+                # enabled again): rebuild both so the timed one never had a node set
+                agent.set_bare(gh.raw_cuda_graph(), False)
+                agent.set_bare(gh.raw_cuda_graph(), True)
 
             def hooked_step(g=gh):
                 agent.step()
@@ -385,7 +390,8 @@ def run_mode(args, mode):
     with graphtoggle.Agent("llama-bench-" + mode, hooks={t: args.layers for t in TYPES},
                            mode=mode, strict=(mode == "device"),
                            full_exec=not args.no_full_exec,
-                           assemble_execs=not args.clone_execs) as agent:
+                           assemble_execs=not args.clone_execs,
+                           set_exec=not args.no_set_exec) as agent:
         layers = hooked.model.layers
         att = agent.attach({"resid_post": layers, "mlp_out": [l.mlp for l in layers]},
                            max_tokens=max(args.batches), width=args.hidden, dtype=dt,
@@ -434,10 +440,18 @@ def main(argv=None):
                     "every step" % (HALF, HALF_OTHER))
     ap.add_argument("--no-full-exec", action="store_true",
                     help="Agent(full_exec=False): sets other than all off run the main exec")
+    ap.add_argument("--no-set-exec", action="store_true",
+                    help="Agent(set_exec=False): held sets run on the full exec, all on too "
+                    "after the check's half step set nodes of it (before session 21)")
     ap.add_argument("--clone-execs", action="store_true",
                     help="Agent(assemble_execs=False): lazy and eager, the producer-free and "
                     "full execs cloned from the captured graph, not assembled node by node "
                     "(the default, as device mode's)")
+    ap.add_argument("--fresh-execs", action="store_true",
+                    help="kinds eager and compiled, lazy and eager mode: after the "
+                    "correctness check (whose half step disables producers of the full exec "
+                    "and its next all-on step enables them again), rebuild the producer-free "
+                    "and full execs, so the timed full exec never had a node set")
     ap.add_argument("--profile-trees", action="store_true",
                     help="kind trees: where the host time of 300 calls goes, floor and hooked "
                     "at all off (cProfile)")
