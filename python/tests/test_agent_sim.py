@@ -446,6 +446,38 @@ def test_set_exec_through_the_binding(mode):
 
 @pytest.mark.parametrize("mode", ["lazy", "eager"])
 @pytest.mark.parametrize("assemble", [True, False])
+def test_all_on_set_exec_after_a_set_in_between(mode, assemble):
+    """All on held on a full exec that a set in between ran on (its producers disabled
+    and enabled again by node sets, slower all on on the GPU) gets a set exec of its own
+    at the step after 8; on a full exec no node set touched, none.  Every replay runs
+    every producer (their own logs)."""
+    kwargs = {} if assemble else dict(assemble_execs=False)
+    with Agent("s", hooks=HOOKS, backend="sim", mode=mode, **kwargs) as a:
+        eng = Engine(a)
+        g, e = eng.capture()
+        every = {(t, l) for t in HOOKS for l in range(4)}
+
+        def hold_all(first, steps):
+            a.set_enabled("all")
+            for n in range(first, first + steps):
+                a.step(n)
+                assert eng.replay(g, e) == every, n
+        hold_all(0, 12)
+        st = a.graph_status(g)
+        assert st["full_running"] and not st["set_exec"]
+        a.set_enabled("mlp_out:1")
+        a.step(12)
+        assert eng.replay(g, e) == {("mlp_out", 1)}
+        hold_all(13, 9)
+        assert a.graph_status(g)["full_running"] and a.stats()["set_builds"] == 0
+        hold_all(22, 1)
+        st = a.graph_status(g)
+        assert st["set_exec"] and st["set_running"] and st["set_replays"] == 1
+        assert a.stats()["set_builds"] == 1
+
+
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+@pytest.mark.parametrize("assemble", [True, False])
 def test_assemble_execs_keyword(mode, assemble):
     """assemble_execs (the default): the producer-free and full execs are assembled node
     by node (stats: assembled_builds), not cloned; False: cloned.  Either way every set
