@@ -546,7 +546,7 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 	static unsigned char seen[PIPE][N_HOOKS];
 	struct toggle_agent *a = open_agent(cat, "gpu_bare_pipe", TOGGLE_MODE_LAZY, false);
 	unsigned long long n = 0;
-	unsigned bad = 0, bare_steps = 0, held_mixed = 0;
+	unsigned bad = 0, bare_steps = 0, held_mixed = 0, held_all = 0;
 	cudaGraph_t g;
 	cudaGraphExec_t e;
 	uint64_t rng = seed;
@@ -562,7 +562,13 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 		unsigned kind = (unsigned)(gpu_rng_next(&rng) % 3);
 
 		toggle_set_clear(&sets[i]);
-		if (i % 64 >= 40 && i % 64 < 60) {
+		if (i % 64 == 40 && (i / 64) % 2 == 1) {
+			/* Every other held segment all on, after sets in between ran
+			 * on the full exec (node sets): all on gets a set exec of its
+			 * own then, the full exec's graph instantiated again. */
+			for (int h = 0; h < N_HOOKS; h++)
+				set_put(&sets[i], h);
+		} else if (i % 64 >= 40 && i % 64 < 60) {
 			/* Held for 20 steps: long enough for a set exec (a set in between
 			 * that holds, libtoggle.md) to be built and run. */
 			sets[i] = sets[i - 1];
@@ -584,6 +590,7 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 			}
 			bare_steps += fits;
 			held_mixed += i % 64 == 59 && !fits && !all;
+			held_all += i % 64 == 59 && all;
 		}
 		TG_CHECK(a, toggle_set_enabled(a, &sets[i]));
 		TG_CHECK(a, toggle_step_begin(a, i, NULL));
@@ -632,9 +639,17 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 			       gs.set_replays);
 			bad++;
 		}
-		printf("gpu-bare: pipelined: %u held sets in between: %" PRIu64 " set execs built "
-		       "(%" PRIu64 " failed), %" PRIu64 " launches ran one\n", held_mixed,
-		       st.set_builds, st.set_build_failures, gs.set_replays);
+		/* Each held segment is a new set: a build each, all on's too (the
+		 * full exec ran sets in between before every one of them). */
+		if (st.set_builds + st.set_build_failures < (uint64_t)held_mixed + held_all) {
+			printf("gpu-bare: pipelined: %u held sets in between and %u held all on, "
+			       "only %" PRIu64 " set execs built (%" PRIu64 " failed)\n", held_mixed,
+			       held_all, st.set_builds, st.set_build_failures);
+			bad++;
+		}
+		printf("gpu-bare: pipelined: %u held sets in between, %u held all on: %" PRIu64
+		       " set execs built (%" PRIu64 " failed), %" PRIu64 " launches ran one\n",
+		       held_mixed, held_all, st.set_builds, st.set_build_failures, gs.set_replays);
 	}
 	bad += check_exec_builds(a, "pipelined");
 	printf("gpu-bare: pipelined: %d steps (%u without a hook of the graph: bare exec), "
