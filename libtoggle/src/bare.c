@@ -196,17 +196,17 @@ int tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 		 * node set refuses the launch as any failed sync does (counted, kept
 		 * in the last error); the full exec's states are then unknown and the
 		 * next pick sets them all. */
-		bool all_on = full_fits(a, g);
-		if (!all_on)
+		if (!full_fits(a, g))
 			g->full.toggled = true; /* also when the sync fails: states unknown */
 		int rc = tg_full_sync(a, g);
 		if (rc)
 			return rc;
 		want = &g->full;
 		/* A set in between on the full exec, or all on once a set in between
-		 * ran on it: a candidate for a set exec (tg_setx_step), once a
-		 * version; found here, not by a walk over every record at each step. */
-		if (a->setx_on && g->setx_queued != a->version && (!all_on || g->full.toggled) &&
+		 * ran on it (toggled either way): a candidate for a set exec
+		 * (tg_setx_step), once a version; found here, not by a walk over
+		 * every record at each step. */
+		if (a->setx_on && g->setx_queued != a->version && g->full.toggled &&
 		    setx_push(a, g->slot))
 			g->setx_queued = a->version;
 	} else if (!g->blocked && g->full.exec && g->full.nodes && tg_full_holds(a, g)) {
