@@ -227,12 +227,12 @@ def check_graph(agent, att, g, out, bs, floor_graph, floor_out, exact_floor, wha
 def report(tag, bs, t):
     f = t["floor"][0]
     for leg in t:
-        print(PREFIX + "%s bs %d %-5s %.4f ms/step  %.4fx floor  host %.2f us/step"
+        print(PREFIX + "%s bs %d %-8s %.4f ms/step  %.4fx floor  host %.2f us/step"
               % (tag, bs, leg, t[leg][0], t[leg][0] / f, t[leg][1]), flush=True)
     return "%s bs %d: off %.4fx, on %.4fx%s; host +%.2f us/step off, +%.2f on" % (
         tag, bs, t["off"][0] / f, t["on"][0] / f,
-        ", half %.4fx (alternating halves %.4fx)" % (t["half"][0] / f, t["half-alt"][0] / f)
-        if "half" in t else "",
+        ", half %.4fx (alternating halves %.4fx), all on alternating with half %.4fx"
+        % (t["half"][0] / f, t["half-alt"][0] / f, t["on-alt"][0] / f) if "half" in t else "",
         t["off"][1] - t["floor"][1], t["on"][1] - t["floor"][1])
 
 
@@ -362,6 +362,17 @@ def bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids):
                     agent.step()
                     g.replay()
                 fns["half-alt"] = alt_step
+                flip_on = [False]
+
+                def on_alt_step(g=gh):
+                    # all on at every other step, a set in between at the rest: the all-on
+                    # steps run the full exec whose nodes the step before set (no set exec
+                    # is built for a set that never holds); against "on" and "half-alt"
+                    flip_on[0] = not flip_on[0]
+                    agent.set_enabled("all" if flip_on[0] else HALF)
+                    agent.step()
+                    g.replay()
+                fns["on-alt"] = on_alt_step
             t = time_legs(fns, {"off": "none", "on": "all", "half": HALF}, agent, args.reps,
                           args.n)
             st = agent.graph_status(gh.raw_cuda_graph())
@@ -436,8 +447,9 @@ def main(argv=None):
     ap.add_argument("--method", choices=("mul", "copy_out"), default=None,
                     help="the producers' kernel (attach()'s method; default by mode)")
     ap.add_argument("--half", action="store_true",
-                    help="legs with half the hooks on: %s held, and alternating with %s at "
-                    "every step" % (HALF, HALF_OTHER))
+                    help="legs with half the hooks on: %s held, alternating with %s at "
+                    "every step, and all on alternating with %s (the all-on steps on a full "
+                    "exec whose nodes were set)" % (HALF, HALF_OTHER, HALF))
     ap.add_argument("--no-full-exec", action="store_true",
                     help="Agent(full_exec=False): sets other than all off run the main exec")
     ap.add_argument("--no-set-exec", action="store_true",
