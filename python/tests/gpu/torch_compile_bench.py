@@ -454,21 +454,36 @@ def bench_eager(args, agent, floor, hooked, att, x_all, standin=None):
     buf = att.buffer("mlp_out", 0)
     x = x_all[:8]
     rows = []
+    # where a dispatcher call's time goes: the same schema with a Python kernel that does
+    # nothing, registered the same way (the floor of any Python kernel behind the
+    # dispatcher); the tap's own body registered the same way, without its fake kernel
+    # and tag; and the capture query every CUDA call of the op makes
+    global _NOOP_LIB
+    if _NOOP_LIB is None:
+        _NOOP_LIB = _bench_lib()
+        _NOOP_LIB.define("noop(Tensor x, Tensor(a!) buf, int hook) -> ()")
+        _NOOP_LIB.impl("noop", lambda x, b, h: None, "CompositeExplicitAutograd")
+        _NOOP_LIB.define("body(Tensor x, Tensor(a!) buf, int hook) -> ()")
+        _NOOP_LIB.impl("body", ops.tap, "CompositeExplicitAutograd")
+    noop = torch.ops.graphtoggle_bench.noop.default
+    body = torch.ops.graphtoggle_bench.body.default
+    tap_op = torch.ops.graphtoggle.tap.default
+    parts = {}
     for spec in ("none", "mlp_out:0"):
         agent.set_enabled(spec)
         agent.step()
         direct = host_us(lambda: ops.tap(x, buf, hid))
         disp = host_us(lambda: torch.ops.graphtoggle.tap.default(x, buf, hid))
         rows.append((spec, direct, disp))
-    # where a dispatcher call's time goes: the same schema with a Python kernel that does
-    # nothing, registered the same way (the floor of any Python kernel behind the
-    # dispatcher), and the capture query every CUDA call of the op makes
-    global _NOOP_LIB
-    if _NOOP_LIB is None:
-        _NOOP_LIB = _bench_lib()
-        _NOOP_LIB.define("noop(Tensor x, Tensor(a!) buf, int hook) -> ()")
-        _NOOP_LIB.impl("noop", lambda x, b, h: None, "CompositeExplicitAutograd")
-    noop = torch.ops.graphtoggle_bench.noop.default
+        # the same calls interleaved in one loop of rounds, so a drift of the host's speed
+        # lands on all of them: medians of the rounds
+        got = {"direct": [], "op": [], "body": [], "noop": []}
+        fns = {"direct": lambda: ops.tap(x, buf, hid), "op": lambda: tap_op(x, buf, hid),
+               "body": lambda: body(x, buf, hid), "noop": lambda: noop(x, buf, hid)}
+        for _ in range(15):
+            for k, fn in fns.items():
+                got[k].append(host_us(fn, n=1000, rounds=1))
+        parts[spec] = {k: statistics.median(v) for k, v in got.items()}
     floor_us = host_us(lambda: noop(x, buf, hid))
     query_us = host_us(torch._C._cuda_isCurrentStreamCapturing)
     nh = len(att.hook_ids)
@@ -508,6 +523,12 @@ def bench_eager(args, agent, floor, hooked, att, x_all, standin=None):
     lines.append("eager op call, where it goes: %.2f us a no-op Python kernel of the same "
                  "schema through the dispatcher (the floor of a Python kernel), %.2f us the "
                  "capture query (torch._C._cuda_isCurrentStreamCapturing)" % (floor_us, query_us))
+    for spec, p in parts.items():
+        lines.append("eager op call, hook %s, interleaved: %.2f us direct, %.2f us the op "
+                     "(bound once), %.2f us the tap's body as a plain op of the same schema "
+                     "(no fake kernel, no tag), %.2f us a no-op Python kernel"
+                     % ("disabled" if spec == "none" else "enabled", p["direct"], p["op"],
+                        p["body"], p["noop"]))
     for spec, (ph, tf, th, tp, op) in per_hook.items():
         lines.append("eager forward, every hook %s: +%.2f us per hook (%d hooks: %.1f us per "
                      "forward against %.1f us without hooks), of which torch's forward-hook "
