@@ -180,6 +180,57 @@ START_TEST(test_destructor_not_run_yet)
 }
 END_TEST
 
+/*
+ * A graph destroyed while its exec is bound (gone), its record holding second
+ * execs (the producer-free and full execs and a set exec), and a new capture
+ * of ours that gets its handle: the record is cleared inside that capture,
+ * where no exec may be destroyed, so they are parked for later.  Every parked
+ * exec and the graph it was built from must still be destroyed by close:
+ * before, the record kept only the producer-free and full execs, so the full
+ * exec's graph and the set exec were lost with it (1 graph and 1 exec left in
+ * the simulator).  _i: driver 13.0, 13.1.
+ */
+START_TEST(test_second_execs_parked_in_a_capture_are_freed)
+{
+	struct lfx f;
+	lfx_open(&f, TOGGLE_MODE_LAZY, _i ? 13010 : 13000);
+	CUgraph g = capture_ours(&f, NULL);
+	CUgraphExec e;
+	ck_assert_int_eq(toggle_sim_graph_instantiate(&e, g), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_graph_bind(f.agent, g, e), 0);
+	/* A set in between held until its set exec is built (bare.c's TG_SETX_STEADY, 8). */
+	for (int64_t st = 0; st < 12; st++) {
+		step(&f, st, 0x0f);
+		ck_assert_int_eq(launch(&f, g, e), 0);
+		ck_assert_uint_eq(f.ran, 0x0f);
+	}
+	struct toggle_stats st;
+	toggle_stats_get(f.agent, &st);
+	ck_assert_uint_eq(st.set_builds, 1);
+	ck_assert_uint_eq(toggle_sim_exec_count(f.sim), 4);  /* e, producer-free, full, set */
+	ck_assert_uint_eq(toggle_sim_graph_count(f.sim), 2); /* g and the full exec's graph */
+	ck_assert_int_eq(toggle_sim_graph_destroy(g), CUDA_SUCCESS); /* e still bound */
+
+	CUgraph g2 = capture_ours(&f, NULL);
+	ck_assert_ptr_eq(g2, g); /* the handle, reused inside the capture */
+	CUgraphExec e2;
+	ck_assert_int_eq(toggle_graph_instantiate(f.agent, g2, &e2), 0);
+	step(&f, 12, 0xff);
+	ck_assert_int_eq(launch(&f, g2, e2), 0);
+	ck_assert_uint_eq(f.ran, 0xff);
+
+	toggle_sim_synchronize(f.sim);
+	toggle_agent_close(f.agent);
+	ck_assert_int_eq(toggle_sim_exec_destroy(e), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_exec_destroy(e2), CUDA_SUCCESS);
+	ck_assert_int_eq(toggle_sim_graph_destroy(g2), CUDA_SUCCESS);
+	ck_assert_msg(toggle_sim_exec_count(f.sim) == 0 && toggle_sim_graph_count(f.sim) == 0,
+		      "left in the simulator: %u execs, %u graphs", toggle_sim_exec_count(f.sim),
+		      toggle_sim_graph_count(f.sim));
+	toggle_sim_destroy(f.sim);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lifetime_reuse");
@@ -187,6 +238,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_stranger_behind_dead_handle, 0, 4);
 	tcase_add_loop_test(tc, test_stranger_random, 0, 64);
 	tcase_add_loop_test(tc, test_destructor_not_run_yet, 0, 2);
+	tcase_add_loop_test(tc, test_second_execs_parked_in_a_capture_are_freed, 0, 2);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

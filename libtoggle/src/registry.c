@@ -103,8 +103,15 @@ void tg_graph_clear(struct toggle_agent *a, struct tg_graph *g, bool keep_life)
 	g->cap_words = keep.cap_words;
 	g->epoch = keep.epoch;
 	g->join = keep.join;
+	/* Second execs dropped inside a capture are parked, not destroyed (bare.c):
+	 * every one, with the graph it was built from, is kept for the next bind
+	 * or close to destroy. */
 	g->bare.parked = keep.bare.parked;
+	g->bare.parked_graph = keep.bare.parked_graph;
 	g->full.parked = keep.full.parked;
+	g->full.parked_graph = keep.full.parked_graph;
+	g->setx.parked = keep.setx.parked;
+	g->setx.parked_graph = keep.setx.parked_graph;
 	g->life = keep.life; /* NULL unless keep_life */
 	g->foreign = keep.foreign;
 	memcpy(g->foreign_life, keep.foreign_life, sizeof(g->foreign_life));
