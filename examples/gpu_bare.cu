@@ -557,7 +557,8 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 	struct toggle_agent *a = open_agent(cat, "gpu_bare_pipe", TOGGLE_MODE_LAZY, false);
 	unsigned long long n = 0;
 	unsigned bad = 0, bare_steps = 0, held_mixed = 0, held_all = 0, held_new = 0;
-	int last_held = -1; /* the last held segment a set exec was wanted for */
+	int last_held = -1; /* the last held set in between a set exec was wanted for */
+	bool toggled = false, all_on_due = false; /* a set in between ran; then all on */
 	cudaGraph_t g;
 	cudaGraphExec_t e;
 	uint64_t rng = seed;
@@ -575,8 +576,8 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 		toggle_set_clear(&sets[i]);
 		if (i % 64 == 40 && (i / 64) % 2 == 1) {
 			/* Every other held segment all on, after sets in between ran
-			 * on the full exec (node sets): all on gets a set exec of its
-			 * own then, the full exec's graph instantiated again. */
+			 * on the full exec (node sets): all on gets its all-on exec
+			 * then, the full exec's graph instantiated again. */
 			for (int h = 0; h < N_HOOKS; h++)
 				set_put(&sets[i], h);
 		} else if (i % 64 >= 40 && i % 64 < 60) {
@@ -602,13 +603,16 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 			bare_steps += fits;
 			held_mixed += i % 64 == 59 && !fits && !all;
 			held_all += i % 64 == 59 && all;
-			/* A held segment needs a build of its own unless the set exec
-			 * the last one got still fits (an all-off segment, whose bare
-			 * exec runs, leaves it in place for the next all on). */
-			if (i % 64 == 59 && !fits) {
+			/* A held set in between needs a build of its own unless the
+			 * set exec the last one got still fits; all on needs one, the
+			 * all-on exec, at the step after it first runs on the full
+			 * exec that a set in between set, kept from then on. */
+			if (i % 64 == 59 && !fits && !all) {
 				held_new += last_held < 0 || !same_in_graph(&sets[last_held], &sets[i]);
 				last_held = i;
 			}
+			all_on_due = all_on_due || (all && toggled && i + 1 < PIPE);
+			toggled = toggled || (!fits && !all);
 		}
 		TG_CHECK(a, toggle_set_enabled(a, &sets[i]));
 		TG_CHECK(a, toggle_step_begin(a, i, NULL));
@@ -657,18 +661,20 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 			       gs.set_replays);
 			bad++;
 		}
-		/* A build for each held segment whose set the set exec did not hold
-		 * already, all on's too (the full exec ran sets in between before
-		 * every one of them), and none other (random sets never hold). */
-		if (st.set_builds + st.set_build_failures != held_new) {
-			printf("gpu-bare: pipelined: %u held sets in between and %u held all on, "
-			       "%u of them new: %" PRIu64 " set execs built (%" PRIu64 " failed)\n",
-			       held_mixed, held_all, held_new, st.set_builds, st.set_build_failures);
+		/* A build for each held set in between the set exec did not hold
+		 * already, one for the all-on exec, and none other (random sets
+		 * never hold; the all-on exec serves every all on after it). */
+		uint64_t want_builds = held_new + (all_on_due ? 1u : 0u);
+		if (st.set_builds + st.set_build_failures != want_builds) {
+			printf("gpu-bare: pipelined: %u held sets in between (%u new) and %u held all "
+			       "on: %" PRIu64 " set and all-on execs built (%" PRIu64 " failed), want %"
+			       PRIu64 "\n", held_mixed, held_new, held_all, st.set_builds,
+			       st.set_build_failures, want_builds);
 			bad++;
 		}
-		printf("gpu-bare: pipelined: %u held sets in between, %u held all on, %u new: %" PRIu64
-		       " set execs built (%" PRIu64 " failed), %" PRIu64 " launches ran one\n",
-		       held_mixed, held_all, held_new, st.set_builds, st.set_build_failures,
+		printf("gpu-bare: pipelined: %u held sets in between (%u new), %u held all on: %" PRIu64
+		       " set and all-on execs built (%" PRIu64 " failed), %" PRIu64 " launches ran one\n",
+		       held_mixed, held_new, held_all, st.set_builds, st.set_build_failures,
 		       gs.set_replays);
 	}
 	bad += check_exec_builds(a, "pipelined");

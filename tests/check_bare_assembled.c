@@ -44,10 +44,13 @@ START_TEST(test_assembled_execs_run_each_set)
 	bool state[MAX_K];
 	for (int k = 0; k < MAX_K; k++)
 		state[k] = true; /* assembled with every producer, each enabled */
+	struct allx_model m = {0};
 	for (size_t i = 0; i < sizeof(walk) / sizeof(walk[0]); i++) {
 		struct toggle_set s = spec(walk[i]);
 		bool fits = set_fits(&s);
-		uint64_t calls = set_calls(f), want = fits ? 0 : sets_to(f, state, &s);
+		allx_model_step(&m);
+		bool all = allx_model_runs(&m, &s); /* all on on the all-on exec */
+		uint64_t calls = set_calls(f), want = fits || all ? 0 : sets_to(f, state, &s);
 		step(f, (int64_t)i, &s);
 		launch_check(f, &s);
 		launch_check(f, &s);
@@ -55,8 +58,11 @@ START_TEST(test_assembled_execs_run_each_set)
 			      walk[i], (unsigned long long)(set_calls(f) - calls),
 			      (unsigned long long)want);
 		gs = gstatus(f);
-		ck_assert_msg(gs.bare_running == fits && gs.full_running == !fits, "set %s", walk[i]);
+		ck_assert_msg(gs.bare_running == fits && gs.full_running == (!fits && !all) &&
+				      gs.set_running == all,
+			      "set %s", walk[i]);
 	}
+	ck_assert(m.built); /* the walk reached its all-on exec */
 	ck_assert_uint_eq(toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_CLONE), 0);
 	bfx_close(f);
 }

@@ -34,10 +34,13 @@ START_TEST(test_bare_runs_no_producer_in_order)
 	bool full_state[MAX_K];
 	for (int k = 0; k < MAX_K; k++)
 		full_state[k] = true; /* a clone: every producer on, as captured */
-	uint64_t bare_launches = 0, full_launches = 0;
+	uint64_t bare_launches = 0, full_launches = 0, all_launches = 0;
+	struct allx_model m = {0};
 	for (size_t i = 0; i < sizeof(walk) / sizeof(walk[0]); i++) {
 		struct toggle_set s = spec(walk[i]);
 		bool fits = set_fits(&s);
+		allx_model_step(&m);
+		bool all = allx_model_runs(&m, &s); /* all on on the all-on exec */
 		uint64_t calls = set_calls(f);
 		step(f, (int64_t)i, &s);
 		uint64_t launches = toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_LAUNCH);
@@ -46,21 +49,26 @@ START_TEST(test_bare_runs_no_producer_in_order)
 		/* One driver launch per launch, whichever exec; no node set to switch to the
 		 * bare one, and to the full one only those whose state in it differs. */
 		ck_assert_uint_eq(toggle_sim_calls(f->sim, TOGGLE_SIM_OP_GRAPH_LAUNCH) - launches, 2);
-		uint64_t want_calls = fits ? 0 : sets_to(f, full_state, &s);
+		uint64_t want_calls = fits || all ? 0 : sets_to(f, full_state, &s);
 		ck_assert_msg(set_calls(f) - calls == want_calls, "set %s: %llu node sets, want %llu",
 			      walk[i], (unsigned long long)(set_calls(f) - calls),
 			      (unsigned long long)want_calls);
 		gs = gstatus(f);
 		ck_assert_msg(gs.bare_running == fits, "set %s: bare_running %d", walk[i],
 			      gs.bare_running);
-		ck_assert_msg(gs.full_running == !fits, "set %s: full_running %d", walk[i],
+		ck_assert_msg(gs.full_running == (!fits && !all), "set %s: full_running %d", walk[i],
 			      gs.full_running);
+		ck_assert_msg(gs.set_running == all, "set %s: set_running %d", walk[i],
+			      gs.set_running);
 		bare_launches += fits ? 2 : 0;
-		full_launches += fits ? 0 : 2;
+		full_launches += fits || all ? 0 : 2;
+		all_launches += all ? 2 : 0;
 		ck_assert_uint_eq(gs.bare_replays, bare_launches);
 		ck_assert_uint_eq(gs.full_replays, full_launches);
+		ck_assert_uint_eq(gs.set_replays, all_launches);
 		ck_assert_uint_eq(gs.replays, 2 * (i + 1));
 	}
+	ck_assert(m.built); /* the walk reached its all-on exec */
 	struct toggle_stats st;
 	toggle_stats_get(f->agent, &st);
 	ck_assert_uint_eq(st.bare_builds, 1);

@@ -3,8 +3,10 @@
  * that holds for some steps gets, one graph a step, an exec of the graph
  * without the producers it leaves off, which its launches then run with no
  * node set and no disabled node; other sets run the full exec as before.
- * All on too, once a set in between ran on the full exec (node sets leave an
- * exec slower all on than one never set: the full exec's graph again).
+ * All on gets an all-on exec, the full exec's graph instantiated again, at the
+ * step after it ran on a full exec a set in between had set (node sets leave
+ * an exec slower all on than one never set), kept while the full exec is: all
+ * on alternating with a set in between then sets no node at all.
  * Ground truth: the kernels each launch ran (the fixture's log), in order.
  */
 #include "fixture_bare.h"
@@ -66,23 +68,30 @@ START_TEST(test_set_exec_after_a_steady_set)
 
 	/* All off never gets one (its exec disables nothing).  All on, now that sets in
 	 * between have run on the full exec (its producers disabled and enabled again by
-	 * node sets), does: the full exec's graph instantiated again, which no node set
-	 * touched; its launches set no node. */
+	 * node sets), gets its all-on exec at the next step, without holding: the full
+	 * exec's graph instantiated again, which no node set touched; its launches set
+	 * no node. */
 	ck_assert_int_eq(hold(f, &n, &none, 3 * STEADY), 0);
 	ck_assert(gstatus(f).bare_running);
-	ck_assert_int_eq(hold(f, &n, &all, 3 * STEADY), STEADY + 2);
+	ck_assert_int_eq(hold(f, &n, &all, 3 * STEADY), 2);
 	c = set_calls(f);
 	step(f, n++, &all);
 	launch_check(f, &all);
 	ck_assert(gstatus(f).set_running);
 	ck_assert_uint_eq(set_calls(f) - c, 0);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), execs + 2); /* s's set exec kept */
 
-	/* t held: its set exec replaces s's (one at a time). */
+	/* t held: its set exec replaces s's (one at a time); the all-on exec stays. */
 	ck_assert_int_gt(hold(f, &n, &t, 20), 0);
 	step(f, n++, &t);
 	launch_check(f, &t);
 	ck_assert(gstatus(f).set_running);
-	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), execs + 1);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), execs + 2);
+	c = set_calls(f);
+	step(f, n++, &all);
+	launch_check(f, &all);
+	ck_assert(gstatus(f).set_running);
+	ck_assert_uint_eq(set_calls(f) - c, 0);
 	step(f, n++, &s);
 	launch_check(f, &s);
 	ck_assert(gstatus(f).full_running);
@@ -108,8 +117,8 @@ START_TEST(test_set_exec_after_a_steady_set)
 }
 END_TEST
 
-/* All on gets a set exec only once a set in between has run on the full exec: a full
- * exec no node set touched is as good; a rebind's new full exec starts untouched. */
+/* All on gets its all-on exec only once a set in between has run on the full exec: a
+ * full exec no node set touched is as good; a rebind's new full exec starts untouched. */
 START_TEST(test_all_on_set_exec_only_after_node_sets)
 {
 	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
@@ -123,7 +132,7 @@ START_TEST(test_all_on_set_exec_only_after_node_sets)
 	step(f, n++, &s);
 	launch_check(f, &s);
 	ck_assert(gstatus(f).full_running);
-	ck_assert_int_eq(hold(f, &n, &all, 3 * STEADY), STEADY + 2);
+	ck_assert_int_eq(hold(f, &n, &all, 3 * STEADY), 2);
 	step(f, n++, &all);
 	launch_check(f, &all);
 	ck_assert(gstatus(f).set_running);
@@ -136,6 +145,80 @@ START_TEST(test_all_on_set_exec_only_after_node_sets)
 	ck_assert_int_eq(hold(f, &n, &all, 3 * STEADY), 0);
 	ck_assert(gstatus(f).full_running && !gstatus(f).set_exec);
 	ck_assert_uint_eq(bfx_stats(f).set_builds, 1);
+	bfx_close(f);
+}
+END_TEST
+
+/* All on alternating with a set in between at every step (a per-step plan): neither
+ * holds, yet after the first all-on step on the set full exec its all-on exec is built
+ * at the next step_begin, and from then on all on runs it and the set in between the
+ * full exec, which keeps that set's states: no node set after the first step back to
+ * the set in between.  Each launch runs
+ * exactly its step's producers (the kernel log).  With set execs off, none. */
+START_TEST(test_all_on_alternating_with_a_set_in_between)
+{
+	bool off = _i / 2;
+	struct bfx *f = bfx_new(0);
+	struct toggle_config cfg = bfx_config(f, _i % 2 ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	cfg.no_set_exec = off;
+	ck_assert_int_eq(toggle_agent_open(&cfg, &f->agent), 0);
+	bfx_capture_bound(f);
+	struct toggle_set s = spec("resid_post:*"), all = spec("all");
+	int64_t n = 0;
+	step(f, n++, &s);
+	launch_check(f, &s);
+	step(f, n++, &all);
+	launch_check(f, &all); /* on the full exec: its all-on exec is queued */
+	ck_assert(gstatus(f).full_running && !gstatus(f).set_exec);
+	uint64_t c = 0;
+	for (int i = 0; i < 20; i++) {
+		const struct toggle_set *x = i % 2 ? &all : &s;
+		if (i == 1)
+			c = set_calls(f); /* step 0 set the full exec from all on to s */
+		step(f, n++, x);
+		launch_check(f, x);
+		launch_check(f, x);
+		struct toggle_graph_status gs = gstatus(f);
+		ck_assert_msg(gs.set_running == (!off && x == &all) &&
+				      gs.full_running == (off || x == &s),
+			      "step %d: set_running %d full_running %d", i, gs.set_running,
+			      gs.full_running);
+	}
+	struct toggle_stats st = bfx_stats(f);
+	ck_assert_uint_eq(st.set_builds, off ? 0 : 1);
+	ck_assert_uint_eq(st.set_build_failures, 0);
+	if (off)
+		ck_assert_uint_gt(set_calls(f) - c, 0);
+	else
+		ck_assert_uint_eq(set_calls(f) - c, 0);
+	ck_assert_uint_eq(gstatus(f).set_replays, off ? 0 : 20);
+	ck_assert_uint_eq(toggle_sim_exec_count(f->sim), off ? 3 : 4);
+	bfx_close(f);
+}
+END_TEST
+
+/* The all-on exec's build fails: counted, all on runs on the full exec exactly, not
+ * tried again until a rebind. */
+START_TEST(test_all_on_exec_build_failure)
+{
+	struct bfx *f = bfx_open(TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	struct toggle_set s = spec("mlp_out:1"), all = spec("all");
+	int64_t n = 0;
+	step(f, n++, &s);
+	launch_check(f, &s);
+	step(f, n++, &all);
+	launch_check(f, &all);
+	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_INSTANTIATE, 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+	for (int i = 0; i < 6; i++) {
+		step(f, n++, &all);
+		launch_check(f, &all);
+		ck_assert(gstatus(f).full_running && !gstatus(f).set_exec);
+	}
+	struct toggle_stats st = bfx_stats(f);
+	ck_assert_uint_eq(st.set_builds, 0);
+	ck_assert_uint_eq(st.set_build_failures, 1);
+	ck_assert_ptr_nonnull(strstr(toggle_last_error(f->agent), "no all-on exec"));
 	bfx_close(f);
 }
 END_TEST
@@ -308,6 +391,8 @@ static Suite *set_exec_suite(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_loop_test(tc, test_set_exec_after_a_steady_set, 0, 2);
 	tcase_add_loop_test(tc, test_all_on_set_exec_only_after_node_sets, 0, 2);
+	tcase_add_loop_test(tc, test_all_on_alternating_with_a_set_in_between, 0, 4);
+	tcase_add_test(tc, test_all_on_exec_build_failure);
 	tcase_add_loop_test(tc, test_set_exec_build_failure, 0, 2);
 	tcase_add_test(tc, test_set_exec_one_graph_a_step);
 	tcase_add_loop_test(tc, test_set_exec_off, 0, 2);

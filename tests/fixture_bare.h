@@ -223,6 +223,37 @@ static inline bool set_covers_all(const struct toggle_set *s)
 	return true;
 }
 
+/* Host modes' all-on exec (bare.c) as a walk of sets sees it: built at the
+ * step_begin after all on ran on a full exec that a set in between had set;
+ * from then on all on runs it, with no node set, and the full exec keeps the
+ * states of the last set in between. */
+struct allx_model {
+	bool toggled, pending, built;
+};
+
+/* At a step_begin: the build the last step queued. */
+static inline void allx_model_step(struct allx_model *m)
+{
+	m->built = m->built || m->pending;
+	m->pending = false;
+}
+
+/* Whether the all-on exec runs set s this step (after allx_model_step); else
+ * what s does to the model (the bare or the full exec runs it). */
+static inline bool allx_model_runs(struct allx_model *m, const struct toggle_set *s)
+{
+	if (set_fits(s))
+		return false;
+	bool all = set_covers_all(s);
+	if (all && m->built)
+		return true;
+	if (!all)
+		m->toggled = true;
+	else if (m->toggled)
+		m->pending = true;
+	return false;
+}
+
 static inline struct toggle_graph_status gstatus(struct bfx *f)
 {
 	struct toggle_graph_status gs;

@@ -74,9 +74,10 @@ struct toggle_config {
 	bool no_full_exec;
 	/* No set execs (host modes: a set in between that has held for 8 steps
 	 * gets, one graph a step at toggle_step_begin, an exec of each graph
-	 * without the producers it leaves off; all on too, once a set in
-	 * between ran on the graph's full exec, whose node sets leave it slower
-	 * all on; toggle_graph_status.set_exec).
+	 * without the producers it leaves off; and a graph whose full exec ran
+	 * all on after a set in between had set it, whose node sets leave it
+	 * slower all on, an all-on exec at the next toggle_step_begin, kept;
+	 * toggle_graph_status.set_exec).
 	 * no_full_exec and no_bare_exec turn it off too.  Default: built. */
 	bool no_set_exec;
 	/* Host modes: clone the captured graph for the producer-free and full
@@ -436,10 +437,12 @@ struct toggle_graph_status {
 	/* The set exec (host modes): the graph without the producers of one
 	 * set in between leaves off, built at a step_begin once that set has
 	 * held for some steps (docs/libtoggle.md, *The set exec*), launched
-	 * while the set agrees with it on the graph's hooks. */
-	bool set_exec;           /* it has one */
-	bool set_running;        /* its launches run it */
-	uint64_t set_replays;    /* launches that ran it, across execs */
+	 * while the set agrees with it on the graph's hooks; and the all-on
+	 * exec, the full exec's graph instantiated again, launched at all on
+	 * once sets in between have set the full exec.  Both count here. */
+	bool set_exec;           /* it has one, or both */
+	bool set_running;        /* its launches run one */
+	uint64_t set_replays;    /* launches that ran one, across execs */
 };
 
 /*
@@ -498,7 +501,7 @@ struct toggle_stats {
 	uint64_t full_builds;        /* full execs built (at bind) */
 	uint64_t full_build_failures; /* builds that failed: the main exec runs all-on steps */
 	uint64_t full_switches;      /* picks of the full exec or back from it */
-	uint64_t set_builds;         /* set execs built (at step_begin) */
+	uint64_t set_builds;         /* set and all-on execs built (at step_begin) */
 	uint64_t set_build_failures; /* builds that failed: the full exec runs that set */
 	uint64_t set_switches;       /* picks of a set exec or back from it */
 	/* Host modes (unless toggle_config.clone_execs): producer-free and full

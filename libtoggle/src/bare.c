@@ -63,10 +63,16 @@
  * the set agrees with it on the graph's hooks: no node set and no disabled
  * node for a set an operator keeps.  Its candidates are the graphs whose
  * pick ran the full exec at that version (a queue), so a step's cost does
- * not grow with the records.  All on gets one too, the full exec's graph
- * instantiated again, once a set in between has run on the full exec: an
- * exec whose producers were disabled and enabled again by node sets replays
- * all on slower than one never set (benchmarks.md section 11, session 21).
+ * not grow with the records.
+ *
+ * Host modes' all-on exec: an exec whose producers were disabled and
+ * enabled again by node sets replays all on slower than one never set
+ * (benchmarks.md section 11, session 21).  Once all on has run on a full
+ * exec that a set in between had set (toggled), the graph gets, at a
+ * step_begin and one graph a step, the full exec's graph instantiated
+ * again: all on runs it from then on, sets in between the full exec, so
+ * neither sets a node when all on alternates with one set.  Kept while the
+ * full exec is; it counts as a set exec in the status and the stats.
  *
  * toggle_graph_set_bare(), the switch over both, is bind.c's.
  */
@@ -128,7 +134,7 @@ bool tg_full_running(const struct tg_graph *g)
 
 bool tg_setx_running(const struct tg_graph *g)
 {
-	return alt_running(g, &g->setx);
+	return alt_running(g, &g->setx) || alt_running(g, &g->allx);
 }
 
 uint64_t tg_bare_replays(const struct tg_graph *g)
@@ -147,6 +153,7 @@ static struct tg_bare *alt_now(struct tg_graph *g)
 	return alt_running(g, &g->bare)   ? &g->bare
 	       : alt_running(g, &g->full) ? &g->full
 	       : alt_running(g, &g->setx) ? &g->setx
+	       : alt_running(g, &g->allx) ? &g->allx
 					  : NULL;
 }
 
@@ -181,6 +188,16 @@ static bool setx_push(struct toggle_agent *a, uint32_t slot)
 	return true;
 }
 
+/* Name g a candidate for an all-on exec (tg_setx_step's other ring), once while queued. */
+static void allx_push(struct toggle_agent *a, struct tg_graph *g)
+{
+	if (g->allx_queued || a->allx_n >= TOGGLE_MAX_GRAPHS)
+		return; /* full: named again by a later pick */
+	a->allx_queue[(a->allx_head + a->allx_n) % TOGGLE_MAX_GRAPHS] = g->slot;
+	a->allx_n++;
+	g->allx_queued = true;
+}
+
 int tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 {
 	/* Device mode: a strict agent refuses a blocked graph's launches
@@ -189,6 +206,8 @@ int tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 	struct tg_bare *want = NULL, *now = alt_now(g);
 	if (!g->blocked && g->bare.exec && bare_fits(a, g))
 		want = &g->bare;
+	else if (!g->blocked && g->allx.exec && full_fits(a, g))
+		want = &g->allx; /* host modes: nothing to set, as the bare exec */
 	else if (!g->blocked && g->setx.exec && setx_fits(a, g))
 		want = &g->setx; /* host modes: nothing to set, as the bare exec */
 	else if (!g->blocked && g->full.exec && g->full.nodes && !g->gone) {
@@ -196,19 +215,21 @@ int tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
 		 * node set refuses the launch as any failed sync does (counted, kept
 		 * in the last error); the full exec's states are then unknown and the
 		 * next pick sets them all. */
-		if (!full_fits(a, g))
+		bool all = full_fits(a, g);
+		if (!all)
 			g->full.toggled = true; /* also when the sync fails: states unknown */
 		int rc = tg_full_sync(a, g);
 		if (rc)
 			return rc;
 		want = &g->full;
-		/* A set in between on the full exec, or all on once a set in between
-		 * ran on it (toggled either way): a candidate for a set exec
-		 * (tg_setx_step), once a version; found here, not by a walk over
-		 * every record at each step. */
-		if (a->setx_on && g->setx_queued != a->version && g->full.toggled &&
-		    setx_push(a, g->slot))
+		/* A set in between on the full exec: a candidate for a set exec
+		 * (tg_setx_step), once a version; all on on a full exec a set in
+		 * between has set: for an all-on exec.  Found here, not by a walk
+		 * over every record at each step. */
+		if (a->setx_on && !all && g->setx_queued != a->version && setx_push(a, g->slot))
 			g->setx_queued = a->version;
+		else if (a->setx_on && all && g->full.toggled && !g->allx.failed)
+			allx_push(a, g);
 	} else if (!g->blocked && g->full.exec && g->full.nodes && tg_full_holds(a, g)) {
 		/* A graph destroyed while its exec is bound: only a set the full
 		 * exec holds already, untouched, as the main exec's rule is
@@ -312,7 +333,9 @@ void tg_bare_drop(struct toggle_agent *a, struct tg_graph *g)
 	alt_drop(a, &g->bare);
 	alt_drop(a, &g->full);
 	alt_drop(a, &g->setx);
+	alt_drop(a, &g->allx);
 	g->setx.failed = false;
+	g->allx.failed = false;
 	memset(&g->setx_set, 0, sizeof(g->setx_set));
 }
 
@@ -324,9 +347,11 @@ void tg_bare_free(struct toggle_agent *a, struct tg_graph *g)
 	bare_destroy(a, &g->full.exec);
 	bare_graph_destroy(a, &g->full.graph);
 	bare_destroy(a, &g->setx.exec);
+	bare_destroy(a, &g->allx.exec);
 	alt_unpark(a, &g->bare);
 	alt_unpark(a, &g->full);
 	alt_unpark(a, &g->setx);
+	alt_unpark(a, &g->allx);
 }
 
 /* The dependencies (deps) or dependents of node, in a new array; with
@@ -993,6 +1018,7 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 		alt_unpark(a, &g->bare);
 		alt_unpark(a, &g->full);
 		alt_unpark(a, &g->setx);
+		alt_unpark(a, &g->allx);
 	}
 	g->bare.failed = false;
 	g->full.failed = false;
@@ -1021,29 +1047,17 @@ static enum setx_want setx_want(const struct toggle_agent *a, const struct tg_gr
 	if (!g->bound || g->stale || g->gone || g->exec_dead || g->late || g->blocked ||
 	    g->dev == TG_DEV_ACTIVE || !g->full.exec || !g->full.graph || !g->full.nodes)
 		return SETX_NO;
-	/* All off has its exec, which disables nothing; all on too, until a set
-	 * in between has run on the full exec (toggled). */
-	if (bare_fits(a, g) || (full_fits(a, g) && !g->full.toggled))
+	/* All off and all on have their execs, which disable nothing. */
+	if (bare_fits(a, g) || full_fits(a, g))
 		return SETX_NO;
 	if ((g->setx.exec || g->setx.failed) && setx_fits(a, g))
 		return SETX_NO;
 	return g->last_step < a->setx_step0 ? SETX_LATER : SETX_NOW;
 }
 
-/* The set exec: the full exec's clone without the producers the current set
- * leaves off; for all on, the full exec's own graph instantiated again (its
- * nodes as built: node sets change an exec, never its graph), a full exec
- * no node set has touched. */
+/* The set exec: the full exec's clone without the producers the current set leaves off. */
 static int setx_build(struct toggle_agent *a, struct tg_graph *g, CUgraphExec *out)
 {
-	if (full_fits(a, g)) {
-		CUresult r = a->cu.graph_instantiate(out, g->full.graph, 0);
-		if (r == CUDA_SUCCESS)
-			return 0;
-		*out = NULL;
-		return tg_fail(a, TOGGLE_ECUDA, "cuGraphInstantiateWithFlags: %s",
-			       tg_cu_errstr(&a->cu, r));
-	}
 	return clone_build(a, g, g->full.graph, g->full.nodes, &a->current, false, out, NULL, NULL);
 }
 
@@ -1074,8 +1088,62 @@ static void setx_make(struct toggle_agent *a, struct tg_graph *g)
 	a->stats.set_builds++;
 }
 
+/* Whether g should get its all-on exec now: queued by a pick that ran all on
+ * on its full exec after a set in between had set it, and still so. */
+static bool allx_wanted(const struct toggle_agent *a, const struct tg_graph *g)
+{
+	return a->setx_on && g->bound && !g->stale && !g->gone && !g->exec_dead && !g->late &&
+	       !g->blocked && g->dev != TG_DEV_ACTIVE && g->full.exec && g->full.graph &&
+	       g->full.nodes && g->full.toggled && !g->allx.exec && !g->allx.failed;
+}
+
+/* Build g's all-on exec: the full exec's graph instantiated again (its nodes as
+ * built: node sets change an exec, never its graph).  A failure is counted and
+ * kept in the last error; all on then runs on the full exec until a rebind. */
+static void allx_make(struct toggle_agent *a, struct tg_graph *g)
+{
+	CUgraphExec exec = NULL;
+	CUresult r = a->cu.graph_instantiate(&exec, g->full.graph, 0);
+	g->applied_version = 0; /* picked again: the all-on exec at all on */
+	if (r != CUDA_SUCCESS) {
+		g->allx.failed = true;
+		tg_fail(a, TOGGLE_ECUDA, "graph %p: no all-on exec, the full exec runs all on: "
+			"cuGraphInstantiateWithFlags: %s", (void *)g->graph, tg_cu_errstr(&a->cu, r));
+		a->stats.set_build_failures++;
+		return;
+	}
+	g->allx.exec = exec;
+	a->stats.set_builds++;
+}
+
+/* The next all-on exec wanted, looking at TG_SETX_LOOKS candidates at most;
+ * true when one was built (the step's one build). */
+static bool allx_step(struct toggle_agent *a)
+{
+	if (a->capture_depth) /* as the set execs: never during a capture */
+		return false;
+	uint32_t looks = a->allx_n < TG_SETX_LOOKS ? a->allx_n : TG_SETX_LOOKS;
+	while (looks--) {
+		uint32_t slot = a->allx_queue[a->allx_head];
+		a->allx_head = (a->allx_head + 1) % TOGGLE_MAX_GRAPHS;
+		a->allx_n--;
+		struct tg_graph *g = slot < a->n_graphs ? a->graphs[slot] : NULL;
+		if (!g)
+			continue;
+		g->allx_queued = false;
+		if (allx_wanted(a, g)) {
+			allx_make(a, g);
+			return true;
+		}
+	}
+	return false;
+}
+
 void tg_setx_step(struct toggle_agent *a)
 {
+	/* All-on execs first, whatever the set: all on that alternates with
+	 * other sets never holds, and its exec serves every all-on step after. */
+	bool built = allx_step(a);
 	if (a->version != a->setx_version) {
 		/* A new set: the candidates go (the picks at this version name them
 		 * again), the count of steps starts. */
@@ -1090,8 +1158,9 @@ void tg_setx_step(struct toggle_agent *a)
 		return;
 	}
 	/* Graph objects are the application's and not thread-safe, and an exec is
-	 * not destroyed inside a capture window: never during a capture. */
-	if (a->capture_depth)
+	 * not destroyed inside a capture window: never during a capture; and one
+	 * build a step. */
+	if (a->capture_depth || built)
 		return;
 	/* The next candidate wanted now, looking at TG_SETX_LOOKS at most: the
 	 * step's cost does not grow with the graphs bound.  One not launched yet

@@ -71,8 +71,8 @@ struct tg_bare {
 	/* Host modes' full exec: a set in between has run on it (a producer
 	 * disabled by a node set) since it was built.  An exec whose nodes were
 	 * disabled and enabled again replays all on slower than one never set
-	 * (H100, benchmarks.md section 11, session 21): such a full exec gets an
-	 * all-on set exec once all on holds (bare.c). */
+	 * (H100, benchmarks.md section 11, session 21): all on then runs the
+	 * graph's all-on exec (bare.c). */
 	bool toggled;
 };
 
@@ -200,6 +200,13 @@ struct tg_graph {
 	struct tg_bare setx;
 	struct toggle_set setx_set;
 	uint64_t setx_queued;     /* the version at which it became a candidate (a->setx_queue) */
+	/* Host modes' all-on exec (bare.c): the full exec's graph instantiated
+	 * again, which no node set touches, built at a step_begin once all on
+	 * has run on a full exec that sets in between had set (toggled), and
+	 * kept while the full exec is: all on runs it, sets in between the full
+	 * exec, so all on alternating with other sets never runs a set exec. */
+	struct tg_bare allx;
+	bool allx_queued;         /* named in a->allx_queue */
 	uint32_t alt_wlo, alt_whi; /* set words that hold the graph's covered hooks */
 	uint32_t n_attrs;         /* producers recorded with attrs (struct tg_node) */
 };
@@ -271,6 +278,11 @@ struct toggle_agent {
 	uint32_t setx_steady;
 	uint32_t setx_queue[TOGGLE_MAX_GRAPHS];
 	uint32_t setx_head, setx_n;
+	/* All-on execs to build (bare.c, tg_setx_step), one a step whatever the
+	 * set: the slots of graphs whose pick ran all on on a toggled full exec
+	 * (each named once while queued: tg_graph.allx_queued), a ring. */
+	uint32_t allx_queue[TOGGLE_MAX_GRAPHS];
+	uint32_t allx_head, allx_n;
 
 	/* Desired state. */
 	struct toggle_set standing;

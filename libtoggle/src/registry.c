@@ -112,6 +112,8 @@ void tg_graph_clear(struct toggle_agent *a, struct tg_graph *g, bool keep_life)
 	g->full.parked_graph = keep.full.parked_graph;
 	g->setx.parked = keep.setx.parked;
 	g->setx.parked_graph = keep.setx.parked_graph;
+	g->allx.parked = keep.allx.parked;
+	g->allx.parked_graph = keep.allx.parked_graph;
 	g->life = keep.life; /* NULL unless keep_life */
 	g->foreign = keep.foreign;
 	memcpy(g->foreign_life, keep.foreign_life, sizeof(g->foreign_life));
@@ -595,9 +597,9 @@ static void graph_status(const struct toggle_agent *a, const struct tg_graph *g,
 		.full_exec = g->full.exec != NULL,
 		.full_running = tg_full_running(g),
 		.full_replays = tg_full_replays(g),
-		.set_exec = g->setx.exec != NULL,
+		.set_exec = g->setx.exec != NULL || g->allx.exec != NULL,
 		.set_running = tg_setx_running(g),
-		.set_replays = tg_alt_replays(g, &g->setx),
+		.set_replays = tg_alt_replays(g, &g->setx) + tg_alt_replays(g, &g->allx),
 	};
 	memcpy(out->note, g->note, sizeof(out->note));
 }

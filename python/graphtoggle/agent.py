@@ -53,9 +53,11 @@ class Agent:
     exec per graph.
     set_exec: lazy and eager, a set in between that has held for 8 steps gets, one graph
     a step at step(), an exec of each graph it runs without the producers it leaves off
-    (graph_status()'s set_exec / set_running); all on too, once a set in between ran on
-    the full exec (node sets leave it slower all on).  False: none (toggle_config.no_set_exec),
-    for engines that cannot spare a build (about a bind's) in a step or the exec's memory.
+    (graph_status()'s set_exec / set_running); all on, once it ran on a full exec a set in
+    between set (node sets leave it slower all on), an all-on exec of its own at the next
+    step, kept (all on alternating with other sets runs it).  False: none
+    (toggle_config.no_set_exec), for engines that cannot spare a build (about a bind's) in
+    a step or the execs' memory.
     assemble_execs: lazy and eager, the producer-free and full execs are built node by
     node (as device mode does), which ran the compiled Llama faster than clones
     (docs/libtoggle.md); a graph the assembly cannot copy is cloned (stats()

@@ -447,10 +447,12 @@ def test_set_exec_through_the_binding(mode):
 @pytest.mark.parametrize("mode", ["lazy", "eager"])
 @pytest.mark.parametrize("assemble", [True, False])
 def test_all_on_set_exec_after_a_set_in_between(mode, assemble):
-    """All on held on a full exec that a set in between ran on (its producers disabled
-    and enabled again by node sets, slower all on on the GPU) gets a set exec of its own
-    at the step after 8; on a full exec no node set touched, none.  Every replay runs
-    every producer (their own logs)."""
+    """All on on a full exec that a set in between ran on (its producers disabled and
+    enabled again by node sets, slower all on on the GPU) gets an all-on exec of its own
+    at the next step, held or not: all on alternating with a set in between (a per-step
+    plan) then runs it, the other set the full exec, with no node set.  On a full exec no
+    node set touched, none.  Every replay runs exactly its step's producers (their own
+    logs)."""
     kwargs = {} if assemble else dict(assemble_execs=False)
     with Agent("s", hooks=HOOKS, backend="sim", mode=mode, **kwargs) as a:
         eng = Engine(a)
@@ -468,12 +470,23 @@ def test_all_on_set_exec_after_a_set_in_between(mode, assemble):
         a.set_enabled("mlp_out:1")
         a.step(12)
         assert eng.replay(g, e) == {("mlp_out", 1)}
-        hold_all(13, 9)
+        hold_all(13, 1)
         assert a.graph_status(g)["full_running"] and a.stats()["set_builds"] == 0
-        hold_all(22, 1)
+        hold_all(14, 1)
         st = a.graph_status(g)
         assert st["set_exec"] and st["set_running"] and st["set_replays"] == 1
         assert a.stats()["set_builds"] == 1
+        for n in range(15, 25):
+            if n % 2:
+                a.set_enabled("mlp_out:1")
+                a.step(n)
+                assert eng.replay(g, e) == {("mlp_out", 1)}
+                assert a.graph_status(g)["full_running"]
+            else:
+                hold_all(n, 1)
+                assert a.graph_status(g)["set_running"]
+        st = a.graph_status(g)
+        assert st["set_replays"] == 6 and a.stats()["set_builds"] == 1
 
 
 @pytest.mark.parametrize("mode", ["lazy", "eager"])
