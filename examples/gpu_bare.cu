@@ -549,8 +549,13 @@ static unsigned run_steps(const struct toggle_catalog *cat, struct dev *d)
 
 /* ---- 3: pipelined steps ------------------------------------------------------------------ */
 
+/* seed: the random walk's, with held segments; 0: all on alternating with a set in
+ * between at every step (a per-step plan), which after the first steps runs the
+ * all-on exec and the full exec in turn with no node set. */
 static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, uint64_t seed)
 {
+	const char *leg = seed ? "pipelined" : "alternating";
+	uint64_t sets_before = 0; /* node sets made by the end of step 2 (alternating) */
 	static struct toggle_set sets[PIPE];
 	static struct ring_rec ring[RING_CAP];
 	static unsigned char seen[PIPE][N_HOOKS];
@@ -574,7 +579,11 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 		unsigned kind = (unsigned)(gpu_rng_next(&rng) % 3);
 
 		toggle_set_clear(&sets[i]);
-		if (i % 64 == 40 && (i / 64) % 2 == 1) {
+		if (!seed) {
+			for (int h = 0; h < N_HOOKS; h++)
+				if (i % 2 || h % 2 == 0)
+					set_put(&sets[i], h);
+		} else if (i % 64 == 40 && (i / 64) % 2 == 1) {
 			/* Every other held segment all on, after sets in between ran
 			 * on the full exec (node sets): all on gets its all-on exec
 			 * then, the full exec's graph instantiated again. */
@@ -619,11 +628,16 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 		gb_set_step<<<1, 1, 0, d->s0>>>(d->d_step, i);
 		CUDA_LAUNCHED();
 		TG_CHECK(a, toggle_graph_launch(a, g, e, (CUstream)d->s0));
+		if (i == 2) {
+			struct toggle_stats st2;
+			toggle_stats_get(a, &st2);
+			sets_before = st2.node_set_calls;
+		}
 	}
 	CUDA_CHECK(cudaStreamSynchronize(d->s0));
 	CUDA_CHECK(cudaMemcpy(&n, d->ring_n, sizeof n, cudaMemcpyDeviceToHost));
 	if (n > RING_CAP)
-		die("pipelined: ring overflow (%llu records)", n);
+		die("%s: ring overflow (%llu records)", leg, n);
 	CUDA_CHECK(cudaMemcpy(ring, d->ring, (size_t)n * sizeof ring[0], cudaMemcpyDeviceToHost));
 	memset(seen, 0, sizeof seen);
 	for (unsigned long long r = 0; r < n; r++) {
@@ -639,8 +653,8 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 			unsigned want = hook_in_graph(h) && toggle_set_contains(&sets[i], hook_of(h));
 			if (seen[i][h] != want) {
 				if (bad < 8)
-					printf("gpu-bare: pipelined step %d hook %d ran %u times, "
-					       "expected %u\n", i, h, seen[i][h], want);
+					printf("gpu-bare: %s step %d hook %d ran %u times, "
+					       "expected %u\n", leg, i, h, seen[i][h], want);
 				bad++;
 			}
 		}
@@ -648,7 +662,7 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 		struct toggle_graph_status gs;
 		TG_CHECK(a, toggle_graph_status(a, g, &gs));
 		if (gs.bare_replays != bare_steps) {
-			printf("gpu-bare: pipelined: %" PRIu64 " bare replays, expected %u\n",
+			printf("gpu-bare: %s: %" PRIu64 " bare replays, expected %u\n", leg,
 			       gs.bare_replays, bare_steps);
 			bad++;
 		}
@@ -656,8 +670,8 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 		toggle_stats_get(a, &st);
 		/* The held sets that were in between got set execs, and they ran. */
 		if (held_mixed && (!st.set_builds || !gs.set_replays)) {
-			printf("gpu-bare: pipelined: %u held sets in between, %" PRIu64 " set execs "
-			       "built, %" PRIu64 " set-exec replays\n", held_mixed, st.set_builds,
+			printf("gpu-bare: %s: %u held sets in between, %" PRIu64 " set execs "
+			       "built, %" PRIu64 " set-exec replays\n", leg, held_mixed, st.set_builds,
 			       gs.set_replays);
 			bad++;
 		}
@@ -666,20 +680,28 @@ static unsigned run_pipelined(const struct toggle_catalog *cat, struct dev *d, u
 		 * never hold; the all-on exec serves every all on after it). */
 		uint64_t want_builds = held_new + (all_on_due ? 1u : 0u);
 		if (st.set_builds + st.set_build_failures != want_builds) {
-			printf("gpu-bare: pipelined: %u held sets in between (%u new) and %u held all "
+			printf("gpu-bare: %s: %u held sets in between (%u new) and %u held all "
 			       "on: %" PRIu64 " set and all-on execs built (%" PRIu64 " failed), want %"
-			       PRIu64 "\n", held_mixed, held_new, held_all, st.set_builds,
+			       PRIu64 "\n", leg, held_mixed, held_new, held_all, st.set_builds,
 			       st.set_build_failures, want_builds);
 			bad++;
 		}
-		printf("gpu-bare: pipelined: %u held sets in between (%u new), %u held all on: %" PRIu64
+		/* Alternating: from step 3 on, all on runs the all-on exec and the set
+		 * in between the full exec, which kept its states: no node set. */
+		if (!seed && (st.node_set_calls != sets_before || gs.set_replays != PIPE / 2 - 1)) {
+			printf("gpu-bare: %s: %" PRIu64 " node sets after step 2, %" PRIu64 " launches "
+			       "of the all-on exec (want 0 and %d)\n", leg,
+			       st.node_set_calls - sets_before, gs.set_replays, PIPE / 2 - 1);
+			bad++;
+		}
+		printf("gpu-bare: %s: %u held sets in between (%u new), %u held all on: %" PRIu64
 		       " set and all-on execs built (%" PRIu64 " failed), %" PRIu64 " launches ran one\n",
-		       held_mixed, held_new, held_all, st.set_builds, st.set_build_failures,
+		       leg, held_mixed, held_new, held_all, st.set_builds, st.set_build_failures,
 		       gs.set_replays);
 	}
-	bad += check_exec_builds(a, "pipelined");
-	printf("gpu-bare: pipelined: %d steps (%u without a hook of the graph: bare exec), "
-	       "%llu producer records, %u violations\n", PIPE, bare_steps, n, bad);
+	bad += check_exec_builds(a, leg);
+	printf("gpu-bare: %s: %d steps (%u without a hook of the graph: bare exec), "
+	       "%llu producer records, %u violations\n", leg, PIPE, bare_steps, n, bad);
 	toggle_agent_close(a);
 	CUDA_CHECK(cudaGraphExecDestroy(e));
 	CUDA_CHECK(cudaGraphDestroy(g));
@@ -1010,6 +1032,7 @@ int main(int argc, char **argv)
 
 	bad += run_steps(&cat, &d);
 	bad += run_pipelined(&cat, &d, 0xba7e);
+	bad += run_pipelined(&cat, &d, 0);
 	g_clone_execs = true; /* the clones: the assembly's fallback and the opt-out */
 	printf("gpu-bare: the lazy legs again, with clone_execs\n");
 	bad += run_steps(&cat, &d);
