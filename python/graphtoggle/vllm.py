@@ -49,8 +49,9 @@ Environment (read by register()):
   GRAPHTOGGLE_STRICT     1: device mode refuses instead of falling back to lazy
   GRAPHTOGGLE_FULL_EXEC  0: no full exec per graph (Agent(full_exec=False): the steps it
                          runs run the graph's own exec; saves one exec's memory per graph)
-  GRAPHTOGGLE_SET_EXEC   0: no set execs (Agent(set_exec=False)): a set in between that
-                         holds keeps running on the full exec
+  GRAPHTOGGLE_SET_EXEC   0: no set or all-on execs (Agent(set_exec=False)): a set in
+                         between that holds, and all on after one, keep running on the
+                         full exec
   GRAPHTOGGLE_HOOKS      type=source,...: what each hook type copies.  A source is a path
                          of modules from the model, "*" for every element of a list (the
                          element's index is the layer): the module's output (a tuple's
