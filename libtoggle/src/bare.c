@@ -178,6 +178,17 @@ static void alt_switched(struct toggle_agent *a, struct tg_graph *g, const struc
 		a->stats.set_switches++;
 }
 
+/* The record at the head of a candidates' ring (queue, *head, *n), taken off;
+ * NULL when its slot no longer holds one. */
+static struct tg_graph *ring_take(struct toggle_agent *a, const uint32_t *queue, uint32_t *head,
+				  uint32_t *n, uint32_t *slot)
+{
+	*slot = queue[*head];
+	*head = (*head + 1) % TOGGLE_MAX_GRAPHS;
+	(*n)--;
+	return *slot < a->n_graphs ? a->graphs[*slot] : NULL;
+}
+
 /* Name slot a candidate for a set exec (tg_setx_step's ring); false when full. */
 static bool setx_push(struct toggle_agent *a, uint32_t slot)
 {
@@ -1124,10 +1135,8 @@ static bool allx_step(struct toggle_agent *a)
 		return false;
 	uint32_t looks = a->allx_n < TG_SETX_LOOKS ? a->allx_n : TG_SETX_LOOKS;
 	while (looks--) {
-		uint32_t slot = a->allx_queue[a->allx_head];
-		a->allx_head = (a->allx_head + 1) % TOGGLE_MAX_GRAPHS;
-		a->allx_n--;
-		struct tg_graph *g = slot < a->n_graphs ? a->graphs[slot] : NULL;
+		uint32_t slot;
+		struct tg_graph *g = ring_take(a, a->allx_queue, &a->allx_head, &a->allx_n, &slot);
 		if (!g)
 			continue;
 		g->allx_queued = false;
@@ -1167,10 +1176,8 @@ void tg_setx_step(struct toggle_agent *a)
 	 * at this set goes to the back: it is looked at again at a later step. */
 	uint32_t looks = a->setx_n < TG_SETX_LOOKS ? a->setx_n : TG_SETX_LOOKS;
 	while (looks--) {
-		uint32_t slot = a->setx_queue[a->setx_head];
-		a->setx_head = (a->setx_head + 1) % TOGGLE_MAX_GRAPHS;
-		a->setx_n--;
-		struct tg_graph *g = slot < a->n_graphs ? a->graphs[slot] : NULL;
+		uint32_t slot;
+		struct tg_graph *g = ring_take(a, a->setx_queue, &a->setx_head, &a->setx_n, &slot);
 		enum setx_want w = g ? setx_want(a, g) : SETX_NO;
 		if (w == SETX_NOW) {
 			setx_make(a, g); /* one a step: a build costs about what a bind's does */
