@@ -204,7 +204,7 @@ struct tg_graph {
 	 * again, which no node set touches, built at a step_begin once all on
 	 * has run on a full exec that sets in between had set (toggled), and
 	 * kept while the full exec is: all on runs it, sets in between the full
-	 * exec, so all on alternating with other sets never runs a set exec. */
+	 * exec, so all on alternating with other sets needs no node set. */
 	struct tg_bare allx;
 	bool allx_queued;         /* named in a->allx_queue */
 	uint32_t alt_wlo, alt_whi; /* set words that hold the graph's covered hooks */

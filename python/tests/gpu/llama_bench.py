@@ -365,9 +365,11 @@ def bench_kind(args, agent, kind, floor, hooked, att, cfg, dt, ids):
                 flip_on = [False]
 
                 def on_alt_step(g=gh):
-                    # all on at every other step, a set in between at the rest: the all-on
-                    # steps run the full exec whose nodes the step before set (no set exec
-                    # is built for a set that never holds); against "on" and "half-alt"
+                    # all on at every other step, a set in between at the rest (a per-step
+                    # plan): after the first round the all-on steps run the all-on exec, the
+                    # others the full exec, no node set; with --no-set-exec, the all-on steps
+                    # run the full exec whose nodes the step before set.  Against "on" and
+                    # "half-alt"
                     flip_on[0] = not flip_on[0]
                     agent.set_enabled("all" if flip_on[0] else HALF)
                     agent.step()
@@ -448,8 +450,9 @@ def main(argv=None):
                     help="the producers' kernel (attach()'s method; default by mode)")
     ap.add_argument("--half", action="store_true",
                     help="legs with half the hooks on: %s held, alternating with %s at "
-                    "every step, and all on alternating with %s (the all-on steps on a full "
-                    "exec whose nodes were set)" % (HALF, HALF_OTHER, HALF))
+                    "every step, and all on alternating with %s (on-alt: the all-on exec; "
+                    "with --no-set-exec, a full exec whose nodes were set)"
+                    % (HALF, HALF_OTHER, HALF))
     ap.add_argument("--no-full-exec", action="store_true",
                     help="Agent(full_exec=False): sets other than all off run the main exec")
     ap.add_argument("--no-set-exec", action="store_true",
