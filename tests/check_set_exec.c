@@ -149,6 +149,18 @@ START_TEST(test_all_on_set_exec_only_after_node_sets)
 }
 END_TEST
 
+/* Steps n, n + 1: set in between s, then all on, each launched and checked: the all-on
+ * launch runs the full exec that s set, which queues its all-on exec. */
+static void set_then_all_on(struct bfx *f, int64_t *n, const struct toggle_set *s)
+{
+	struct toggle_set all = spec("all");
+	step(f, (*n)++, s);
+	launch_check(f, s);
+	step(f, (*n)++, &all);
+	launch_check(f, &all);
+	ck_assert(gstatus(f).full_running);
+}
+
 /* All on alternating with a set in between at every step (a per-step plan): neither
  * holds, yet after the first all-on step on the set full exec its all-on exec is built
  * at the next step_begin, and from then on all on runs it and the set in between the
@@ -165,11 +177,8 @@ START_TEST(test_all_on_alternating_with_a_set_in_between)
 	bfx_capture_bound(f);
 	struct toggle_set s = spec("resid_post:*"), all = spec("all");
 	int64_t n = 0;
-	step(f, n++, &s);
-	launch_check(f, &s);
-	step(f, n++, &all);
-	launch_check(f, &all); /* on the full exec: its all-on exec is queued */
-	ck_assert(gstatus(f).full_running && !gstatus(f).set_exec);
+	set_then_all_on(f, &n, &s);
+	ck_assert(!gstatus(f).set_exec);
 	uint64_t c = 0;
 	for (int i = 0; i < 20; i++) {
 		const struct toggle_set *x = i % 2 ? &all : &s;
@@ -205,10 +214,7 @@ START_TEST(test_all_on_exec_build_failure)
 	bfx_capture_bound(f);
 	struct toggle_set s = spec("mlp_out:1"), all = spec("all");
 	int64_t n = 0;
-	step(f, n++, &s);
-	launch_check(f, &s);
-	step(f, n++, &all);
-	launch_check(f, &all);
+	set_then_all_on(f, &n, &s);
 	toggle_sim_fail(f->sim, TOGGLE_SIM_OP_INSTANTIATE, 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
 	for (int i = 0; i < 6; i++) {
 		step(f, n++, &all);
