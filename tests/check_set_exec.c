@@ -206,6 +206,46 @@ START_TEST(test_all_on_alternating_with_a_set_in_between)
 }
 END_TEST
 
+/* Two graphs bound, one launched: only that one gets an all-on exec (eager's apply names
+ * both; the other waits for a launch, and gets its own at the step after one). */
+START_TEST(test_all_on_exec_only_for_graphs_in_use)
+{
+	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
+	bfx_capture_bound(f);
+	CUgraph g0 = f->graph;
+	CUgraphExec e0 = f->exec;
+	bfx_capture_bound(f); /* the one launched */
+	struct toggle_set s = spec("mlp_out:1-2"), all = spec("all");
+	int64_t n = 0;
+	set_then_all_on(f, &n, &s);
+	for (int i = 0; i < 2 * STEADY; i++) {
+		step(f, n++, &all);
+		launch_check(f, &all);
+	}
+	struct toggle_graph_status gs;
+	ck_assert_int_eq(toggle_graph_status(f->agent, g0, &gs), 0);
+	ck_assert(!gs.set_exec);
+	ck_assert(gstatus(f).set_running);
+	ck_assert_uint_eq(bfx_stats(f).set_builds, 1);
+	CUgraph g1 = f->graph;
+	CUgraphExec e1 = f->exec;
+	f->graph = g0;
+	f->exec = e0;
+	/* g0 launched at all on: in eager mode its full exec was set at s's apply, so its
+	 * all-on exec comes at the next step; in lazy mode it never ran s (none). */
+	step(f, n++, &all);
+	launch_check(f, &all);
+	step(f, n++, &all);
+	launch_check(f, &all);
+	ck_assert_int_eq(toggle_graph_status(f->agent, g0, &gs), 0);
+	ck_assert(gs.set_exec == (_i == 1) && gs.set_running == (_i == 1));
+	ck_assert_uint_eq(bfx_stats(f).set_builds, _i ? 2 : 1);
+	f->graph = g1;
+	f->exec = e1;
+	bfx_close(f);
+}
+END_TEST
+
 /* The all-on exec's build fails: counted, all on runs on the full exec exactly, not
  * tried again until a rebind. */
 START_TEST(test_all_on_exec_build_failure)
@@ -399,6 +439,7 @@ static Suite *set_exec_suite(void)
 	tcase_add_loop_test(tc, test_all_on_set_exec_only_after_node_sets, 0, 2);
 	tcase_add_loop_test(tc, test_all_on_alternating_with_a_set_in_between, 0, 4);
 	tcase_add_test(tc, test_all_on_exec_build_failure);
+	tcase_add_loop_test(tc, test_all_on_exec_only_for_graphs_in_use, 0, 2);
 	tcase_add_loop_test(tc, test_set_exec_build_failure, 0, 2);
 	tcase_add_test(tc, test_set_exec_one_graph_a_step);
 	tcase_add_loop_test(tc, test_set_exec_off, 0, 2);

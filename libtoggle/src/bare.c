@@ -207,6 +207,7 @@ static void allx_push(struct toggle_agent *a, struct tg_graph *g)
 	a->allx_queue[(a->allx_head + a->allx_n) % TOGGLE_MAX_GRAPHS] = g->slot;
 	a->allx_n++;
 	g->allx_queued = true;
+	g->allx_step0 = a->step;
 }
 
 int tg_bare_pick(struct toggle_agent *a, struct tg_graph *g)
@@ -1099,8 +1100,9 @@ static void setx_make(struct toggle_agent *a, struct tg_graph *g)
 	a->stats.set_builds++;
 }
 
-/* Whether g should get its all-on exec now: queued by a pick that ran all on
- * on its full exec after a set in between had set it, and still so. */
+/* Whether g should get its all-on exec: queued by a pick that ran all on on
+ * its full exec after a set in between had set it, and still so (allx_step
+ * waits for a launch since). */
 static bool allx_wanted(const struct toggle_agent *a, const struct tg_graph *g)
 {
 	return a->setx_on && g->bound && !g->stale && !g->gone && !g->exec_dead && !g->late &&
@@ -1140,10 +1142,18 @@ static bool allx_step(struct toggle_agent *a)
 		if (!g)
 			continue;
 		g->allx_queued = false;
-		if (allx_wanted(a, g)) {
-			allx_make(a, g);
-			return true;
+		if (!allx_wanted(a, g))
+			continue;
+		if (g->last_step < g->allx_step0) {
+			/* Named by eager's apply, not launched since: to the back (a batch
+			 * size the engine no longer replays costs nothing). */
+			int64_t step0 = g->allx_step0;
+			allx_push(a, g);
+			g->allx_step0 = step0;
+			continue;
 		}
+		allx_make(a, g);
+		return true;
 	}
 	return false;
 }

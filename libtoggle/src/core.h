@@ -207,6 +207,7 @@ struct tg_graph {
 	 * exec, so all on alternating with other sets needs no node set. */
 	struct tg_bare allx;
 	bool allx_queued;         /* named in a->allx_queue */
+	int64_t allx_step0;       /* the step it was named at: built once launched since */
 	uint32_t alt_wlo, alt_whi; /* set words that hold the graph's covered hooks */
 	uint32_t n_attrs;         /* producers recorded with attrs (struct tg_node) */
 };
