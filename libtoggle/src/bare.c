@@ -1047,6 +1047,14 @@ void tg_bare_bind(struct toggle_agent *a, struct tg_graph *g)
 
 enum setx_want { SETX_NO, SETX_LATER, SETX_NOW };
 
+/* Whether g may get a set or all-on exec at all: a bound host-mode graph in
+ * use, with a full exec whose graph and node handles they are made from. */
+static bool alt_buildable(const struct tg_graph *g)
+{
+	return g->bound && !g->stale && !g->gone && !g->exec_dead && !g->late && !g->blocked &&
+	       g->dev != TG_DEV_ACTIVE && g->full.exec && g->full.graph && g->full.nodes;
+}
+
 /* Whether g should get a set exec for the current set now: a host-mode graph
  * with a full exec (whose clone it is made from), at a set in between (all
  * off and all on have their execs, which disable nothing), not already built
@@ -1056,8 +1064,7 @@ enum setx_want { SETX_NO, SETX_LATER, SETX_NOW };
  * launches, so one launched late still gets its exec. */
 static enum setx_want setx_want(const struct toggle_agent *a, const struct tg_graph *g)
 {
-	if (!g->bound || g->stale || g->gone || g->exec_dead || g->late || g->blocked ||
-	    g->dev == TG_DEV_ACTIVE || !g->full.exec || !g->full.graph || !g->full.nodes)
+	if (!alt_buildable(g))
 		return SETX_NO;
 	/* All off and all on have their execs, which disable nothing. */
 	if (bare_fits(a, g) || full_fits(a, g))
@@ -1105,9 +1112,8 @@ static void setx_make(struct toggle_agent *a, struct tg_graph *g)
  * waits for a launch since). */
 static bool allx_wanted(const struct toggle_agent *a, const struct tg_graph *g)
 {
-	return a->setx_on && g->bound && !g->stale && !g->gone && !g->exec_dead && !g->late &&
-	       !g->blocked && g->dev != TG_DEV_ACTIVE && g->full.exec && g->full.graph &&
-	       g->full.nodes && g->full.toggled && !g->allx.exec && !g->allx.failed;
+	return a->setx_on && alt_buildable(g) && g->full.toggled && !g->allx.exec &&
+	       !g->allx.failed;
 }
 
 /* Build g's all-on exec: the full exec's graph instantiated again (its nodes as
@@ -1145,11 +1151,10 @@ static bool allx_step(struct toggle_agent *a)
 		if (!allx_wanted(a, g))
 			continue;
 		if (g->last_step < g->allx_step0) {
-			/* Named by eager's apply, not launched since: to the back (a batch
-			 * size the engine no longer replays costs nothing). */
-			int64_t step0 = g->allx_step0;
+			/* Named by eager's apply, not launched since: to the back, named
+			 * at this step (a batch size the engine no longer replays costs
+			 * nothing; one launched at this step gets it at the next). */
 			allx_push(a, g);
-			g->allx_step0 = step0;
 			continue;
 		}
 		allx_make(a, g);
