@@ -206,15 +206,32 @@ START_TEST(test_all_on_alternating_with_a_set_in_between)
 }
 END_TEST
 
+/* Two graphs captured and bound, g0 first: the fixture's graph (the one its helpers
+ * launch) is g1; use_graph makes another current. */
+static void capture_two(struct bfx *f, CUgraph *g0, CUgraphExec *e0, CUgraph *g1, CUgraphExec *e1)
+{
+	bfx_capture_bound(f);
+	*g0 = f->graph;
+	*e0 = f->exec;
+	bfx_capture_bound(f);
+	*g1 = f->graph;
+	*e1 = f->exec;
+}
+
+static void use_graph(struct bfx *f, CUgraph g, CUgraphExec e)
+{
+	f->graph = g;
+	f->exec = e;
+}
+
 /* Two graphs bound, one launched: only that one gets an all-on exec (eager's apply names
  * both; the other waits for a launch, and gets its own at the step after one). */
 START_TEST(test_all_on_exec_only_for_graphs_in_use)
 {
 	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
-	bfx_capture_bound(f);
-	CUgraph g0 = f->graph;
-	CUgraphExec e0 = f->exec;
-	bfx_capture_bound(f); /* the one launched */
+	CUgraph g0, g1;
+	CUgraphExec e0, e1;
+	capture_two(f, &g0, &e0, &g1, &e1);
 	struct toggle_set s = spec("mlp_out:1-2"), all = spec("all");
 	int64_t n = 0;
 	set_then_all_on(f, &n, &s);
@@ -227,10 +244,7 @@ START_TEST(test_all_on_exec_only_for_graphs_in_use)
 	ck_assert(!gs.set_exec);
 	ck_assert(gstatus(f).set_running);
 	ck_assert_uint_eq(bfx_stats(f).set_builds, 1);
-	CUgraph g1 = f->graph;
-	CUgraphExec e1 = f->exec;
-	f->graph = g0;
-	f->exec = e0;
+	use_graph(f, g0, e0);
 	/* g0 launched at all on: in eager mode its full exec was set at s's apply, so its
 	 * all-on exec comes at the next step; in lazy mode it never ran s (none). */
 	step(f, n++, &all);
@@ -240,8 +254,7 @@ START_TEST(test_all_on_exec_only_for_graphs_in_use)
 	ck_assert_int_eq(toggle_graph_status(f->agent, g0, &gs), 0);
 	ck_assert(gs.set_exec == (_i == 1) && gs.set_running == (_i == 1));
 	ck_assert_uint_eq(bfx_stats(f).set_builds, _i ? 2 : 1);
-	f->graph = g1;
-	f->exec = e1;
+	use_graph(f, g1, e1); /* the fixture's to close */
 	bfx_close(f);
 }
 END_TEST
@@ -361,10 +374,9 @@ END_TEST
 START_TEST(test_set_exec_only_for_graphs_in_use)
 {
 	struct bfx *f = bfx_open(_i ? TOGGLE_MODE_EAGER : TOGGLE_MODE_LAZY);
-	bfx_capture_bound(f);
-	CUgraph g0 = f->graph;
-	CUgraphExec e0 = f->exec;
-	bfx_capture_bound(f); /* the one launched */
+	CUgraph g0, g1;
+	CUgraphExec e0, e1;
+	capture_two(f, &g0, &e0, &g1, &e1);
 	struct toggle_set s = spec("mlp_out:1-2");
 	int64_t n = 0;
 	ck_assert_int_gt(hold(f, &n, &s, 20), 0);
@@ -387,10 +399,7 @@ START_TEST(test_set_exec_only_for_graphs_in_use)
 				  f->agent->graphs[0]->slot);
 	/* g0 launched: its set exec comes at a later step (the set still holds; eager: the
 	 * launch's step looks at it again). */
-	CUgraph g1 = f->graph;
-	CUgraphExec e1 = f->exec;
-	f->graph = g0;
-	f->exec = e0;
+	use_graph(f, g0, e0);
 	step(f, n++, &s);
 	launch_check(f, &s);
 	step(f, n++, &s);
@@ -398,8 +407,7 @@ START_TEST(test_set_exec_only_for_graphs_in_use)
 	ck_assert_int_eq(toggle_graph_status(f->agent, g0, &gs), 0);
 	ck_assert(gs.set_exec && gs.set_running);
 	ck_assert_uint_eq(bfx_stats(f).set_builds, 2);
-	f->graph = g1;
-	f->exec = e1;
+	use_graph(f, g1, e1); /* the fixture's to close */
 	bfx_close(f);
 }
 END_TEST
