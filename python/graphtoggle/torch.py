@@ -972,7 +972,8 @@ class Attachment:
         for h in self._handles:
             h.remove()
         self._handles = []
-        for k in [k for k in _TAP_BUFS if k[0] == self._serial]:
+        for k in [k for k in _TAP_BUFS
+                  if (k[0] if isinstance(k, tuple) else k >> _TAP_KEY_SHIFT) == self._serial]:
             del _TAP_BUFS[k]
         ops = sys.modules.get(__package__ + ".ops")
         if ops is not None:
@@ -1213,9 +1214,12 @@ def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens
 # (issue 23, mode c: +120 to +180 us of host time per call on the H200).  A global is
 # guarded once for all hooks, outside the modules' subtrees (bench/torch_compile_host.py).
 _TAP_OP = None
+# torch.compiler.is_compiling, set with _TAP_OP: a global for the same reason (a closure
+# cell holding it is one guarded cell per hook; a global is guarded once)
+_IS_COMPILING = None
 
-# The monitor buffers as compiled code reads them: {(attachment serial, hook id): buffer}
-# for declared buffers, {(serial, hook id, shape, dtype): buffer} for those made as shapes
+# The monitor buffers as compiled code reads them: {serial << _TAP_KEY_SHIFT | hook id:
+# buffer} for declared buffers, {(serial, hook id, shape, dtype): buffer} for those made as shapes
 # are met.  A buffer is a graph input that compiled code fetches at every call from where
 # dynamo found it: from a hook's closure cell that is a Python helper call per hook
 # (dict_keys_getitem on the module's _forward_hooks, then the cell: 24 of them per call of
@@ -1224,6 +1228,13 @@ _TAP_OP = None
 # tuples: immutable, safe for the dict-tag fast path); detach() removes its entries, so
 # code compiled with them fails its guards and is compiled again.
 _TAP_BUFS = {}
+# A declared buffer's key is one int, serial << _TAP_KEY_SHIFT | hook id, and the traced
+# hook takes its hook id from it: the hook's closure then holds one int cell that compiled
+# code reads, guarded once (the tuple (serial, hook id) and the id were four guards per
+# hook, every one evaluated at every call where transformers' layers are not tag safe, as
+# with transformers 5.17; bench/results/h100-2026-12-07-session23/guards.py)
+_TAP_KEY_SHIFT = 32
+_TAP_HID_MASK = (1 << _TAP_KEY_SHIFT) - 1
 _ATTACH_SERIAL = itertools.count(1)
 
 
@@ -1239,16 +1250,18 @@ def _refuse_in_capture(agent, err):
 
 
 def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
-    global _TAP_OP
+    global _TAP_OP, _IS_COMPILING
     if _TAP_OP is None:
         _TAP_OP = torch.ops.graphtoggle.tap.default
+        _IS_COMPILING = torch.compiler.is_compiling
     tap = ops.tap
-    compiling = torch.compiler.is_compiling
     shapes = {}  # without a declared buffer: (shape, dtype) -> buffer
     missing = None if buf is not None else torch.empty(0)  # made now, outside compile
     serial = att._serial
     declared = buf is not None
-    key = (serial, hid)
+    if not 0 <= hid <= _TAP_HID_MASK:
+        raise InvalidArgumentError("hook id %d does not fit the buffer table's key" % hid)
+    key = serial << _TAP_KEY_SHIFT | hid
     if declared:
         _TAP_BUFS[key] = buf
 
@@ -1271,25 +1284,33 @@ def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
         att.buffers[(hook_type, layer, tuple(x.shape), x.dtype)] = b
         return b
 
+    if declared:
+        def fn(module, args, output):
+            x = select(output) if select is not None else (
+                output[0] if isinstance(output, (tuple, list)) else output)
+            if _IS_COMPILING():
+                # traced by torch.compile: only the op call, its buffer and hook id from
+                # one int cell (see _TAP_KEY_SHIFT)
+                _TAP_OP(x, _TAP_BUFS[key], key & _TAP_HID_MASK)  # globals: see _TAP_OP
+                return None
+            tap(x, buf, hid)  # the op's eager body, without the dispatcher
+            return None
+        return fn
+
     def fn(module, args, output):
         x = select(output) if select is not None else (
             output[0] if isinstance(output, (tuple, list)) else output)
-        if compiling():
+        if _IS_COMPILING():
             # traced by torch.compile: only the op call (buffers are made outside).  A
             # shape without a buffer gets the empty placeholder, which the op's fake
             # implementation refuses at trace time, naming the fix (a raise here would
             # not trace)
-            if declared:
-                b = _TAP_BUFS[key]  # a global: see _TAP_BUFS
-            else:
-                b = _TAP_BUFS.get((serial, hid, tuple(x.shape), x.dtype), missing)
+            b = _TAP_BUFS.get((serial, hid, tuple(x.shape), x.dtype), missing)
             _TAP_OP(x, b, hid)  # a global: see _TAP_OP
             return None
-        b = buf
+        b = shapes.get((tuple(x.shape), x.dtype))
         if b is None:
-            b = shapes.get((tuple(x.shape), x.dtype))
-            if b is None:
-                b = new_buffer(x)
+            b = new_buffer(x)
         tap(x, b, hid)  # the op's eager body, without the dispatcher
         return None
 

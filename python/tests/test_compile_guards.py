@@ -174,3 +174,47 @@ def test_detach_and_reattach_after_compile_are_seen():
         agent.step()
         assert run(att2) == 0
         att2.detach()
+
+
+def _hook_cells(text):
+    """{a hook's source: {closure cell index: the type dynamo guarded}}: the cells of
+    attach()'s hooks that the traced code read."""
+    pat = (r"source=(\S*\._forward_hooks\[[^\n]*?\])\.__closure__\[(\d+)\]\.cell_contents, "
+           r"accessed_by=GetAttrGuardAccessor\(cell_contents\), type=<class '(\w+)'>")
+    out = {}
+    for hook, i, t in re.findall(pat, text):
+        out.setdefault(hook, {})[int(i)] = t
+    return out
+
+
+def test_a_traced_hook_reads_one_int_cell_and_its_select():
+    """Each guard of a hook's closure is evaluated at every call where the layers above it
+    are not tag-safe roots (transformers 5.17's Llama layers are not, hooks or no hooks):
+    a traced hook reads its buffer's key, one int that also gives its hook id, and its
+    `select` (None here), nothing else (before session 23: five cells, the
+    is_compiling function, a bool, the hook id and a (serial, hook id) tuple among
+    them; bench/results/h100-2026-12-07-session23/guards.py)."""
+    torch.manual_seed(0)
+    hooked = Model().eval()
+    x = torch.randn(4, H)
+
+    def fwd(x):
+        return hooked(x)
+
+    with Agent("guards-cells", hooks={"resid_post": L, "mlp_out": L},
+               backend="sim") as agent:
+        att = agent.attach({"resid_post": hooked.layers,
+                            "mlp_out": [l.mlp for l in hooked.layers]},
+                           max_tokens=4, width=H, device="cpu")
+        agent.set_enabled("all")
+        agent.step()
+        cells = _hook_cells(_guards(fwd, x))
+        assert len(cells) == 2 * L, sorted(cells)
+        for hook, read in cells.items():
+            assert sorted(read.values()) == ["NoneType", "int"], (hook, read)
+        # and the compiled code still writes every buffer
+        for b in att.buffers.values():
+            b.fill_(float("nan"))
+        torch.compile(fwd, fullgraph=True, dynamic=False, backend="eager")(x)
+        assert all(not bool(torch.isnan(b).all()) for b in att.buffers.values())
+        att.detach()
