@@ -1219,14 +1219,14 @@ _TAP_OP = None
 _IS_COMPILING = None
 
 # The monitor buffers as compiled code reads them: {serial << _TAP_KEY_SHIFT | hook id:
-# buffer} for declared buffers, {(serial, hook id, shape, dtype): buffer} for those made as shapes
-# are met.  A buffer is a graph input that compiled code fetches at every call from where
-# dynamo found it: from a hook's closure cell that is a Python helper call per hook
-# (dict_keys_getitem on the module's _forward_hooks, then the cell: 24 of them per call of
-# the 8-layer bench model, about +45 us of host time per call of mode c on the H200); from
-# a global dict it is one subscript.  Keys are constants in the hook's closure (ints,
-# tuples: immutable, safe for the dict-tag fast path); detach() removes its entries, so
-# code compiled with them fails its guards and is compiled again.
+# buffer} for declared buffers, {(serial, hook id, shape, dtype): buffer} for those made
+# as shapes are met.  A buffer is a graph input that compiled code fetches at every call
+# from where dynamo found it: from a hook's closure cell that is a Python helper call per
+# hook (dict_keys_getitem on the module's _forward_hooks, then the cell: 24 of them per
+# call of the 8-layer bench model, about +45 us of host time per call of mode c on the
+# H200); from a global dict it is one subscript.  Keys are constants in the hook's closure
+# (ints, tuples: immutable, safe for the dict-tag fast path); detach() removes its
+# entries, so code compiled with them fails its guards and is compiled again.
 _TAP_BUFS = {}
 # A declared buffer's key is one int, serial << _TAP_KEY_SHIFT | hook id, and the traced
 # hook takes its hook id from it: the hook's closure then holds one int cell that compiled
