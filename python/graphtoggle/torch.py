@@ -1167,6 +1167,12 @@ def attach(agent, modules, buffers=None, select=None, method=None, *, max_tokens
                                    "callable, got %r" % (buffers,))
     selects = _selects(select, list(modules))
     ids = {(t, l): ops.hook_id(agent, (t, l), method) for t, l, _ in plan}
+    big = [h for h in ids.values() if not 0 <= h <= _TAP_HID_MASK]
+    if big:  # before any buffer or hook is made: nothing partly attached
+        raise InvalidArgumentError(
+            "hook id %d does not fit the buffer table's %d-bit key (this process made more "
+            "agents than graphtoggle.torch can tell apart): nothing attached; close agents "
+            "and reuse them instead of making new ones" % (big[0], _TAP_KEY_SHIFT))
     stale = _compiled_snapshot()
     if stale is not None:
         warnings.warn(
@@ -1259,9 +1265,7 @@ def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
     missing = None if buf is not None else torch.empty(0)  # made now, outside compile
     serial = att._serial
     declared = buf is not None
-    if not 0 <= hid <= _TAP_HID_MASK:
-        raise InvalidArgumentError("hook id %d does not fit the buffer table's key" % hid)
-    key = serial << _TAP_KEY_SHIFT | hid
+    key = serial << _TAP_KEY_SHIFT | hid  # attach() checked that hid fits
     if declared:
         _TAP_BUFS[key] = buf
 

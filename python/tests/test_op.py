@@ -285,6 +285,24 @@ def test_attach_arguments_checked_first(agent):
         agent.attach({"resid_post": [object()]})
 
 
+def test_attach_refuses_hook_ids_past_the_buffer_key():
+    """A declared buffer's key is serial << 32 | hook id: an agent whose slot makes hook
+    ids that do not fit (a process that made 2**18 agents) is refused by attach() before
+    any buffer or hook is made, naming what happened."""
+    from graphtoggle import ops
+    saved = ops._next_slot[0]
+    ops._next_slot[0] = 1 << (gtt._TAP_KEY_SHIFT - ops.SLOT_SHIFT)
+    try:
+        with Agent("op-test-big-slot", hooks=HOOKS, backend="sim", sim=SIM) as a:
+            net = Net()
+            with pytest.raises(graphtoggle.InvalidArgumentError,
+                               match="does not fit the buffer table's 32-bit key"):
+                a.attach(modules_of(net), max_tokens=4, width=2)
+            assert _no_hooks(net)
+    finally:
+        ops._next_slot[0] = saved
+
+
 def test_shape_with_no_buffer(agent):
     """More tokens than declared, or another dtype: refused in eager runs (even disabled:
     the same run would be refused at capture) and in a capture, where nothing is
