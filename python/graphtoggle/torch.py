@@ -1288,16 +1288,27 @@ def _forward_hook(att, torch, ops, hook_type, layer, hid, buf, make, select):
         att.buffers[(hook_type, layer, tuple(x.shape), x.dtype)] = b
         return b
 
-    if declared:
+    if declared and select is None:
+        # the default (no select): the traced hook reads one closure cell, key; a select
+        # cell, even None, is three more guard lines per hook evaluated at every call
         def fn(module, args, output):
-            x = select(output) if select is not None else (
-                output[0] if isinstance(output, (tuple, list)) else output)
+            x = output[0] if isinstance(output, (tuple, list)) else output
             if _IS_COMPILING():
                 # traced by torch.compile: only the op call, its buffer and hook id from
                 # one int cell (see _TAP_KEY_SHIFT)
                 _TAP_OP(x, _TAP_BUFS[key], key & _TAP_HID_MASK)  # globals: see _TAP_OP
                 return None
             tap(x, buf, hid)  # the op's eager body, without the dispatcher
+            return None
+        return fn
+
+    if declared:
+        def fn(module, args, output):
+            x = select(output)
+            if _IS_COMPILING():
+                _TAP_OP(x, _TAP_BUFS[key], key & _TAP_HID_MASK)  # as above
+                return None
+            tap(x, buf, hid)
             return None
         return fn
 

@@ -187,13 +187,14 @@ def _hook_cells(text):
     return out
 
 
-def test_a_traced_hook_reads_one_int_cell_and_its_select():
+def test_a_traced_hook_reads_one_int_cell():
     """Each guard of a hook's closure is evaluated at every call where the layers above it
     are not tag-safe roots (transformers 5.17's Llama layers are not, hooks or no hooks):
-    a traced hook reads its buffer's key, one int that also gives its hook id, and its
-    `select` (None here), nothing else (before session 23: five cells, the
-    is_compiling function, a bool, the hook id and a (serial, hook id) tuple among
-    them; bench/results/h100-2026-12-07-session23/guards.py)."""
+    a traced hook without a select reads its buffer's key, one int that also gives its
+    hook id, nothing else (before session 23: five cells, the is_compiling function, a
+    bool, the hook id and a (serial, hook id) tuple among them; session 23: the key and
+    select, None; bench/results/h100-2026-12-07-session23/guards.py).  With a select, the
+    select too."""
     torch.manual_seed(0)
     hooked = Model().eval()
     x = torch.randn(4, H)
@@ -211,8 +212,23 @@ def test_a_traced_hook_reads_one_int_cell_and_its_select():
         cells = _hook_cells(_guards(fwd, x))
         assert len(cells) == 2 * L, sorted(cells)
         for hook, read in cells.items():
-            assert sorted(read.values()) == ["NoneType", "int"], (hook, read)
+            assert sorted(read.values()) == ["int"], (hook, read)
         # and the compiled code still writes every buffer
+        for b in att.buffers.values():
+            b.fill_(float("nan"))
+        torch.compile(fwd, fullgraph=True, dynamic=False, backend="eager")(x)
+        assert all(not bool(torch.isnan(b).all()) for b in att.buffers.values())
+        att.detach()
+        torch._dynamo.reset()
+
+        def first(out):
+            return out[0] if isinstance(out, (tuple, list)) else out
+        att = agent.attach({"resid_post": hooked.layers}, max_tokens=4, width=H,
+                           device="cpu", select=first)
+        cells = _hook_cells(_guards(fwd, x))
+        assert len(cells) == L, sorted(cells)
+        for hook, read in cells.items():
+            assert sorted(read.values()) == ["function", "int"], (hook, read)
         for b in att.buffers.values():
             b.fill_(float("nan"))
         torch.compile(fwd, fullgraph=True, dynamic=False, backend="eager")(x)
