@@ -202,6 +202,12 @@ def test_a_traced_hook_reads_one_int_cell():
     def fwd(x):
         return hooked(x)
 
+    def compiled_writes_every_buffer(att):
+        for b in att.buffers.values():
+            b.fill_(float("nan"))
+        torch.compile(fwd, fullgraph=True, dynamic=False, backend="eager")(x)
+        assert all(not bool(torch.isnan(b).all()) for b in att.buffers.values())
+
     with Agent("guards-cells", hooks={"resid_post": L, "mlp_out": L},
                backend="sim") as agent:
         att = agent.attach({"resid_post": hooked.layers,
@@ -213,11 +219,7 @@ def test_a_traced_hook_reads_one_int_cell():
         assert len(cells) == 2 * L, sorted(cells)
         for hook, read in cells.items():
             assert sorted(read.values()) == ["int"], (hook, read)
-        # and the compiled code still writes every buffer
-        for b in att.buffers.values():
-            b.fill_(float("nan"))
-        torch.compile(fwd, fullgraph=True, dynamic=False, backend="eager")(x)
-        assert all(not bool(torch.isnan(b).all()) for b in att.buffers.values())
+        compiled_writes_every_buffer(att)
         att.detach()
         torch._dynamo.reset()
 
@@ -229,8 +231,5 @@ def test_a_traced_hook_reads_one_int_cell():
         assert len(cells) == L, sorted(cells)
         for hook, read in cells.items():
             assert sorted(read.values()) == ["function", "int"], (hook, read)
-        for b in att.buffers.values():
-            b.fill_(float("nan"))
-        torch.compile(fwd, fullgraph=True, dynamic=False, backend="eager")(x)
-        assert all(not bool(torch.isnan(b).all()) for b in att.buffers.values())
+        compiled_writes_every_buffer(att)
         att.detach()
